@@ -1,0 +1,125 @@
+"""Targets: the boards jobs run on, from profiles (targets/*.toml) and the user's inventory.
+
+A profile holds a board type's defaults (arch, runtimes, threads, ...). The
+inventory (--inventory FILE, else ~/.config/zobench/targets.toml) names real
+boards in [targets.NAME] tables that may start from a profile. A profile that
+needs no host (targets/local.toml) is a target by itself.
+"""
+from __future__ import annotations
+
+import platform
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from workloads import vocab
+
+from . import paths, tomlfile
+from .errors import UserError
+
+MEM_LIMIT = re.compile(r"^[0-9]+[KMG]$")
+
+
+@dataclass
+class Target:
+    name: str
+    transport: str = "ssh"           # "local" or "ssh"
+    profile: str = ""
+    description: str = ""
+    host: str = ""
+    port: int = 22
+    user: str = ""
+    key: str = ""
+    host_key: str = "strict"          # or "accept-new"
+    arch: str = ""
+    runtimes: list = field(default_factory=lambda: ["torch"])
+    device: str = "cpu"
+    python: str = "python3"
+    workdir: str = "~/zobench"
+    threads: int = 0
+    mem_limit: str = ""
+    source: str = ""                  # the file it was defined in
+
+
+def _fields(t: tomlfile.Table, into: dict) -> dict:
+    """Validate every target key present in t, layering it over `into`."""
+    spec = {
+        "transport": (str, ("local", "ssh")), "profile": (str, None), "description": (str, None),
+        "host": (str, None), "port": (int, None), "user": (str, None), "key": (str, None),
+        "host_key": (str, ("strict", "accept-new")), "arch": (str, None),
+        "runtimes": (list, vocab.RUNTIMES), "device": (str, vocab.DEVICES), "python": (str, None),
+        "workdir": (str, None), "threads": (int, None), "mem_limit": (str, None)}
+    out = dict(into)
+    for key, (kind, choices) in spec.items():
+        v = t.take(key, kind, choices=choices, item=str if kind is list else None)
+        if v is not None:
+            out[key] = v
+    t.done()
+    if out.get("mem_limit") and not MEM_LIMIT.match(out["mem_limit"]):
+        raise t.error("mem_limit", f"expected a size like \"512M\" or \"2G\", got {out['mem_limit']!r}")
+    if "threads" in out and out["threads"] < 0:
+        raise t.error("threads", f"expected an integer >= 0, got {out['threads']}")
+    return out
+
+
+def load_profile(name: str) -> dict:
+    path = paths.TARGETS_DIR / f"{name}.toml"
+    if not path.is_file():
+        known = ", ".join(profile_names()) or "none"
+        raise UserError(f"unknown profile {name!r}: no {path}; profiles: {known}")
+    return _fields(tomlfile.Table(tomlfile.load(path), path), {"profile": name, "source": str(path)})
+
+
+def profile_names() -> list[str]:
+    return sorted(p.stem for p in paths.TARGETS_DIR.glob("*.toml"))
+
+
+def _finish(name: str, values: dict) -> Target:
+    t = Target(name=name, **values)
+    if t.transport == "local":
+        t.arch = t.arch or platform.machine()
+        t.python = sys.executable if t.python == "python3" else t.python
+    elif not t.host:
+        raise UserError(f"{t.source}: targets.{name}.host: missing; an ssh target needs a host or ~/.ssh/config alias")
+    return t
+
+
+def load(inventory: Path | None = None) -> dict[str, Target]:
+    """All targets: host-less profiles, then the inventory's boards (which may override them)."""
+    targets = {}
+    for name in profile_names():
+        values = load_profile(name)
+        if values.get("transport") == "local" or values.get("host"):
+            targets[name] = _finish(name, values)
+    path = inventory or paths.USER_INVENTORY
+    if inventory is None and not path.is_file():
+        return targets
+    data = tomlfile.load(path)
+    top = tomlfile.Table(data, path)
+    boards = top.take("targets", dict, default={})
+    top.done()
+    for name, table in boards.items():
+        where = f"targets.{name}."
+        if not isinstance(table, dict):
+            raise UserError(f"{path}: targets.{name}: expected a table, got {table!r}")
+        base = {}
+        if "profile" in table:
+            if not isinstance(table["profile"], str):
+                raise UserError(f"{path}: {where}profile: expected a string, got {table['profile']!r}")
+            base = load_profile(table["profile"])
+        values = _fields(tomlfile.Table(table, path, where), {**base, "source": str(path)})
+        values.setdefault("transport", "ssh")
+        targets[name] = _finish(name, values)
+    return targets
+
+
+def resolve(names: list[str], inventory: Path | None) -> list[Target]:
+    targets = load(inventory)
+    out = []
+    for n in names:
+        if n not in targets:
+            raise UserError(f"unknown target {n!r}; known targets: {', '.join(sorted(targets)) or 'none'}"
+                            " (add boards in --inventory FILE or ~/.config/zobench/targets.toml)")
+        out.append(targets[n])
+    return out

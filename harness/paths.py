@@ -1,0 +1,8 @@
+"""Where the checkout's data lives (profiles, suites) and where results go by default."""
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+TARGETS_DIR = REPO / "targets"
+SUITES_DIR = REPO / "workloads" / "suites"
+USER_INVENTORY = Path("~/.config/zobench/targets.toml").expanduser()
+DEFAULT_RESULTS = Path("results")

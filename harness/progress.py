@@ -1,0 +1,60 @@
+"""Progress bars: per target, one bar over its jobs (with the run's ETA on that
+board) and one over the steps of the job running now (with that job's ETA).
+Finished jobs are printed as lines, so a log without a terminal still shows them."""
+from __future__ import annotations
+
+import threading
+
+from rich.console import Console
+from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
+                           TimeRemainingColumn)
+
+STYLE = {"ok": "green", "failed": "red", "timeout": "yellow", "oom": "magenta", "lost": "yellow"}
+
+
+class ProgressView:
+    def __init__(self, jobs_per_target: dict[str, int], console: Console | None = None):
+        self.console = console or Console(stderr=True)
+        self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                 TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
+                                 console=self.console, transient=True, disable=not self.console.is_terminal)
+        self.lock = threading.Lock()
+        self.tasks = {}
+        for target, n in jobs_per_target.items():
+            jobs = self.progress.add_task(f"[bold]{target}[/] jobs", total=n)
+            steps = self.progress.add_task(f"  {target}: waiting", total=None)
+            self.tasks[target] = (jobs, steps)
+
+    def __enter__(self):
+        self.progress.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.progress.stop()
+
+    def job_started(self, target: str, job_id: str) -> None:
+        with self.lock:
+            self.progress.reset(self.tasks[target][1], total=None, description=f"  {target}: {job_id}")
+
+    def event(self, target: str, ev: dict) -> None:
+        with self.lock:
+            task = self.tasks[target][1]
+            if ev.get("event") == "start":
+                self.progress.update(task, total=ev.get("steps_total"), completed=0)
+            elif "step" in ev:
+                self.progress.update(task, completed=ev["step"])
+
+    def job_finished(self, target: str, result: dict) -> None:
+        status = result["status"]
+        epochs = result.get("epochs") or [{}]
+        acc = epochs[-1].get("test_accuracy")
+        steps = result.get("steps") or 0
+        detail = (f"{1000 * result['train_seconds'] / steps:.2f} ms/step" if steps and status == "ok" else "")
+        if acc is not None and status == "ok":
+            detail += f", test acc {acc:.3f}"
+        if result.get("error"):
+            detail = result["error"]
+        with self.lock:
+            self.progress.advance(self.tasks[target][0])
+            self.console.print(f"[{STYLE.get(status, 'white')}]{status:>7}[/] {result['job']['job_id']}  {detail}",
+                               highlight=False, markup=True)

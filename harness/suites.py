@@ -1,0 +1,106 @@
+"""Suites: named experiment plans (workloads/suites/*.toml)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from workloads import vocab
+from workloads.spec import Hyper, SpecError, Workload, check_value
+
+from . import paths, tomlfile
+from .errors import UserError
+
+
+@dataclass
+class MethodChoice:
+    method: str
+    bp_layers: int = 0
+
+    @classmethod
+    def parse(cls, text: str) -> "MethodChoice":
+        """'full-zo', 'elastic-zo:1' -> method and bp_layers (ValueError if malformed)."""
+        method, _, k = text.partition(":")
+        if method not in vocab.METHODS:
+            raise ValueError(f"expected one of {', '.join(vocab.METHODS)} (elastic-zo:K for bp_layers K)")
+        if method == "elastic-zo":
+            if not k.isdigit() or int(k) < 1:
+                raise ValueError("expected elastic-zo:K with K >= 1 BP layers, e.g. elastic-zo:1")
+            return cls(method, int(k))
+        if k:
+            raise ValueError(f"only elastic-zo takes :K, got {text!r}")
+        return cls(method)
+
+    def __str__(self) -> str:
+        return f"{self.method}:{self.bp_layers}" if self.method == "elastic-zo" else self.method
+
+
+@dataclass
+class Suite:
+    name: str
+    path: Path
+    description: str = ""
+    targets: list = field(default_factory=lambda: ["local"])
+    runtimes: list = field(default_factory=lambda: ["torch"])
+    precisions: list = field(default_factory=lambda: ["fp32"])
+    zo_losses: list = field(default_factory=lambda: ["float"])
+    methods: list = field(default_factory=list)
+    repeats: int = 1
+    seed: int = 0
+    timeout_s: float = 1800.0
+    workload: dict = field(default_factory=dict)
+    hyper: dict = field(default_factory=dict)
+
+
+def names() -> list[str]:
+    return sorted(p.stem for p in paths.SUITES_DIR.glob("*.toml"))
+
+
+def find(name_or_path: str) -> Path:
+    p = Path(name_or_path)
+    if p.suffix == ".toml" or "/" in name_or_path:
+        if not p.is_file():
+            raise UserError(f"suite file {name_or_path}: no such file")
+        return p
+    p = paths.SUITES_DIR / f"{name_or_path}.toml"
+    if not p.is_file():
+        raise UserError(f"unknown suite {name_or_path!r}; expected one of {', '.join(names())} or a .toml path")
+    return p
+
+
+def load(name_or_path: str) -> Suite:
+    path = find(name_or_path)
+    t = tomlfile.Table(tomlfile.load(path), path)
+    s = Suite(name=path.stem, path=path)
+    s.description = t.take("description", str, default="")
+    s.targets = t.take("targets", list, default=s.targets, item=str)
+    s.runtimes = t.take("runtimes", list, default=s.runtimes, choices=vocab.RUNTIMES, item=str)
+    s.precisions = t.take("precisions", list, default=s.precisions, choices=vocab.PRECISIONS, item=str)
+    s.zo_losses = t.take("zo_losses", list, default=s.zo_losses, choices=vocab.ZO_LOSSES, item=str)
+    raw_methods = t.take("methods", list, default=..., item=str)
+    s.repeats = t.take("repeats", int, default=1)
+    s.seed = t.take("seed", int, default=0)
+    s.timeout_s = t.take("timeout_s", float, default=s.timeout_s)
+    s.workload = t.take("workload", dict, default={})
+    s.hyper = t.take("hyper", dict, default={})
+    t.done()
+    for key, values in (("methods", raw_methods), ("targets", s.targets), ("runtimes", s.runtimes),
+                        ("precisions", s.precisions)):
+        if not values:
+            raise t.error(key, "expected a non-empty list")
+    for m in raw_methods:
+        try:
+            s.methods.append(MethodChoice.parse(m))
+        except ValueError as e:
+            raise t.error("methods", f"{e}, got {m!r}") from None
+    if s.repeats < 1:
+        raise t.error("repeats", f"expected an integer >= 1, got {s.repeats}")
+    if s.timeout_s <= 0:
+        raise t.error("timeout_s", f"expected a number > 0, got {s.timeout_s}")
+    try:
+        for k, v in s.workload.items():
+            check_value(Workload, k, v, "workload.")
+        for k, v in s.hyper.items():
+            check_value(Hyper, k, v, "hyper.")
+    except SpecError as e:
+        raise UserError(f"{path}: {e}") from None
+    return s

@@ -1,0 +1,91 @@
+"""The epoch loop every Python runtime shares: data order, lr schedule, eval, progress."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import methods, zrng
+from .spec import SpecError
+
+EMIT_EVERY_S = 0.5
+
+
+def emit(event: str, **fields) -> None:
+    """One JSON object per line on stdout: the harness turns these into progress bars."""
+    sys.stdout.write(json.dumps({"event": event, **fields}) + "\n")
+    sys.stdout.flush()
+
+
+@dataclass
+class TrainState:
+    """Filled in as training goes, so a run that fails midway still reports what it did."""
+    steps: int = 0
+    train_seconds: float = 0.0
+    epochs: list = field(default_factory=list)
+    trace: list = field(default_factory=list)
+
+
+def inject_fault(fault: str) -> None:
+    """Test-only faults (hyper.fault), so the harness's fault handling is tested for real."""
+    if fault == "hang":
+        while True:
+            time.sleep(3600)
+    if fault == "crash":
+        os.abort()
+    if fault == "oom":
+        np.empty(1 << 50, dtype=np.uint8)   # a real allocation that fails: MemoryError
+
+
+def evaluate(engine, split, batch_size: int) -> tuple[float, float]:
+    loss_sum, correct = 0.0, 0
+    for lo in range(0, len(split), batch_size):
+        x, y = engine.load_batch(*split.batch(np.arange(lo, min(lo + batch_size, len(split)))))
+        l, c = engine.evaluate(x, y)
+        loss_sum, correct = loss_sum + l, correct + c
+    return loss_sum / len(split), correct / len(split)
+
+
+def train(engine, spec, train_split, test_split, clock, state: TrainState) -> None:
+    h = spec.hyper
+    n, batch = len(train_split), h.batch_size
+    steps_per_epoch = n // batch   # the last partial batch is dropped: every step has shape [batch, ...]
+    if steps_per_epoch == 0:
+        raise SpecError(f"hyper.batch_size: {batch} is larger than the {n} training samples")
+    emit("start", job_id=spec.job_id, epochs=h.epochs, steps_total=h.epochs * steps_per_epoch)
+    last_emit = time.perf_counter()
+    for epoch in range(h.epochs):
+        decay = h.lr_decay ** (epoch // h.lr_decay_every)
+        lr_zo, lr_bp = h.lr_zo * decay, h.lr_bp * decay
+        order = zrng.permutation(spec.seed, epoch, n)
+        snap = clock.snapshot()
+        loss_sum = 0.0
+        clock.start()
+        t0 = time.perf_counter()
+        for b in range(steps_per_epoch):
+            x, y = engine.load_batch(*train_split.batch(order[b * batch:(b + 1) * batch]))
+            clock.lap("data")
+            r = methods.step(engine, spec.method, x, y, state.steps, spec.seed, h, lr_zo, lr_bp, clock)
+            loss_sum += r["loss"]
+            if state.steps < h.trace_steps:
+                state.trace.append({"step": state.steps, **r})
+            state.steps += 1
+            if h.fault:
+                inject_fault(h.fault)
+            if time.perf_counter() - last_emit > EMIT_EVERY_S:
+                last_emit = time.perf_counter()
+                emit("step", step=state.steps, loss=r["loss"])
+        seconds = time.perf_counter() - t0
+        state.train_seconds += seconds
+        clock.start()
+        test_loss, test_acc = evaluate(engine, test_split, h.eval_batch_size)
+        clock.lap("eval")
+        record = {"epoch": epoch + 1, "seconds": seconds, "phases": clock.since(snap),
+                  "train_loss": loss_sum / steps_per_epoch, "test_loss": test_loss,
+                  "test_accuracy": test_acc}
+        state.epochs.append(record)
+        emit("epoch", step=state.steps, **{k: v for k, v in record.items() if k != "phases"})

@@ -1,0 +1,89 @@
+"""One optimizer step of each training method, written once for every runtime.
+
+A runtime supplies an Engine (torch tensors, ONNX Runtime sessions, ...) with a
+handful of primitives; the algorithms of the ElasticZO paper live only here, so
+the torch and ONNX Runtime runners cannot drift apart.
+
+Full ZO and ElasticZO follow Alg. 1 with the MeZO seed trick: z for step t is
+zobench-z with key (seed, STREAM_ZO, t) over the ZO prefix of the flat parameter
+vector, regenerated on every use and never stored. The parameters are perturbed
+in place by +eps z, then -2 eps z; restoring (+eps z) and the SGD update
+(-lr g z) are merged into one pass, theta += (eps - lr g) z (Sec. 4).
+The projected gradient g = (l+ - l-) / (2 eps) is clipped to +-zo_grad_clip.
+
+ElasticZO's BP head (the last bp_layers FC layers, never perturbed) gets its
+gradient from the two perturbed forward passes (Sec. 4: "keeps layer
+activations of the last layers obtained during the computation of l+ and
+l-"): the head's activations of both passes are kept and the head is
+back-propagated through the mean loss (l+ + l-)/2, i.e. the head gradient is
+the mean of the BP gradients at the two perturbed feature inputs. No third
+forward pass is run.
+"""
+from __future__ import annotations
+
+from typing import Protocol
+
+from . import zrng
+
+
+class Engine(Protocol):
+    n_zo: int          # leading parameters trained by ZO
+    n_bp: int          # trailing parameters trained by BP
+
+    def load_batch(self, x, y): ...
+    def perturb(self, key: int, alpha: float) -> None: ...    # theta[:n_zo] += alpha * z(key)
+    def forward(self, x, keep: bool): ...                      # keep what BP needs
+    def loss(self, out, y) -> float: ...
+    def backward(self) -> None: ...                            # BP through the mean kept loss
+    def bp_update(self, lr: float) -> None: ...
+    def evaluate(self, x, y) -> tuple[float, int]: ...         # (sum of losses, correct)
+    def weights(self): ...                                     # flat float32 numpy copy
+
+
+def bp_step(engine: Engine, x, y, lr_bp: float, clock) -> dict:
+    out = engine.forward(x, keep=True)
+    clock.lap("forward")
+    loss = engine.loss(out, y)
+    clock.lap("loss")
+    engine.backward()
+    clock.lap("backward")
+    engine.bp_update(lr_bp)
+    clock.lap("bp_update")
+    return {"loss": loss}
+
+
+def zo_step(engine: Engine, x, y, key: int, eps: float, clip: float,
+            lr_zo: float, lr_bp: float, clock) -> dict:
+    head = engine.n_bp > 0
+    engine.perturb(key, eps)
+    clock.lap("zo_perturb")
+    out = engine.forward(x, keep=head)
+    clock.lap("forward")
+    loss_plus = engine.loss(out, y)
+    clock.lap("loss")
+    engine.perturb(key, -2.0 * eps)
+    clock.lap("zo_perturb")
+    out = engine.forward(x, keep=head)
+    clock.lap("forward")
+    loss_minus = engine.loss(out, y)
+    clock.lap("loss")
+    grad = (loss_plus - loss_minus) / (2.0 * eps)
+    grad = min(max(grad, -clip), clip)
+    engine.perturb(key, eps - lr_zo * grad)
+    clock.lap("zo_update")
+    if head:
+        engine.backward()
+        clock.lap("backward")
+        engine.bp_update(lr_bp)
+        clock.lap("bp_update")
+    return {"loss": 0.5 * (loss_plus + loss_minus), "loss_plus": loss_plus,
+            "loss_minus": loss_minus, "grad": grad}
+
+
+def step(engine: Engine, method: str, x, y, t: int, seed: int, hyper, lr_zo: float,
+         lr_bp: float, clock) -> dict:
+    """Optimizer step t (0-based, global across epochs) of `method`."""
+    if method == "full-bp":
+        return bp_step(engine, x, y, lr_bp, clock)
+    key = zrng.stream_key(seed, zrng.STREAM_ZO, t)
+    return zo_step(engine, x, y, key, hyper.eps, hyper.zo_grad_clip, lr_zo, lr_bp, clock)

@@ -1,0 +1,103 @@
+"""What every Python runner does besides training: the CLI, the result, the errors.
+
+`<runner> --spec spec.json --out result.json` -- progress as JSON lines on
+stdout, result.json written atomically and only at the end, and written even
+when the run fails (status "failed"/"oom" with a one-line reason and whatever
+epochs completed).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+import traceback
+from datetime import datetime, timezone
+
+import numpy as np
+
+from . import datasets, envinfo, memory
+from .clock import PhaseClock
+from .loop import TrainState, emit, train
+from .models import MODELS, weights_sha256
+from .spec import JobSpec, SpecError
+
+SCHEMA = 1
+
+
+def write_atomic(path: str, obj: dict) -> None:
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "w") as f:
+        json.dump(obj, f, indent=1)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def read_init_weights(path: str, model) -> np.ndarray:
+    w = np.fromfile(path, dtype="<f4")
+    if w.size != model.params_total:
+        raise SpecError(f"init_weights: {path} holds {w.size} float32 values, "
+                        f"expected {model.params_total} for {model.name}")
+    return w.astype(np.float32)
+
+
+def main(make_engine, packages: tuple[str, ...], argv=None) -> int:
+    ap = argparse.ArgumentParser(description="Run one zobench training job.")
+    ap.add_argument("--spec", required=True, help="job spec (JSON)")
+    ap.add_argument("--out", required=True, help="where to write result.json")
+    args = ap.parse_args(argv)
+
+    wall0 = time.perf_counter()
+    result = {"schema": SCHEMA, "job": None, "status": "failed", "error": None,
+              "started_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+              "wall_seconds": 0.0, "train_seconds": 0.0, "steps": 0, "phases": {}, "epochs": [],
+              "memory": {"peak_rss_bytes": 0, "baseline_rss_bytes": 0, "device_peak_bytes": None},
+              "model": None, "env": envinfo.facts(*packages)}
+    state, engine, clock = TrainState(), None, None
+    try:
+        with open(args.spec) as f:
+            result["job"] = json.load(f)
+        spec = JobSpec.from_dict(result["job"])
+        result["env"]["harness_commit"] = spec.harness_commit
+        model = MODELS[spec.workload.model]
+        train_split = datasets.load(spec.workload.dataset, "train", spec.hyper.train_samples,
+                                    spec.workload.data_dir)
+        test_split = datasets.load(spec.workload.dataset, "test", spec.hyper.test_samples,
+                                   spec.workload.data_dir)
+        init = read_init_weights(spec.init_weights, model) if spec.init_weights else model.init_weights(spec.seed)
+        engine = make_engine(spec, model, init)
+        result["memory"]["baseline_rss_bytes"] = memory.rss_bytes()
+        memory.reset_peak()
+        clock = PhaseClock(getattr(engine, "sync", None))
+        train(engine, spec, train_split, test_split, clock, state)
+        result["status"] = "ok"
+    except MemoryError as e:
+        result.update(status="oom", error=f"MemoryError: {e}".strip().rstrip(":"))
+    except (SpecError, datasets.DatasetError, OSError, json.JSONDecodeError) as e:
+        result["error"] = str(e)
+    except Exception as e:  # any other failure is recorded, with its traceback on stderr
+        traceback.print_exc()
+        result["error"] = f"{type(e).__name__}: {e}"
+    finally:
+        if engine is not None:
+            w = engine.weights()
+            result["model"] = {"name": spec.workload.model, "params_total": int(w.size),
+                               "params_zo": engine.n_zo, "params_bp": engine.n_bp,
+                               "weights_sha256": weights_sha256(w)}
+            result["memory"]["device_peak_bytes"] = getattr(engine, "device_peak_bytes", lambda: None)()
+        if clock is not None:
+            result["phases"] = clock.as_result()
+        result.update(steps=state.steps, train_seconds=state.train_seconds, epochs=state.epochs)
+        if state.trace:
+            result["trace"] = state.trace
+        result["memory"]["peak_rss_bytes"] = memory.peak_rss_bytes()
+        result["wall_seconds"] = time.perf_counter() - wall0
+        write_atomic(args.out, result)
+        emit("done", status=result["status"], error=result["error"])
+    return 0 if result["status"] == "ok" else 1
+
+
+if __name__ == "__main__":
+    sys.exit("run a runtime's runner: python -m workloads.torch_runner --spec S --out R")

@@ -1,0 +1,142 @@
+"""The job spec a runner receives (spec.json), with validation that names the key.
+
+The harness builds specs from suite TOML and `--set`, and validates them with
+the same code before anything is launched, so a typo is reported once, on the
+host, with the file and key -- never as a failed job on a board.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import typing
+from dataclasses import dataclass, field
+
+from . import vocab
+from .datasets import DATASETS
+from .models import MODELS
+
+
+class SpecError(ValueError):
+    """A spec value is missing, unknown or of the wrong type; the message names the key."""
+
+
+@dataclass
+class Hyper:
+    epochs: int = 5
+    batch_size: int = 32
+    lr_bp: float = 0.05           # SGD learning rate of the BP part
+    lr_zo: float = 1e-3           # SGD learning rate of the ZO part
+    lr_decay: float = 0.8         # multiply both rates by this ...
+    lr_decay_every: int = 10      # ... every this many epochs (ElasticZO Sec. 5.1.1)
+    eps: float = 1e-3             # SPSA perturbation scale
+    zo_grad_clip: float = 5.0     # projected gradient clipped to +-this
+    train_samples: int = 0        # first N training samples (0 = all)
+    test_samples: int = 0         # first N test samples (0 = all)
+    eval_batch_size: int = 500
+    trace_steps: int = 0          # record losses and projected gradient of the first N steps
+    fault: str = ""               # test-only fault injection: "", "hang", "crash", "oom"
+
+    CHOICES: typing.ClassVar[dict] = {"fault": ("", "hang", "crash", "oom")}
+    POSITIVE: typing.ClassVar[tuple] = ("epochs", "batch_size", "eval_batch_size", "lr_decay_every", "eps")
+    NON_NEGATIVE: typing.ClassVar[tuple] = ("lr_bp", "lr_zo", "lr_decay", "zo_grad_clip",
+                                            "train_samples", "test_samples", "trace_steps")
+
+
+@dataclass
+class Workload:
+    model: str = "lenet5"
+    dataset: str = "fashion-mnist"
+    data_dir: str = ""            # searched before $ZOBENCH_DATA and /usr/share/datasets
+
+    CHOICES: typing.ClassVar[dict] = {"model": tuple(MODELS), "dataset": DATASETS}
+
+
+@dataclass
+class JobSpec:
+    job_id: str
+    method: str
+    runtime: str = "torch"
+    bp_layers: int = 0
+    precision: str = "fp32"
+    zo_loss: str = "float"
+    device: str = "cpu"
+    seed: int = 0
+    threads: int = 0              # 0 = the runtime's default
+    workload: Workload = field(default_factory=Workload)
+    hyper: Hyper = field(default_factory=Hyper)
+    init_weights: str = ""        # optional file of float32 initial weights (models.py layout)
+    target: str = ""              # set by the harness: where the job ran
+    repeat: int = 0               # set by the harness: index of this repeat
+    harness_commit: str = ""
+
+    CHOICES: typing.ClassVar[dict] = {
+        "method": vocab.METHODS, "runtime": vocab.RUNTIMES, "precision": vocab.PRECISIONS,
+        "zo_loss": vocab.ZO_LOSSES, "device": vocab.DEVICES}
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "JobSpec":
+        spec = from_dict(cls, d)
+        if spec.method == "elastic-zo":
+            if spec.bp_layers < 1:
+                raise SpecError(f"bp_layers: expected >= 1 for elastic-zo, got {spec.bp_layers}")
+            try:
+                MODELS[spec.workload.model].split(spec.method, spec.bp_layers)
+            except ValueError as e:
+                raise SpecError(f"bp_layers: {e}") from None
+        elif spec.bp_layers:
+            raise SpecError(f"bp_layers: only elastic-zo takes bp_layers, got {spec.bp_layers} for {spec.method}")
+        return spec
+
+
+def _type_name(t) -> str:
+    return {int: "an integer", float: "a number", str: "a string", bool: "true or false"}.get(t, str(t))
+
+
+def check_value(cls, key: str, value, where: str = ""):
+    """Validate one field of a spec dataclass; returns the value coerced to the field type."""
+    hints = typing.get_type_hints(cls)
+    if key not in {f.name for f in dataclasses.fields(cls)}:
+        known = ", ".join(f.name for f in dataclasses.fields(cls))
+        raise SpecError(f"{where}{key}: unknown key; expected one of {known}")
+    t = hints[key]
+    if dataclasses.is_dataclass(t):
+        if not isinstance(value, dict):
+            raise SpecError(f"{where}{key}: expected a table, got {value!r}")
+        return from_dict(t, value, f"{where}{key}.")
+    ok = isinstance(value, t) and not (t is not bool and isinstance(value, bool))
+    if t is float and isinstance(value, int) and not isinstance(value, bool):
+        value, ok = float(value), True
+    if not ok:
+        raise SpecError(f"{where}{key}: expected {_type_name(t)}, got {value!r}")
+    choices = getattr(cls, "CHOICES", {}).get(key)
+    if choices is not None and value not in choices:
+        raise SpecError(f"{where}{key}: expected one of {', '.join(repr(c) for c in choices)}, got {value!r}")
+    if key in getattr(cls, "POSITIVE", ()) and not value > 0:
+        raise SpecError(f"{where}{key}: expected a value > 0, got {value!r}")
+    if key in getattr(cls, "NON_NEGATIVE", ()) and value < 0:
+        raise SpecError(f"{where}{key}: expected a value >= 0, got {value!r}")
+    return value
+
+
+def from_dict(cls, d: dict, where: str = ""):
+    """Build a spec dataclass from a dict, rejecting unknown keys and wrong types."""
+    if not isinstance(d, dict):
+        raise SpecError(f"{where.rstrip('.') or 'spec'}: expected a table, got {d!r}")
+    required = [f.name for f in dataclasses.fields(cls)
+                if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+    for key in required:
+        if key not in d:
+            raise SpecError(f"{where}{key}: missing")
+    return cls(**{k: check_value(cls, k, v, where) for k, v in d.items()})
+
+
+def load(path: str) -> JobSpec:
+    with open(path) as f:
+        try:
+            d = json.load(f)
+        except json.JSONDecodeError as e:
+            raise SpecError(f"{path}: not valid JSON ({e})") from None
+    return JobSpec.from_dict(d)

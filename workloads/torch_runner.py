@@ -1,0 +1,105 @@
+"""The PyTorch runner: `python -m workloads.torch_runner --spec S --out R`.
+
+The parameters live in one contiguous float32 tensor (the layout of
+models.py); each layer's weight and bias are views into it, so a ZO
+perturbation is an in-place add over a prefix of that buffer and the BP
+head's SGD step writes straight into it. Layers run as torch.nn.functional
+calls on those views.
+"""
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from . import zrng
+from .methods import Engine
+from .runner import main
+
+
+class TorchEngine(Engine):
+    def __init__(self, spec, model, init: np.ndarray):
+        if spec.threads:
+            torch.set_num_threads(spec.threads)
+        self.device = torch.device(spec.device)
+        self.model = model
+        self.flat = torch.from_numpy(init.copy()).to(self.device)
+        self.n_zo = model.split(spec.method, spec.bp_layers)
+        self.n_bp = model.params_total - self.n_zo
+        # the BP part: full-bp trains every layer, elastic-zo the last bp_layers
+        self.first_bp = len(model.layers) - (len(model.layers) if spec.method == "full-bp" else spec.bp_layers)
+        self.views = [self._alias(o, s) for _, o, s in model.offsets()]
+        self.bp_params = self.views[2 * self.first_bp:] if self.n_bp else []
+        for p in self.bp_params:
+            p.requires_grad_(True)
+        self.kept = []
+        self.sync = torch.cuda.synchronize if self.device.type == "cuda" else None
+
+    def _alias(self, offset: int, shape: tuple):
+        """A tensor over flat[offset:...] with its own version counter: plain views share
+        flat's, so the in-place ZO perturbation of the prefix would invalidate the saved
+        tensors of the BP head, which it never touches."""
+        return torch.empty(0, device=self.device).set_(self.flat.untyped_storage(), offset, shape)
+
+    def load_batch(self, x, y):
+        return (torch.from_numpy(x).to(self.device, non_blocking=True),
+                torch.from_numpy(y).to(self.device, non_blocking=True))
+
+    def _layers(self, x, lo: int, hi: int):
+        for i in range(lo, hi):
+            layer = self.model.layers[i]
+            w, b = self.views[2 * i], self.views[2 * i + 1]
+            if layer.kind == "conv":
+                x = F.max_pool2d(F.relu(F.conv2d(x, w, b, padding=layer.padding)), 2)
+            else:
+                x = F.linear(x.flatten(1), w, b)
+                if i < len(self.model.layers) - 1:
+                    x = F.relu(x)
+        return x
+
+    def forward(self, x, keep: bool):
+        if not keep:
+            with torch.no_grad():
+                return self._layers(x, 0, len(self.model.layers))
+        with torch.no_grad():   # the ZO front keeps nothing: its activations are freed as it goes
+            h = self._layers(x, 0, self.first_bp)
+        return self._layers(h, self.first_bp, len(self.model.layers))
+
+    def loss(self, out, y) -> float:
+        loss = F.cross_entropy(out, y)
+        if out.requires_grad:
+            self.kept.append(loss)
+        return loss.item()
+
+    def backward(self) -> None:
+        (sum(self.kept) / len(self.kept)).backward()
+        self.kept.clear()
+
+    def bp_update(self, lr: float) -> None:
+        with torch.no_grad():
+            for p in self.bp_params:
+                p.add_(p.grad, alpha=-lr)
+                p.grad = None
+
+    @torch.no_grad()
+    def perturb(self, key: int, alpha: float) -> None:
+        for off, z in zrng.normal_chunks(key, 0, self.n_zo):
+            self.flat[off:off + z.size].add_(torch.from_numpy(z).to(self.device), alpha=alpha)
+
+    @torch.no_grad()
+    def evaluate(self, x, y) -> tuple[float, int]:
+        out = self._layers(x, 0, len(self.model.layers))
+        return (F.cross_entropy(out, y, reduction="sum").item(),
+                int((out.argmax(1) == y).sum().item()))
+
+    def weights(self) -> np.ndarray:
+        return self.flat.detach().cpu().numpy().copy()
+
+    def device_peak_bytes(self):
+        return torch.cuda.max_memory_allocated(self.device) if self.device.type == "cuda" else None
+
+
+if __name__ == "__main__":
+    sys.exit(main(TorchEngine, ("numpy", "torch")))

@@ -1,0 +1,34 @@
+"""The one vocabulary of zobench: method, precision, runtime, phase and status names.
+
+Python runners, the harness, the store and the charts all import these names
+from here (the C++ binary spells the same strings), so a phase can never be
+called one thing in a result and another in a chart.
+"""
+
+METHODS = ("full-bp", "full-zo", "elastic-zo")
+PRECISIONS = ("fp32", "int8")
+ZO_LOSSES = ("float", "integer")
+RUNTIMES = ("torch", "ort", "cpp")
+DEVICES = ("cpu", "cuda")
+STATUSES = ("ok", "failed", "timeout", "oom", "lost")
+
+# Training time is the sum of TRAIN_PHASES; eval is timed but reported apart.
+# They map onto the ElasticZO paper's Alg. 1: zo_perturb = lines 5+7,
+# forward = lines 6+8, zo_update = lines 10-11 (merged), backward/bp_update = line 12.
+TRAIN_PHASES = ("data", "zo_perturb", "forward", "loss", "backward", "zo_update", "bp_update")
+PHASES = TRAIN_PHASES + ("eval",)
+
+# elastic-zo's bp_layers -> the paper's name for the partition point.
+PAPER_NAMES = {1: "ZO-Feat-Cls2", 2: "ZO-Feat-Cls1"}
+
+
+def method_key(method: str, bp_layers: int) -> str:
+    """Short stable key used in job ids, filters and chart legends."""
+    return f"{method}-k{bp_layers}" if method == "elastic-zo" else method
+
+
+def method_label(method: str, bp_layers: int) -> str:
+    """Human label that names the paper's configuration too."""
+    if method == "elastic-zo":
+        return f"ElasticZO k={bp_layers} ({PAPER_NAMES.get(bp_layers, 'custom')})"
+    return {"full-bp": "Full BP", "full-zo": "Full ZO"}.get(method, method)
