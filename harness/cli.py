@@ -8,6 +8,8 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
+from workloads import datasets
+
 from . import inventory, paths, plan, suites
 from .errors import UserError
 from .plan import Job
@@ -64,11 +66,15 @@ def cmd_run(args) -> int:
     store = Store(args.results)
     if args.resume:
         if args.suite != "quick" or args.method or args.runtime or args.precision or args.set or args.target:
-            raise UserError("--resume replays the run's own plan; it takes no suite, target, filter or --set")
+            raise UserError("--resume replays the run's own plan; it takes no suite, target, filter or --set"
+                            " (--timeout may be raised)")
         run_id = args.resume
         saved = store.run_plan(run_id)
         done = {r["job"]["job_id"] for r in store.results(run_id) if r["status"] == "ok"}
         jobs = [Job(**j) for j in saved["jobs"] if j["job_id"] not in done]
+        if args.timeout:
+            for j in jobs:
+                j.timeout_s = args.timeout
         targets = {t.name: t for t in inventory.resolve(sorted({j.target for j in jobs}), args.inventory)}
         print(f"resuming run {run_id}: {len(jobs)} of {len(saved['jobs'])} jobs to run", file=sys.stderr)
     else:
@@ -82,6 +88,11 @@ def cmd_run(args) -> int:
                                 timeout_s=args.timeout)
         for n in notes:
             print(f"note: left out {n}", file=sys.stderr)
+        for name, data_dir in sorted({(j.spec["workload"]["dataset"], j.spec["workload"]["data_dir"]) for j in jobs}):
+            try:
+                datasets.check(name, data_dir)
+            except datasets.DatasetError as e:
+                raise UserError(f"{suite.path}: workload.dataset: {e}") from None
         targets = {t.name: t for t in chosen}
         run_id = store.new_run({"created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                                 "suite": suite.name, "suite_path": str(suite.path), "argv": sys.argv[1:],

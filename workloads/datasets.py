@@ -85,11 +85,30 @@ def _find(name: str, stem: str, dirs: list[Path]) -> Path:
         f"{HOW_TO_GET.get(name, 'put its IDX files in $ZOBENCH_DATA/' + name)}")
 
 
-def _idx_split(name: str, split: str, data_dir: str | None) -> tuple[np.ndarray, np.ndarray]:
+def files(name: str, split: str, data_dir: str | None = None) -> tuple[Path, Path]:
+    """The (images, labels) IDX files of an IDX dataset's split; DatasetError if missing."""
     prefix = "train" if split == "train" else "t10k"
     dirs = search_dirs(name, data_dir)
-    images = read_idx(_find(name, f"{prefix}-images-idx3-ubyte", dirs))
-    labels = read_idx(_find(name, f"{prefix}-labels-idx1-ubyte", dirs))
+    return _find(name, f"{prefix}-images-idx3-ubyte", dirs), _find(name, f"{prefix}-labels-idx1-ubyte", dirs)
+
+
+def check(name: str, data_dir: str | None = None) -> None:
+    """Raise DatasetError now, rather than in a job, if a dataset cannot be found."""
+    if name not in NORMALISATION:
+        raise DatasetError(f"unknown dataset {name!r}; expected one of {', '.join(DATASETS)}")
+    if name == "digits":
+        try:
+            import sklearn  # noqa: F401
+        except ImportError:
+            raise DatasetError("dataset 'digits' needs scikit-learn (pip install scikit-learn)") from None
+        return
+    for split in ("train", "test"):
+        files(name, split, data_dir)
+
+
+def _idx_split(name: str, split: str, data_dir: str | None) -> tuple[np.ndarray, np.ndarray]:
+    image_file, label_file = files(name, split, data_dir)
+    images, labels = read_idx(image_file), read_idx(label_file)
     if images.ndim != 3 or labels.ndim != 1 or len(images) != len(labels):
         raise DatasetError(f"dataset {name!r} {split}: images {images.shape} do not match labels {labels.shape}")
     return images, labels

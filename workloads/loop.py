@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import methods, zrng
+from . import methods, vocab, zrng
 from .spec import SpecError
 
 EMIT_EVERY_S = 0.5
@@ -30,8 +30,12 @@ class TrainState:
     trace: list = field(default_factory=list)
 
 
-def inject_fault(fault: str) -> None:
-    """Test-only faults (hyper.fault), so the harness's fault handling is tested for real."""
+def inject_fault(fault: str, method_key: str) -> None:
+    """Test-only faults (hyper.fault = KIND[@METHOD_KEY]), so the harness's fault handling
+    is tested for real; with @METHOD_KEY only that method's jobs of a run fail."""
+    fault, _, only = fault.partition("@")
+    if only and only != method_key:
+        return
     if fault == "hang":
         while True:
             time.sleep(3600)
@@ -75,7 +79,7 @@ def train(engine, spec, train_split, test_split, clock, state: TrainState) -> No
                 state.trace.append({"step": state.steps, **r})
             state.steps += 1
             if h.fault:
-                inject_fault(h.fault)
+                inject_fault(h.fault, vocab.method_key(spec.method, spec.bp_layers))
             if time.perf_counter() - last_emit > EMIT_EVERY_S:
                 last_emit = time.perf_counter()
                 emit("step", step=state.steps, loss=r["loss"])

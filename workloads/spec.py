@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import typing
 from dataclasses import dataclass, field
 
@@ -34,9 +35,10 @@ class Hyper:
     test_samples: int = 0         # first N test samples (0 = all)
     eval_batch_size: int = 500
     trace_steps: int = 0          # record losses and projected gradient of the first N steps
-    fault: str = ""               # test-only fault injection: "", "hang", "crash", "oom"
+    fault: str = ""               # test-only fault injection: KIND[@METHOD_KEY], KIND in hang, crash, oom
 
-    CHOICES: typing.ClassVar[dict] = {"fault": ("", "hang", "crash", "oom")}
+    PATTERNS: typing.ClassVar[dict] = {
+        "fault": (r"((hang|crash|oom)(@[a-z0-9-]+)?)?", "a fault like \"hang\" or \"crash@full-zo\"")}
     POSITIVE: typing.ClassVar[tuple] = ("epochs", "batch_size", "eval_batch_size", "lr_decay_every", "eps")
     NON_NEGATIVE: typing.ClassVar[tuple] = ("lr_bp", "lr_zo", "lr_decay", "zo_grad_clip",
                                             "train_samples", "test_samples", "trace_steps")
@@ -111,6 +113,9 @@ def check_value(cls, key: str, value, where: str = ""):
         value, ok = float(value), True
     if not ok:
         raise SpecError(f"{where}{key}: expected {_type_name(t)}, got {value!r}")
+    pattern = getattr(cls, "PATTERNS", {}).get(key)
+    if pattern is not None and not re.fullmatch(pattern[0], value):
+        raise SpecError(f"{where}{key}: expected {pattern[1]}, got {value!r}")
     choices = getattr(cls, "CHOICES", {}).get(key)
     if choices is not None and value not in choices:
         raise SpecError(f"{where}{key}: expected one of {', '.join(repr(c) for c in choices)}, got {value!r}")

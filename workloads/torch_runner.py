@@ -25,7 +25,7 @@ class TorchEngine(Engine):
             torch.set_num_threads(spec.threads)
         self.device = torch.device(spec.device)
         self.model = model
-        self.flat = torch.from_numpy(init.copy()).to(self.device)
+        self.flat = torch.from_numpy(init.copy()).to(self.device)   # float64 init -> float64 engine (tests)
         self.n_zo = model.split(spec.method, spec.bp_layers)
         self.n_bp = model.params_total - self.n_zo
         # the BP part: full-bp trains every layer, elastic-zo the last bp_layers
@@ -41,10 +41,11 @@ class TorchEngine(Engine):
         """A tensor over flat[offset:...] with its own version counter: plain views share
         flat's, so the in-place ZO perturbation of the prefix would invalidate the saved
         tensors of the BP head, which it never touches."""
-        return torch.empty(0, device=self.device).set_(self.flat.untyped_storage(), offset, shape)
+        return torch.empty(0, dtype=self.flat.dtype, device=self.device).set_(
+            self.flat.untyped_storage(), offset, shape)
 
     def load_batch(self, x, y):
-        return (torch.from_numpy(x).to(self.device, non_blocking=True),
+        return (torch.from_numpy(x).to(self.device, self.flat.dtype, non_blocking=True),
                 torch.from_numpy(y).to(self.device, non_blocking=True))
 
     def _layers(self, x, lo: int, hi: int):

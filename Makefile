@@ -1,0 +1,31 @@
+# `make run`: set up and run the quick suite on this machine, writing a report.
+# `make test`: set up and run the test suite (slow paper-scale tests: `make test-slow`).
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-stamp
+
+.PHONY: setup data run test test-slow clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+setup: $(STAMP) data
+
+data:
+	@scripts/ensure-data.sh
+
+run: setup
+	$(BIN)/zobench run --suite quick
+
+test: setup
+	$(BIN)/python -m pytest
+
+test-slow: setup
+	$(BIN)/python -m pytest -m slow
+
+clean:
+	rm -rf $(VENV) results .pytest_cache
