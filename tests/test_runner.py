@@ -1,0 +1,111 @@
+"""The torch runner as a process: its contract (spec in, result out), determinism, data, failures."""
+import gzip
+import hashlib
+import json
+import math
+
+import numpy as np
+import pytest
+
+from harness import schema
+from workloads import datasets
+from workloads.models import LENET5
+
+from conftest import run_runner
+
+SMALL = {"epochs": 1, "train_samples": 320, "test_samples": 100}
+
+
+def spec(method="elastic-zo", bp_layers=1, seed=0, **hyper):
+    return {"job_id": "j", "method": method, "bp_layers": bp_layers, "seed": seed, "threads": 1,
+            "hyper": {**SMALL, **hyper}}
+
+
+def test_lenet5_matches_the_papers_parameter_counts():
+    assert LENET5.params_total == 107_786
+    assert LENET5.params_total - LENET5.split("elastic-zo", 1) == 850        # 0.8 %
+    assert LENET5.params_total - LENET5.split("elastic-zo", 2) == 11_014     # 10.2 %
+    assert round(100 * 850 / 107_786, 1) == 0.8 and round(100 * 11_014 / 107_786, 1) == 10.2
+    assert LENET5.split("full-zo", 0) == 107_786 and LENET5.split("full-bp", 0) == 0
+
+
+def test_same_seed_same_trajectory_other_seed_another(tmp_path):
+    a = run_runner(spec(trace_steps=10), tmp_path / "a")
+    b = run_runner(spec(trace_steps=10), tmp_path / "b")
+    c = run_runner(spec(seed=1, trace_steps=10), tmp_path / "c")
+    assert a["status"] == b["status"] == c["status"] == "ok"
+    assert len(a["trace"]) == 10
+    assert a["trace"] == b["trace"]
+    assert a["model"]["weights_sha256"] == b["model"]["weights_sha256"]
+    assert a["trace"][0]["loss_plus"] != c["trace"][0]["loss_plus"]
+    assert a["model"]["weights_sha256"] != c["model"]["weights_sha256"]
+
+
+def test_result_follows_schema_and_phases_tile_training_time(tmp_path):
+    r = run_runner(spec(method="full-zo", bp_layers=0), tmp_path)
+    assert schema.problems(r) == []
+    assert r["steps"] == 320 // 32
+    train = sum(p["seconds"] for name, p in r["phases"].items() if name != "eval")
+    assert train == pytest.approx(r["train_seconds"], rel=0.02)
+    assert r["phases"]["eval"]["calls"] == 1 and r["phases"]["eval"]["seconds"] > 0
+    assert r["memory"]["peak_rss_bytes"] >= r["memory"]["baseline_rss_bytes"] > 0
+    assert r["env"]["cores"] >= 1 and r["env"]["versions"]["torch"]
+
+
+def test_initial_weights_file_is_the_starting_point(tmp_path):
+    w = LENET5.init_weights(42)
+    path = tmp_path / "init.bin"
+    w.astype("<f4").tofile(path)
+    r = run_runner({**spec("full-bp", 0, lr_bp=0.0), "init_weights": str(path)}, tmp_path / "run")
+    assert r["status"] == "ok"
+    # SGD with a zero rate leaves every bit as it was: the final weights are the file's
+    assert r["model"]["weights_sha256"] == hashlib.sha256(path.read_bytes()).hexdigest()
+    path.write_bytes(path.read_bytes()[:-4])
+    r = run_runner({**spec(), "init_weights": str(path)}, tmp_path / "short")
+    assert r["status"] == "failed" and "107785 float32 values, expected 107786" in r["error"]
+
+
+def test_missing_dataset_fails_with_how_to_get_it(tmp_path, monkeypatch):
+    monkeypatch.setenv("ZOBENCH_DATA", str(tmp_path))
+    r = run_runner({**spec(), "workload": {"dataset": "mnist"}}, tmp_path / "run")
+    assert r["status"] == "failed"
+    assert "train-images-idx3-ubyte" in r["error"] and "ZOBENCH_DATA" in r["error"]
+    assert schema.problems(r) == []
+
+
+def test_failed_allocation_is_reported_as_oom(tmp_path):
+    r = run_runner(spec(fault="oom"), tmp_path)
+    assert r["status"] == "oom" and r["error"].startswith("MemoryError")
+    assert r["steps"] == 1          # what was done before the failure is kept
+
+
+def _idx(array: np.ndarray) -> bytes:
+    header = bytes([0, 0, 8, array.ndim]) + b"".join(d.to_bytes(4, "big") for d in array.shape)
+    return header + array.astype(np.uint8).tobytes()
+
+
+def test_idx_reader_raw_and_gzip_and_corrupt(tmp_path):
+    a = np.arange(2 * 3 * 4, dtype=np.uint8).reshape(2, 3, 4)
+    (tmp_path / "raw").write_bytes(_idx(a))
+    (tmp_path / "z.gz").write_bytes(gzip.compress(_idx(a)))
+    assert np.array_equal(datasets.read_idx(tmp_path / "raw"), a)
+    assert np.array_equal(datasets.read_idx(tmp_path / "z.gz"), a)
+    (tmp_path / "short").write_bytes(_idx(a)[:-1])
+    with pytest.raises(datasets.DatasetError, match="holds 23 bytes"):
+        datasets.read_idx(tmp_path / "short")
+    (tmp_path / "bad").write_bytes(b"\x00\x00\x0d\x01" + bytes(8))
+    with pytest.raises(datasets.DatasetError, match="not an unsigned-byte IDX"):
+        datasets.read_idx(tmp_path / "bad")
+
+
+def test_fashion_mnist_and_digits_load_and_normalise():
+    train = datasets.load("fashion-mnist", "train")
+    assert len(train) == 60_000 and len(datasets.load("fashion-mnist", "test")) == 10_000
+    x, y = train.batch(np.arange(60_000))
+    assert abs(float(x.mean())) < 0.01 and abs(float(x.std()) - 1) < 0.01
+    assert set(np.unique(y)) == set(range(10))
+    d = datasets.load("digits", "train")
+    xd, yd = d.batch(np.arange(len(d)))
+    assert xd.shape == (1437, 1, 28, 28) and set(np.unique(yd)) == set(range(10))
+    assert len(datasets.load("digits", "test")) == 1797 - 1437
+    assert math.isclose(float(xd.std()), 1.0, abs_tol=0.05)
