@@ -9,7 +9,6 @@ STAMP  := $(VENV)/.installed-stamp
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[test]'
 	touch $(STAMP)
 
