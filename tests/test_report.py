@@ -1,0 +1,95 @@
+"""The report of a real run: files, tables that agree with the raw results, self-contained HTML."""
+import base64
+import json
+import re
+
+import pytest
+
+from harness.cli import main
+from harness.store import Store
+from reports import build
+
+PNG = b"\x89PNG\r\n\x1a\n"
+TINY = ["--set", "epochs=2", "--set", "train_samples=320", "--set", "test_samples=64"]
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    root = tmp_path_factory.mktemp("report")
+    assert main(["run", "--results", str(root), "--no-report", "--method", "full-bp", "--method", "full-zo",
+                 *TINY]) == 0
+    assert main(["run", "--results", str(root), "--no-report", "--method", "full-bp", "--method", "elastic-zo",
+                 "--set", "fault=crash@full-bp", *TINY]) == 1
+    store = Store(root)
+    ok_run, bad_run = store.run_ids()
+    return {"store": store, "ok": ok_run, "bad": bad_run, "html": build(store, [ok_run]),
+            "bad_html": build(store, [bad_run])}
+
+
+def md_rows(md: str) -> dict:
+    """The Results table of report.md as {method label: {column: cell}}."""
+    section = md.split("## Results", 1)[1].split("##", 1)[0]
+    lines = [l for l in section.splitlines() if l.startswith("|")]
+    head = [c.strip() for c in lines[0].strip("|").split("|")]
+    return {cells[0]: dict(zip(head, cells)) for cells in
+            ([c.strip() for c in l.strip("|").split("|")] for l in lines[2:])}
+
+
+def test_files_are_written_in_the_runs_report_folder(report):
+    out = report["html"].parent
+    assert out == report["store"].runs / report["ok"] / "report"
+    for name in ("time_breakdown.png", "memory.png", "loss.png"):
+        data = (out / name).read_bytes()
+        assert data.startswith(PNG) and len(data) > 10_000
+    assert (out / "report.md").is_file()
+
+
+def test_results_table_agrees_with_the_raw_results(report):
+    rows = md_rows((report["html"].parent / "report.md").read_text())
+    results = {r["job"]["method"]: r for r in report["store"].results(report["ok"])}
+    assert set(rows) == {"Full BP", "Full ZO"}
+    for label, method in (("Full BP", "full-bp"), ("Full ZO", "full-zo")):
+        r = results[method]
+        assert rows[label]["status"] == "ok"
+        assert rows[label]["ms/step"] == f"{1000 * r['train_seconds'] / r['steps']:.2f}"
+        assert rows[label]["steps"] == str(r["steps"]) == "20"
+        assert rows[label]["test accuracy %"] == f"{100 * r['epochs'][-1]['test_accuracy']:.1f}"
+        assert rows[label]["peak RSS MiB"] == f"{r['memory']['peak_rss_bytes'] / 2**20:.1f}"
+
+
+def test_phase_shares_add_up_to_100_percent(report):
+    md = (report["html"].parent / "report.md").read_text()
+    section = md.split("## Where training time goes", 1)[1].split("##", 1)[0]
+    for line in [l for l in section.splitlines() if l.startswith("|")][2:]:
+        cells = [c.strip() for c in line.strip("|").split("|")][1:]
+        assert sum(float(c) for c in cells if c != "-") == pytest.approx(100, abs=0.5)
+
+
+def test_html_is_self_contained(report):
+    page = report["html"].read_text()
+    assert not re.search(r'(src|href)="(?!data:)', page)
+    images = re.findall(r'<img src="data:image/png;base64,([^"]+)"', page)
+    assert len(images) == 3
+    assert all(base64.b64decode(i).startswith(PNG) for i in images)
+    assert "<table" in page and "Full ZO" in page
+
+
+def test_failed_job_is_tabled_with_its_error_not_charted(report):
+    md = (report["bad_html"].parent / "report.md").read_text()
+    rows = md_rows(md)
+    assert rows["Full BP"]["status"] == "failed" and "SIGABRT" in rows["Full BP"]["error"]
+    assert rows["ElasticZO k=1 (ZO-Feat-Cls2)"]["status"] == "ok"
+    shares = md.split("## Where training time goes", 1)[1].split("##", 1)[0]
+    assert "Full BP" not in shares
+
+
+def test_report_command_over_two_runs(report, tmp_path):
+    store = report["store"]
+    from conftest import zobench
+    p = zobench("report", "--results", store.root, "--run", report["ok"], "--run", report["bad"], "--out", tmp_path)
+    assert p.returncode == 0 and p.stdout.strip() == str(tmp_path / "report.html")
+    md = (tmp_path / "report.md").read_text()
+    assert report["ok"] in md and report["bad"] in md
+    # Full BP appears twice in the table: ok in one run, failed in the other
+    section = md.split("## Results", 1)[1].split("##", 1)[0]
+    assert section.count("| Full BP |") == 2
