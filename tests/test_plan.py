@@ -1,0 +1,49 @@
+"""Suites expand into the jobs of a run; the paper's setting is what the paper says."""
+import pytest
+
+from harness import inventory, plan, suites
+from harness.errors import UserError
+from workloads.spec import JobSpec
+
+from conftest import run_runner
+
+
+def test_paper_fmnist_suite_is_the_papers_table1_setting():
+    s = suites.load("paper-fmnist")
+    jobs, notes = plan.make(s, inventory.resolve(["local"], None))
+    assert notes == []
+    assert [(j.spec["method"], j.spec["bp_layers"]) for j in jobs] == [
+        ("full-bp", 0), ("full-zo", 0), ("elastic-zo", 1), ("elastic-zo", 2)]
+    for j in jobs:
+        h = JobSpec.from_dict(j.spec).hyper
+        assert (h.epochs, h.batch_size, h.lr_decay, h.lr_decay_every) == (100, 32, 0.8, 10)
+        assert h.train_samples == 0 and h.test_samples == 0          # the whole data set
+        assert j.spec["workload"] == {"model": "lenet5", "dataset": "fashion-mnist", "data_dir": ""}
+
+
+def test_filters_overrides_and_repeats():
+    s = suites.load("quick")
+    s.repeats = 3
+    jobs, _ = plan.make(s, inventory.resolve(["local"], None), methods=["elastic-zo"],
+                        overrides=plan.parse_set(["epochs=1", "lr_zo=2e-3"]), timeout_s=42)
+    assert [j.job_id for j in jobs] == [f"local.torch.elastic-zo-k{k}.fp32.r{r}" for k in (1, 2) for r in range(3)]
+    assert {j.spec["hyper"]["epochs"] for j in jobs} == {1} and {j.timeout_s for j in jobs} == {42}
+    assert {j.spec["hyper"]["lr_zo"] for j in jobs} == {2e-3}
+    assert [j.spec["repeat"] for j in jobs[:3]] == [0, 1, 2]
+
+
+def test_combinations_a_runtime_cannot_run_are_left_out_with_the_reason():
+    s = suites.load("quick")
+    s.precisions = ["fp32", "int8"]
+    jobs, notes = plan.make(s, inventory.resolve(["local"], None))
+    assert len(jobs) == 4 and all(j.spec["precision"] == "fp32" for j in jobs)
+    assert any("int8" in n and "torch" in n for n in notes)
+    with pytest.raises(UserError, match="the plan has no job"):
+        plan.make(s, inventory.resolve(["local"], None), precisions=["int8"])
+
+
+@pytest.mark.slow
+def test_full_bp_one_epoch_on_all_of_fashion_mnist_reaches_80_percent(tmp_path):
+    r = run_runner({"job_id": "paper", "method": "full-bp", "hyper": {"epochs": 1}}, tmp_path)
+    assert r["status"] == "ok" and r["steps"] == 60_000 // 32
+    assert r["epochs"][0]["test_accuracy"] > 0.80
