@@ -106,7 +106,7 @@ def cmd_run(args) -> int:
     bad = [r for r in store.results(run_id) if r["status"] != "ok"]
     if not args.no_report:
         from reports import build
-        print(f"report: {build(store, [run_id])}")
+        print(f"report: {build(store, [run_id]).resolve()}")
     print(f"run {run_id}: {len(results)} jobs run, {len(bad)} not ok"
           + (f"; finish them with: zobench run --resume {run_id}" if bad else ""), file=sys.stderr)
     return 1 if bad else 0
