@@ -14,8 +14,10 @@ from . import inventory, paths, plan, suites
 from .errors import UserError
 from .plan import Job
 from .progress import ProgressView
-from .runs import execute
+from .probe import probe
+from .runs import execute, transport_for
 from .store import Store, summary
+from .transport import TransportError
 
 
 class Parser(argparse.ArgumentParser):
@@ -58,7 +60,9 @@ def build_parser() -> Parser:
     p = sub.add_parser("targets", help="the targets zobench knows")
     _add_results(p)
     p.add_argument("--inventory", type=Path)
-    p.add_argument("action", choices=("list",))
+    p.add_argument("--json", action="store_true", help="probe: print the facts as JSON")
+    p.add_argument("action", choices=("list", "probe"))
+    p.add_argument("name", nargs="?", help="probe: the target to probe")
     return ap
 
 
@@ -80,9 +84,6 @@ def cmd_run(args) -> int:
     else:
         suite = suites.load(args.suite)
         chosen = inventory.resolve(args.target or suite.targets, args.inventory)
-        for t in chosen:
-            if t.transport != "local":
-                raise UserError(f"target {t.name}: the {t.transport} transport is not available in this version")
         jobs, notes = plan.make(suite, chosen, methods=args.method, runtimes=args.runtime,
                                 precisions=args.precision, overrides=plan.parse_set(args.set),
                                 timeout_s=args.timeout)
@@ -149,8 +150,27 @@ def cmd_report(args) -> int:
 
 
 def cmd_targets(args) -> int:
+    if args.action == "probe":
+        if not args.name:
+            raise UserError("targets probe: name the target to probe")
+        (target,) = inventory.resolve([args.name], args.inventory)
+        transport = transport_for(target)
+        try:
+            facts = probe(transport, target)
+        except TransportError as e:
+            print(f"zobench: {target.name}: {e}", file=sys.stderr)
+            return 1
+        finally:
+            transport.close()
+        if args.json:
+            print(json.dumps(facts, indent=1))
+        else:
+            for key, value in facts.items():
+                print(f"{key:20} {', '.join(f'{k} {v}' for k, v in value.items()) if isinstance(value, dict) else value}")
+        return 0
     for t in inventory.load(args.inventory).values():
-        where = "this machine" if t.transport == "local" else f"{t.user + '@' if t.user else ''}{t.host}:{t.port}"
+        where = "this machine" if t.transport == "local" else \
+            f"{t.user + '@' if t.user else ''}{t.host}{':' + str(t.port) if t.port else ''}"
         print(f"{t.name:20} {where:28} {t.arch:8} {','.join(t.runtimes):16} {t.device:5} {t.source}")
     return 0
 

@@ -1,27 +1,56 @@
-"""Running one job on a target and turning however it ended into a schema-1 result.
+"""Running jobs on a target through its transport, and turning however a job
+ended into a schema-1 result.
 
-The runner is trusted to report its own failures (status failed/oom with a
-reason); everything it cannot report -- a hang, a crash, a signal, a missing or
-corrupt result -- is classified here, so every job of a run ends with a result.
+The same code serves this machine and a board over SSH: a Site says where the
+workloads code and the job directories are on the target. The runner reports
+its own failures (status failed/oom with a reason); everything it cannot
+report -- a hang, a crash, a signal, a lost connection, a missing or corrupt
+result -- is classified here, so every job of a run ends with a result.
 """
 from __future__ import annotations
 
 import json
+import secrets
+import shlex
 import signal
 import time
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
 from . import paths, schema
+from .deploy import bundle_files, deploy
 from .inventory import Target
 from .plan import Job
+from .transport import LocalTransport, TransportError
 
 RUNNER_MODULES = {"torch": "workloads.torch_runner"}
 
 
-def failure(job: Job, status: str, error: str, started_at: str, wall: float, steps: int = 0) -> dict:
+@dataclass
+class Site:
+    """Where a target's jobs run: the code root and the jobs folder on the target."""
+    transport: object
+    root: str               # holds the workloads package (the checkout here, a bundle on a board)
+    jobs: str               # job folders go below this
+    data_dir: str = ""      # where the bundle's dataset files are ("" = the runner searches as usual)
+
+
+def open_site(target: Target, transport, jobs: list[Job], local_jobs: Path, run_id: str) -> Site:
+    """Connect and, on a board, deploy the bundle these jobs need."""
+    transport.connect()
+    if isinstance(transport, LocalTransport):
+        return Site(transport, str(paths.REPO), str(local_jobs / "attempts"))
+    workdir = transport.path(target.workdir)
+    need = {(j.spec["workload"]["dataset"], j.spec["workload"]["data_dir"]) for j in jobs}
+    bundle = deploy(transport, workdir, bundle_files(need))
+    return Site(transport, bundle, f"{workdir}/jobs/{run_id}", f"{bundle}/data")
+
+
+def failure(job: Job, status: str, error: str, started_at: str = "", wall: float = 0.0, steps: int = 0) -> dict:
     """A schema-1 result for a job whose runner could not write one."""
-    return {"schema": 1, "job": job.spec, "status": status, "error": error, "started_at": started_at,
+    return {"schema": 1, "job": job.spec, "status": status, "error": error,
+            "started_at": started_at or datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "wall_seconds": wall, "train_seconds": 0.0, "steps": steps, "phases": {}, "epochs": [],
             "memory": {"peak_rss_bytes": 0, "baseline_rss_bytes": 0, "device_peak_bytes": None},
             "model": None, "env": {"harness_commit": job.spec.get("harness_commit", "")}}
@@ -32,10 +61,13 @@ def _last_line(text: str) -> str:
     return lines[-1][:300] if lines else ""
 
 
-def classify(job: Job, outcome, result_path: Path, started_at: str, wall: float, steps: int) -> dict:
+def classify(job: Job, outcome, result_path: Path, started_at: str, wall: float, steps: int,
+             kernel_log: str = "", mem_limit: str = "") -> dict:
     def fail(status, error):
         return failure(job, status, error, started_at, wall, steps)
 
+    if outcome.lost:
+        return fail("lost", outcome.error)
     if outcome.timed_out:
         return fail("timeout", f"no result within the {job.timeout_s:g} s timeout; "
                                "the runner's process group was killed")
@@ -53,35 +85,60 @@ def classify(job: Job, outcome, result_path: Path, started_at: str, wall: float,
     rc = outcome.returncode
     why = _last_line(outcome.stderr_tail)
     if rc is not None and rc < 0:
-        name = signal.Signals(-rc).name
+        name = signal.Signals(-rc).name if -rc in signal.Signals._value2member_map_ else f"signal {-rc}"
         if -rc == signal.SIGKILL:
-            return fail("oom", f"runner killed by {name} (the kernel's out-of-memory killer?)")
+            return fail("oom", f"runner killed by {name} (out of memory)" + (f"; kernel: {kernel_log}" if kernel_log else ""))
         return fail("failed", f"runner killed by {name}" + (f": {why}" if why else ""))
+    if mem_limit and any(w in why.lower() for w in ("memory", "failed to map", "mmap")):
+        # under RLIMIT_AS an allocation fails (often while loading the runtime) instead of a kill
+        return fail("oom", f"runner ran out of its {mem_limit} memory limit: {why}")
     return fail("failed", f"runner exited with code {rc} without a result" + (f": {why}" if why else ""))
 
 
-def run_job(job: Job, target: Target, transport, work: Path, on_event=None) -> dict:
-    """Launch the job's runner through the transport and return its (validated) result."""
-    spec_path, result_path = work / "spec.json", work / "result.json"
-    spec_path.write_text(json.dumps(job.spec, indent=1))
-    result_path.unlink(missing_ok=True)
-    argv = [target.python, "-m", RUNNER_MODULES[job.spec["runtime"]],
-            "--spec", str(spec_path), "--out", str(result_path)]
-    steps = 0
+def run_job(job: Job, target: Target, site: Site, work: Path, on_event=None) -> dict:
+    """Launch the job's runner on the site and return its (validated) result."""
+    t, q = site.transport, shlex.quote
+    # one folder per attempt: the orphaned runner of a lost attempt can never touch a later one's result
+    job_dir = f"{site.jobs}/{job.job_id}/{datetime.now(timezone.utc):%Y%m%dT%H%M%S}-{secrets.token_hex(3)}"
+    spec = dict(job.spec)
+    if site.data_dir:
+        spec["workload"] = {**spec["workload"], "data_dir": site.data_dir}
+    rc, _, err = t.exec(f"mkdir -p {q(job_dir)} && rm -f {q(job_dir + '/result.json')}")
+    if rc != 0:
+        raise TransportError(f"{t.where}: cannot make {job_dir}: {err.strip()}")
+    t.put_bytes(json.dumps(spec, indent=1).encode(), f"{job_dir}/spec.json")
+    (work / "result.json").unlink(missing_ok=True)
+    py = target.python
+    argv = [py, "-m", "workloads.launch"] + (["--mem-limit", target.mem_limit] if target.mem_limit else []) + \
+           ["--", py, "-m", RUNNER_MODULES[job.spec["runtime"]],
+            "--spec", f"{job_dir}/spec.json", "--out", f"{job_dir}/result.json"]
+    steps, cgroup = 0, None
 
     def on_line(line: str) -> None:
-        nonlocal steps
+        nonlocal steps, cgroup
         try:
             ev = json.loads(line)
         except json.JSONDecodeError:
             return
-        if isinstance(ev, dict) and "event" in ev:
-            steps = ev.get("step", steps)
-            if on_event:
-                on_event(ev)
+        if not isinstance(ev, dict) or "event" not in ev:
+            return
+        cgroup = ev.get("cgroup", cgroup)
+        steps = ev.get("step", steps)
+        if on_event:
+            on_event(ev)
 
     started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
     t0 = time.perf_counter()
-    outcome = transport.run(argv, cwd=paths.REPO, timeout=job.timeout_s, on_line=on_line,
-                            stdout_path=work / "stdout.log", stderr_path=work / "stderr.log")
-    return classify(job, outcome, result_path, started_at, time.perf_counter() - t0, steps)
+    outcome = t.run(argv, cwd=site.root, timeout=job.timeout_s, on_line=on_line,
+                    env={"PYTHONPATH": site.root, "PYTHONUNBUFFERED": "1"},
+                    stdout_path=work / "stdout.log", stderr_path=work / "stderr.log")
+    wall = time.perf_counter() - t0
+    kernel_log = ""
+    if not outcome.lost:
+        if cgroup:
+            t.exec(f"rmdir {q(cgroup)} 2>/dev/null || true")
+        if outcome.returncode == -signal.SIGKILL:
+            kernel_log = _last_line(t.exec("dmesg 2>/dev/null | grep -iE 'out of memory|killed process' "
+                                           "| tail -n 1")[1])
+        t.get(f"{job_dir}/result.json", work / "result.json")
+    return classify(job, outcome, work / "result.json", started_at, wall, steps, kernel_log, target.mem_limit)

@@ -28,7 +28,7 @@ class Target:
     profile: str = ""
     description: str = ""
     host: str = ""
-    port: int = 22
+    port: int = 0                     # 0: from ~/.ssh/config, else 22
     user: str = ""
     key: str = ""
     host_key: str = "strict"          # or "accept-new"
@@ -92,7 +92,7 @@ def load(inventory: Path | None = None) -> dict[str, Target]:
         values = load_profile(name)
         if values.get("transport") == "local" or values.get("host"):
             targets[name] = _finish(name, values)
-    path = inventory or paths.USER_INVENTORY
+    path = inventory or paths.user_inventory()
     if inventory is None and not path.is_file():
         return targets
     data = tomlfile.load(path)

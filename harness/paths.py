@@ -4,5 +4,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 TARGETS_DIR = REPO / "targets"
 SUITES_DIR = REPO / "workloads" / "suites"
-USER_INVENTORY = Path("~/.config/zobench/targets.toml").expanduser()
+
+
+def user_inventory() -> Path:
+    return Path("~/.config/zobench/targets.toml").expanduser()
+
 DEFAULT_RESULTS = Path("results")

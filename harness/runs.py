@@ -1,41 +1,63 @@
-"""Executing a planned run: boards in parallel, one job at a time on each board."""
+"""Executing a planned run: boards in parallel, one job at a time on each board
+(benchmarks must not share a board), every result stored as soon as it exists."""
 from __future__ import annotations
 
+import traceback
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 
-from .execute import run_job
+from .execute import failure, open_site, run_job
 from .inventory import Target
 from .plan import Job
+from .probe import probe
 from .progress import ProgressView
+from .ssh import SshTransport
 from .store import Store
-from .transport import LocalTransport
+from .transport import LocalTransport, TransportError
 
 
 def transport_for(target: Target):
-    if target.transport == "local":
-        return LocalTransport()
-    raise NotImplementedError(f"target {target.name}: the {target.transport} transport is not available yet")
+    return LocalTransport() if target.transport == "local" else SshTransport(target)
 
 
 def execute(store: Store, run_id: str, jobs: list[Job], targets: dict[str, Target],
             view: ProgressView) -> list[dict]:
-    """Run jobs, storing each result as soon as it exists; returns them in plan order."""
+    """Run jobs; returns their results in plan order."""
     by_target = defaultdict(list)
     for job in jobs:
         by_target[job.target].append(job)
     results = {}
 
+    def finish(name: str, result: dict) -> None:
+        store.add_result(run_id, result)
+        results[result["job"]["job_id"]] = result
+        view.job_finished(name, result)
+
     def board(name: str) -> None:
-        target = targets[name]
+        target, todo = targets[name], by_target[name]
         transport = transport_for(target)
-        for job in by_target[name]:
+        try:
+            facts = probe(transport, target)
+            store.save_probe(run_id, name, facts)
+            site = open_site(target, transport, todo, store.runs / run_id / "work", run_id)
+        except TransportError as e:
+            for job in todo:        # the board is unusable: every job of it says why
+                finish(name, failure(job, "failed", str(e)))
+            transport.close()
+            return
+        for job in todo:
             view.job_started(name, job.job_id)
-            result = run_job(job, target, transport, store.work_dir(run_id, job.job_id),
-                             on_event=lambda ev: view.event(name, ev))
-            store.add_result(run_id, result)
-            results[job.job_id] = result
-            view.job_finished(name, result)
+            try:
+                result = run_job(job, target, site, store.work_dir(run_id, job.job_id),
+                                 on_event=lambda ev: view.event(name, ev))
+            except TransportError as e:
+                result = failure(job, "lost", str(e))
+            except Exception as e:  # a harness bug must not take the other boards' results down
+                traceback.print_exc()
+                result = failure(job, "failed", f"harness error: {type(e).__name__}: {e}")
+            result["env"]["probe"] = facts
+            finish(name, result)
+        transport.close()
 
     with ThreadPoolExecutor(max_workers=len(by_target)) as pool:
         for f in [pool.submit(board, name) for name in by_target]:

@@ -81,6 +81,12 @@ class Store:
             raise UserError(f"no runs in {self.root}; start one with `zobench run`")
         return ids[-1]
 
+    def save_probe(self, run_id: str, target: str, facts: dict) -> None:
+        d = self.runs / run_id / "probes"
+        d.mkdir(exist_ok=True)
+        from .plan import safe_name
+        write_json_atomic(d / f"{safe_name(target)}.json", {"target": target, **facts})
+
     def work_dir(self, run_id: str, job_id: str) -> Path:
         d = self.runs / run_id / "work" / job_id
         d.mkdir(parents=True, exist_ok=True)

@@ -1,8 +1,9 @@
-"""The one interface between the controller and a target: run / put / get.
+"""The one interface between the controller and a target: exec / run / put / get.
 
-Every code path above it is the same for this machine and a board over SSH;
-only the transport differs. run() streams stdout lines to a callback, enforces
-a timeout by killing the whole process group, and reports how the command ended.
+Every code path above it (probe, deploy, job execution) is the same for this
+machine and for a board over SSH (harness/ssh.py); only the transport differs.
+run() streams stdout lines to a callback, enforces a timeout by killing the
+job's whole process group, and reports how the command ended.
 """
 from __future__ import annotations
 
@@ -15,26 +16,45 @@ from dataclasses import dataclass
 from pathlib import Path
 
 
+class TransportError(Exception):
+    """The target could not be reached or a transfer failed; the message says which and why."""
+
+
 @dataclass
 class Outcome:
     returncode: int | None      # negative: killed by that signal (POSIX convention)
     timed_out: bool = False
     stderr_tail: str = ""
+    lost: bool = False          # the connection to the target went away mid-job
+    error: str = ""
 
 
 class LocalTransport:
-    """Runs commands as subprocesses of the controller, each in its own session."""
+    """This machine: commands are subprocesses of the controller, each in its own session."""
 
-    def __init__(self, env: dict | None = None):
-        self.env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+    where = "this machine"
+    bytes_sent = 0
 
-    def run(self, argv: list[str], *, cwd: Path, timeout: float, on_line=None,
+    def connect(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+    def path(self, p: str) -> str:
+        return os.path.expanduser(p)
+
+    def exec(self, command: str, timeout: float = 60, stdin: str | None = None) -> tuple[int, str, str]:
+        p = subprocess.run(["sh", "-c", command], input=stdin, capture_output=True, text=True, timeout=timeout)
+        return p.returncode, p.stdout, p.stderr
+
+    def run(self, argv: list[str], *, cwd: str, timeout: float, on_line=None, env: dict | None = None,
             stdout_path: Path | None = None, stderr_path: Path | None = None) -> Outcome:
         out_f = open(stdout_path, "w") if stdout_path else None
         err_f = open(stderr_path, "w+") if stderr_path else subprocess.DEVNULL
         try:
-            proc = subprocess.Popen(argv, cwd=cwd, env=self.env, stdin=subprocess.DEVNULL,
-                                    stdout=subprocess.PIPE, stderr=err_f, text=True,
+            proc = subprocess.Popen(argv, cwd=cwd, env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
+                                    stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err_f, text=True,
                                     start_new_session=True)
             reader = threading.Thread(target=_pump, args=(proc.stdout, on_line, out_f), daemon=True)
             reader.start()
@@ -56,11 +76,20 @@ class LocalTransport:
             if stderr_path:
                 err_f.close()
 
-    def put(self, local: Path, remote: Path) -> None:
-        shutil.copyfile(local, remote)
+    def put_bytes(self, data: bytes, remote: str) -> None:
+        tmp = f"{remote}.part-{os.getpid()}"
+        Path(tmp).write_bytes(data)
+        os.replace(tmp, remote)
 
-    def get(self, remote: Path, local: Path) -> None:
-        shutil.copyfile(remote, local)
+    def put(self, local: Path, remote: str) -> None:
+        self.put_bytes(Path(local).read_bytes(), remote)
+
+    def get(self, remote: str, local: Path) -> bool:
+        if not os.path.exists(remote):
+            return False
+        if os.path.abspath(remote) != os.path.abspath(local):
+            shutil.copyfile(remote, local)
+        return True
 
 
 def _pump(stream, on_line, copy_to) -> None:

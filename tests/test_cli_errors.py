@@ -92,4 +92,4 @@ def test_good_inventory_lists_boards_with_profile_defaults(tmp_path):
     p = zobench("targets", "list", "--inventory", inv)
     assert p.returncode == 0, p.stderr
     line = next(l for l in p.stdout.splitlines() if l.startswith("lab board"))
-    assert "pi@192.0.2.7:22" in line and "torch" in line
+    assert "pi@192.0.2.7" in line and "torch" in line

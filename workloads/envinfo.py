@@ -10,6 +10,7 @@ import json
 import os
 import platform
 import socket
+import sys
 from pathlib import Path
 
 
@@ -52,5 +53,49 @@ def facts(*packages: str) -> dict:
     }
 
 
+def _meminfo() -> dict:
+    out = {}
+    for line in _read("/proc/meminfo").splitlines():
+        key, _, value = line.partition(":")
+        if key in ("MemTotal", "MemAvailable"):
+            out[key] = int(value.split()[0]) * 1024
+    return out
+
+
+def _command(*argv: str) -> str | None:
+    """Output of a board-specific tool (vcgencmd, nvpmodel) where the board has it."""
+    import shutil
+    import subprocess
+
+    if not shutil.which(argv[0]):
+        return None
+    try:
+        p = subprocess.run(argv, capture_output=True, text=True, timeout=10)
+        return (p.stdout or p.stderr).strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def probe(workdir: str = "~") -> dict:
+    """facts() plus what matters before benchmarking a board: memory, clock, disk, throttling."""
+    out = facts("numpy", "torch", "onnxruntime")
+    mem = _meminfo()
+    cpufreq = "/sys/devices/system/cpu/cpu0/cpufreq/"
+    where = Path(workdir).expanduser()
+    while not where.exists() and where != where.parent:
+        where = where.parent
+    st = os.statvfs(where)
+    out.update({
+        "mem_total_bytes": mem.get("MemTotal"), "mem_available_bytes": mem.get("MemAvailable"),
+        "cpu_cur_khz": int(_read(cpufreq + "scaling_cur_freq") or 0) or None,
+        "cpu_max_khz": int(_read(cpufreq + "cpuinfo_max_freq") or 0) or None,
+        "disk_free_bytes": st.f_bavail * st.f_frsize,
+        "throttled": _command("vcgencmd", "get_throttled"),
+        "nvpmodel": _command("nvpmodel", "-q"),
+    })
+    return out
+
+
 if __name__ == "__main__":
-    print(json.dumps(facts("numpy", "torch", "onnxruntime")))
+    # also runs as `python3 - WORKDIR < envinfo.py` on a board that has no bundle yet
+    print(json.dumps(probe(sys.argv[1] if len(sys.argv) > 1 else "~")))

@@ -1,0 +1,124 @@
+"""Real OpenSSH servers on loopback for the tests: one per simulated board.
+
+Each server has its own config, ed25519 host key and authorized client key,
+and runs `sshd -D` on a free 127.0.0.1 port. Nothing is mocked: the harness
+talks to them exactly as it would to a Pi over the network.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def keygen(path: Path) -> str:
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(path)], check=True)
+    return (path.with_suffix(".pub")).read_text().strip()
+
+
+@dataclass
+class Sshd:
+    name: str
+    dir: Path
+    port: int
+    host_pub: str
+    proc: subprocess.Popen | None = None
+
+    @property
+    def known_hosts_line(self) -> str:
+        key_type, key = self.host_pub.split()[:2]
+        return f"[127.0.0.1]:{self.port} {key_type} {key}"
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(self.dir / "sshd_config")],
+                                     stdout=subprocess.DEVNULL, stderr=open(self.dir / "sshd.log", "a"))
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.5).close()
+                return
+            except OSError:
+                time.sleep(0.05)
+        raise RuntimeError(f"sshd {self.name} did not start: {(self.dir / 'sshd.log').read_text()[-500:]}")
+
+    def stop(self) -> None:
+        """Stop the server and the sshd processes of its open sessions, like a board
+        dropping off the network (the processes those sessions started live on)."""
+        if not self.proc:
+            return
+        doomed = [self.proc.pid] + [p for p in _descendants(self.proc.pid) if _comm(p) == "sshd"]
+        for pid in doomed:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.proc.wait(10)
+
+
+def _comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
+
+
+def _descendants(root: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+        except (OSError, IndexError, ValueError):
+            pass
+    out, todo = [], [root]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            out.append(c)
+            todo.append(c)
+    return out
+
+
+def make_farm(root: Path, names: list[str]) -> tuple[list[Sshd], Path]:
+    """Start one sshd per name; return them and the client's private key."""
+    root.mkdir(parents=True, exist_ok=True)
+    Path("/run/sshd").mkdir(exist_ok=True)     # sshd's privilege-separation directory
+    client_pub = keygen(root / "client_key")
+    farm = []
+    for name in names:
+        d = root / name
+        d.mkdir()
+        host_pub = keygen(d / "host_key")
+        (d / "authorized_keys").write_text(client_pub + "\n")
+        port = free_port()
+        (d / "sshd_config").write_text(f"""\
+Port {port}
+ListenAddress 127.0.0.1
+HostKey {d / 'host_key'}
+PidFile {d / 'sshd.pid'}
+AuthorizedKeysFile {d / 'authorized_keys'}
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+PubkeyAuthentication yes
+PermitRootLogin yes
+StrictModes no
+UsePAM no
+Subsystem sftp internal-sftp
+LogLevel ERROR
+""")
+        s = Sshd(name, d, port, host_pub)
+        s.start()
+        farm.append(s)
+    return farm, root / "client_key"

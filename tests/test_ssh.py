@@ -1,0 +1,232 @@
+"""Benchmarking boards over SSH, against real OpenSSH servers on loopback (tests/sshd.py)."""
+import json
+import shlex
+import subprocess
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from harness import inventory, schema
+from harness.cli import main
+from harness.deploy import bundle_files, deploy
+from harness.ssh import SshTransport
+from harness.store import Store
+
+from conftest import board_toml
+
+TINY = ["--set", "epochs=1", "--set", "train_samples=320", "--set", "test_samples=64"]
+
+
+@pytest.fixture(scope="module")
+def inv(farm, tmp_path_factory):
+    d = tmp_path_factory.mktemp("inv")
+    b, key = farm["boards"], farm["key"]
+    text = "".join(board_toml(n, b[n], key, d / n / "work") for n in ("board-a", "board-b", "board-c"))
+    path = d / "inventory.toml"
+    path.write_text(text)
+    return {"path": path, "dir": d}
+
+
+def run(inv_path, results, *args) -> int:
+    return main(["run", "--results", str(results), "--inventory", str(inv_path), "--no-report", *TINY, *args])
+
+
+def ssh(farm, board, command: str) -> str:
+    b = farm["boards"][board]
+    return subprocess.run(["ssh", "-i", str(farm["key"]), "-p", str(b.port), "-o", "BatchMode=yes",
+                           "-o", f"UserKnownHostsFile={farm['home'] / '.ssh' / 'known_hosts'}",
+                           "127.0.0.1", command], capture_output=True, text=True, timeout=30).stdout
+
+
+def test_ssh_run_gives_the_same_schema_as_local_plus_the_probe(inv, tmp_path):
+    assert run(inv["path"], tmp_path, "--target", "board-a", "--method", "elastic-zo:1") == 0
+    store = Store(tmp_path)
+    (r,) = store.results(store.latest())
+    assert r["status"] == "ok" and schema.problems(r) == []
+    assert r["job"]["target"] == "board-a" and r["steps"] == 10
+    assert r["env"]["probe"]["mem_total_bytes"] > 0 and r["env"]["probe"]["disk_free_bytes"] > 0
+    # it really ran in the bundle deployed to the board's workdir, on the board's copy of the data
+    assert "/work/bundles/" in r["job"]["workload"]["data_dir"]
+    probe = json.loads((store.runs / store.latest() / "probes" / "board-a.json").read_text())
+    assert probe["cores"] >= 1 and probe["versions"]["torch"]
+
+
+def test_deploy_sends_only_what_changed_and_never_uses_a_half_sent_bundle(farm, inv, tmp_path):
+    target = inventory.resolve(["board-b"], inv["path"])[0]
+    t = SshTransport(target)
+    t.connect()
+    workdir = str(tmp_path / "deploy work")
+    files = bundle_files({("fashion-mnist", "")})
+    first = deploy(t, workdir, files)
+    sent_first = t.bytes_sent
+    assert sent_first == sum(p.stat().st_size for p in files.values())   # every distinct file once
+    t.bytes_sent = 0
+    assert deploy(t, workdir, files) == first
+    assert t.bytes_sent == 0                                             # the second deploy sends nothing
+    changed = tmp_path / "zrng_changed.py"
+    changed.write_text(files["workloads/zrng.py"].read_text() + "\n# changed\n")
+    second = deploy(t, workdir, {**files, "workloads/zrng.py": changed})
+    assert second != first and t.bytes_sent == changed.stat().st_size    # only the changed file crossed
+    # a half-assembled bundle (no .complete) is not taken as deployed: it is rebuilt
+    t.exec(f"rm {shlex.quote(second + '/.complete')} {shlex.quote(second + '/workloads/loop.py')}")
+    t.bytes_sent = 0
+    assert deploy(t, workdir, {**files, "workloads/zrng.py": changed}) == second
+    assert Path(second, "workloads", "loop.py").is_file() and Path(second, ".complete").is_file()
+    assert t.bytes_sent == 0                                             # its objects were all there
+    t.close()
+
+
+def test_three_boards_run_in_parallel(inv, tmp_path):
+    rc = run(inv["path"], tmp_path, "--target", "board-a", "--target", "board-b", "--target", "board-c",
+             "--method", "full-zo")
+    assert rc == 0
+    store = Store(tmp_path)
+    results = store.results(store.latest())
+    assert sorted(r["job"]["target"] for r in results) == ["board-a", "board-b", "board-c"]
+    assert all(r["status"] == "ok" for r in results)
+    # the same job on three boards of the same machine: identical training
+    assert len({r["model"]["weights_sha256"] for r in results}) == 1
+    assert len(list((store.runs / store.latest() / "probes").glob("*.json"))) == 3
+
+
+def test_hung_runner_times_out_and_leaves_no_process_on_the_board(farm, inv, tmp_path):
+    rc = run(inv["path"], tmp_path, "--target", "board-a", "--method", "full-zo", "--set", "fault=hang",
+             "--timeout", "15")
+    assert rc == 1
+    store = Store(tmp_path)
+    (r,) = store.results(store.latest())
+    assert r["status"] == "timeout" and "process group was killed" in r["error"]
+    assert "fault" in ssh(farm, "board-a", "cat /proc/self/status >/dev/null; echo fault")  # the board answers
+    left = ssh(farm, "board-a", "ps -eo pid,args")
+    assert "workloads.torch_runner" not in left or store.latest() not in left
+    assert not [l for l in left.splitlines() if "torch_runner" in l and "hang" in l]
+    assert "jobs/" + store.latest() not in left
+
+
+def test_sshd_stopped_mid_job_is_lost_others_kept_and_resume_completes(farm, inv, tmp_path):
+    board = farm["boards"]["board-b"]
+    stopped = threading.Event()
+
+    def stop_when_second_job_trains():
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            logs = list(tmp_path.glob("runs/*/work/*full-zo*/stdout.log"))
+            if logs and '"start"' in logs[0].read_text():
+                board.stop()
+                stopped.set()
+                return
+            time.sleep(0.2)
+
+    watcher = threading.Thread(target=stop_when_second_job_trains)
+    watcher.start()
+    rc = run(inv["path"], tmp_path, "--target", "board-b", "--method", "full-bp", "--method", "full-zo",
+             "--set", "epochs=200")
+    watcher.join()
+    assert stopped.is_set() and rc == 1
+    store = Store(tmp_path)
+    run_id = store.latest()
+    r = {x["job"]["method"]: x for x in store.results(run_id)}
+    assert r["full-bp"]["status"] == "ok"
+    assert r["full-zo"]["status"] == "lost" and "lost" in r["full-zo"]["error"]
+    board.start()
+    bp_before = (store.runs / run_id / "board-b.torch.full-bp.fp32.r0.json").read_bytes()
+    assert main(["run", "--results", str(tmp_path), "--inventory", str(inv["path"]), "--no-report",
+                 "--resume", run_id]) == 0
+    r = {x["job"]["method"]: x for x in store.results(run_id)}
+    assert r["full-zo"]["status"] == "ok" and r["full-zo"]["steps"] == 200 * 10
+    assert (store.runs / run_id / "board-b.torch.full-bp.fp32.r0.json").read_bytes() == bp_before
+
+
+def test_low_mem_limit_is_reported_as_oom(farm, inv, tmp_path):
+    path = tmp_path / "inv.toml"
+    path.write_text(board_toml("small-board", farm["boards"]["board-c"], farm["key"], tmp_path / "w",
+                               mem_limit="120M"))
+    assert run(path, tmp_path / "res", "--target", "small-board", "--method", "full-zo") == 1
+    store = Store(tmp_path / "res")
+    (r,) = store.results(store.latest())
+    assert r["status"] == "oom", r["error"]
+
+
+def test_unknown_host_key_is_refused_naming_host_and_fingerprint(farm, tmp_path):
+    b = farm["boards"]["board-d"]
+    path = tmp_path / "inv.toml"
+    path.write_text(board_toml("d", b, farm["key"], tmp_path / "w"))
+    p = subprocess.run(["ssh-keygen", "-lf", str(b.dir / "host_key.pub")], capture_output=True, text=True)
+    fp = p.stdout.split()[1]                                     # SHA256:...
+    out = subprocess.run([*zob(), "targets", "probe", "d", "--inventory", str(path)],
+                         capture_output=True, text=True, env=env(farm))
+    assert out.returncode == 1
+    assert "unknown host key for [127.0.0.1]:" + str(b.port) in out.stderr and fp in out.stderr
+    assert "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) == 1
+
+
+def test_accept_new_records_the_key_and_then_refuses_a_changed_one(farm, tmp_path):
+    b = farm["boards"]["board-d"]
+    path = tmp_path / "inv.toml"
+    path.write_text(board_toml("d", b, farm["key"], tmp_path / "w", host_key="accept-new"))
+    record = farm["home"] / ".config" / "zobench" / "known_hosts"
+    ok = subprocess.run([*zob(), "targets", "probe", "d", "--inventory", str(path), "--json"],
+                        capture_output=True, text=True, env=env(farm))
+    assert ok.returncode == 0, ok.stderr
+    assert json.loads(ok.stdout)["cores"] >= 1
+    assert b.host_pub.split()[1] in record.read_text()
+    # the board is reinstalled: new host key, same address
+    b.stop()
+    (b.dir / "host_key").unlink()
+    (b.dir / "host_key.pub").unlink()
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(b.dir / "host_key")], check=True)
+    b.host_pub = (b.dir / "host_key.pub").read_text().strip()
+    b.start()
+    bad = subprocess.run([*zob(), "targets", "probe", "d", "--inventory", str(path)],
+                         capture_output=True, text=True, env=env(farm))
+    assert bad.returncode == 1 and "CHANGED" in bad.stderr and "refusing" in bad.stderr
+
+
+def test_wrong_key_gives_a_clear_authentication_error(farm, tmp_path):
+    other = tmp_path / "other_key"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(other)], check=True)
+    path = tmp_path / "inv.toml"
+    path.write_text(board_toml("a", farm["boards"]["board-a"], other, tmp_path / "w"))
+    out = subprocess.run([*zob(), "targets", "probe", "a", "--inventory", str(path)],
+                         capture_output=True, text=True, env=env(farm))
+    assert out.returncode == 1 and "authentication failed for" in out.stderr and str(other) in out.stderr
+    assert "Traceback" not in out.stderr
+
+
+def test_unreachable_board_fails_its_jobs_with_the_reason_and_others_run(farm, inv, tmp_path):
+    path = tmp_path / "inv.toml"
+    from sshd import free_port
+    dead = type("B", (), {"port": free_port()})()
+    path.write_text(inv["path"].read_text() + board_toml("gone", dead, farm["key"], tmp_path / "w"))
+    assert run(path, tmp_path / "res", "--target", "gone", "--target", "board-c", "--method", "full-zo") == 1
+    store = Store(tmp_path / "res")
+    r = {x["job"]["target"]: x for x in store.results(store.latest())}
+    assert r["board-c"]["status"] == "ok"
+    assert r["gone"]["status"] == "failed" and "cannot reach" in r["gone"]["error"]
+
+
+def test_names_and_workdirs_with_shell_metacharacters_inject_nothing(farm, tmp_path):
+    marker = Path(f"/tmp/zobench-injected-{uuid.uuid4().hex}")
+    evil = f'board "x"; $(touch {marker}) `touch {marker}` & | <>'
+    workdir = tmp_path / f"zo bench $(touch {marker}); 'q' \"d\""
+    path = tmp_path / "inv.toml"
+    path.write_text(board_toml(evil, farm["boards"]["board-c"], farm["key"], workdir))
+    assert run(path, tmp_path / "res", "--target", evil, "--method", "full-zo") == 0
+    store = Store(tmp_path / "res")
+    (r,) = store.results(store.latest())
+    assert r["status"] == "ok" and r["job"]["target"] == evil
+    assert (workdir / "bundles").is_dir()                       # the literal folder name was used
+    assert not marker.exists()
+
+
+def zob():
+    import sys
+    return [sys.executable, "-m", "harness.cli"]
+
+
+def env(farm):
+    import os
+    return {**os.environ, "HOME": str(farm["home"])}
