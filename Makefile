@@ -5,7 +5,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: setup data run test test-slow clean
+.PHONY: setup data run test test-slow bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -25,6 +25,9 @@ test: setup
 
 test-slow: setup
 	$(BIN)/python -m pytest -m slow
+
+bench: setup
+	$(BIN)/python benchmarks/farm_parallel.py
 
 clean:
 	rm -rf $(VENV) results .pytest_cache

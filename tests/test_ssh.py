@@ -230,3 +230,21 @@ def zob():
 def env(farm):
     import os
     return {**os.environ, "HOME": str(farm["home"])}
+
+
+def test_an_ssh_config_alias_is_a_host(farm, tmp_path):
+    import getpass
+    b = farm["boards"]["board-c"]
+    config = farm["home"] / ".ssh" / "config"
+    config.write_text(f"Host labpi\n  HostName 127.0.0.1\n  Port {b.port}\n  User {getpass.getuser()}\n"
+                      f"  IdentityFile {farm['key']}\n")
+    try:
+        path = tmp_path / "inv.toml"
+        path.write_text(f'[targets.pi]\nhost = "labpi"\npython = {json.dumps(__import__("sys").executable)}\n'
+                        f'workdir = {json.dumps(str(tmp_path / "w"))}\n')
+        out = subprocess.run([*zob(), "targets", "probe", "pi", "--inventory", str(path), "--json"],
+                             capture_output=True, text=True, env=env(farm))
+        assert out.returncode == 0, out.stderr
+        assert json.loads(out.stdout)["disk_free_bytes"] > 0
+    finally:
+        config.unlink()
