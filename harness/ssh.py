@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import io
 import os
-import posixpath
 import select
 import shlex
 import socket
@@ -241,7 +240,3 @@ class SshTransport:
         self.exec(f"kill -TERM -- {g} 2>/dev/null; for i in $(seq {int(GRACE_S * 10)}); do "
                   f"kill -0 -- {g} 2>/dev/null || exit 0; sleep 0.1; done; kill -KILL -- {g} 2>/dev/null; exit 0",
                   timeout=GRACE_S + 30)
-
-
-def join(*parts: str) -> str:
-    return posixpath.join(*parts)

@@ -15,6 +15,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from .errors import UserError
+from .plan import safe_name
 
 COLUMNS = ("run_id", "job_id", "target", "runtime", "method", "bp_layers", "precision", "zo_loss",
            "model", "dataset", "repeat", "status", "error", "steps", "train_seconds", "step_seconds",
@@ -84,7 +85,6 @@ class Store:
     def save_probe(self, run_id: str, target: str, facts: dict) -> None:
         d = self.runs / run_id / "probes"
         d.mkdir(exist_ok=True)
-        from .plan import safe_name
         write_json_atomic(d / f"{safe_name(target)}.json", {"target": target, **facts})
 
     def work_dir(self, run_id: str, job_id: str) -> Path:

@@ -1,6 +1,5 @@
 """The report of a real run: files, tables that agree with the raw results, self-contained HTML."""
 import base64
-import json
 import re
 
 import pytest

@@ -1,7 +1,6 @@
 """The torch runner as a process: its contract (spec in, result out), determinism, data, failures."""
 import gzip
 import hashlib
-import json
 import math
 
 import numpy as np

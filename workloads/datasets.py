@@ -8,6 +8,7 @@ float64, which is bit-identical in every runtime.
 from __future__ import annotations
 
 import gzip
+import importlib.util
 import os
 import struct
 from dataclasses import dataclass
@@ -97,10 +98,8 @@ def check(name: str, data_dir: str | None = None) -> None:
     if name not in NORMALISATION:
         raise DatasetError(f"unknown dataset {name!r}; expected one of {', '.join(DATASETS)}")
     if name == "digits":
-        try:
-            import sklearn  # noqa: F401
-        except ImportError:
-            raise DatasetError("dataset 'digits' needs scikit-learn (pip install scikit-learn)") from None
+        if importlib.util.find_spec("sklearn") is None:
+            raise DatasetError("dataset 'digits' needs scikit-learn (pip install scikit-learn)")
         return
     for split in ("train", "test"):
         files(name, split, data_dir)
