@@ -189,26 +189,26 @@ class SshTransport:
                 if f:
                     f.close()
 
-    def put_bytes(self, data: bytes, remote: str) -> None:
+    def put_bytes(self, data: bytes, remote: str, timeout: float = 600) -> None:
         """Write a remote file atomically (temp name, then rename); counts the bytes sent."""
-        sftp = self._sftp_client()
+        sftp = self._sftp_client(timeout)
         tmp = f"{remote}.part-{os.getpid()}"
         try:
             sftp.putfo(io.BytesIO(data), tmp)
             sftp.posix_rename(tmp, remote)
-        except (OSError, paramiko.SSHException) as e:
-            raise TransportError(f"{self.where}: cannot write {remote}: {e}") from None
+        except (OSError, socket.timeout, paramiko.SSHException) as e:
+            raise TransportError(f"{self.where}: cannot write {remote}: {e or 'timed out'}") from None
         self.bytes_sent += len(data)
 
-    def put(self, local: Path, remote: str) -> None:
-        self.put_bytes(Path(local).read_bytes(), remote)
+    def put(self, local: Path, remote: str, timeout: float = 600) -> None:
+        self.put_bytes(Path(local).read_bytes(), remote, timeout)
 
-    def get(self, remote: str, local: Path) -> bool:
+    def get(self, remote: str, local: Path, timeout: float = 600) -> bool:
         """Fetch a remote file; False if it does not exist. The local file appears only
         when complete (paramiko's get() would leave an empty one behind on a miss)."""
         tmp = Path(f"{local}.part-{os.getpid()}")
         try:
-            self._sftp_client().get(remote, str(tmp))
+            self._sftp_client(timeout).get(remote, str(tmp))
             os.replace(tmp, local)
             return True
         except FileNotFoundError:
@@ -227,10 +227,12 @@ class SshTransport:
             self.close()
             raise TransportError(f"connection to {self.where} lost: {e}") from None
 
-    def _sftp_client(self):
+    def _sftp_client(self, timeout: float):
+        """The SFTP session, with `timeout` seconds for each of its reads and writes."""
         if self._sftp is None:
             self.connect()
             self._sftp = self.conn.sftp()
+        self._sftp.get_channel().settimeout(timeout)
         return self._sftp
 
     def _kill_group(self, pgid: int | None) -> None:

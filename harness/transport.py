@@ -76,15 +76,16 @@ class LocalTransport:
             if stderr_path:
                 err_f.close()
 
-    def put_bytes(self, data: bytes, remote: str) -> None:
+    # put/get take the same timeout as SshTransport's; local file copies need none
+    def put_bytes(self, data: bytes, remote: str, timeout: float = 600) -> None:
         tmp = f"{remote}.part-{os.getpid()}"
         Path(tmp).write_bytes(data)
         os.replace(tmp, remote)
 
-    def put(self, local: Path, remote: str) -> None:
+    def put(self, local: Path, remote: str, timeout: float = 600) -> None:
         self.put_bytes(Path(local).read_bytes(), remote)
 
-    def get(self, remote: str, local: Path) -> bool:
+    def get(self, remote: str, local: Path, timeout: float = 600) -> bool:
         if not os.path.exists(remote):
             return False
         if os.path.abspath(remote) != os.path.abspath(local):
