@@ -44,20 +44,21 @@ def build(store, run_ids: list[str], out: Path | None = None) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     df = _load(store, run_ids)
     ok = _chart_groups(df)
-    palette = method_palette(df)
+    palette = _method_palette(df)
     with sns.axes_style("whitegrid"), sns.plotting_context("notebook", font_scale=0.85):
         for name, draw in (("time_breakdown.png", _time_chart), ("memory.png", _memory_chart),
                            ("loss.png", _loss_chart)):
             fig = draw(ok, palette) if len(ok) else _nothing_to_chart()
             fig.tight_layout()
-            fig.savefig(out / name, dpi=120)
+            fig.savefig(out / name, dpi=120, bbox_inches="tight")
     blocks = _blocks(store, run_ids, df, ok)
     (out / "report.md").write_text(_markdown(blocks))
     (out / "report.html").write_text(_html(blocks, out, f"zobench report: {', '.join(run_ids)}"))
     return out / "report.html"
 
 
-def method_palette(df: pd.DataFrame) -> dict:
+def _method_palette(df: pd.DataFrame) -> dict:
+    """One colour per method label, shared by every chart of the report."""
     colors = sns.color_palette("colorblind", 10)
     others = [m for m in df["mlabel"].unique() if m not in KNOWN]
     return {m: colors[i % len(colors)] for i, m in enumerate(KNOWN + others)}
@@ -106,35 +107,46 @@ def _chart_groups(df: pd.DataFrame) -> pd.DataFrame:
     return pd.concat([firsts, means, curves], axis=1).rename_axis("label").reset_index()
 
 
-def _figure(n_bars: int, height: float = 4.8, ncols: int = 1, sharey: bool = False):
-    fig = Figure(figsize=(max(6.5, 1.4 * n_bars + 3.5), height))
+def _figure(width: float, height: float = 4.8, ncols: int = 1, sharey: bool = False):
+    fig = Figure(figsize=(width, height))
     FigureCanvasAgg(fig)
     return fig, fig.subplots(1, ncols, sharey=sharey)
 
 
+def _bar_figure(n_bars: int):
+    """Width grows with the bars so wrapped labels never collide; no vertical grid through the bars."""
+    fig, ax = _figure(max(6.5, 1.4 * n_bars + 3.5))
+    ax.grid(axis="x", visible=False)
+    return fig, ax
+
+
 def _wrap(labels) -> list[str]:
-    return [textwrap.fill(s, 16) for s in labels]
+    """Narrow tick labels, with the variant on a line of its own."""
+    return ["\n".join(textwrap.fill(part, 16, break_long_words=False, break_on_hyphens=False)
+                      for part in s.split(" · ")) for s in labels]
 
 
 def _time_chart(ok: pd.DataFrame, palette: dict) -> Figure:
     """The shape of the ElasticZO paper's Fig. 7: where a step's time goes."""
-    fig, ax = _figure(len(ok))
+    fig, ax = _bar_figure(len(ok))
     ms = ok.set_index("label")[list(TRAIN_PHASES)].fillna(0)
-    ms.plot.bar(stacked=True, ax=ax, color=[PHASE_COLORS[p] for p in TRAIN_PHASES], width=0.6, rot=0)
-    totals = ms.sum(axis=1)
+    totals = ms.cumsum(axis=1)
+    for p in TRAIN_PHASES:
+        ax.bar(range(len(ms)), ms[p], bottom=totals[p] - ms[p], width=0.6, color=PHASE_COLORS[p], label=p)
+    totals = totals[TRAIN_PHASES[-1]]
     for x, total in enumerate(totals):
         ax.annotate(f"{total:.2f} ms", (x, total), xytext=(0, 3), textcoords="offset points",
                     ha="center", va="bottom", fontweight="bold")
     ax.set_ylim(0, 1.12 * totals.max())
     ax.set_xticks(range(len(ms)), _wrap(ms.index))
-    ax.set(xlabel="", ylabel="time per step (ms)", title=CHARTS["time_breakdown.png"])
+    ax.set(ylabel="time per step (ms)", title=CHARTS["time_breakdown.png"])
     ax.legend(title="phase", loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False)
     return fig
 
 
 def _memory_chart(ok: pd.DataFrame, palette: dict) -> Figure:
     """Baseline and increment stacked, because the baseline (runtime + data) dwarfs what training adds."""
-    fig, ax = _figure(len(ok))
+    fig, ax = _bar_figure(len(ok))
     x = range(len(ok))
     increment = ok["peak_mib"] - ok["baseline_mib"]
     ax.bar(x, ok["baseline_mib"], width=0.6, color="0.8", edgecolor="0.5")
@@ -154,21 +166,22 @@ def _memory_chart(ok: pd.DataFrame, palette: dict) -> Figure:
 
 def _loss_chart(ok: pd.DataFrame, palette: dict) -> Figure:
     """Train and test side by side with a shared y axis, so overfitting shows as a gap."""
-    fig, axes = _figure(5, height=4.2, ncols=2, sharey=True)
+    fig, axes = _figure(11, height=4.2, ncols=2, sharey=True)
     styles = dict(zip(ok["variant"].unique(), ["-", "--", ":", "-."] * len(ok)))
     for _, g in ok.iterrows():
         for ax, col in zip(axes, ("train_loss", "test_loss")):
             ax.plot(g["curve"].index, g["curve"][col], marker="o", label=g["label"],
                     color=palette[g["mlabel"]], linestyle=styles[g["variant"]])
     for ax, name in zip(axes, ("train", "test")):
-        ax.set(title=f"{name} loss", xlabel="epoch", ylabel="cross-entropy loss")
+        ax.set(title=f"{name} loss", xlabel="epoch")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    axes[0].set_ylabel("cross-entropy loss")
     axes[1].legend(loc="upper left", bbox_to_anchor=(1.02, 1), frameon=False)
     return fig
 
 
 def _nothing_to_chart() -> Figure:
-    fig, ax = _figure(0, height=1.5)
+    fig, ax = _figure(6.5, height=1.5)
     ax.text(0.5, 0.5, "no job ended ok: nothing to chart", ha="center", va="center")
     ax.set_axis_off()
     return fig
@@ -191,6 +204,8 @@ def _blocks(store, run_ids: list[str], df: pd.DataFrame, ok: pd.DataFrame) -> li
         share = phases.div(phases.sum(axis=1), axis=0).mul(100).map(lambda v: f"{v:.1f}" if v else "-")
         blocks += [("p", "Percentage of training time (eval excluded) spent in each phase."),
                    ("table", share.rename(columns=lambda p: f"{p} %").rename_axis("job group").reset_index())]
+    else:
+        blocks.append(("p", "No job ended ok, so there is no time to break down."))
     return blocks + [("h2", "Charts")] + [("img", name) for name in CHARTS]
 
 
