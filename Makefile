@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml
 setup: $(STAMP) data
 
 data:
-	@scripts/ensure-data.sh
+	@scripts/ensure-deps.sh
 
 run: setup
 	$(BIN)/zobench run --suite quick

@@ -11,6 +11,7 @@ from pathlib import Path
 from workloads import datasets
 
 from . import inventory, paths, plan, suites
+from .build import build, sha256 as build_sha256
 from .errors import UserError
 from .plan import Job
 from .progress import ProgressView
@@ -56,6 +57,11 @@ def build_parser() -> Parser:
     _add_results(p)
     p.add_argument("--run", action="append", default=[], help="run id (repeatable; default: the latest)")
     p.add_argument("--out", type=Path, help="output directory (default RESULTS/runs/<run>/report)")
+
+    p = sub.add_parser("build", help="build zobench-train for a target (natively, or cross-compiled)")
+    _add_results(p)
+    p.add_argument("--target", required=True)
+    p.add_argument("--inventory", type=Path)
 
     p = sub.add_parser("targets", help="the targets zobench knows")
     _add_results(p)
@@ -149,6 +155,13 @@ def cmd_report(args) -> int:
     return 0
 
 
+def cmd_build(args) -> int:
+    (target,) = inventory.resolve([args.target], args.inventory)
+    binary = build(target)
+    print(f"{binary}  sha256 {build_sha256(binary)}")
+    return 0
+
+
 def cmd_targets(args) -> int:
     if args.action == "probe":
         if not args.name:
@@ -178,7 +191,8 @@ def cmd_targets(args) -> int:
 def main(argv=None) -> int:
     try:
         args = build_parser().parse_args(argv)
-        return {"run": cmd_run, "results": cmd_results, "report": cmd_report, "targets": cmd_targets}[args.command](args)
+        return {"run": cmd_run, "results": cmd_results, "report": cmd_report, "targets": cmd_targets,
+                "build": cmd_build}[args.command](args)
     except UserError as e:
         print(f"zobench: error: {e}", file=sys.stderr)
         return 2

@@ -19,7 +19,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from . import paths, schema
-from .deploy import bundle_files, deploy
+from .build import build, sha256 as build_sha256
+from .deploy import bundle_files, deploy, raw_idx, raw_idx_root
 from .inventory import Target
 from .plan import Job
 from .transport import LocalTransport, TransportError
@@ -34,17 +35,26 @@ class Site:
     root: str               # holds the workloads package (the checkout here, a bundle on a board)
     jobs: str               # job folders go below this
     data_dir: str = ""      # where the bundle's dataset files are ("" = the runner searches as usual)
+    binary: str = ""        # zobench-train on the target, for cpp jobs
+    binary_sha256: str = ""
 
 
 def open_site(target: Target, transport, jobs: list[Job], local_jobs: Path, run_id: str) -> Site:
     """Connect and, on a board, deploy the bundle these jobs need."""
     transport.connect()
-    if isinstance(transport, LocalTransport):
-        return Site(transport, str(paths.REPO), str(local_jobs / "attempts"))
-    workdir = transport.path(target.workdir)
     need = {(j.spec["workload"]["dataset"], j.spec["workload"]["data_dir"]) for j in jobs}
-    bundle = deploy(transport, workdir, bundle_files(need))
-    return Site(transport, bundle, f"{workdir}/jobs/{run_id}", f"{bundle}/data")
+    binary = build(target) if any(j.spec["runtime"] == "cpp" for j in jobs) else None
+    sha = build_sha256(binary) if binary else ""
+    if isinstance(transport, LocalTransport):
+        if binary is None:
+            return Site(transport, str(paths.REPO), str(local_jobs / "attempts"))
+        for name, data_dir in need:   # the binary reads uncompressed IDX files
+            raw_idx(name, data_dir)
+        return Site(transport, str(paths.REPO), str(local_jobs / "attempts"), str(raw_idx_root()), str(binary), sha)
+    workdir = transport.path(target.workdir)
+    bundle = deploy(transport, workdir, bundle_files(need, binary))
+    return Site(transport, bundle, f"{workdir}/jobs/{run_id}", f"{bundle}/data",
+                f"{bundle}/bin/zobench-train" if binary else "", sha)
 
 
 def failure(job: Job, status: str, error: str, started_at: str = "", wall: float = 0.0, steps: int = 0) -> dict:
@@ -109,9 +119,10 @@ def run_job(job: Job, target: Target, site: Site, work: Path, on_event=None) -> 
     t.put_bytes(json.dumps(spec, indent=1).encode(), f"{job_dir}/spec.json")
     (work / "result.json").unlink(missing_ok=True)
     py = target.python
+    runtime = job.spec["runtime"]
+    runner = [site.binary] if runtime == "cpp" else [py, "-m", RUNNER_MODULES[runtime]]
     argv = [py, "-m", "workloads.launch"] + (["--mem-limit", target.mem_limit] if target.mem_limit else []) + \
-           ["--", py, "-m", RUNNER_MODULES[job.spec["runtime"]],
-            "--spec", f"{job_dir}/spec.json", "--out", f"{job_dir}/result.json"]
+           ["--", *runner, "--spec", f"{job_dir}/spec.json", "--out", f"{job_dir}/result.json"]
     steps, cgroup = 0, None
 
     def on_line(line: str) -> None:
@@ -141,4 +152,7 @@ def run_job(job: Job, target: Target, site: Site, work: Path, on_event=None) -> 
             kernel_log = _last_line(t.exec("dmesg 2>/dev/null | grep -iE 'out of memory|killed process' "
                                            "| tail -n 1")[1])
         t.get(f"{job_dir}/result.json", work / "result.json")
-    return classify(job, outcome, work / "result.json", started_at, wall, steps, kernel_log, target.mem_limit)
+    result = classify(job, outcome, work / "result.json", started_at, wall, steps, kernel_log, target.mem_limit)
+    if runtime == "cpp":
+        result["env"]["binary_sha256"] = site.binary_sha256
+    return result

@@ -22,6 +22,7 @@ else:  # pragma: no cover
 # What each runtime implements; other combinations are left out of a plan, with the reason.
 SUPPORT = {
     "torch": {"precisions": {"fp32"}, "methods": set(vocab.METHODS)},
+    "cpp": {"precisions": {"fp32"}, "methods": set(vocab.METHODS)},
 }
 
 

@@ -24,7 +24,7 @@ def test_paper_fmnist_suite_is_the_papers_table1_setting():
 def test_filters_overrides_and_repeats():
     s = suites.load("quick")
     s.repeats = 3
-    jobs, _ = plan.make(s, inventory.resolve(["local"], None), methods=["elastic-zo"],
+    jobs, _ = plan.make(s, inventory.resolve(["local"], None), methods=["elastic-zo"], runtimes=["torch"],
                         overrides=plan.parse_set(["epochs=1", "lr_zo=2e-3"]), timeout_s=42)
     assert [j.job_id for j in jobs] == [f"local.torch.elastic-zo-k{k}.fp32.r{r}" for k in (1, 2) for r in range(3)]
     assert {j.spec["hyper"]["epochs"] for j in jobs} == {1} and {j.timeout_s for j in jobs} == {42}
@@ -36,10 +36,17 @@ def test_combinations_a_runtime_cannot_run_are_left_out_with_the_reason():
     s = suites.load("quick")
     s.precisions = ["fp32", "int8"]
     jobs, notes = plan.make(s, inventory.resolve(["local"], None))
-    assert len(jobs) == 4 and all(j.spec["precision"] == "fp32" for j in jobs)
+    assert len(jobs) == 8 and all(j.spec["precision"] == "fp32" for j in jobs)
     assert any("int8" in n and "torch" in n for n in notes)
     with pytest.raises(UserError, match="the plan has no job"):
         plan.make(s, inventory.resolve(["local"], None), precisions=["int8"])
+
+
+def test_quick_suite_runs_every_method_on_torch_and_cpp_here():
+    jobs, _ = plan.make(suites.load("quick"), inventory.resolve(["local"], None))
+    assert sorted((j.spec["runtime"], j.spec["method"], j.spec["bp_layers"]) for j in jobs) == sorted(
+        (r, m, k) for r in ("torch", "cpp") for m, k in
+        (("full-bp", 0), ("full-zo", 0), ("elastic-zo", 1), ("elastic-zo", 2)))
 
 
 @pytest.mark.slow

@@ -1,0 +1,97 @@
+"""The C++ binary against the torch runner, natively and as the aarch64 build under qemu."""
+import struct
+import subprocess
+
+import numpy as np
+import pytest
+
+from harness import schema
+from harness.build import build
+from harness.deploy import raw_idx, raw_idx_root
+from harness.inventory import Target
+
+from conftest import run_runner
+
+METHODS = [("full-bp", 0), ("full-zo", 0), ("elastic-zo", 1), ("elastic-zo", 2)]
+
+
+@pytest.fixture(scope="module")
+def native():
+    return str(build(Target(name="local", transport="local")))
+
+
+@pytest.fixture(scope="module")
+def data_dir():
+    raw_idx("fashion-mnist", "")
+    return str(raw_idx_root())
+
+
+def spec(method, k, data_dir, steps=60, **hyper):
+    return {"job_id": "cmp", "method": method, "bp_layers": k, "threads": 2, "seed": 3,
+            "workload": {"dataset": "fashion-mnist", "data_dir": data_dir},
+            "hyper": {"epochs": 1, "train_samples": 32 * steps, "test_samples": 256, "trace_steps": steps, **hyper}}
+
+
+def run_binary(binary, s, tmp, wrapper=()):
+    import json
+    tmp.mkdir(parents=True, exist_ok=True)
+    (tmp / "spec.json").write_text(json.dumps(s))
+    subprocess.run([*wrapper, binary, "--spec", tmp / "spec.json", "--out", tmp / "result.json"],
+                   capture_output=True, timeout=600)
+    return json.loads((tmp / "result.json").read_text())
+
+
+@pytest.mark.parametrize("method,k", METHODS)
+def test_binary_matches_torch_step_for_step(native, data_dir, tmp_path, method, k):
+    s = spec(method, k, data_dir)
+    t = run_runner(s, tmp_path / "torch")
+    c = run_binary(native, s, tmp_path / "cpp")
+    assert t["status"] == c["status"] == "ok", c["error"]
+    assert len(t["trace"]) == len(c["trace"]) == 60
+    lt, lc = (np.array([x["loss"] for x in r["trace"]]) for r in (t, c))
+    np.testing.assert_allclose(lc, lt, rtol=1e-4)
+    assert lt[-1] < lt[0]
+    if method != "full-bp":
+        gt, gc = (np.array([x["grad"] for x in r["trace"]]) for r in (t, c))
+        np.testing.assert_allclose(gc, gt, rtol=0, atol=5e-3 + 1e-2 * np.abs(gt).max())
+        assert np.corrcoef(gt, gc)[0, 1] > 0.9999
+    assert abs(t["epochs"][0]["test_accuracy"] - c["epochs"][0]["test_accuracy"]) <= 2 / 256
+
+
+def test_binary_result_follows_the_schema(native, data_dir, tmp_path):
+    r = run_binary(native, spec("elastic-zo", 2, data_dir, steps=20), tmp_path)
+    assert schema.problems(r) == []
+    assert r["model"]["params_total"] == 107_786 and r["model"]["params_bp"] == 11_014
+    train = sum(p["seconds"] for name, p in r["phases"].items() if name != "eval")
+    assert train == pytest.approx(r["train_seconds"], rel=0.02)
+    assert r["phases"]["backward"]["calls"] == r["steps"] == 20
+    assert r["memory"]["peak_rss_bytes"] >= r["memory"]["baseline_rss_bytes"] > 0
+
+
+def test_binary_reports_a_missing_dataset_in_its_result(native, tmp_path):
+    s = spec("full-zo", 0, str(tmp_path / "nowhere"), steps=5)
+    s["workload"]["dataset"] = "mnist"
+    r = run_binary(native, s, tmp_path)
+    assert r["status"] == "failed" and "train-images-idx3-ubyte not found" in r["error"]
+
+
+def elf_facts(path) -> tuple[int, bool]:
+    """(e_machine, has a program interpreter) of an ELF64 file."""
+    data = open(path, "rb").read()
+    e_machine = struct.unpack_from("<H", data, 18)[0]
+    phoff, phentsize, phnum = struct.unpack_from("<Q", data, 32)[0], *struct.unpack_from("<HH", data, 54)
+    interp = any(struct.unpack_from("<I", data, phoff + i * phentsize)[0] == 3 for i in range(phnum))
+    return e_machine, interp
+
+
+def test_aarch64_build_is_static_and_agrees_under_qemu_cortex_a53(native, data_dir, tmp_path):
+    pi = Target(name="pi", transport="ssh", host="pi.invalid", arch="aarch64", runtimes=["cpp"])
+    binary = build(pi)
+    assert elf_facts(binary) == (183, False)          # EM_AARCH64, statically linked
+    s = spec("elastic-zo", 1, data_dir, steps=15)
+    arm = run_binary(str(binary), s, tmp_path / "arm", wrapper=("qemu-aarch64", "-cpu", "cortex-a53"))
+    x86 = run_binary(native, s, tmp_path / "x86")
+    assert arm["status"] == "ok" and schema.problems(arm) == []
+    assert arm["env"]["arch"] == "aarch64"
+    la, lx = (np.array([x["loss"] for x in r["trace"]]) for r in (arm, x86))
+    np.testing.assert_allclose(la, lx, rtol=1e-5)

@@ -1,0 +1,209 @@
+// LeNet-5 in the llm.c style: one contiguous parameter buffer, one gradient buffer for
+// the BP part only, explicit activation buffers sized from the batch, and one forward
+// and one backward function per layer. Every buffer is allocated once, up front, so the
+// memory the binary uses is exactly what the ElasticZO paper's Eqs. 2-4 count.
+//
+// Layout (workloads/models.py): conv1.w [6,1,5,5], conv1.b, conv2.w [16,6,5,5], conv2.b,
+// fc1.w [120,784], fc1.b, fc2.w [84,120], fc2.b, fc3.w [10,84], fc3.b -- 107,786 floats.
+#pragma once
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+namespace lenet5 {
+
+constexpr int NLAYERS = 5;
+// per trainable layer: offset of its weight in the flat vector, its weight and bias sizes
+constexpr int W_SIZE[NLAYERS] = {6 * 1 * 25, 16 * 6 * 25, 120 * 784, 84 * 120, 10 * 84};
+constexpr int B_SIZE[NLAYERS] = {6, 16, 120, 84, 10};
+constexpr int layer_offset(int l) { return l == 0 ? 0 : layer_offset(l - 1) + W_SIZE[l - 1] + B_SIZE[l - 1]; }
+constexpr int NPARAMS = layer_offset(NLAYERS);
+static_assert(NPARAMS == 107786, "the paper's LeNet-5 has 107,786 parameters");
+constexpr int NCLASSES = 10;
+
+// ---- convolution 5x5, stride 1, padding 2 (input given pre-padded), ReLU fused ----
+// out[b][oc][h][w] = relu(bias[oc] + sum_{ic,kh,kw} w[oc][ic][kh][kw] * inpad[b][ic][h+kh][w+kw])
+inline void conv_forward(float* out, const float* inpad, const float* w, const float* bias, int B, int C, int OC,
+                         int H, int W) {
+    const int HP = H + 4, WP = W + 4;
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int b = 0; b < B; ++b)
+        for (int oc = 0; oc < OC; ++oc) {
+            float* o = out + (size_t(b) * OC + oc) * H * W;
+            for (int i = 0; i < H * W; ++i) o[i] = bias[oc];
+            for (int ic = 0; ic < C; ++ic)
+                for (int kh = 0; kh < 5; ++kh)
+                    for (int kw = 0; kw < 5; ++kw) {
+                        const float wv = w[((oc * C + ic) * 5 + kh) * 5 + kw];
+                        const float* ip = inpad + ((size_t(b) * C + ic) * HP + kh) * WP + kw;
+                        for (int h = 0; h < H; ++h) {
+                            float* orow = o + h * W;
+                            const float* irow = ip + h * WP;
+#pragma omp simd
+                            for (int x = 0; x < W; ++x) orow[x] += wv * irow[x];
+                        }
+                    }
+            for (int i = 0; i < H * W; ++i) o[i] = o[i] > 0.f ? o[i] : 0.f;
+        }
+}
+
+// dinpad (may be null) accumulates the input gradient; dw, db accumulate; dout is post-ReLU-mask
+inline void conv_backward(float* dinpad, float* dw, float* db, const float* dout, const float* inpad,
+                          const float* w, int B, int C, int OC, int H, int W) {
+    const int HP = H + 4, WP = W + 4;
+#pragma omp parallel for schedule(static)
+    for (int oc = 0; oc < OC; ++oc)
+        for (int b = 0; b < B; ++b) {
+            const float* d = dout + (size_t(b) * OC + oc) * H * W;
+            float s = 0.f;
+            for (int i = 0; i < H * W; ++i) s += d[i];
+            db[oc] += s;
+            for (int ic = 0; ic < C; ++ic)
+                for (int kh = 0; kh < 5; ++kh)
+                    for (int kw = 0; kw < 5; ++kw) {
+                        const float* ip = inpad + ((size_t(b) * C + ic) * HP + kh) * WP + kw;
+                        float acc = 0.f;
+                        for (int h = 0; h < H; ++h) {
+#pragma omp simd reduction(+ : acc)
+                            for (int x = 0; x < W; ++x) acc += d[h * W + x] * ip[h * WP + x];
+                        }
+                        dw[((oc * C + ic) * 5 + kh) * 5 + kw] += acc;
+                    }
+        }
+    if (!dinpad) return;
+#pragma omp parallel for schedule(static)
+    for (int b = 0; b < B; ++b)
+        for (int oc = 0; oc < OC; ++oc) {
+            const float* d = dout + (size_t(b) * OC + oc) * H * W;
+            for (int ic = 0; ic < C; ++ic)
+                for (int kh = 0; kh < 5; ++kh)
+                    for (int kw = 0; kw < 5; ++kw) {
+                        const float wv = w[((oc * C + ic) * 5 + kh) * 5 + kw];
+                        float* ip = dinpad + ((size_t(b) * C + ic) * HP + kh) * WP + kw;
+                        for (int h = 0; h < H; ++h) {
+#pragma omp simd
+                            for (int x = 0; x < W; ++x) ip[h * WP + x] += wv * d[h * W + x];
+                        }
+                    }
+        }
+}
+
+// zero-pad by 2 on each side: [B,C,H,W] -> [B,C,H+4,W+4]
+inline void pad2(float* dst, const float* src, int B, int C, int H, int W) {
+    const int HP = H + 4, WP = W + 4;
+    std::memset(dst, 0, sizeof(float) * size_t(B) * C * HP * WP);
+    for (int bc = 0; bc < B * C; ++bc)
+        for (int h = 0; h < H; ++h)
+            std::memcpy(dst + (size_t(bc) * HP + h + 2) * WP + 2, src + (size_t(bc) * H + h) * W, sizeof(float) * W);
+}
+
+inline void unpad2(float* dst, const float* src, int B, int C, int H, int W) {
+    const int HP = H + 4, WP = W + 4;
+    for (int bc = 0; bc < B * C; ++bc)
+        for (int h = 0; h < H; ++h)
+            std::memcpy(dst + (size_t(bc) * H + h) * W, src + (size_t(bc) * HP + h + 2) * WP + 2, sizeof(float) * W);
+}
+
+// ---- 2x2 max pooling; backward routes to the first maximum, as PyTorch does ----
+inline void maxpool_forward(float* out, const float* in, int BC, int H, int W) {
+    const int OH = H / 2, OW = W / 2;
+#pragma omp parallel for schedule(static)
+    for (int bc = 0; bc < BC; ++bc)
+        for (int h = 0; h < OH; ++h)
+            for (int x = 0; x < OW; ++x) {
+                const float* p = in + (size_t(bc) * H + 2 * h) * W + 2 * x;
+                out[(size_t(bc) * OH + h) * OW + x] = std::max(std::max(p[0], p[1]), std::max(p[W], p[W + 1]));
+            }
+}
+
+inline void maxpool_backward(float* din, const float* dout, const float* in, int BC, int H, int W) {
+    const int OH = H / 2, OW = W / 2;
+#pragma omp parallel for schedule(static)
+    for (int bc = 0; bc < BC; ++bc) {
+        std::memset(din + size_t(bc) * H * W, 0, sizeof(float) * H * W);
+        for (int h = 0; h < OH; ++h)
+            for (int x = 0; x < OW; ++x) {
+                const size_t base = (size_t(bc) * H + 2 * h) * W + 2 * x;
+                const size_t cand[4] = {base, base + 1, base + W, base + W + 1};
+                size_t best = cand[0];
+                for (int k = 1; k < 4; ++k)
+                    if (in[cand[k]] > in[best]) best = cand[k];
+                din[best] += dout[(size_t(bc) * OH + h) * OW + x];
+            }
+    }
+}
+
+// ---- fully connected: out[b][o] = bias[o] + w[o] . in[b], optional ReLU ----
+inline void fc_forward(float* out, const float* in, const float* w, const float* bias, int B, int I, int O,
+                       bool relu) {
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int b = 0; b < B; ++b)
+        for (int o = 0; o < O; ++o) {
+            const float* wr = w + size_t(o) * I;
+            const float* x = in + size_t(b) * I;
+            float s = 0.f;
+#pragma omp simd reduction(+ : s)
+            for (int i = 0; i < I; ++i) s += wr[i] * x[i];
+            s += bias[o];
+            out[size_t(b) * O + o] = relu ? (s > 0.f ? s : 0.f) : s;
+        }
+}
+
+// din (may be null) is overwritten; dw, db accumulate
+inline void fc_backward(float* din, float* dw, float* db, const float* dout, const float* in, const float* w, int B,
+                        int I, int O) {
+#pragma omp parallel for schedule(static)
+    for (int o = 0; o < O; ++o) {
+        float* dwr = dw + size_t(o) * I;
+        for (int b = 0; b < B; ++b) {
+            const float d = dout[size_t(b) * O + o];
+            db[o] += d;
+            const float* x = in + size_t(b) * I;
+#pragma omp simd
+            for (int i = 0; i < I; ++i) dwr[i] += d * x[i];
+        }
+    }
+    if (!din) return;
+#pragma omp parallel for schedule(static)
+    for (int b = 0; b < B; ++b) {
+        float* dx = din + size_t(b) * I;
+        for (int i = 0; i < I; ++i) dx[i] = 0.f;
+        for (int o = 0; o < O; ++o) {
+            const float d = dout[size_t(b) * O + o];
+            const float* wr = w + size_t(o) * I;
+#pragma omp simd
+            for (int i = 0; i < I; ++i) dx[i] += d * wr[i];
+        }
+    }
+}
+
+inline void relu_backward(float* d, const float* act, size_t n) {
+    for (size_t i = 0; i < n; ++i)
+        if (!(act[i] > 0.f)) d[i] = 0.f;
+}
+
+// ---- softmax cross-entropy: returns the mean loss, leaves probabilities in probs ----
+inline double softmax_ce_forward(float* probs, const float* logits, const int* labels, int B) {
+    double total = 0.0;
+    for (int b = 0; b < B; ++b) {
+        const float* l = logits + b * NCLASSES;
+        float* p = probs + b * NCLASSES;
+        float m = l[0];
+        for (int k = 1; k < NCLASSES; ++k) m = std::max(m, l[k]);
+        float s = 0.f;
+        for (int k = 0; k < NCLASSES; ++k) s += (p[k] = std::exp(l[k] - m));
+        for (int k = 0; k < NCLASSES; ++k) p[k] /= s;
+        total += double(std::log(s) + m - l[labels[b]]);
+    }
+    return total / B;
+}
+
+// dlogits = scale * (probs - onehot) / B
+inline void softmax_ce_backward(float* dlogits, const float* probs, const int* labels, int B, float scale) {
+    for (int b = 0; b < B; ++b)
+        for (int k = 0; k < NCLASSES; ++k)
+            dlogits[b * NCLASSES + k] = scale * (probs[b * NCLASSES + k] - (k == labels[b] ? 1.f : 0.f)) / B;
+}
+
+}  // namespace lenet5
