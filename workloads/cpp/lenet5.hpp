@@ -24,27 +24,31 @@ constexpr int NCLASSES = 10;
 
 // ---- convolution 5x5, stride 1, padding 2 (input given pre-padded), ReLU fused ----
 // out[b][oc][h][w] = relu(bias[oc] + sum_{ic,kh,kw} w[oc][ic][kh][kw] * inpad[b][ic][h+kh][w+kw])
-inline void conv_forward(float* out, const float* inpad, const float* w, const float* bias, int B, int C, int OC,
-                         int H, int W) {
-    const int HP = H + 4, WP = W + 4;
+// One output row is accumulated in registers across all 25*C taps and stored once; the
+// sizes are template constants so the row loop unrolls into whole SIMD registers.
+template <int C, int OC, int H, int W>
+inline void conv_forward(float* out, const float* inpad, const float* w, const float* bias, int B) {
+    constexpr int HP = H + 4, WP = W + 4;
 #pragma omp parallel for collapse(2) schedule(static)
     for (int b = 0; b < B; ++b)
         for (int oc = 0; oc < OC; ++oc) {
             float* o = out + (size_t(b) * OC + oc) * H * W;
-            for (int i = 0; i < H * W; ++i) o[i] = bias[oc];
-            for (int ic = 0; ic < C; ++ic)
-                for (int kh = 0; kh < 5; ++kh)
-                    for (int kw = 0; kw < 5; ++kw) {
-                        const float wv = w[((oc * C + ic) * 5 + kh) * 5 + kw];
-                        const float* ip = inpad + ((size_t(b) * C + ic) * HP + kh) * WP + kw;
-                        for (int h = 0; h < H; ++h) {
-                            float* orow = o + h * W;
-                            const float* irow = ip + h * WP;
+            const float* wk = w + size_t(oc) * C * 25;
+            for (int h = 0; h < H; ++h) {
+                float acc[W];
+                for (int x = 0; x < W; ++x) acc[x] = bias[oc];
+                for (int ic = 0; ic < C; ++ic)
+                    for (int kh = 0; kh < 5; ++kh) {
+                        const float* irow = inpad + ((size_t(b) * C + ic) * HP + h + kh) * WP;
+                        const float* wr = wk + (ic * 5 + kh) * 5;
+                        for (int kw = 0; kw < 5; ++kw) {
+                            const float wv = wr[kw];
 #pragma omp simd
-                            for (int x = 0; x < W; ++x) orow[x] += wv * irow[x];
+                            for (int x = 0; x < W; ++x) acc[x] += wv * irow[x + kw];
                         }
                     }
-            for (int i = 0; i < H * W; ++i) o[i] = o[i] > 0.f ? o[i] : 0.f;
+                for (int x = 0; x < W; ++x) o[h * W + x] = acc[x] > 0.f ? acc[x] : 0.f;
+            }
         }
 }
 

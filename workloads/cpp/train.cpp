@@ -242,10 +242,10 @@ struct Net {
     // x: [b, 784] normalised images (b <= B); writes head[k]
     void forward(int b, int k) {
         Head& hd = head[k];
-        conv_forward(c1.data(), xpad.data(), W(0), Bias(0), b, 1, 6, 28, 28);
+        conv_forward<1, 6, 28, 28>(c1.data(), xpad.data(), W(0), Bias(0), b);
         maxpool_forward(p1.data(), c1.data(), b * 6, 28, 28);
         pad2(p1pad.data(), p1.data(), b, 6, 14, 14);
-        conv_forward(c2.data(), p1pad.data(), W(1), Bias(1), b, 6, 16, 14, 14);
+        conv_forward<6, 16, 14, 14>(c2.data(), p1pad.data(), W(1), Bias(1), b);
         float* p2 = p2_of(k);
         maxpool_forward(p2, c2.data(), b * 16, 14, 14);
         fc_forward(hd.h1.data(), p2, W(2), Bias(2), b, 784, 120, true);
