@@ -27,6 +27,7 @@ test-slow: setup
 	$(BIN)/python -m pytest -m slow
 
 bench: setup
+	$(BIN)/python benchmarks/runtimes.py
 	$(BIN)/python benchmarks/farm_parallel.py
 
 clean:

@@ -1,0 +1,72 @@
+"""Per-step training time of the cpp binary vs the torch runner, side by side in one run.
+
+For each method and batch size both runtimes train the same steps from the same seed,
+alternating, --repeats times; the table gives medians, the cpp speed-up, and the
+binary's ZO perturb+update share of training time. Prints; asserts nothing.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from harness.build import build  # noqa: E402
+from harness.deploy import raw_idx, raw_idx_root  # noqa: E402
+from harness.inventory import Target  # noqa: E402
+
+METHODS = [("full-zo", 0), ("elastic-zo", 1), ("elastic-zo", 2), ("full-bp", 0)]
+
+
+def one(cmd: list[str], spec: dict, tmp: Path) -> dict:
+    (tmp / "spec.json").write_text(json.dumps(spec))
+    subprocess.run([*cmd, "--spec", str(tmp / "spec.json"), "--out", str(tmp / "r.json")],
+                   cwd=ROOT, capture_output=True, check=True)
+    r = json.loads((tmp / "r.json").read_text())
+    assert r["status"] == "ok", r["error"]
+    return r
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=40)
+    ap.add_argument("--threads", type=int, default=0, help="0 = each runtime's default")
+    args = ap.parse_args()
+    binary = str(build(Target(name="local", transport="local")))
+    raw_idx("fashion-mnist", "")
+    runtimes = {"torch": [sys.executable, "-m", "workloads.torch_runner"], "cpp": [binary]}
+    print(f"{'method':16} {'batch':>5} {'torch ms':>9} {'cpp ms':>8} {'cpp x':>6} {'cpp zo%':>8} {'cpp fwd%':>8}")
+    with tempfile.TemporaryDirectory() as d:
+        tmp = Path(d)
+        for batch in (32, 256):
+            for method, k in METHODS:
+                spec = {"job_id": "bench", "method": method, "bp_layers": k, "threads": args.threads,
+                        "workload": {"dataset": "fashion-mnist", "data_dir": str(raw_idx_root())},
+                        "hyper": {"epochs": 1, "batch_size": batch, "train_samples": batch * args.steps,
+                                  "test_samples": 32}}
+                ms = {rt: [] for rt in runtimes}
+                shares = []
+                one(runtimes["cpp"], spec, tmp)               # warm-up: page cache, CPU clocks
+                for _ in range(args.repeats):
+                    for rt, cmd in runtimes.items():
+                        r = one(cmd, spec, tmp)
+                        ms[rt].append(1000 * r["train_seconds"] / r["steps"])
+                        if rt == "cpp":
+                            p = r["phases"]
+                            shares.append(((p["zo_perturb"]["seconds"] + p["zo_update"]["seconds"]) / r["train_seconds"],
+                                           p["forward"]["seconds"] / r["train_seconds"]))
+                t, c = statistics.median(ms["torch"]), statistics.median(ms["cpp"])
+                zo, fwd = (100 * statistics.median(s[i] for s in shares) for i in (0, 1))
+                label = method if not k else f"{method}:{k}"
+                print(f"{label:16} {batch:5d} {t:9.2f} {c:8.2f} {t / c:6.2f} {zo:8.1f} {fwd:8.1f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
