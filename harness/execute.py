@@ -20,7 +20,7 @@ from pathlib import Path
 
 from . import paths, schema
 from .build import build, sha256 as build_sha256
-from .deploy import bundle_files, deploy, raw_idx, raw_idx_root
+from .deploy import bundle_files, deploy, init_weights_file, init_weights_name, raw_idx, raw_idx_root
 from .inventory import Target
 from .plan import Job
 from .transport import LocalTransport, TransportError
@@ -37,24 +37,30 @@ class Site:
     data_dir: str = ""      # where the bundle's dataset files are ("" = the runner searches as usual)
     binary: str = ""        # zobench-train on the target, for cpp jobs
     binary_sha256: str = ""
+    init_dir: str = ""      # the initial-weights files every runtime starts from
 
 
 def open_site(target: Target, transport, jobs: list[Job], local_jobs: Path, run_id: str) -> Site:
     """Connect and, on a board, deploy the bundle these jobs need."""
     transport.connect()
     need = {(j.spec["workload"]["dataset"], j.spec["workload"]["data_dir"]) for j in jobs}
+    inits = {(j.spec["workload"]["model"], j.spec["seed"]) for j in jobs if not j.spec["init_weights"]}
     binary = build(target) if any(j.spec["runtime"] == "cpp" for j in jobs) else None
     sha = build_sha256(binary) if binary else ""
     if isinstance(transport, LocalTransport):
+        init_dir = str(init_weights_file(*sorted(inits)[0]).parent) if inits else ""
+        for model, seed in inits:
+            init_weights_file(model, seed)
         if binary is None:
-            return Site(transport, str(paths.REPO), str(local_jobs / "attempts"))
+            return Site(transport, str(paths.REPO), str(local_jobs / "attempts"), init_dir=init_dir)
         for name, data_dir in need:   # the binary reads uncompressed IDX files
             raw_idx(name, data_dir)
-        return Site(transport, str(paths.REPO), str(local_jobs / "attempts"), str(raw_idx_root()), str(binary), sha)
+        return Site(transport, str(paths.REPO), str(local_jobs / "attempts"), str(raw_idx_root()), str(binary), sha,
+                    init_dir)
     workdir = transport.path(target.workdir)
-    bundle = deploy(transport, workdir, bundle_files(need, binary))
+    bundle = deploy(transport, workdir, bundle_files(need, binary, inits))
     return Site(transport, bundle, f"{workdir}/jobs/{run_id}", f"{bundle}/data",
-                f"{bundle}/bin/zobench-train" if binary else "", sha)
+                f"{bundle}/bin/zobench-train" if binary else "", sha, f"{bundle}/init")
 
 
 def failure(job: Job, status: str, error: str, started_at: str = "", wall: float = 0.0, steps: int = 0) -> dict:
@@ -113,6 +119,8 @@ def run_job(job: Job, target: Target, site: Site, work: Path, on_event=None) -> 
     spec = dict(job.spec)
     if site.data_dir:
         spec["workload"] = {**spec["workload"], "data_dir": site.data_dir}
+    if not spec["init_weights"] and site.init_dir:
+        spec["init_weights"] = f"{site.init_dir}/{init_weights_name(spec['workload']['model'], spec['seed'])}"
     rc, _, err = t.exec(f"mkdir -p {q(job_dir)} && rm -f {q(job_dir + '/result.json')}")
     if rc != 0:
         raise TransportError(f"{t.where}: cannot make {job_dir}: {err.strip()}")

@@ -95,3 +95,22 @@ def test_aarch64_build_is_static_and_agrees_under_qemu_cortex_a53(native, data_d
     assert arm["env"]["arch"] == "aarch64"
     la, lx = (np.array([x["loss"] for x in r["trace"]]) for r in (arm, x86))
     np.testing.assert_allclose(la, lx, rtol=1e-5)
+
+
+def test_runtimes_of_a_run_start_from_the_same_weights_file(tmp_path):
+    """The harness writes the initial weights once; with a zero learning rate Full BP leaves
+    them untouched, so both runtimes must end with the file's exact bytes."""
+    import hashlib
+    from harness.cli import main
+    from harness.store import Store
+
+    assert main(["run", "--results", str(tmp_path), "--no-report", "--method", "full-bp", "--set", "epochs=1",
+                 "--set", "train_samples=64", "--set", "test_samples=32", "--set", "lr_bp=0"]) == 0
+    store = Store(tmp_path)
+    results = {r["job"]["runtime"]: r for r in store.results(store.latest())}
+    assert set(results) == {"torch", "cpp"}
+    init = {r["job"]["init_weights"] for r in results.values()}
+    assert len(init) == 1
+    digest = hashlib.sha256(open(init.pop(), "rb").read()).hexdigest()
+    assert results["torch"]["model"]["weights_sha256"] == results["cpp"]["model"]["weights_sha256"] == digest
+    assert results["cpp"]["env"]["binary_sha256"] and results["torch"]["env"]["binary_sha256"] is None
