@@ -10,8 +10,42 @@
 #include <cmath>
 #include <cstring>
 #include <vector>
+#if defined(__aarch64__)
+#include <arm_neon.h>  // armv8-a Advanced SIMD only: FMA and vaddvq, no dot-product instructions
+#endif
 
 namespace lenet5 {
+
+// acc[0..n) += wv * in[0..n): the inner loop of every convolution tap
+__attribute__((always_inline)) inline void axpy(float* __restrict acc, float wv, const float* __restrict in, int n) {
+    int x = 0;
+#if defined(__aarch64__)
+    const float32x4_t w4 = vdupq_n_f32(wv);
+    for (; x + 4 <= n; x += 4) vst1q_f32(acc + x, vfmaq_f32(vld1q_f32(acc + x), w4, vld1q_f32(in + x)));
+#endif
+#pragma omp simd
+    for (int i = x; i < n; ++i) acc[i] += wv * in[i];
+}
+
+// sum a[i] * b[i]: the FC layers' inner product, four independent NEON accumulators on Arm
+__attribute__((always_inline)) inline float dot(const float* __restrict a, const float* __restrict b, int n) {
+    int i = 0;
+    float s = 0.f;
+#if defined(__aarch64__)
+    float32x4_t s0 = vdupq_n_f32(0.f), s1 = s0, s2 = s0, s3 = s0;
+    for (; i + 16 <= n; i += 16) {
+        s0 = vfmaq_f32(s0, vld1q_f32(a + i), vld1q_f32(b + i));
+        s1 = vfmaq_f32(s1, vld1q_f32(a + i + 4), vld1q_f32(b + i + 4));
+        s2 = vfmaq_f32(s2, vld1q_f32(a + i + 8), vld1q_f32(b + i + 8));
+        s3 = vfmaq_f32(s3, vld1q_f32(a + i + 12), vld1q_f32(b + i + 12));
+    }
+    for (; i + 4 <= n; i += 4) s0 = vfmaq_f32(s0, vld1q_f32(a + i), vld1q_f32(b + i));
+    s = vaddvq_f32(vaddq_f32(vaddq_f32(s0, s1), vaddq_f32(s2, s3)));
+#endif
+#pragma omp simd reduction(+ : s)
+    for (int k = i; k < n; ++k) s += a[k] * b[k];
+    return s;
+}
 
 constexpr int NLAYERS = 5;
 // per trainable layer: offset of its weight in the flat vector, its weight and bias sizes
@@ -41,11 +75,7 @@ inline void conv_forward(float* out, const float* inpad, const float* w, const f
                     for (int kh = 0; kh < 5; ++kh) {
                         const float* irow = inpad + ((size_t(b) * C + ic) * HP + h + kh) * WP;
                         const float* wr = wk + (ic * 5 + kh) * 5;
-                        for (int kw = 0; kw < 5; ++kw) {
-                            const float wv = wr[kw];
-#pragma omp simd
-                            for (int x = 0; x < W; ++x) acc[x] += wv * irow[x + kw];
-                        }
+                        for (int kw = 0; kw < 5; ++kw) axpy(acc, wr[kw], irow + kw, W);
                     }
                 for (int x = 0; x < W; ++x) o[h * W + x] = acc[x] > 0.f ? acc[x] : 0.f;
             }
@@ -144,12 +174,7 @@ inline void fc_forward(float* out, const float* in, const float* w, const float*
 #pragma omp parallel for collapse(2) schedule(static)
     for (int b = 0; b < B; ++b)
         for (int o = 0; o < O; ++o) {
-            const float* wr = w + size_t(o) * I;
-            const float* x = in + size_t(b) * I;
-            float s = 0.f;
-#pragma omp simd reduction(+ : s)
-            for (int i = 0; i < I; ++i) s += wr[i] * x[i];
-            s += bias[o];
+            const float s = dot(w + size_t(o) * I, in + size_t(b) * I, I) + bias[o];
             out[size_t(b) * O + o] = relu ? (s > 0.f ? s : 0.f) : s;
         }
 }
