@@ -58,26 +58,31 @@ constexpr int NCLASSES = 10;
 
 // ---- convolution 5x5, stride 1, padding 2 (input given pre-padded), ReLU fused ----
 // out[b][oc][h][w] = relu(bias[oc] + sum_{ic,kh,kw} w[oc][ic][kh][kw] * inpad[b][ic][h+kh][w+kw])
-// One output row is accumulated in registers across all 25*C taps and stored once; the
-// sizes are template constants so the row loop unrolls into whole SIMD registers.
+// One output row of OB output channels is accumulated in registers across all 25*C taps and
+// stored once: each input row loaded feeds OB accumulator rows. The sizes are template
+// constants so the loops unroll into whole SIMD registers.
 template <int C, int OC, int H, int W>
 inline void conv_forward(float* out, const float* inpad, const float* w, const float* bias, int B) {
     constexpr int HP = H + 4, WP = W + 4;
+    constexpr int OB = OC % 4 == 0 ? 4 : OC % 2 == 0 ? 2 : 1;
 #pragma omp parallel for collapse(2) schedule(static)
     for (int b = 0; b < B; ++b)
-        for (int oc = 0; oc < OC; ++oc) {
-            float* o = out + (size_t(b) * OC + oc) * H * W;
-            const float* wk = w + size_t(oc) * C * 25;
+        for (int og = 0; og < OC / OB; ++og) {
             for (int h = 0; h < H; ++h) {
-                float acc[W];
-                for (int x = 0; x < W; ++x) acc[x] = bias[oc];
+                float acc[OB][W];
+                for (int j = 0; j < OB; ++j)
+                    for (int x = 0; x < W; ++x) acc[j][x] = bias[og * OB + j];
                 for (int ic = 0; ic < C; ++ic)
                     for (int kh = 0; kh < 5; ++kh) {
                         const float* irow = inpad + ((size_t(b) * C + ic) * HP + h + kh) * WP;
-                        const float* wr = wk + (ic * 5 + kh) * 5;
-                        for (int kw = 0; kw < 5; ++kw) axpy(acc, wr[kw], irow + kw, W);
+                        for (int kw = 0; kw < 5; ++kw)
+                            for (int j = 0; j < OB; ++j)
+                                axpy(acc[j], w[(((og * OB + j) * C + ic) * 5 + kh) * 5 + kw], irow + kw, W);
                     }
-                for (int x = 0; x < W; ++x) o[h * W + x] = acc[x] > 0.f ? acc[x] : 0.f;
+                for (int j = 0; j < OB; ++j) {
+                    float* o = out + ((size_t(b) * OC + og * OB + j) * H + h) * W;
+                    for (int x = 0; x < W; ++x) o[x] = acc[j][x] > 0.f ? acc[j][x] : 0.f;
+                }
             }
         }
 }
