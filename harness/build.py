@@ -2,7 +2,6 @@
 (cross-compiled where the arch differs) for boards, each in its own build/ folder."""
 from __future__ import annotations
 
-import hashlib
 import platform
 import subprocess
 from pathlib import Path
@@ -42,6 +41,3 @@ def build(target) -> Path:
             raise UserError(f"building zobench-train for {target.name} failed (needs {NEEDS}): " + " | ".join(tail))
     return out / "zobench-train"
 
-
-def sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()

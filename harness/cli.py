@@ -11,7 +11,8 @@ from pathlib import Path
 from workloads import datasets
 
 from . import inventory, paths, plan, suites
-from .build import build, sha256 as build_sha256
+from .build import build
+from .deploy import sha256
 from .errors import UserError
 from .plan import Job
 from .progress import ProgressView
@@ -158,7 +159,7 @@ def cmd_report(args) -> int:
 def cmd_build(args) -> int:
     (target,) = inventory.resolve([args.target], args.inventory)
     binary = build(target)
-    print(f"{binary}  sha256 {build_sha256(binary)}")
+    print(f"{binary}  sha256 {sha256(binary)}")
     return 0
 
 

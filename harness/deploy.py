@@ -25,7 +25,7 @@ from . import paths
 from .transport import TransportError
 
 
-def _sha256(path: Path) -> str:
+def sha256(path: Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
@@ -54,10 +54,14 @@ def raw_idx(name: str, data_dir: str) -> dict[str, Path]:
     return out
 
 
+def init_weights_dir() -> Path:
+    return Path("~/.cache/zobench/init").expanduser()
+
+
 def init_weights_file(model: str, seed: int) -> Path:
     """The initial weights of (model, seed) written once, as little-endian float32 in the
     models.py layout, so every runtime of a run starts from the same bytes."""
-    path = Path("~/.cache/zobench/init").expanduser() / init_weights_name(model, seed)
+    path = init_weights_dir() / init_weights_name(model, seed)
     if not path.is_file():
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(path.name + f".part-{os.getpid()}")
@@ -87,7 +91,7 @@ def bundle_files(dataset_dirs: set[tuple[str, str]], binary: Path | None = None,
 
 def deploy(transport, workdir: str, files: dict[str, Path]) -> str:
     """Make sure the bundle of `files` is complete on the target; return its directory there."""
-    hashes = {rel: _sha256(p) for rel, p in files.items()}
+    hashes = {rel: sha256(p) for rel, p in files.items()}
     bundle_id = hashlib.sha256(json.dumps(sorted(hashes.items())).encode()).hexdigest()[:20]
     objects, bundles = f"{workdir}/objects", f"{workdir}/bundles"
     bundle = f"{bundles}/{bundle_id}"

@@ -19,8 +19,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from . import paths, schema
-from .build import build, sha256 as build_sha256
-from .deploy import bundle_files, deploy, init_weights_file, init_weights_name, raw_idx, raw_idx_root
+from .build import build
+from .deploy import (bundle_files, deploy, init_weights_dir, init_weights_file, init_weights_name, raw_idx,
+                     raw_idx_root, sha256)
 from .inventory import Target
 from .plan import Job
 from .transport import LocalTransport, TransportError
@@ -46,17 +47,15 @@ def open_site(target: Target, transport, jobs: list[Job], local_jobs: Path, run_
     need = {(j.spec["workload"]["dataset"], j.spec["workload"]["data_dir"]) for j in jobs}
     inits = {(j.spec["workload"]["model"], j.spec["seed"]) for j in jobs if not j.spec["init_weights"]}
     binary = build(target) if any(j.spec["runtime"] == "cpp" for j in jobs) else None
-    sha = build_sha256(binary) if binary else ""
+    sha = sha256(binary) if binary else ""
     if isinstance(transport, LocalTransport):
-        init_dir = str(init_weights_file(*sorted(inits)[0]).parent) if inits else ""
         for model, seed in inits:
             init_weights_file(model, seed)
-        if binary is None:
-            return Site(transport, str(paths.REPO), str(local_jobs / "attempts"), init_dir=init_dir)
-        for name, data_dir in need:   # the binary reads uncompressed IDX files
-            raw_idx(name, data_dir)
-        return Site(transport, str(paths.REPO), str(local_jobs / "attempts"), str(raw_idx_root()), str(binary), sha,
-                    init_dir)
+        if binary:
+            for name, data_dir in need:   # the binary reads uncompressed IDX files
+                raw_idx(name, data_dir)
+        return Site(transport, str(paths.REPO), str(local_jobs / "attempts"), str(raw_idx_root()) if binary else "",
+                    str(binary or ""), sha, str(init_weights_dir()) if inits else "")
     workdir = transport.path(target.workdir)
     bundle = deploy(transport, workdir, bundle_files(need, binary, inits))
     return Site(transport, bundle, f"{workdir}/jobs/{run_id}", f"{bundle}/data",
@@ -70,6 +69,13 @@ def failure(job: Job, status: str, error: str, started_at: str = "", wall: float
             "wall_seconds": wall, "train_seconds": 0.0, "steps": steps, "phases": {}, "epochs": [],
             "memory": {"peak_rss_bytes": 0, "baseline_rss_bytes": 0, "device_peak_bytes": None},
             "model": None, "env": {"harness_commit": job.spec.get("harness_commit", "")}}
+
+
+def _signal_name(num: int) -> str:
+    try:
+        return signal.Signals(num).name
+    except ValueError:
+        return f"signal {num}"
 
 
 def _last_line(text: str) -> str:
@@ -101,7 +107,7 @@ def classify(job: Job, outcome, result_path: Path, started_at: str, wall: float,
     rc = outcome.returncode
     why = _last_line(outcome.stderr_tail)
     if rc is not None and rc < 0:
-        name = signal.Signals(-rc).name if -rc in signal.Signals._value2member_map_ else f"signal {-rc}"
+        name = _signal_name(-rc)
         if -rc == signal.SIGKILL:
             return fail("oom", f"runner killed by {name} (out of memory)" + (f"; kernel: {kernel_log}" if kernel_log else ""))
         return fail("failed", f"runner killed by {name}" + (f": {why}" if why else ""))

@@ -98,10 +98,11 @@ def make(suite: Suite, targets: list[Target], *, methods=(), runtimes=(), precis
          overrides: dict | None = None, timeout_s: float | None = None) -> tuple[list[Job], list[str]]:
     """The jobs of a run, and notes on the combinations left out (and why)."""
     for m in methods:
-        try:
-            MethodChoice.parse(m) if ":" in m else None
-        except ValueError as e:
-            raise UserError(f"--method {m!r}: {e}") from None
+        if ":" in m:
+            try:
+                MethodChoice.parse(m)
+            except ValueError as e:
+                raise UserError(f"--method {m!r}: {e}") from None
     known_methods = list(vocab.METHODS) + [str(m) for m in suite.methods]
     method_list = _select("method", suite.methods, list(methods), known_methods)
     runtime_list = _select("runtime", suite.runtimes, list(runtimes), vocab.RUNTIMES)

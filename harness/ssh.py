@@ -90,8 +90,6 @@ class SshTransport:
         client.set_missing_host_key_policy(_Policy(t.host_key, record))
         try:
             conn.open()
-        except HostKeyRefused:
-            raise
         except paramiko.BadHostKeyException as e:
             raise HostKeyRefused(f"host key of {self.where} has CHANGED: got {fingerprint(e.key)}, expected "
                                  f"{fingerprint(e.expected_key)}; refusing to connect (possible "

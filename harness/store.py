@@ -8,11 +8,12 @@ RESULTS/zobench.sqlite                rebuilt from the files by reindex() at any
 from __future__ import annotations
 
 import json
-import os
 import secrets
 import sqlite3
 from datetime import datetime, timezone
 from pathlib import Path
+
+from workloads.runner import write_atomic as write_json_atomic
 
 from .errors import UserError
 from .plan import safe_name
@@ -20,15 +21,6 @@ from .plan import safe_name
 COLUMNS = ("run_id", "job_id", "target", "runtime", "method", "bp_layers", "precision", "zo_loss",
            "model", "dataset", "repeat", "status", "error", "steps", "train_seconds", "step_seconds",
            "peak_rss_bytes", "test_accuracy", "train_loss", "started_at")
-
-
-def write_json_atomic(path: Path, obj) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "w") as f:
-        json.dump(obj, f, indent=1)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 def summary(run_id: str, r: dict) -> dict:
@@ -63,8 +55,7 @@ class Store:
         (self.runs / run_id / "work").mkdir(parents=True)
         write_json_atomic(self.runs / run_id / "run.json", {"run_id": run_id, **plan})
         with self._db() as db:
-            db.execute("INSERT OR REPLACE INTO runs VALUES (?, ?, ?, ?)",
-                       (run_id, plan.get("created_at"), plan.get("suite"), len(plan.get("jobs", []))))
+            _index_run(db, run_id, plan)
         return run_id
 
     def run_plan(self, run_id: str) -> dict:
@@ -97,10 +88,8 @@ class Store:
         """Write the raw result, then index it in one transaction."""
         path = self.runs / run_id / f"{result['job']['job_id']}.json"
         write_json_atomic(path, result)
-        row = summary(run_id, result)
         with self._db() as db:
-            db.execute(f"INSERT OR REPLACE INTO results ({', '.join(COLUMNS)}) VALUES "
-                       f"({', '.join('?' * len(COLUMNS))})", [row[c] for c in COLUMNS])
+            _index_result(db, run_id, result)
         return path
 
     def results(self, run_id: str) -> list[dict]:
@@ -118,17 +107,12 @@ class Store:
         if self.db_path.exists():
             self.db_path.unlink()
         n = 0
-        for run_id in self.run_ids():
-            plan = self.run_plan(run_id)
-            with self._db() as db:
-                db.execute("INSERT OR REPLACE INTO runs VALUES (?, ?, ?, ?)",
-                           (run_id, plan.get("created_at"), plan.get("suite"), len(plan["jobs"])))
-            for r in self.results(run_id):
-                row = summary(run_id, r)
-                with self._db() as db:
-                    db.execute(f"INSERT INTO results ({', '.join(COLUMNS)}) VALUES "
-                               f"({', '.join('?' * len(COLUMNS))})", [row[c] for c in COLUMNS])
-                n += 1
+        with self._db() as db:
+            for run_id in self.run_ids():
+                _index_run(db, run_id, self.run_plan(run_id))
+                for r in self.results(run_id):
+                    _index_result(db, run_id, r)
+                    n += 1
         return n
 
     def query(self, sql: str, args=()) -> list[sqlite3.Row]:
@@ -142,6 +126,17 @@ class Store:
         db.execute("CREATE TABLE IF NOT EXISTS runs (run_id TEXT PRIMARY KEY, created_at TEXT, suite TEXT, jobs INTEGER)")
         db.execute("CREATE TABLE IF NOT EXISTS results (" + ", ".join(COLUMNS) + ", PRIMARY KEY (run_id, job_id))")
         return _Closing(db)
+
+
+def _index_run(db, run_id: str, plan: dict) -> None:
+    db.execute("INSERT OR REPLACE INTO runs VALUES (?, ?, ?, ?)",
+               (run_id, plan.get("created_at"), plan.get("suite"), len(plan.get("jobs", []))))
+
+
+def _index_result(db, run_id: str, result: dict) -> None:
+    row = summary(run_id, result)
+    db.execute(f"INSERT OR REPLACE INTO results ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * len(COLUMNS))})",
+               [row[c] for c in COLUMNS])
 
 
 class _Closing:

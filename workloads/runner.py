@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import time
 import traceback
 from datetime import datetime, timezone
@@ -26,7 +25,7 @@ from .spec import JobSpec, SpecError
 SCHEMA = 1
 
 
-def write_atomic(path: str, obj: dict) -> None:
+def write_atomic(path, obj: dict) -> None:
     tmp = f"{path}.tmp-{os.getpid()}"
     with open(tmp, "w") as f:
         json.dump(obj, f, indent=1)
@@ -98,6 +97,3 @@ def main(make_engine, packages: tuple[str, ...], argv=None) -> int:
         emit("done", status=result["status"], error=result["error"])
     return 0 if result["status"] == "ok" else 1
 
-
-if __name__ == "__main__":
-    sys.exit("run a runtime's runner: python -m workloads.torch_runner --spec S --out R")

@@ -86,18 +86,10 @@ static Spec read_spec(const std::string& path) {
     }
     if (j.contains("hyper")) {
         const json& h = j["hyper"];
-        take(h, "epochs", s.h.epochs);
-        take(h, "batch_size", s.h.batch_size);
-        take(h, "lr_bp", s.h.lr_bp);
-        take(h, "lr_zo", s.h.lr_zo);
-        take(h, "lr_decay", s.h.lr_decay);
-        take(h, "lr_decay_every", s.h.lr_decay_every);
-        take(h, "eps", s.h.eps);
-        take(h, "zo_grad_clip", s.h.zo_grad_clip);
-        take(h, "train_samples", s.h.train_samples);
-        take(h, "test_samples", s.h.test_samples);
-        take(h, "trace_steps", s.h.trace_steps);
-        take(h, "fault", s.h.fault);
+#define TAKE(field) take(h, #field, s.h.field)
+        TAKE(epochs); TAKE(batch_size); TAKE(lr_bp); TAKE(lr_zo); TAKE(lr_decay); TAKE(lr_decay_every);
+        TAKE(eps); TAKE(zo_grad_clip); TAKE(train_samples); TAKE(test_samples); TAKE(trace_steps); TAKE(fault);
+#undef TAKE
     }
     if (s.method != "full-bp" && s.method != "full-zo" && s.method != "elastic-zo")
         throw SpecError("method: expected full-bp, full-zo or elastic-zo, got " + s.method);
