@@ -27,24 +27,31 @@ __attribute__((always_inline)) inline void axpy(float* __restrict acc, float wv,
     for (int i = x; i < n; ++i) acc[i] += wv * in[i];
 }
 
-// sum a[i] * b[i]: the FC layers' inner product, four independent NEON accumulators on Arm
-__attribute__((always_inline)) inline float dot(const float* __restrict a, const float* __restrict b, int n) {
+// the four inner products w . x[0..3]: one weight load feeds four images (FC forward)
+__attribute__((always_inline)) inline void dot4(float out[4], const float* __restrict w, const float* __restrict x0,
+                                                const float* __restrict x1, const float* __restrict x2,
+                                                const float* __restrict x3, int n) {
     int i = 0;
-    float s = 0.f;
+    float s0 = 0.f, s1 = 0.f, s2 = 0.f, s3 = 0.f;
 #if defined(__aarch64__)
-    float32x4_t s0 = vdupq_n_f32(0.f), s1 = s0, s2 = s0, s3 = s0;
-    for (; i + 16 <= n; i += 16) {
-        s0 = vfmaq_f32(s0, vld1q_f32(a + i), vld1q_f32(b + i));
-        s1 = vfmaq_f32(s1, vld1q_f32(a + i + 4), vld1q_f32(b + i + 4));
-        s2 = vfmaq_f32(s2, vld1q_f32(a + i + 8), vld1q_f32(b + i + 8));
-        s3 = vfmaq_f32(s3, vld1q_f32(a + i + 12), vld1q_f32(b + i + 12));
+    float32x4_t a0 = vdupq_n_f32(0.f), a1 = a0, a2 = a0, a3 = a0;
+    for (; i + 4 <= n; i += 4) {
+        const float32x4_t wv = vld1q_f32(w + i);
+        a0 = vfmaq_f32(a0, wv, vld1q_f32(x0 + i));
+        a1 = vfmaq_f32(a1, wv, vld1q_f32(x1 + i));
+        a2 = vfmaq_f32(a2, wv, vld1q_f32(x2 + i));
+        a3 = vfmaq_f32(a3, wv, vld1q_f32(x3 + i));
     }
-    for (; i + 4 <= n; i += 4) s0 = vfmaq_f32(s0, vld1q_f32(a + i), vld1q_f32(b + i));
-    s = vaddvq_f32(vaddq_f32(vaddq_f32(s0, s1), vaddq_f32(s2, s3)));
+    s0 = vaddvq_f32(a0), s1 = vaddvq_f32(a1), s2 = vaddvq_f32(a2), s3 = vaddvq_f32(a3);
 #endif
-#pragma omp simd reduction(+ : s)
-    for (int k = i; k < n; ++k) s += a[k] * b[k];
-    return s;
+#pragma omp simd reduction(+ : s0, s1, s2, s3)
+    for (int k = i; k < n; ++k) {
+        s0 += w[k] * x0[k];
+        s1 += w[k] * x1[k];
+        s2 += w[k] * x2[k];
+        s3 += w[k] * x3[k];
+    }
+    out[0] = s0, out[1] = s1, out[2] = s2, out[3] = s3;
 }
 
 constexpr int NLAYERS = 5;
@@ -61,7 +68,7 @@ constexpr int NCLASSES = 10;
 // One output row of OB output channels is accumulated in registers across all 25*C taps and
 // stored once: each input row loaded feeds OB accumulator rows. The sizes are template
 // constants so the loops unroll into whole SIMD registers.
-template <int C, int OC, int H, int W>
+template <int C, int OC, int H, int W, bool RELU = true>
 inline void conv_forward(float* out, const float* inpad, const float* w, const float* bias, int B) {
     constexpr int HP = H + 4, WP = W + 4;
     constexpr int OB = OC % 4 == 0 ? 4 : OC % 2 == 0 ? 2 : 1;
@@ -71,7 +78,7 @@ inline void conv_forward(float* out, const float* inpad, const float* w, const f
             for (int h = 0; h < H; ++h) {
                 float acc[OB][W];
                 for (int j = 0; j < OB; ++j)
-                    for (int x = 0; x < W; ++x) acc[j][x] = bias[og * OB + j];
+                    for (int x = 0; x < W; ++x) acc[j][x] = bias ? bias[og * OB + j] : 0.f;
                 for (int ic = 0; ic < C; ++ic)
                     for (int kh = 0; kh < 5; ++kh) {
                         const float* irow = inpad + ((size_t(b) * C + ic) * HP + h + kh) * WP;
@@ -81,51 +88,105 @@ inline void conv_forward(float* out, const float* inpad, const float* w, const f
                     }
                 for (int j = 0; j < OB; ++j) {
                     float* o = out + ((size_t(b) * OC + og * OB + j) * H + h) * W;
-                    for (int x = 0; x < W; ++x) o[x] = acc[j][x] > 0.f ? acc[j][x] : 0.f;
+                    for (int x = 0; x < W; ++x) o[x] = !RELU || acc[j][x] > 0.f ? acc[j][x] : 0.f;
                 }
             }
         }
 }
 
-// dinpad (may be null) accumulates the input gradient; dw, db accumulate; dout is post-ReLU-mask
-inline void conv_backward(float* dinpad, float* dw, float* db, const float* dout, const float* inpad,
-                          const float* w, int B, int C, int OC, int H, int W) {
-    const int HP = H + 4, WP = W + 4;
-#pragma omp parallel for schedule(static)
+// The same convolution for layers with many output channels (conv2: 16): the output
+// channels are the SIMD lanes, so every tap is one broadcast input value times one weight
+// vector, for P neighbouring pixels at once (P*OC accumulators stay in registers). wt holds
+// the weights transposed to [C][5][5][OC] (transpose_conv_weights), made once per forward.
+template <int C, int OC>
+inline void transpose_conv_weights(float* wt, const float* w) {
     for (int oc = 0; oc < OC; ++oc)
+        for (int t = 0; t < C * 25; ++t) wt[t * OC + oc] = w[oc * C * 25 + t];
+}
+
+template <int C, int OC, int H, int W, int P>
+__attribute__((always_inline)) inline void conv_tile(float* out, const float* inpad, const float* __restrict wt,
+                                                     const float* bias, int h, int x0) {
+    constexpr int WP = W + 4, HP = H + 4;
+    float acc[P][OC];
+    for (int p = 0; p < P; ++p)
+        for (int o = 0; o < OC; ++o) acc[p][o] = bias[o];
+    for (int ic = 0; ic < C; ++ic)
+        for (int kh = 0; kh < 5; ++kh) {
+            const float* irow = inpad + (ic * HP + h + kh) * WP + x0;
+            for (int kw = 0; kw < 5; ++kw) {
+                const float* wv = wt + ((ic * 5 + kh) * 5 + kw) * OC;
+                for (int p = 0; p < P; ++p) {
+                    const float v = irow[p + kw];
+#pragma omp simd
+                    for (int o = 0; o < OC; ++o) acc[p][o] += v * wv[o];
+                }
+            }
+        }
+    for (int o = 0; o < OC; ++o)
+        for (int p = 0; p < P; ++p) out[(o * H + h) * W + x0 + p] = acc[p][o] > 0.f ? acc[p][o] : 0.f;
+}
+
+template <int C, int OC, int H, int W>
+inline void conv_forward_oc(float* out, const float* inpad, const float* wt, const float* bias, int B) {
+    constexpr int P = 4, TAIL = W % P;
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int b = 0; b < B; ++b)
+        for (int h = 0; h < H; ++h) {
+            float* o = out + size_t(b) * OC * H * W;
+            const float* in = inpad + size_t(b) * C * (H + 4) * (W + 4);
+            int x = 0;
+            for (; x + P <= W; x += P) conv_tile<C, OC, H, W, P>(o, in, wt, bias, h, x);
+            if constexpr (TAIL > 0) conv_tile<C, OC, H, W, TAIL>(o, in, wt, bias, h, x);
+        }
+}
+
+// Backward of conv_forward, in two kernels:
+// - the weight gradient, dw[oc][ic][kh][kw] += sum_{b,h,x} dout[b][oc][h][x] * inpad[b][ic][h+kh][x+kw],
+//   keeps the five kw taps of one (oc, ic, kh) as five accumulator rows over the batch, so each
+//   row of dout is loaded once for five taps (the register-row scheme of conv_forward);
+// - the input gradient is itself a convolution: of dout padded by 2 with the weights flipped
+//   and transposed (flip_conv_weights), i.e. conv_forward<OC, C, H, W, false>.
+template <int C, int OC, int H, int W>
+inline void conv_weight_grad(float* dw, float* db, const float* dout, const float* inpad, int B) {
+    constexpr int HP = H + 4, WP = W + 4;
+#pragma omp parallel for collapse(3) schedule(static)
+    for (int oc = 0; oc < OC; ++oc)
+        for (int ic = 0; ic < C; ++ic)
+            for (int kh = 0; kh < 5; ++kh) {
+                float acc[5][W] = {};
+                for (int b = 0; b < B; ++b)
+                    for (int h = 0; h < H; ++h) {
+                        const float* d = dout + ((size_t(b) * OC + oc) * H + h) * W;
+                        const float* ip = inpad + ((size_t(b) * C + ic) * HP + h + kh) * WP;
+                        for (int kw = 0; kw < 5; ++kw)
+#pragma omp simd
+                            for (int x = 0; x < W; ++x) acc[kw][x] += d[x] * ip[x + kw];
+                    }
+                for (int kw = 0; kw < 5; ++kw) {
+                    float s = 0.f;
+                    for (int x = 0; x < W; ++x) s += acc[kw][x];
+                    dw[((oc * C + ic) * 5 + kh) * 5 + kw] += s;
+                }
+            }
+#pragma omp parallel for schedule(static)
+    for (int oc = 0; oc < OC; ++oc) {
+        float s = 0.f;
         for (int b = 0; b < B; ++b) {
             const float* d = dout + (size_t(b) * OC + oc) * H * W;
-            float s = 0.f;
+#pragma omp simd reduction(+ : s)
             for (int i = 0; i < H * W; ++i) s += d[i];
-            db[oc] += s;
-            for (int ic = 0; ic < C; ++ic)
-                for (int kh = 0; kh < 5; ++kh)
-                    for (int kw = 0; kw < 5; ++kw) {
-                        const float* ip = inpad + ((size_t(b) * C + ic) * HP + kh) * WP + kw;
-                        float acc = 0.f;
-                        for (int h = 0; h < H; ++h) {
-#pragma omp simd reduction(+ : acc)
-                            for (int x = 0; x < W; ++x) acc += d[h * W + x] * ip[h * WP + x];
-                        }
-                        dw[((oc * C + ic) * 5 + kh) * 5 + kw] += acc;
-                    }
         }
-    if (!dinpad) return;
-#pragma omp parallel for schedule(static)
-    for (int b = 0; b < B; ++b)
-        for (int oc = 0; oc < OC; ++oc) {
-            const float* d = dout + (size_t(b) * OC + oc) * H * W;
-            for (int ic = 0; ic < C; ++ic)
-                for (int kh = 0; kh < 5; ++kh)
-                    for (int kw = 0; kw < 5; ++kw) {
-                        const float wv = w[((oc * C + ic) * 5 + kh) * 5 + kw];
-                        float* ip = dinpad + ((size_t(b) * C + ic) * HP + kh) * WP + kw;
-                        for (int h = 0; h < H; ++h) {
-#pragma omp simd
-                            for (int x = 0; x < W; ++x) ip[h * WP + x] += wv * d[h * W + x];
-                        }
-                    }
-        }
+        db[oc] += s;
+    }
+}
+
+// wf[ic][oc][kh][kw] = w[oc][ic][4-kh][4-kw]: the weights of the input-gradient convolution
+template <int C, int OC>
+inline void flip_conv_weights(float* wf, const float* w) {
+    for (int oc = 0; oc < OC; ++oc)
+        for (int ic = 0; ic < C; ++ic)
+            for (int t = 0; t < 25; ++t) wf[(ic * OC + oc) * 25 + 24 - t] = w[(oc * C + ic) * 25 + t];
 }
 
 // zero-pad by 2 on each side: [B,C,H,W] -> [B,C,H+4,W+4]
@@ -135,13 +196,6 @@ inline void pad2(float* dst, const float* src, int B, int C, int H, int W) {
     for (int bc = 0; bc < B * C; ++bc)
         for (int h = 0; h < H; ++h)
             std::memcpy(dst + (size_t(bc) * HP + h + 2) * WP + 2, src + (size_t(bc) * H + h) * W, sizeof(float) * W);
-}
-
-inline void unpad2(float* dst, const float* src, int B, int C, int H, int W) {
-    const int HP = H + 4, WP = W + 4;
-    for (int bc = 0; bc < B * C; ++bc)
-        for (int h = 0; h < H; ++h)
-            std::memcpy(dst + (size_t(bc) * H + h) * W, src + (size_t(bc) * HP + h + 2) * WP + 2, sizeof(float) * W);
 }
 
 // ---- 2x2 max pooling; backward routes to the first maximum, as PyTorch does ----
@@ -156,31 +210,38 @@ inline void maxpool_forward(float* out, const float* in, int BC, int H, int W) {
             }
 }
 
+// the 2x2 windows tile the input exactly, so every din element is written once: no memset
 inline void maxpool_backward(float* din, const float* dout, const float* in, int BC, int H, int W) {
     const int OH = H / 2, OW = W / 2;
 #pragma omp parallel for schedule(static)
-    for (int bc = 0; bc < BC; ++bc) {
-        std::memset(din + size_t(bc) * H * W, 0, sizeof(float) * H * W);
+    for (int bc = 0; bc < BC; ++bc)
         for (int h = 0; h < OH; ++h)
             for (int x = 0; x < OW; ++x) {
                 const size_t base = (size_t(bc) * H + 2 * h) * W + 2 * x;
                 const size_t cand[4] = {base, base + 1, base + W, base + W + 1};
-                size_t best = cand[0];
+                int best = 0;
                 for (int k = 1; k < 4; ++k)
-                    if (in[cand[k]] > in[best]) best = cand[k];
-                din[best] += dout[(size_t(bc) * OH + h) * OW + x];
+                    if (in[cand[k]] > in[cand[best]]) best = k;
+                const float d = dout[(size_t(bc) * OH + h) * OW + x];
+                for (int k = 0; k < 4; ++k) din[cand[k]] = k == best ? d : 0.f;
             }
-    }
 }
 
 // ---- fully connected: out[b][o] = bias[o] + w[o] . in[b], optional ReLU ----
 inline void fc_forward(float* out, const float* in, const float* w, const float* bias, int B, int I, int O,
                        bool relu) {
+    const int BB = (B + 3) / 4;  // blocks of four images; the last block repeats its final image
 #pragma omp parallel for collapse(2) schedule(static)
-    for (int b = 0; b < B; ++b)
+    for (int bb = 0; bb < BB; ++bb)
         for (int o = 0; o < O; ++o) {
-            const float s = dot(w + size_t(o) * I, in + size_t(b) * I, I) + bias[o];
-            out[size_t(b) * O + o] = relu ? (s > 0.f ? s : 0.f) : s;
+            const float* x[4];
+            for (int j = 0; j < 4; ++j) x[j] = in + size_t(std::min(4 * bb + j, B - 1)) * I;
+            float s[4];
+            dot4(s, w + size_t(o) * I, x[0], x[1], x[2], x[3], I);
+            for (int j = 0; j < 4 && 4 * bb + j < B; ++j) {
+                const float v = s[j] + bias[o];
+                out[size_t(4 * bb + j) * O + o] = relu ? (v > 0.f ? v : 0.f) : v;
+            }
         }
 }
 

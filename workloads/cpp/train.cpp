@@ -187,10 +187,12 @@ struct Net {
     std::vector<float> grads;    // n_bp: the BP part only
     // activations (one pass)
     std::vector<float> xpad, c1, p1, p1pad, c2;
+    std::vector<float> w2t;  // conv2's weights as [6][5][5][16] for conv_forward_oc
+    std::vector<float> w2f;  // conv2's weights flipped as [6][16][5][5] for its input gradient (full-bp)
     Head head[2];
     std::vector<int> labels;
     // errors for the BP part
-    std::vector<float> dlogits, dh2, dh1, dp2, dc2, dp1pad, dp1, dc1;
+    std::vector<float> dlogits, dh2, dh1, dp2, dc2, dc2pad, dp1, dc1;
 
     Net(int batch, const Spec& s, const std::vector<float>& init) : B(batch), params(init) {
         first_bp = s.method == "full-bp" ? 0 : s.method == "full-zo" ? NLAYERS : NLAYERS - s.bp_layers;
@@ -202,6 +204,7 @@ struct Net {
         p1.assign(size_t(B) * 6 * 14 * 14, 0.f);
         p1pad.assign(size_t(B) * 6 * 18 * 18, 0.f);
         c2.assign(size_t(B) * 16 * 14 * 14, 0.f);
+        w2t.assign(W_SIZE[1], 0.f);
         for (int k = 0; k < (s.method == "elastic-zo" ? 2 : 1); ++k) {
             if (k == 0 || first_bp <= 2) head[k].p2.assign(size_t(B) * 784, 0.f);
             head[k].h1.assign(size_t(B) * 120, 0.f);
@@ -216,9 +219,10 @@ struct Net {
         if (first_bp <= 1) {
             dp2.assign(size_t(B) * 784, 0.f);
             dc2.assign(size_t(B) * 16 * 14 * 14, 0.f);
-            dp1pad.assign(size_t(B) * 6 * 18 * 18, 0.f);
         }
         if (first_bp == 0) {
+            dc2pad.assign(size_t(B) * 16 * 18 * 18, 0.f);
+            w2f.assign(W_SIZE[1], 0.f);
             dp1.assign(size_t(B) * 6 * 14 * 14, 0.f);
             dc1.assign(size_t(B) * 6 * 28 * 28, 0.f);
         }
@@ -237,7 +241,8 @@ struct Net {
         conv_forward<1, 6, 28, 28>(c1.data(), xpad.data(), W(0), Bias(0), b);
         maxpool_forward(p1.data(), c1.data(), b * 6, 28, 28);
         pad2(p1pad.data(), p1.data(), b, 6, 14, 14);
-        conv_forward<6, 16, 14, 14>(c2.data(), p1pad.data(), W(1), Bias(1), b);
+        transpose_conv_weights<6, 16>(w2t.data(), W(1));
+        conv_forward_oc<6, 16, 14, 14>(c2.data(), p1pad.data(), w2t.data(), Bias(1), b);
         float* p2 = p2_of(k);
         maxpool_forward(p2, c2.data(), b * 16, 14, 14);
         fc_forward(hd.h1.data(), p2, W(2), Bias(2), b, 784, 120, true);
@@ -261,14 +266,14 @@ struct Net {
         if (first_bp > 1) return;
         maxpool_backward(dc2.data(), dp2.data(), c2.data(), B * 16, 14, 14);
         relu_backward(dc2.data(), c2.data(), dc2.size());
-        std::fill(dp1pad.begin(), dp1pad.end(), 0.f);
-        conv_backward(first_bp == 0 ? dp1pad.data() : nullptr, dW(1), dBias(1), dc2.data(), p1pad.data(), W(1), B, 6,
-                      16, 14, 14);
+        conv_weight_grad<6, 16, 14, 14>(dW(1), dBias(1), dc2.data(), p1pad.data(), B);
         if (first_bp > 0) return;
-        unpad2(dp1.data(), dp1pad.data(), B, 6, 14, 14);
+        pad2(dc2pad.data(), dc2.data(), B, 16, 14, 14);
+        flip_conv_weights<6, 16>(w2f.data(), W(1));
+        conv_forward<16, 6, 14, 14, false>(dp1.data(), dc2pad.data(), w2f.data(), nullptr, B);
         maxpool_backward(dc1.data(), dp1.data(), c1.data(), B * 6, 28, 28);
         relu_backward(dc1.data(), c1.data(), dc1.size());
-        conv_backward(nullptr, dW(0), dBias(0), dc1.data(), xpad.data(), W(0), B, 1, 6, 28, 28);
+        conv_weight_grad<1, 6, 28, 28>(dW(0), dBias(0), dc1.data(), xpad.data(), B);
     }
 
     void bp_update(float lr) {
