@@ -1,8 +1,10 @@
-"""Per-step training time of the cpp binary vs the torch runner, side by side in one run.
+"""Per-step training time of the cpp binary and the ONNX Runtime runner vs the torch
+runner, side by side in one run.
 
-For each method and batch size both runtimes train the same steps from the same seed,
-alternating, --repeats times; the table gives medians, the cpp speed-up, and the
-binary's ZO perturb+update share of training time. Prints; asserts nothing.
+For each method and batch size the runtimes train the same steps from the same seed,
+alternating, --repeats times; the table gives medians, each runtime's speed-up over
+torch, and the binary's ZO perturb+update and forward shares of training time.
+ort trains no full-bp (forward-only by design). Prints; asserts nothing.
 """
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from harness.build import build  # noqa: E402
-from harness.deploy import raw_idx, raw_idx_root  # noqa: E402
+from harness.deploy import onnx_graph, raw_idx, raw_idx_root  # noqa: E402
 from harness.inventory import Target  # noqa: E402
 
 METHODS = [("full-zo", 0), ("elastic-zo", 1), ("elastic-zo", 2), ("full-bp", 0)]
@@ -41,8 +43,10 @@ def main() -> None:
     args = ap.parse_args()
     binary = str(build(Target(name="local", transport="local")))
     raw_idx("fashion-mnist", "")
-    runtimes = {"torch": [sys.executable, "-m", "workloads.torch_runner"], "cpp": [binary]}
-    print(f"{'method':16} {'batch':>5} {'torch ms':>9} {'cpp ms':>8} {'cpp x':>6} {'cpp zo%':>8} {'cpp fwd%':>8}")
+    commands = {"torch": [sys.executable, "-m", "workloads.torch_runner"], "cpp": [binary],
+                "ort": [sys.executable, "-m", "workloads.ort_runner"]}
+    print(f"{'method':16} {'batch':>5} {'torch ms':>9} {'cpp ms':>8} {'ort ms':>8} {'cpp x':>6} {'ort x':>6} "
+          f"{'cpp zo%':>8} {'cpp fwd%':>8}")
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         for batch in (32, 256):
@@ -51,6 +55,9 @@ def main() -> None:
                         "workload": {"dataset": "fashion-mnist", "data_dir": str(raw_idx_root())},
                         "hyper": {"epochs": 1, "batch_size": batch, "train_samples": batch * args.steps,
                                   "test_samples": 32}}
+                runtimes = {rt: cmd for rt, cmd in commands.items() if rt != "ort" or method != "full-bp"}
+                if "ort" in runtimes:
+                    spec["onnx_model"] = str(onnx_graph("lenet5", method, k))
                 ms = {rt: [] for rt in runtimes}
                 shares = []
                 one(runtimes["cpp"], spec, tmp)               # warm-up: page cache, CPU clocks
@@ -62,10 +69,13 @@ def main() -> None:
                             p = r["phases"]
                             shares.append(((p["zo_perturb"]["seconds"] + p["zo_update"]["seconds"]) / r["train_seconds"],
                                            p["forward"]["seconds"] / r["train_seconds"]))
-                t, c = statistics.median(ms["torch"]), statistics.median(ms["cpp"])
+                med = {rt: statistics.median(v) for rt, v in ms.items()}
+                t, c, o = med["torch"], med["cpp"], med.get("ort")
                 zo, fwd = (100 * statistics.median(s[i] for s in shares) for i in (0, 1))
                 label = method if not k else f"{method}:{k}"
-                print(f"{label:16} {batch:5d} {t:9.2f} {c:8.2f} {t / c:6.2f} {zo:8.1f} {fwd:8.1f}", flush=True)
+                ort_ms, ort_x = (f"{o:8.2f}", f"{t / o:6.2f}") if o else (f"{'-':>8}", f"{'-':>6}")
+                print(f"{label:16} {batch:5d} {t:9.2f} {c:8.2f} {ort_ms} {t / c:6.2f} {ort_x} {zo:8.1f} {fwd:8.1f}",
+                      flush=True)
 
 
 if __name__ == "__main__":

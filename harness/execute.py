@@ -20,13 +20,13 @@ from pathlib import Path
 
 from . import paths, schema
 from .build import build
-from .deploy import (bundle_files, deploy, init_weights_dir, init_weights_file, init_weights_name, raw_idx,
-                     raw_idx_root, sha256)
+from .deploy import (bundle_files, deploy, init_weights_dir, init_weights_file, init_weights_name, onnx_dir,
+                     onnx_graph, raw_idx, raw_idx_root, sha256)
 from .inventory import Target
 from .plan import Job
 from .transport import LocalTransport, TransportError
 
-RUNNER_MODULES = {"torch": "workloads.torch_runner"}
+RUNNER_MODULES = {"torch": "workloads.torch_runner", "ort": "workloads.ort_runner"}
 
 
 @dataclass
@@ -39,6 +39,11 @@ class Site:
     binary: str = ""        # zobench-train on the target, for cpp jobs
     binary_sha256: str = ""
     init_dir: str = ""      # the initial-weights files every runtime starts from
+    onnx_dir: str = ""      # the ONNX graphs of ort jobs
+
+
+def graph_of(spec: dict) -> Path:
+    return onnx_graph(spec["workload"]["model"], spec["method"], spec["bp_layers"])
 
 
 def open_site(target: Target, transport, jobs: list[Job], local_jobs: Path, run_id: str) -> Site:
@@ -48,6 +53,7 @@ def open_site(target: Target, transport, jobs: list[Job], local_jobs: Path, run_
     inits = {(j.spec["workload"]["model"], j.spec["seed"]) for j in jobs if not j.spec["init_weights"]}
     binary = build(target) if any(j.spec["runtime"] == "cpp" for j in jobs) else None
     sha = sha256(binary) if binary else ""
+    graphs = {graph_of(j.spec) for j in jobs if j.spec["runtime"] == "ort" and not j.spec["onnx_model"]}
     if isinstance(transport, LocalTransport):
         for model, seed in inits:
             init_weights_file(model, seed)
@@ -55,11 +61,11 @@ def open_site(target: Target, transport, jobs: list[Job], local_jobs: Path, run_
             for name, data_dir in need:   # the binary reads uncompressed IDX files
                 raw_idx(name, data_dir)
         return Site(transport, str(paths.REPO), str(local_jobs / "attempts"), str(raw_idx_root()) if binary else "",
-                    str(binary or ""), sha, str(init_weights_dir()) if inits else "")
+                    str(binary or ""), sha, str(init_weights_dir()) if inits else "", str(onnx_dir()))
     workdir = transport.path(target.workdir)
-    bundle = deploy(transport, workdir, bundle_files(need, binary, inits))
+    bundle = deploy(transport, workdir, bundle_files(need, binary, inits, graphs))
     return Site(transport, bundle, f"{workdir}/jobs/{run_id}", f"{bundle}/data",
-                f"{bundle}/bin/zobench-train" if binary else "", sha, f"{bundle}/init")
+                f"{bundle}/bin/zobench-train" if binary else "", sha, f"{bundle}/init", f"{bundle}/onnx")
 
 
 def failure(job: Job, status: str, error: str, started_at: str = "", wall: float = 0.0, steps: int = 0) -> dict:
@@ -127,6 +133,8 @@ def run_job(job: Job, target: Target, site: Site, work: Path, on_event=None) -> 
         spec["workload"] = {**spec["workload"], "data_dir": site.data_dir}
     if not spec["init_weights"] and site.init_dir:
         spec["init_weights"] = f"{site.init_dir}/{init_weights_name(spec['workload']['model'], spec['seed'])}"
+    if spec["runtime"] == "ort" and not spec["onnx_model"]:
+        spec["onnx_model"] = f"{site.onnx_dir}/{graph_of(spec).name}"
     rc, _, err = t.exec(f"mkdir -p {q(job_dir)} && rm -f {q(job_dir + '/result.json')}")
     if rc != 0:
         raise TransportError(f"{t.where}: cannot make {job_dir}: {err.strip()}")

@@ -23,6 +23,8 @@ else:  # pragma: no cover
 SUPPORT = {
     "torch": {"precisions": {"fp32"}, "methods": set(vocab.METHODS)},
     "cpp": {"precisions": {"fp32"}, "methods": set(vocab.METHODS)},
+    "ort": {"precisions": {"fp32"}, "methods": {"full-zo", "elastic-zo"},
+            "why": "ONNX Runtime runs forward passes only, by design (use torch or cpp for full-bp)"},
 }
 
 
@@ -44,7 +46,7 @@ def unsupported(runtime: str, method: str, precision: str) -> str | None:
     if precision not in s["precisions"]:
         return f"the {runtime} runtime has no {precision} training"
     if method not in s["methods"]:
-        return f"the {runtime} runtime cannot train {method}"
+        return f"the {runtime} runtime cannot train {method}" + (f": {s['why']}" if "why" in s else "")
     return None
 
 

@@ -36,17 +36,21 @@ def test_combinations_a_runtime_cannot_run_are_left_out_with_the_reason():
     s = suites.load("quick")
     s.precisions = ["fp32", "int8"]
     jobs, notes = plan.make(s, inventory.resolve(["local"], None))
-    assert len(jobs) == 8 and all(j.spec["precision"] == "fp32" for j in jobs)
+    assert len(jobs) == 11 and all(j.spec["precision"] == "fp32" for j in jobs)
     assert any("int8" in n and "torch" in n for n in notes)
+    assert "full-bp fp32 on ort: the ort runtime cannot train full-bp: ONNX Runtime runs forward passes " \
+           "only, by design (use torch or cpp for full-bp)" in notes
+    with pytest.raises(UserError, match="ort runtime cannot train full-bp: ONNX Runtime runs forward passes only"):
+        plan.make(s, inventory.resolve(["local"], None), runtimes=["ort"], methods=["full-bp"])
     with pytest.raises(UserError, match="the plan has no job"):
         plan.make(s, inventory.resolve(["local"], None), precisions=["int8"])
 
 
-def test_quick_suite_runs_every_method_on_torch_and_cpp_here():
+def test_quick_suite_runs_every_method_on_torch_and_cpp_and_the_zo_methods_on_ort_here():
     jobs, _ = plan.make(suites.load("quick"), inventory.resolve(["local"], None))
     assert sorted((j.spec["runtime"], j.spec["method"], j.spec["bp_layers"]) for j in jobs) == sorted(
-        (r, m, k) for r in ("torch", "cpp") for m, k in
-        (("full-bp", 0), ("full-zo", 0), ("elastic-zo", 1), ("elastic-zo", 2)))
+        (r, m, k) for r in ("torch", "cpp", "ort") for m, k in
+        (("full-bp", 0), ("full-zo", 0), ("elastic-zo", 1), ("elastic-zo", 2)) if (r, m) != ("ort", "full-bp"))
 
 
 @pytest.mark.slow

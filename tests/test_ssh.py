@@ -248,3 +248,14 @@ def test_an_ssh_config_alias_is_a_host(farm, tmp_path):
         assert json.loads(out.stdout)["disk_free_bytes"] > 0
     finally:
         config.unlink()
+
+
+def test_an_ort_job_runs_on_the_board_from_the_deployed_graph(farm, tmp_path):
+    inv = tmp_path / "inventory.toml"
+    inv.write_text(board_toml("board-c", farm["boards"]["board-c"], farm["key"], tmp_path / "work", runtimes=["ort"]))
+    assert run(inv, tmp_path / "results", "--target", "board-c", "--method", "elastic-zo:1") == 0
+    store = Store(tmp_path / "results")
+    (r,) = store.results(store.latest())
+    assert r["status"] == "ok" and r["job"]["runtime"] == "ort" and r["steps"] == 10
+    graph = r["job"]["onnx_model"]
+    assert "/work/bundles/" in graph and "/onnx/lenet5-front4-" in graph

@@ -67,6 +67,7 @@ class JobSpec:
     workload: Workload = field(default_factory=Workload)
     hyper: Hyper = field(default_factory=Hyper)
     init_weights: str = ""        # optional file of float32 initial weights (models.py layout)
+    onnx_model: str = ""          # ort runtime: the exported graph of the ZO front (onnx_export.py)
     target: str = ""              # set by the harness: where the job ran
     repeat: int = 0               # set by the harness: index of this repeat
     harness_commit: str = ""

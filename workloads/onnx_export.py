@@ -1,0 +1,90 @@
+"""A model's ZO front as an ONNX graph, for the forward-only ONNX Runtime runner.
+
+The graph is written from the model description in models.py (the same layers
+the torch runner runs), not traced from torch: it is small, deterministic
+(the same bytes every time, so its sha256 names it) and needs only the `onnx`
+package on the host. Boards never import this module; they get the file.
+
+- The trainable weights are graph *inputs* named as in Model.offsets(), not
+  initializers: the runner binds its own float32 buffer once and perturbs it in
+  place, so the session never holds a second copy of the parameters.
+- The batch dimension is dynamic ("batch").
+- The graph runs the layers before the partition point and outputs their
+  activation, flattened to [batch, features]: for full-zo that is the logits;
+  for ElasticZO it is the input of the BP head, which the runner computes in
+  numpy because it needs the head's activations for its backward pass anyway.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+import onnx
+from onnx import TensorProto, helper
+
+from .models import Model
+
+OPSET = 17
+OUTPUT = "front"
+
+
+def front_layers(model: Model, method: str, bp_layers: int) -> int:
+    """How many leading layers the graph runs: all for full-zo, all but the head for elastic-zo."""
+    if method == "full-zo":
+        return len(model.layers)
+    if method == "elastic-zo":
+        model.split(method, bp_layers)     # validates bp_layers
+        return len(model.layers) - bp_layers
+    raise ValueError(f"the ONNX front exists for full-zo and elastic-zo only, not {method}")
+
+
+def graph(model: Model, layers: int) -> onnx.ModelProto:
+    tensors = model.offsets()[:2 * layers]
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", *model.input_shape])]
+    inputs += [helper.make_tensor_value_info(name, TensorProto.FLOAT, list(shape)) for name, _, shape in tensors]
+    nodes, x, spatial = [], "x", True
+    for i, layer in enumerate(model.layers[:layers]):
+        w, b, n = f"{layer.name}.weight", f"{layer.name}.bias", layer.name
+        last = i == len(model.layers) - 1
+        if layer.kind == "conv":
+            p = layer.padding
+            nodes += [helper.make_node("Conv", [x, w, b], [f"{n}.conv"], pads=[p] * 4,
+                                       kernel_shape=list(layer.weight_shape[2:])),
+                      helper.make_node("Relu", [f"{n}.conv"], [f"{n}.relu"]),
+                      helper.make_node("MaxPool", [f"{n}.relu"], [f"{n}.out"], kernel_shape=[2, 2], strides=[2, 2])]
+        else:
+            if spatial:
+                nodes.append(helper.make_node("Flatten", [x], [f"{n}.in"], axis=1))
+                x, spatial = f"{n}.in", False
+            nodes.append(helper.make_node("Gemm", [x, w, b], [f"{n}.gemm" if not last else f"{n}.out"], transB=1))
+            if not last:
+                nodes.append(helper.make_node("Relu", [f"{n}.gemm"], [f"{n}.out"]))
+        x = f"{n}.out"
+    if spatial:
+        nodes.append(helper.make_node("Flatten", [x], [OUTPUT], axis=1))
+    else:
+        nodes.append(helper.make_node("Identity", [x], [OUTPUT]))
+    out = helper.make_tensor_value_info(OUTPUT, TensorProto.FLOAT, ["batch", None])
+    g = helper.make_graph(nodes, f"{model.name}-front{layers}", inputs, [out])
+    proto = helper.make_model(g, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="zobench")
+    proto.ir_version = 8            # readable by every onnxruntime since 1.10
+    onnx.checker.check_model(proto, full_check=True)
+    return proto
+
+
+def file_name(model: Model, layers: int) -> tuple[str, bytes]:
+    data = graph(model, layers).SerializeToString(deterministic=True)
+    return f"{model.name}-front{layers}-{hashlib.sha256(data).hexdigest()[:16]}.onnx", data
+
+
+def export(model: Model, layers: int, directory: Path) -> Path:
+    """The graph's file in `directory`, written once (its name carries its hash)."""
+    name, data = file_name(model, layers)
+    path = Path(directory) / name
+    if not path.is_file():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f"{name}.part-{os.getpid()}")
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+    return path
