@@ -50,7 +50,8 @@ def open_site(target: Target, transport, jobs: list[Job], local_jobs: Path, run_
     """Connect and, on a board, deploy the bundle these jobs need."""
     transport.connect()
     need = {(j.spec["workload"]["dataset"], j.spec["workload"]["data_dir"]) for j in jobs}
-    inits = {(j.spec["workload"]["model"], j.spec["seed"]) for j in jobs if not j.spec["init_weights"]}
+    inits = {(j.spec["workload"]["model"], j.spec["seed"]) for j in jobs
+             if not j.spec["init_weights"] and j.spec["precision"] == "fp32"}   # int8 inits come from the seed
     binary = build(target) if any(j.spec["runtime"] == "cpp" for j in jobs) else None
     sha = sha256(binary) if binary else ""
     graphs = {graph_of(j.spec) for j in jobs if j.spec["runtime"] == "ort" and not j.spec["onnx_model"]}
@@ -131,7 +132,7 @@ def run_job(job: Job, target: Target, site: Site, work: Path, on_event=None) -> 
     spec = dict(job.spec)
     if site.data_dir:
         spec["workload"] = {**spec["workload"], "data_dir": site.data_dir}
-    if not spec["init_weights"] and site.init_dir:
+    if not spec["init_weights"] and site.init_dir and spec["precision"] == "fp32":
         spec["init_weights"] = f"{site.init_dir}/{init_weights_name(spec['workload']['model'], spec['seed'])}"
     if spec["runtime"] == "ort" and not spec["onnx_model"]:
         spec["onnx_model"] = f"{site.onnx_dir}/{graph_of(spec).name}"

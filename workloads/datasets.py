@@ -34,7 +34,7 @@ class DatasetError(Exception):
 class Split:
     images: np.ndarray   # uint8 [N, 28, 28]
     labels: np.ndarray   # int64 [N]
-    lut: np.ndarray      # float32 [256]
+    lut: np.ndarray      # float32 [256] (int8 [256] for int8 training)
 
     def __len__(self) -> int:
         return len(self.labels)
@@ -133,11 +133,13 @@ def _digits_split(split: str) -> tuple[np.ndarray, np.ndarray]:
     return images[sl], d.target[sl]
 
 
-def load(name: str, split: str, limit: int = 0, data_dir: str | None = None) -> Split:
-    """The first `limit` samples (0 = all) of a split ('train' or 'test')."""
+def load(name: str, split: str, limit: int = 0, data_dir: str | None = None, precision: str = "fp32") -> Split:
+    """The first `limit` samples (0 = all) of a split ('train' or 'test'). For int8 the
+    table maps a pixel to pixel >> 1, the 7-bit input with exponent -7 (docs/int8.md)."""
     if name not in NORMALISATION:
         raise DatasetError(f"unknown dataset {name!r}; expected one of {', '.join(DATASETS)}")
     images, labels = _digits_split(split) if name == "digits" else _idx_split(name, split, data_dir)
     if limit:   # a copy, so the full split is freed and does not count in the runner's RSS
         images, labels = images[:limit].copy(), labels[:limit].copy()
-    return Split(np.ascontiguousarray(images), labels.astype(np.int64), lookup_table(name))
+    lut = (np.arange(256) >> 1).astype(np.int8) if precision == "int8" else lookup_table(name)
+    return Split(np.ascontiguousarray(images), labels.astype(np.int64), lut)

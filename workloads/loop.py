@@ -73,7 +73,7 @@ def train(engine, spec, train_split, test_split, clock, state: TrainState) -> No
         for b in range(steps_per_epoch):
             x, y = engine.load_batch(*train_split.batch(order[b * batch:(b + 1) * batch]))
             clock.lap("data")
-            r = methods.step(engine, spec.method, x, y, state.steps, spec.seed, h, lr_zo, lr_bp, clock)
+            r = methods.step(engine, spec, x, y, state.steps, epoch, lr_zo, lr_bp, clock)
             loss_sum += r["loss"]
             if state.steps < h.trace_steps:
                 state.trace.append({"step": state.steps, **r})
@@ -86,7 +86,10 @@ def train(engine, spec, train_split, test_split, clock, state: TrainState) -> No
         seconds = time.perf_counter() - t0
         state.train_seconds += seconds
         clock.start()
-        test_loss, test_acc = evaluate(engine, test_split, h.eval_batch_size)
+        # int8 requantizes by each tensor's batch-wide max, so it evaluates in training-sized
+        # batches, as the C++ binary does for every precision
+        test_loss, test_acc = evaluate(engine, test_split,
+                                       h.batch_size if spec.precision == "int8" else h.eval_batch_size)
         clock.lap("eval")
         record = {"epoch": epoch + 1, "seconds": seconds, "phases": clock.since(snap),
                   "train_loss": loss_sum / steps_per_epoch, "test_loss": test_loss,

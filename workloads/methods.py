@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from . import zrng
+from . import models, zrng
 
 
 class Engine(Protocol):
@@ -38,6 +38,28 @@ class Engine(Protocol):
     def bp_update(self, lr: float) -> None: ...
     def evaluate(self, x, y) -> tuple[float, int]: ...         # (sum of losses, correct)
     def weights(self): ...                                     # flat float32 numpy copy
+
+    def weights_sha256(self) -> str:
+        return models.weights_sha256(self.weights())
+
+
+class Int8Engine(Protocol):
+    """An integer network (workloads/int8.py, docs/int8.md): weights are perturbed and
+    updated by integer multiples of the sparse perturbation z, and the BP head's update is
+    the gradient rounded to a bitwidth that changes with the epoch."""
+    n_zo: int
+    n_bp: int
+
+    def load_batch(self, x, y): ...
+    def perturb(self, key: int, k: int, epoch: int) -> None: ...     # theta = clip(theta + k z)
+    def forward(self, x, keep: bool): ...
+    def loss(self, out, y) -> float: ...                               # float64 CE of the logits
+    def integer_loss(self, out, y) -> int: ...                         # Eq. 12's integer loss
+    def zo_update(self, key: int, g: int, epoch: int) -> None: ...     # restore and update
+    def backward(self) -> None: ...
+    def bp_update(self, epoch: int) -> None: ...
+    def evaluate(self, x, y) -> tuple[float, int]: ...
+    def weights_sha256(self) -> str: ...
 
 
 def bp_step(engine: Engine, x, y, lr_bp: float, clock) -> dict:
@@ -80,10 +102,56 @@ def zo_step(engine: Engine, x, y, key: int, eps: float, clip: float,
             "loss_minus": loss_minus, "grad": grad}
 
 
-def step(engine: Engine, method: str, x, y, t: int, seed: int, hyper, lr_zo: float,
-         lr_bp: float, clock) -> dict:
-    """Optimizer step t (0-based, global across epochs) of `method`."""
-    if method == "full-bp":
+def _sign(v: float) -> int:
+    return (v > 0) - (v < 0)
+
+
+def int8_bp_step(engine: Int8Engine, x, y, epoch: int, clock) -> dict:
+    out = engine.forward(x, keep=True)
+    clock.lap("forward")
+    loss = engine.loss(out, y)
+    clock.lap("loss")
+    engine.backward()
+    clock.lap("backward")
+    engine.bp_update(epoch)
+    clock.lap("bp_update")
+    return {"loss": loss}
+
+
+def int8_zo_step(engine: Int8Engine, x, y, key: int, zo_loss: str, epoch: int, clock) -> dict:
+    """Alg. 2: the ZO gradient is the sign of the loss difference (ternary), from the float
+    losses (the paper's INT8) or from Eq. 12's integer losses (INT8*); both signs are
+    reported so their agreement can be measured."""
+    head = engine.n_bp > 0
+    losses = []
+    for k in (1, -2):
+        engine.perturb(key, k, epoch)
+        clock.lap("zo_perturb")
+        out = engine.forward(x, keep=head)
+        clock.lap("forward")
+        losses.append((engine.loss(out, y), engine.integer_loss(out, y)))
+        clock.lap("loss")
+    (lp, ip), (lm, im) = losses
+    sign_float, sign_integer = _sign(lp - lm), _sign(ip - im)
+    grad = sign_integer if zo_loss == "integer" else sign_float
+    engine.zo_update(key, grad, epoch)
+    clock.lap("zo_update")
+    if head:
+        engine.backward()
+        clock.lap("backward")
+        engine.bp_update(epoch)
+        clock.lap("bp_update")
+    return {"loss": 0.5 * (lp + lm), "loss_plus": lp, "loss_minus": lm, "grad": grad,
+            "sign_float": sign_float, "sign_integer": sign_integer}
+
+
+def step(engine, spec, x, y, t: int, epoch: int, lr_zo: float, lr_bp: float, clock) -> dict:
+    """Optimizer step t (0-based, global across epochs) of the spec's method and precision."""
+    key = zrng.stream_key(spec.seed, zrng.STREAM_ZO, t)
+    if spec.precision == "int8":
+        if spec.method == "full-bp":
+            return int8_bp_step(engine, x, y, epoch, clock)
+        return int8_zo_step(engine, x, y, key, spec.zo_loss, epoch, clock)
+    if spec.method == "full-bp":
         return bp_step(engine, x, y, lr_bp, clock)
-    key = zrng.stream_key(seed, zrng.STREAM_ZO, t)
-    return zo_step(engine, x, y, key, hyper.eps, hyper.zo_grad_clip, lr_zo, lr_bp, clock)
+    return zo_step(engine, x, y, key, spec.hyper.eps, spec.hyper.zo_grad_clip, lr_zo, lr_bp, clock)

@@ -19,7 +19,7 @@ import numpy as np
 from . import datasets, envinfo, memory
 from .clock import PhaseClock
 from .loop import TrainState, emit, train
-from .models import MODELS, weights_sha256
+from .models import MODELS
 from .spec import JobSpec, SpecError
 
 SCHEMA = 1
@@ -62,9 +62,9 @@ def main(make_engine, packages: tuple[str, ...], argv=None) -> int:
         result["env"]["harness_commit"] = spec.harness_commit
         model = MODELS[spec.workload.model]
         train_split = datasets.load(spec.workload.dataset, "train", spec.hyper.train_samples,
-                                    spec.workload.data_dir)
+                                    spec.workload.data_dir, spec.precision)
         test_split = datasets.load(spec.workload.dataset, "test", spec.hyper.test_samples,
-                                   spec.workload.data_dir)
+                                   spec.workload.data_dir, spec.precision)
         init = read_init_weights(spec.init_weights, model) if spec.init_weights else model.init_weights(spec.seed)
         engine = make_engine(spec, model, init)
         result["memory"]["baseline_rss_bytes"] = memory.rss_bytes()
@@ -81,10 +81,9 @@ def main(make_engine, packages: tuple[str, ...], argv=None) -> int:
         result["error"] = f"{type(e).__name__}: {e}"
     finally:
         if engine is not None:
-            w = engine.weights()
-            result["model"] = {"name": spec.workload.model, "params_total": int(w.size),
+            result["model"] = {"name": spec.workload.model, "params_total": engine.n_zo + engine.n_bp,
                                "params_zo": engine.n_zo, "params_bp": engine.n_bp,
-                               "weights_sha256": weights_sha256(w)}
+                               "weights_sha256": engine.weights_sha256()}
             result["memory"]["device_peak_bytes"] = getattr(engine, "device_peak_bytes", lambda: None)()
         if clock is not None:
             result["phases"] = clock.as_result()

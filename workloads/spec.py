@@ -34,12 +34,14 @@ class Hyper:
     train_samples: int = 0        # first N training samples (0 = all)
     test_samples: int = 0         # first N test samples (0 = all)
     eval_batch_size: int = 500
+    zo_scale: int = 8             # int8: the perturbation z is uniform on [-zo_scale, zo_scale]
     trace_steps: int = 0          # record losses and projected gradient of the first N steps
     fault: str = ""               # test-only fault injection: KIND[@METHOD_KEY], KIND in hang, crash, oom
 
     PATTERNS: typing.ClassVar[dict] = {
         "fault": (r"((hang|crash|oom)(@[a-z0-9-]+)?)?", "a fault like \"hang\" or \"crash@full-zo\"")}
-    POSITIVE: typing.ClassVar[tuple] = ("epochs", "batch_size", "eval_batch_size", "lr_decay_every", "eps")
+    POSITIVE: typing.ClassVar[tuple] = ("epochs", "batch_size", "eval_batch_size", "lr_decay_every", "eps",
+                                        "zo_scale")
     NON_NEGATIVE: typing.ClassVar[tuple] = ("lr_bp", "lr_zo", "lr_decay", "zo_grad_clip",
                                             "train_samples", "test_samples", "trace_steps")
 
@@ -91,6 +93,9 @@ class JobSpec:
                 raise SpecError(f"bp_layers: {e}") from None
         elif spec.bp_layers:
             raise SpecError(f"bp_layers: only elastic-zo takes bp_layers, got {spec.bp_layers} for {spec.method}")
+        if spec.precision == "int8" and spec.init_weights:
+            raise SpecError("init_weights: an int8 run starts from the integer init drawn from its seed "
+                            "(docs/int8.md); init_weights files are float32")
         return spec
 
 

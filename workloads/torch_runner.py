@@ -102,5 +102,12 @@ class TorchEngine(Engine):
         return torch.cuda.max_memory_allocated(self.device) if self.device.type == "cuda" else None
 
 
+def make_engine(spec, model, init: np.ndarray):
+    if spec.precision == "int8":
+        from .int8 import Int8Engine
+        return Int8Engine(spec, model)
+    return TorchEngine(spec, model, init)
+
+
 if __name__ == "__main__":
-    sys.exit(main(TorchEngine, ("numpy", "torch")))
+    sys.exit(main(make_engine, ("numpy", "torch")))

@@ -1,0 +1,403 @@
+// The INT8 network of zobench-train: LeNet-5 without biases, trained NITI-style with
+// int8 weights, activations and errors and one power-of-two exponent per tensor
+// (docs/int8.md; workloads/int8.py is the reference it agrees with bit for bit).
+//
+// Buffers are what the paper's Eqs. 13-15 count and nothing more: int8 parameters; per
+// layer an int8 activation and the int32 accumulator it is requantized from; for the BP
+// part an int32 gradient accumulator per weight (int64 for the convolutions, summed over
+// B*H*W), and int8 errors with their int32 accumulators. Each activation is uint8: it is
+// a ReLU output or pixel >> 1, so in [0, 127].
+#pragma once
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "common.hpp"
+#include "int8.hpp"
+#include "sha256.hpp"
+#include "zrng.hpp"
+
+namespace int8 {
+
+constexpr int NL = 5;
+constexpr int W_SIZE[NL] = {6 * 25, 16 * 6 * 25, 120 * 784, 84 * 120, 10 * 84};
+constexpr int FAN_IN[NL] = {25, 150, 784, 120, 84}, FAN_OUT[NL] = {150, 400, 120, 84, 10};
+constexpr int offset(int l) { return l == 0 ? 0 : offset(l - 1) + W_SIZE[l - 1]; }
+constexpr int NWEIGHTS = offset(NL);
+static_assert(NWEIGHTS == 107550, "LeNet-5 without biases");
+
+constexpr int padded(int k) { return (k + 15) / 16 * 16; }
+
+// ---- convolution 5x5, stride 1, padding 2 (input pre-padded): one im2col row of patches
+// per output row, then a dot product per (pixel, output channel) ----
+template <int C, int OC, int H, int W, class A>
+inline void conv_forward(int32_t* acc, const A* inpad, const int8_t* wp /* [OC][padded(C*25)] */, int B) {
+    constexpr int K = C * 25, KP = padded(K), HP = H + 4, WP = W + 4;
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int b = 0; b < B; ++b)
+        for (int h = 0; h < H; ++h) {
+            alignas(64) A patch[W][KP];
+            for (int x = 0; x < W; ++x) {
+                for (int ic = 0; ic < C; ++ic)
+                    for (int kh = 0; kh < 5; ++kh) {
+                        const A* row = inpad + ((size_t(b) * C + ic) * HP + h + kh) * WP + x;
+                        for (int kw = 0; kw < 5; ++kw) patch[x][(ic * 5 + kh) * 5 + kw] = row[kw];
+                    }
+                for (int k = K; k < KP; ++k) patch[x][k] = 0;
+            }
+            for (int oc = 0; oc < OC; ++oc) {
+                int32_t* o = acc + ((size_t(b) * OC + oc) * H + h) * W;
+                for (int x = 0; x < W; ++x) o[x] = dot(patch[x], wp + oc * KP, KP);
+            }
+        }
+}
+
+// weights [OC][K] -> [OC][padded(K)], zero tail
+inline void pad_weights(int8_t* wp, const int8_t* w, int OC, int K) {
+    const int KP = padded(K);
+    for (int oc = 0; oc < OC; ++oc) {
+        std::memcpy(wp + oc * KP, w + oc * K, size_t(K));
+        std::memset(wp + oc * KP + K, 0, size_t(KP - K));
+    }
+}
+
+// conv [OC][C][5][5] -> the input-gradient convolution's [C][OC][5][5] flipped, padded
+inline void flip_weights(int8_t* wf, const int8_t* w, int C, int OC) {
+    const int KP = padded(OC * 25);
+    std::memset(wf, 0, size_t(C) * KP);
+    for (int oc = 0; oc < OC; ++oc)
+        for (int ic = 0; ic < C; ++ic)
+            for (int t = 0; t < 25; ++t) wf[ic * KP + oc * 25 + 24 - t] = w[(oc * C + ic) * 25 + t];
+}
+
+// requantize a conv output, ReLU, and 2x2 max-pool into `pooled` (pad = its zero border);
+// returns the exponent increment
+inline int requant_relu_pool(uint8_t* out, uint8_t* pooled, int pad, const int32_t* acc, int BC, int H, int W) {
+    const int s = requant_shift(acc, size_t(BC) * H * W);
+#pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < size_t(BC) * H * W; ++i) out[i] = uint8_t(std::max(requant_value(acc[i], s), 0));
+    const int OH = H / 2, OW = W / 2, PH = OH + 2 * pad, PW = OW + 2 * pad;
+#pragma omp parallel for schedule(static)
+    for (int bc = 0; bc < BC; ++bc)
+        for (int h = 0; h < OH; ++h)
+            for (int x = 0; x < OW; ++x) {
+                const uint8_t* p = out + (size_t(bc) * H + 2 * h) * W + 2 * x;
+                pooled[(size_t(bc) * PH + h + pad) * PW + x + pad] = std::max(std::max(p[0], p[1]), std::max(p[W], p[W + 1]));
+            }
+    return std::max(s, 0);
+}
+
+// requantize an FC output (ReLU unless it is the logits); returns the exponent increment
+template <class T>
+inline int requant_to(T* out, const int32_t* acc, size_t n, bool relu) {
+    const int s = requant_shift(acc, n);
+    for (size_t i = 0; i < n; ++i) out[i] = T(relu ? std::max(requant_value(acc[i], s), 0) : requant_value(acc[i], s));
+    return std::max(s, 0);
+}
+
+inline void fc_forward(int32_t* acc, const uint8_t* in, const int8_t* w, int B, int I, int O) {
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int b = 0; b < B; ++b)
+        for (int o = 0; o < O; ++o) acc[size_t(b) * O + o] = dot(in + size_t(b) * I, w + size_t(o) * I, I);
+}
+
+// dw[o][i] += sum_b err[b][o] * in[b][i]
+inline void fc_weight_grad(int32_t* dw, const int8_t* err, const uint8_t* in, int B, int I, int O) {
+#pragma omp parallel for schedule(static)
+    for (int o = 0; o < O; ++o)
+        for (int b = 0; b < B; ++b) {
+            const int32_t e = err[size_t(b) * O + o];
+            if (e == 0) continue;
+            const uint8_t* x = in + size_t(b) * I;
+            int32_t* row = dw + size_t(o) * I;
+#pragma omp simd
+            for (int i = 0; i < I; ++i) row[i] += e * int32_t(x[i]);
+        }
+}
+
+// eacc[b][i] = sum_o err[b][o] * w[o][i]
+inline void fc_input_grad(int32_t* eacc, const int8_t* err, const int8_t* w, int B, int I, int O) {
+#pragma omp parallel for schedule(static)
+    for (int b = 0; b < B; ++b) {
+        int32_t* row = eacc + size_t(b) * I;
+        std::fill(row, row + I, 0);
+        for (int o = 0; o < O; ++o) {
+            const int32_t e = err[size_t(b) * O + o];
+            if (e == 0) continue;
+            const int8_t* wr = w + size_t(o) * I;
+#pragma omp simd
+            for (int i = 0; i < I; ++i) row[i] += e * int32_t(wr[i]);
+        }
+    }
+}
+
+// requantized error, kept only where the layer's input (a ReLU output) is positive
+inline void error_through_relu(int8_t* err, const int32_t* eacc, const uint8_t* act, size_t n) {
+    const int s = requant_shift(eacc, n);
+    for (size_t i = 0; i < n; ++i) err[i] = act[i] > 0 ? int8_t(requant_value(eacc[i], s)) : int8_t(0);
+}
+
+// the error of a pooled output routed to the first maximum of its window, where that
+// (ReLU) value is positive; every other input of the window gets 0
+inline void error_through_pool(int8_t* din, const int32_t* eacc, const uint8_t* in, int BC, int H, int W) {
+    const int s = requant_shift(eacc, size_t(BC) * (H / 2) * (W / 2));
+    const int OH = H / 2, OW = W / 2;
+#pragma omp parallel for schedule(static)
+    for (int bc = 0; bc < BC; ++bc)
+        for (int h = 0; h < OH; ++h)
+            for (int x = 0; x < OW; ++x) {
+                const size_t base = (size_t(bc) * H + 2 * h) * W + 2 * x;
+                const size_t cand[4] = {base, base + 1, base + W, base + W + 1};
+                int best = 0;
+                for (int k = 1; k < 4; ++k)
+                    if (in[cand[k]] > in[cand[best]]) best = k;
+                const int8_t d = int8_t(requant_value(eacc[(size_t(bc) * OH + h) * OW + x], s));
+                for (int k = 0; k < 4; ++k) din[cand[k]] = k == best && in[cand[k]] > 0 ? d : int8_t(0);
+            }
+}
+
+// dw[oc][ic][kh][kw] += sum_{b,h,x} err[b][oc][h][x] * inpad[b][ic][h+kh][x+kw]: int32 per
+// image (at most H*W*127^2), int64 over the batch
+template <int C, int OC, int H, int W>
+inline void conv_weight_grad(int64_t* dw, const int8_t* err, const uint8_t* inpad, int B) {
+    constexpr int HP = H + 4, WP = W + 4;
+#pragma omp parallel for collapse(3) schedule(static)
+    for (int oc = 0; oc < OC; ++oc)
+        for (int ic = 0; ic < C; ++ic)
+            for (int kh = 0; kh < 5; ++kh) {
+                int64_t tot[5] = {};
+                for (int b = 0; b < B; ++b) {
+                    int32_t acc[5][W] = {};
+                    for (int h = 0; h < H; ++h) {
+                        const int8_t* d = err + ((size_t(b) * OC + oc) * H + h) * W;
+                        const uint8_t* ip = inpad + ((size_t(b) * C + ic) * HP + h + kh) * WP;
+                        for (int kw = 0; kw < 5; ++kw)
+#pragma omp simd
+                            for (int x = 0; x < W; ++x) acc[kw][x] += int32_t(d[x]) * int32_t(ip[x + kw]);
+                    }
+                    for (int kw = 0; kw < 5; ++kw)
+                        for (int x = 0; x < W; ++x) tot[kw] += acc[kw][x];
+                }
+                for (int kw = 0; kw < 5; ++kw) dw[((oc * C + ic) * 5 + kh) * 5 + kw] += tot[kw];
+            }
+}
+
+template <class T>
+inline void pad2(T* dst, const T* src, int BC, int H, int W) {
+    const int HP = H + 4, WP = W + 4;
+    for (int bc = 0; bc < BC; ++bc)
+        for (int h = 0; h < H; ++h) std::memcpy(dst + (size_t(bc) * HP + h + 2) * WP + 2, src + (size_t(bc) * H + h) * W, sizeof(T) * W);
+}
+
+struct Head {  // one pass's FC activations; ElasticZO keeps two
+    std::vector<uint8_t> p2, h1, h2;  // [B,784] (only if fc1 is BP, for the second pass), [B,120], [B,84]
+    std::vector<int8_t> logits;       // [B,10]
+    int exp = 0;                      // the logits' exponent
+};
+
+struct Net {
+    int B, first_bp, scale;
+    size_t n_zo, n_bp;
+    std::string zo_loss;
+    std::vector<int8_t> q;  // NWEIGHTS
+    int exps[NL];
+    // activations and their int32 accumulators
+    std::vector<uint8_t> xpad, c1, p1pad, c2;
+    std::vector<int32_t> acc1, acc2, acc3, acc4, acc5;
+    std::vector<int8_t> wp0, wp1, w1f;  // conv weights padded to 16 / flipped (full-bp)
+    Head head[2];
+    std::vector<int> labels;
+    // the BP part: gradient accumulators, errors and theirs
+    std::vector<int32_t> g_fc[NL];
+    std::vector<int64_t> g_conv[2];
+    std::vector<int8_t> err5, err4, err3, dc2, dc2pad, dc1;
+    std::vector<int32_t> eacc4, eacc3, eacc2, eacc1;
+
+    Net(int batch, const Spec& s) : B(batch), scale(s.h.zo_scale), zo_loss(s.zo_loss), q(NWEIGHTS) {
+        first_bp = s.method == "full-bp" ? 0 : s.method == "full-zo" ? NL : NL - s.bp_layers;
+        n_zo = size_t(offset(first_bp));
+        n_bp = NWEIGHTS - n_zo;
+        const uint64_t key = zrng::stream_key(s.seed, zrng::STREAM_INIT, 1);
+        for (int i = 0; i < NWEIGHTS; ++i)
+            q[i] = int8_t(int((((zrng::bits(key, uint64_t(i)) & 0xFFFFFFFFull) * 255ull) >> 32)) - 127);
+        for (int l = 0; l < NL; ++l) exps[l] = init_exponent(FAN_IN[l], FAN_OUT[l]);
+        xpad.assign(size_t(B) * 32 * 32, 0);
+        c1.assign(size_t(B) * 6 * 28 * 28, 0);
+        p1pad.assign(size_t(B) * 6 * 18 * 18, 0);
+        c2.assign(size_t(B) * 16 * 14 * 14, 0);
+        acc1.assign(c1.size(), 0);
+        acc2.assign(c2.size(), 0);
+        acc3.assign(size_t(B) * 120, 0);
+        acc4.assign(size_t(B) * 84, 0);
+        acc5.assign(size_t(B) * 10, 0);
+        wp0.assign(6 * padded(25), 0);
+        wp1.assign(16 * padded(150), 0);
+        for (int k = 0; k < (s.method == "elastic-zo" ? 2 : 1); ++k) {
+            if (k == 0 || first_bp <= 2) head[k].p2.assign(size_t(B) * 784, 0);
+            head[k].h1.assign(size_t(B) * 120, 0);
+            head[k].h2.assign(size_t(B) * 84, 0);
+            head[k].logits.assign(size_t(B) * 10, 0);
+        }
+        labels.assign(B, 0);
+        for (int l = std::max(first_bp, 2); l < NL; ++l) g_fc[l].assign(W_SIZE[l], 0);
+        for (int l = first_bp; l < 2; ++l) g_conv[l].assign(W_SIZE[l], 0);
+        if (n_bp) err5.assign(size_t(B) * 10, 0);
+        if (first_bp <= 3) eacc4.assign(size_t(B) * 84, 0), err4.assign(size_t(B) * 84, 0);
+        if (first_bp <= 2) eacc3.assign(size_t(B) * 120, 0), err3.assign(size_t(B) * 120, 0);
+        if (first_bp <= 1) eacc2.assign(size_t(B) * 784, 0), dc2.assign(c2.size(), 0);
+        if (first_bp == 0) {
+            dc2pad.assign(size_t(B) * 16 * 18 * 18, 0);
+            eacc1.assign(size_t(B) * 6 * 14 * 14, 0);
+            dc1.assign(c1.size(), 0);
+            w1f.assign(6 * padded(16 * 25), 0);
+        }
+    }
+
+    int8_t* W(int l) { return q.data() + offset(l); }
+    uint8_t* p2_of(int k) { return head[k].p2.empty() ? head[0].p2.data() : head[k].p2.data(); }
+
+    void forward(int b, int k) {
+        Head& hd = head[k];
+        pad_weights(wp0.data(), W(0), 6, 25);
+        conv_forward<1, 6, 28, 28>(acc1.data(), xpad.data(), wp0.data(), b);
+        int e = INPUT_EXP + exps[0];
+        e += requant_relu_pool(c1.data(), p1pad.data(), 2, acc1.data(), b * 6, 28, 28);
+        pad_weights(wp1.data(), W(1), 16, 150);
+        conv_forward<6, 16, 14, 14>(acc2.data(), p1pad.data(), wp1.data(), b);
+        e += exps[1] + requant_relu_pool(c2.data(), p2_of(k), 0, acc2.data(), b * 16, 14, 14);
+        fc_forward(acc3.data(), p2_of(k), W(2), b, 784, 120);
+        e += exps[2] + requant_to(hd.h1.data(), acc3.data(), size_t(b) * 120, true);
+        fc_forward(acc4.data(), hd.h1.data(), W(3), b, 120, 84);
+        e += exps[3] + requant_to(hd.h2.data(), acc4.data(), size_t(b) * 84, true);
+        fc_forward(acc5.data(), hd.h2.data(), W(4), b, 84, 10);
+        hd.exp = e + exps[4] + requant_to(hd.logits.data(), acc5.data(), size_t(b) * 10, false);
+    }
+
+    // accumulate the BP layers' gradients for pass k (NITI's backward; int8.py Int8Engine.backward)
+    void backward(int k) {
+        Head& hd = head[k];
+        ce_error(err5.data(), hd.logits.data(), hd.exp, labels.data(), B, 10);
+        fc_weight_grad(g_fc[4].data(), err5.data(), hd.h2.data(), B, 84, 10);
+        if (first_bp > 3) return;
+        fc_input_grad(eacc4.data(), err5.data(), W(4), B, 84, 10);
+        error_through_relu(err4.data(), eacc4.data(), hd.h2.data(), eacc4.size());
+        fc_weight_grad(g_fc[3].data(), err4.data(), hd.h1.data(), B, 120, 84);
+        if (first_bp > 2) return;
+        fc_input_grad(eacc3.data(), err4.data(), W(3), B, 120, 84);
+        error_through_relu(err3.data(), eacc3.data(), hd.h1.data(), eacc3.size());
+        fc_weight_grad(g_fc[2].data(), err3.data(), p2_of(k), B, 784, 120);
+        if (first_bp > 1) return;
+        fc_input_grad(eacc2.data(), err3.data(), W(2), B, 784, 120);
+        error_through_pool(dc2.data(), eacc2.data(), c2.data(), B * 16, 14, 14);
+        conv_weight_grad<6, 16, 14, 14>(g_conv[1].data(), dc2.data(), p1pad.data(), B);
+        if (first_bp > 0) return;
+        pad2(dc2pad.data(), dc2.data(), B * 16, 14, 14);
+        flip_weights(w1f.data(), W(1), 6, 16);
+        conv_forward<16, 6, 14, 14>(eacc1.data(), dc2pad.data(), w1f.data(), B);
+        error_through_pool(dc1.data(), eacc1.data(), c1.data(), B * 6, 28, 28);
+        conv_weight_grad<1, 6, 28, 28>(g_conv[0].data(), dc1.data(), xpad.data(), B);
+    }
+
+    void bp_update(int epoch) {
+        const int bits = grad_bits(epoch);
+        for (int l = first_bp; l < NL; ++l) {
+            if (l < 2) apply_gradient(W(l), g_conv[l].data(), W_SIZE[l], bits);
+            else apply_gradient(W(l), g_fc[l].data(), W_SIZE[l], bits);
+        }
+    }
+
+    void perturb(uint64_t key, int k, int epoch) {
+        const uint64_t thr = sparsity_threshold(epoch);
+        int8_t* w = q.data();
+#pragma omp parallel for simd schedule(static)
+        for (size_t i = 0; i < n_zo; ++i) w[i] = int8_t(clamp127(w[i] + k * zo_noise(key, i, scale, thr)));
+    }
+
+    // restore (+z) and update (-round(g z) to one bit) in one pass
+    void zo_update(uint64_t key, int g, int epoch) {
+        const uint64_t thr = sparsity_threshold(epoch);
+        const int s = zo_update_shift(scale);
+        int8_t* w = q.data();
+#pragma omp parallel for simd schedule(static)
+        for (size_t i = 0; i < n_zo; ++i) {
+            const int z = zo_noise(key, i, scale, thr);
+            int d = g * z;
+            if (s >= 1) d = psto_shift(d, s);
+            d = std::min(1, std::max(-1, d));
+            w[i] = int8_t(clamp127(w[i] + z - d));
+        }
+    }
+
+    // ---- the interface train() drives (fp32_net.hpp has the same) ----
+    void load(const Split& split, const int* idx, int b) {
+        for (int i = 0; i < b; ++i) {
+            const uint8_t* img = split.images.data() + size_t(idx[i]) * 784;
+            uint8_t* dst = xpad.data() + size_t(i) * 32 * 32;
+            for (int h = 0; h < 28; ++h)
+                for (int x = 0; x < 28; ++x) dst[(h + 2) * 32 + x + 2] = img[h * 28 + x] >> 1;
+            labels[i] = split.labels[idx[i]];
+        }
+    }
+
+    static int sign(double v) { return (v > 0) - (v < 0); }
+
+    // one step (workloads/methods.py int8_bp_step / int8_zo_step)
+    json step(const Spec&, uint64_t key, int epoch, double, double, PhaseClock& clock) {
+        if (n_zo == 0) {
+            forward(B, 0);
+            clock.lap(FORWARD);
+            const double loss = float_loss(head[0].logits.data(), head[0].exp, labels.data(), B, 10);
+            clock.lap(LOSS);
+            backward(0);
+            clock.lap(BACKWARD);
+            bp_update(epoch);
+            clock.lap(BP_UPDATE);
+            return {{"loss", loss}};
+        }
+        const bool bp = n_bp > 0;
+        double lf[2];
+        int64_t li[2];
+        for (int j = 0; j < 2; ++j) {
+            perturb(key, j == 0 ? 1 : -2, epoch);
+            clock.lap(ZO_PERTURB);
+            const int k = bp ? j : 0;
+            forward(B, k);
+            clock.lap(FORWARD);
+            lf[j] = float_loss(head[k].logits.data(), head[k].exp, labels.data(), B, 10);
+            li[j] = integer_loss(head[k].logits.data(), head[k].exp, labels.data(), B, 10);
+            clock.lap(LOSS);
+        }
+        const int sf = sign(lf[0] - lf[1]), si = sign(double(li[0] - li[1]));
+        const int g = zo_loss == "integer" ? si : sf;
+        zo_update(key, g, epoch);
+        clock.lap(ZO_UPDATE);
+        if (bp) {
+            backward(0);
+            backward(1);
+            clock.lap(BACKWARD);
+            bp_update(epoch);
+            clock.lap(BP_UPDATE);
+        }
+        return {{"loss", 0.5 * (lf[0] + lf[1])}, {"loss_plus", lf[0]}, {"loss_minus", lf[1]}, {"grad", g},
+                {"sign_float", sf}, {"sign_integer", si}};
+    }
+
+    void eval(int b, double& loss_sum, long& correct) {
+        forward(b, 0);
+        loss_sum += float_loss(head[0].logits.data(), head[0].exp, labels.data(), b, 10) * b;
+        for (int i = 0; i < b; ++i) {
+            const int8_t* l = head[0].logits.data() + i * 10;
+            correct += int(std::max_element(l, l + 10) - l) == labels[i];
+        }
+    }
+
+    size_t params_total() const { return NWEIGHTS; }
+    std::string weights_sha256() const {  // int8 weights, then each layer's exponent as int32 LE
+        std::vector<uint8_t> bytes(q.begin(), q.end());
+        for (int e : exps)
+            for (int k = 0; k < 4; ++k) bytes.push_back(uint8_t(uint32_t(e) >> (8 * k)));
+        return sha256_hex(bytes.data(), bytes.size());
+    }
+};
+
+}  // namespace int8

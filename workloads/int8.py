@@ -1,0 +1,298 @@
+"""INT8 training (ElasticZO-INT8, Sec. 4.2-4.4; NITI-style), the torch reference.
+
+The integer algorithm is specified in docs/int8.md; this module is its reference
+implementation and workloads/cpp/int8.hpp implements the same operations, so the
+two end with identical int8 weights (tested bit for bit).
+
+Exactness: integer tensors are int64; convolutions and matrix products run in
+float64 on int8-valued operands. Every product is at most 127^2 = 16129 and every
+partial sum is an integer, so float64 is exact while |sum| < 2^53, i.e. for any
+sum of fewer than 2^53 / 16129 = 5.6e11 products. The largest sum here is conv1's
+weight gradient, B * 28 * 28 products per weight: exact for any batch below 7e8.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from . import zrng
+
+ACT_BITS = 7              # activations and errors are requantized to 7 bits + sign
+INPUT_EXP = -7            # the input is pixel >> 1 with exponent -7: [0, 1)
+LOG2E_Q15 = 47274         # log2(e) in Q15: logits to base 2 (NITI)
+CE_OFFSET = 10            # softmax terms more than 10 bits below the max are dropped
+ERR_BITS_IN = 11          # the softmax error is formed in Q11, then shifted right by 4
+ZO_GRAD_BITS = 1          # the ZO update is rounded to 1 bit: -1, 0 or +1 per weight
+
+
+def schedule(epoch: int, values: tuple) -> int | float:
+    """The paper's schedules change at epochs 20 and 50 (Sec. 5.1.1)."""
+    return values[0] if epoch < 20 else values[1] if epoch < 50 else values[2]
+
+
+def grad_bits(epoch: int) -> int:
+    return schedule(epoch, (5, 4, 3))
+
+
+def sparsity_threshold(epoch: int) -> int:
+    """P(z_i = 0) = threshold / 65536, for sparsity 0.33 -> 0.5 -> 0.9."""
+    return schedule(epoch, (21627, 32768, 58982))
+
+
+def ceil_log2(m: int) -> int:
+    """NITI's bitwidth of a tensor with max |value| m: ceil(log2(m)), 0 for m <= 1."""
+    return (m - 1).bit_length() if m > 1 else 0
+
+
+def round_shift(x: torch.Tensor, s: int) -> torch.Tensor:
+    """x / 2^s rounded half up (s >= 1)."""
+    return (x >> s) + ((x >> (s - 1)) & 1)
+
+
+def psto_shift(x: torch.Tensor, s: int) -> torch.Tensor:
+    """x / 2^s with NITI's pseudo-stochastic rounding: the discarded bits are split in a
+    high half (the rounding probability) and a low half (the pseudo-random number).
+    Applied to |x| and the sign put back, so that updates have no drift: rounding the
+    two's-complement value biases every negative update away from zero."""
+    a = x.abs()
+    rem = a & ((1 << s) - 1)
+    h = s >> 1
+    prob, rand = rem >> h, rem & ((1 << h) - 1)
+    if s & 1:
+        rand = rand << 1
+    return torch.sign(x) * ((a >> s) + (prob > rand).to(x.dtype))
+
+
+def requant(acc: torch.Tensor, exp: int) -> tuple[torch.Tensor, int]:
+    """int32 accumulator -> 7-bit values and the exponent, by the bitwidth of the tensor's max."""
+    s = ceil_log2(int(acc.abs().max())) - ACT_BITS
+    if s > 0:
+        acc, exp = round_shift(acc, s), exp + s
+    return acc.clamp(-127, 127), exp
+
+
+def grad_round(acc: torch.Tensor, bits: int) -> torch.Tensor:
+    """NITI's gradient rounding: the accumulated gradient to `bits` bits; the bitwidth is
+    the learning rate."""
+    b = ceil_log2(int(acc.abs().max()))
+    s = b - bits
+    if b == 0:
+        return torch.zeros_like(acc)
+    return acc if s < 1 else psto_shift(acc, s)
+
+
+def base2_logits(q: torch.Tensor, exp: int) -> torch.Tensor:
+    """floor(q * 2^exp * log2(e)): the logits as integer powers of two."""
+    t = q * LOG2E_Q15
+    return t >> (15 - exp) if exp <= 15 else t << (exp - 15)
+
+
+def ce_error(q: torch.Tensor, exp: int, y: torch.Tensor) -> torch.Tensor:
+    """NITI's integer cross-entropy gradient dL/dlogits, as int8 values: softmax from
+    powers of two, in Q11, minus the one-hot, shifted to 7 bits."""
+    s = base2_logits(q, exp)
+    d = (s - s.max(dim=1, keepdim=True).values + CE_OFFSET).clamp(min=0)
+    p = (torch.ones_like(d) << d) - 1
+    p = (p << ERR_BITS_IN) // p.sum(dim=1, keepdim=True)
+    rows = torch.arange(len(y))
+    p[rows, y] -= p.sum(dim=1)
+    return round_shift(p, 4).clamp(-127, 127)
+
+
+# 2^(f/64) in Q30 for f = 0..63: the fractional powers of two of the integer loss
+POW2_Q30 = tuple(round(2 ** (f / 64) * 2 ** 30) for f in range(64))
+LOSS_FRAC_BITS = 6
+
+
+def integer_loss(q: torch.Tensor, exp: int, y: torch.Tensor) -> int:
+    """Eq. 12's integer loss summed over the batch, in units of 2^-6 bits: per sample
+    log2(sum_j 2^(s_j - m)) + m - s_label, with the base-2 logits s and the log2 in fixed
+    point with 6 fractional bits (powers from POW2_Q30, log2 by repeated squaring)
+    instead of the paper's floor(log2): see docs/int8.md for why."""
+    sh = 15 - exp - LOSS_FRAC_BITS
+    t = q * LOG2E_Q15
+    s = t >> sh if sh >= 0 else t << -sh
+    m = s.max(dim=1, keepdim=True).values
+    d = (s - m).tolist()
+    total = 0
+    for b, row in enumerate(d):
+        acc = 0
+        for dj in row:
+            ip = -(dj >> LOSS_FRAC_BITS)
+            if ip <= 30:                # terms below 2^-30 of the max are dropped
+                acc += POW2_Q30[dj & 63] >> ip
+        total += log2_fixed(acc) - (30 << LOSS_FRAC_BITS) + int(m[b, 0]) - int(s[b, int(y[b])])
+    return total
+
+
+def log2_fixed(v: int) -> int:
+    """log2(v) for an integer v > 0, in units of 2^-6, rounded down: the integer part from
+    the bit length, each fractional bit by squaring the mantissa (Q30)."""
+    msb = v.bit_length() - 1
+    m = v << (30 - msb) if msb <= 30 else v >> (msb - 30)
+    out = msb
+    for _ in range(LOSS_FRAC_BITS):
+        m = (m * m) >> 30
+        bit = m >> 31
+        m >>= bit
+        out = (out << 1) | bit
+    return out
+
+
+def float_loss(q: torch.Tensor, exp: int, y: torch.Tensor) -> float:
+    """The mean cross-entropy of the dequantized logits, in float64 (the paper's INT8)."""
+    return float(F.cross_entropy(q.double() * 2.0 ** exp, y))
+
+
+def zo_noise(key: int, start: int, count: int, scale: int, threshold: int) -> np.ndarray:
+    """The sparse uniform perturbation z[i], int64: 0 with probability threshold/65536, else
+    uniform on [-scale, scale]; both from the 64 bits of zobench-z at index i."""
+    b = zrng.bits(key, start, count)
+    u = ((b & np.uint64(0xFFFFFFFF)) * np.uint64(2 * scale + 1)) >> np.uint64(32)
+    z = u.astype(np.int64) - scale
+    z[(b >> np.uint64(48)) < np.uint64(threshold)] = 0
+    return z
+
+
+def zo_update_shift(scale: int) -> int:
+    """The ZO update rounds g*z to ZO_GRAD_BITS bits; its bitwidth is taken from the range
+    [-scale, scale] (z is never stored, so its sample max is never known)."""
+    return ceil_log2(scale) - ZO_GRAD_BITS
+
+
+def init_weights(model, seed: int) -> tuple[np.ndarray, list[int]]:
+    """NITI's uniform initialization as integers: q uniform on [-127, 127] from zobench-z, and
+    per layer the exponent of Xavier's bound a: 127 * 2^e ~ a, e = ceil(log2 a) - 7."""
+    sizes = [math.prod(l.weight_shape) for l in model.layers]
+    u = zrng.bits(zrng.stream_key(seed, zrng.STREAM_INIT, 1), 0, sum(sizes))
+    q = (((u & np.uint64(0xFFFFFFFF)) * np.uint64(255)) >> np.uint64(32)).astype(np.int64) - 127
+    exps = []
+    for l in model.layers:
+        fan_out = l.weight_shape[0] * math.prod(l.weight_shape[2:])
+        exps.append(math.ceil(math.log2(math.sqrt(6.0 / (l.fan_in + fan_out)))) - ACT_BITS)
+    return q.astype(np.int8), exps
+
+
+def weights_sha256(q: np.ndarray, exps: list[int]) -> str:
+    """sha256 of the int8 weights in layout order, then each layer's exponent as int32 LE."""
+    import hashlib
+
+    return hashlib.sha256(np.ascontiguousarray(q, dtype=np.int8).tobytes() +
+                          np.asarray(exps, dtype="<i4").tobytes()).hexdigest()
+
+
+class Int8Engine:
+    """The integer network on torch tensors (int64 values in int8 range; products in float64,
+    exact as the module docstring shows). Implements methods.Int8Engine."""
+
+    def __init__(self, spec, model, init=None):
+        self.model = model
+        q, self.exps = init_weights(model, spec.seed)
+        self.q = torch.from_numpy(q.astype(np.int64))
+        self.sizes = [math.prod(l.weight_shape) for l in model.layers]
+        self.offsets = [sum(self.sizes[:i]) for i in range(len(self.sizes))]
+        nl = len(model.layers)
+        self.first_bp = {"full-bp": 0, "full-zo": nl}.get(spec.method, nl - spec.bp_layers)
+        self.n_zo = sum(self.sizes[:self.first_bp])
+        self.n_bp = sum(self.sizes) - self.n_zo
+        self.scale = spec.hyper.zo_scale
+        self.grad = {i: torch.zeros(self.sizes[i], dtype=torch.int64) for i in range(self.first_bp, nl)}
+        self.kept = []
+
+    def w(self, i: int) -> torch.Tensor:
+        o = self.offsets[i]
+        return self.q[o:o + self.sizes[i]].view(self.model.layers[i].weight_shape)
+
+    def load_batch(self, x, y):
+        return torch.from_numpy(np.asarray(x, dtype=np.int64)), torch.from_numpy(np.asarray(y, dtype=np.int64))
+
+    def forward(self, x, keep: bool):
+        """Logits (values, exponent) and, if keep, every layer's input and pre-pool output."""
+        a, e, saved = x, INPUT_EXP, []
+        last = len(self.model.layers) - 1
+        for i, layer in enumerate(self.model.layers):
+            w = self.w(i).double()
+            if layer.kind == "conv":
+                acc = F.conv2d(a.double(), w, padding=layer.padding).long()
+                out, e = requant(acc, e + self.exps[i])
+                out = out.clamp(min=0)
+                saved.append((a, out))
+                a = F.max_pool2d(out.double(), 2).long()
+            else:
+                a = a.flatten(1)
+                out, e = requant((a.double() @ w.T).long(), e + self.exps[i])
+                if i < last:
+                    out = out.clamp(min=0)
+                saved.append((a, out))
+                a = out
+        return a, e, saved if keep else None
+
+    def loss(self, out, y) -> float:
+        q, e, saved = out
+        if saved is not None:
+            self.kept.append((q, e, saved, y))
+        return float_loss(q, e, y)
+
+    def integer_loss(self, out, y) -> int:
+        return integer_loss(out[0], out[1], y)
+
+    def backward(self) -> None:
+        """Accumulate the BP layers' integer gradients over the kept passes (NITI's backward)."""
+        for q, e, saved, y in self.kept:
+            err = ce_error(q, e, y)
+            for i in range(len(self.model.layers) - 1, self.first_bp - 1, -1):
+                layer, (a, _) = self.model.layers[i], saved[i]
+                w = self.w(i).double()
+                if layer.kind == "fc":
+                    self.grad[i] += (err.double().T @ a.double()).long().flatten()
+                    if i == self.first_bp:
+                        break
+                    err = requant((err.double() @ w).long(), 0)[0]
+                else:
+                    self.grad[i] += torch.nn.grad.conv2d_weight(a.double(), w.shape, err.double(),
+                                                                padding=layer.padding).long().flatten()
+                    if i == self.first_bp:
+                        break
+                    err = requant(F.conv_transpose2d(err.double(), w, padding=layer.padding).long(), 0)[0]
+                prev_out = saved[i - 1][1]
+                if self.model.layers[i - 1].kind == "conv":   # through the max pool to its argmax
+                    _, idx = F.max_pool2d(prev_out.double(), 2, return_indices=True)
+                    err = F.max_unpool2d(err.view(idx.shape).double(), idx, 2,
+                                         output_size=prev_out.shape[2:]).long()
+                err = torch.where(prev_out.view(err.shape) > 0, err, 0)
+        self.kept.clear()
+
+    def bp_update(self, epoch: int) -> None:
+        bits = grad_bits(epoch)
+        for i, acc in self.grad.items():
+            o = self.offsets[i]
+            self.q[o:o + self.sizes[i]] = (self.q[o:o + self.sizes[i]] - grad_round(acc, bits)).clamp(-127, 127)
+            acc.zero_()
+
+    def _z(self, key: int, epoch: int) -> torch.Tensor:
+        return torch.from_numpy(zo_noise(key, 0, self.n_zo, self.scale, sparsity_threshold(epoch)))
+
+    def perturb(self, key: int, k: int, epoch: int) -> None:
+        self.q[:self.n_zo] = (self.q[:self.n_zo] + k * self._z(key, epoch)).clamp(-127, 127)
+
+    def zo_update(self, key: int, g: int, epoch: int) -> None:
+        """Restore (+z) and update (-round(g z)) in one pass."""
+        z = self._z(key, epoch)
+        s = zo_update_shift(self.scale)
+        delta = g * z
+        if s >= 1:
+            delta = psto_shift(delta, s)
+        self.q[:self.n_zo] = (self.q[:self.n_zo] + z - delta.clamp(-1, 1)).clamp(-127, 127)
+
+    def evaluate(self, x, y) -> tuple[float, int]:
+        q, e, _ = self.forward(x, keep=False)
+        return float_loss(q, e, y) * len(y), int((q.argmax(dim=1) == y).sum())
+
+    def weights(self) -> np.ndarray:
+        return self.q.numpy().astype(np.int8)
+
+    def weights_sha256(self) -> str:
+        return weights_sha256(self.weights(), self.exps)
