@@ -28,6 +28,7 @@ test-slow: setup
 
 bench: setup
 	$(BIN)/python benchmarks/runtimes.py
+	$(BIN)/python benchmarks/int8.py
 	$(BIN)/python benchmarks/farm_parallel.py
 
 clean:

@@ -14,6 +14,8 @@
 #include <vector>
 #if defined(__aarch64__)
 #include <arm_neon.h>  // armv8-a: vmull_s8 / vpadalq_s16, no dot-product instructions
+#elif defined(__AVX512VNNI__) && defined(__AVX512BW__)
+#include <immintrin.h>  // vpdpbusd: four uint8 x int8 products per int32 lane
 #endif
 
 #include "zrng.hpp"
@@ -42,16 +44,15 @@ inline int ceil_log2(uint64_t m) { return m > 1 ? 64 - __builtin_clzll(m - 1) : 
 template <class T>
 inline T round_shift(T x, int s) { return (x >> s) + ((x >> (s - 1)) & 1); }
 
-// NITI's pseudo-stochastic rounding of |x| / 2^s, sign put back (int8.py psto_shift)
+// NITI's pseudo-stochastic rounding of |x| / 2^s, sign put back (int8.py psto_shift);
+// branch-free, so the ZO update loop vectorizes
 template <class T>
 inline T psto_shift(T x, int s) {
     const T a = x < 0 ? -x : x;
     const T rem = a & ((T(1) << s) - 1);
     const int h = s >> 1;
-    const T prob = rem >> h;
-    T rand = rem & ((T(1) << h) - 1);
-    if (s & 1) rand <<= 1;
-    const T r = (a >> s) + (prob > rand ? 1 : 0);
+    const T prob = rem >> h, rand = (rem & ((T(1) << h) - 1)) << (s & 1);
+    const T r = (a >> s) + T(prob > rand);
     return x < 0 ? -r : r;
 }
 
@@ -60,10 +61,10 @@ inline int clamp127(int64_t v) { return int(std::min<int64_t>(127, std::max<int6
 // max |acc| over a whole tensor: the requantization shift of the layer
 inline int requant_shift(const int32_t* acc, size_t n) {
     uint32_t m = 0;
-#pragma omp parallel for simd reduction(max : m) schedule(static)
+#pragma omp parallel for simd reduction(max : m) schedule(static) if (n > 65536)
     for (size_t i = 0; i < n; ++i) {
         const uint32_t a = uint32_t(acc[i] < 0 ? -acc[i] : acc[i]);
-        m = std::max(m, a);
+        m = a > m ? a : m;
     }
     return ceil_log2(m) - ACT_BITS;
 }
@@ -91,6 +92,22 @@ __attribute__((always_inline)) inline int32_t dot(const A* __restrict a, const i
 #pragma omp simd reduction(+ : s)
     for (int k = i; k < n; ++k) s += int32_t(a[k]) * int32_t(w[k]);
     return s;
+}
+
+// out[j] = a_j . w for four activation rows: each weight load feeds four images (FC forward)
+__attribute__((always_inline)) inline void dot4(int32_t out[4], const uint8_t* const a[4], const int8_t* __restrict w,
+                                                int n) {
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+    __m512i acc[4] = {_mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512()};
+    for (int i = 0; i < n; i += 64) {
+        const __mmask64 m = n - i >= 64 ? ~__mmask64(0) : (__mmask64(1) << (n - i)) - 1;
+        const __m512i wv = _mm512_maskz_loadu_epi8(m, w + i);
+        for (int j = 0; j < 4; ++j) acc[j] = _mm512_dpbusd_epi32(acc[j], _mm512_maskz_loadu_epi8(m, a[j] + i), wv);
+    }
+    for (int j = 0; j < 4; ++j) out[j] = _mm512_reduce_add_epi32(acc[j]);
+#else
+    for (int j = 0; j < 4; ++j) out[j] = dot(a[j], w, n);
+#endif
 }
 
 // ---- the sparse uniform perturbation z[i] (int8.py zo_noise) ----

@@ -11,6 +11,9 @@
 #include <algorithm>
 #include <string>
 #include <vector>
+#if defined(__AVX512VNNI__)
+#include <immintrin.h>
+#endif
 
 #include "common.hpp"
 #include "int8.hpp"
@@ -52,6 +55,82 @@ inline void conv_forward(int32_t* acc, const A* inpad, const int8_t* wp /* [OC][
         }
 }
 
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+// x86 with VNNI: vpdpbusd adds four uint8 x int8 products into each int32 lane. The output
+// channels are the lanes (8 in a ymm for conv1, 16 in a zmm for conv2), and each tap row of
+// 5 is read as two groups of 4 input bytes (kw 0-3, 4-7; the weights of kw 5-7 are zero),
+// broadcast straight from the padded input: no im2col. P neighbouring pixels accumulate in
+// registers. wv: [C][5][2][OC][4] int8 (vnni_weights).
+constexpr bool VNNI = true;
+
+template <int C, int OC, int L>   // lanes oc >= OC stay 0
+inline void vnni_weights(int8_t* wv, const int8_t* w) {
+    std::memset(wv, 0, size_t(C) * 5 * 2 * L * 4);
+    for (int oc = 0; oc < OC; ++oc)
+        for (int ic = 0; ic < C; ++ic)
+            for (int kh = 0; kh < 5; ++kh)
+                for (int kw = 0; kw < 5; ++kw)
+                    wv[(((ic * 5 + kh) * 2 + kw / 4) * L + oc) * 4 + kw % 4] = w[((oc * C + ic) * 5 + kh) * 5 + kw];
+}
+
+template <int OC>
+struct Lanes;
+template <>
+struct Lanes<8> {
+    using V = __m256i;
+    static V zero() { return _mm256_setzero_si256(); }
+    static V load(const int8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+    static V dp(V acc, uint32_t a4, V w) { return _mm256_dpbusd_epi32(acc, _mm256_set1_epi32(int(a4)), w); }
+    static void store(int32_t* p, V v) { _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), v); }
+};
+template <>
+struct Lanes<16> {
+    using V = __m512i;
+    static V zero() { return _mm512_setzero_si512(); }
+    static V load(const int8_t* p) { return _mm512_loadu_si512(p); }
+    static V dp(V acc, uint32_t a4, V w) { return _mm512_dpbusd_epi32(acc, _mm512_set1_epi32(int(a4)), w); }
+    static void store(int32_t* p, V v) { _mm512_storeu_si512(p, v); }
+};
+
+template <int C, int OC, int L, int H, int W, int P>
+__attribute__((always_inline)) inline void vnni_tile(int32_t* out, const uint8_t* in, const int8_t* wv, int h, int x0) {
+    using S = Lanes<L>;
+    constexpr int HP = H + 4, WP = W + 4;
+    typename S::V acc[P];
+    for (int p = 0; p < P; ++p) acc[p] = S::zero();
+    for (int ic = 0; ic < C; ++ic)
+        for (int kh = 0; kh < 5; ++kh) {
+            const uint8_t* row = in + (ic * HP + h + kh) * WP + x0;
+            for (int g = 0; g < 2; ++g) {
+                const typename S::V w = S::load(wv + ((ic * 5 + kh) * 2 + g) * L * 4);
+                for (int p = 0; p < P; ++p) {
+                    uint32_t a4;
+                    std::memcpy(&a4, row + p + 4 * g, 4);
+                    acc[p] = S::dp(acc[p], a4, w);
+                }
+            }
+        }
+    alignas(64) int32_t tmp[P][L];
+    for (int p = 0; p < P; ++p) S::store(tmp[p], acc[p]);
+    for (int oc = 0; oc < OC; ++oc)
+        for (int p = 0; p < P; ++p) out[(oc * H + h) * W + x0 + p] = tmp[p][oc];
+}
+
+// the input must be readable 3 bytes past its end (kw 5-7 of the last pixel)
+template <int C, int OC, int H, int W>
+inline void conv_forward_vnni(int32_t* acc, const uint8_t* inpad, const int8_t* wv, int B) {
+    constexpr int L = OC <= 8 ? 8 : 16, P = 7;
+    static_assert(W % P == 0, "rows are whole tiles");
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int b = 0; b < B; ++b)
+        for (int h = 0; h < H; ++h)
+            for (int x = 0; x < W; x += P)
+                vnni_tile<C, OC, L, H, W, P>(acc + size_t(b) * OC * H * W, inpad + size_t(b) * C * (H + 4) * (W + 4), wv, h, x);
+}
+#else
+constexpr bool VNNI = false;
+#endif
+
 // weights [OC][K] -> [OC][padded(K)], zero tail
 inline void pad_weights(int8_t* wp, const int8_t* w, int OC, int K) {
     const int KP = padded(K);
@@ -71,19 +150,23 @@ inline void flip_weights(int8_t* wf, const int8_t* w, int C, int OC) {
 }
 
 // requantize a conv output, ReLU, and 2x2 max-pool into `pooled` (pad = its zero border);
-// returns the exponent increment
+// `out` (the pre-pool activation, which only BP through the layer needs) may be null.
+// Requantization and ReLU are monotonic, so the pool takes the max of the accumulators.
+// Returns the exponent increment.
 inline int requant_relu_pool(uint8_t* out, uint8_t* pooled, int pad, const int32_t* acc, int BC, int H, int W) {
     const int s = requant_shift(acc, size_t(BC) * H * W);
-#pragma omp parallel for simd schedule(static)
-    for (size_t i = 0; i < size_t(BC) * H * W; ++i) out[i] = uint8_t(std::max(requant_value(acc[i], s), 0));
     const int OH = H / 2, OW = W / 2, PH = OH + 2 * pad, PW = OW + 2 * pad;
+    auto act = [s](int32_t a) { const int v = requant_value(a, s); return uint8_t(v > 0 ? v : 0); };
 #pragma omp parallel for schedule(static)
-    for (int bc = 0; bc < BC; ++bc)
+    for (int bc = 0; bc < BC; ++bc) {
+        if (out)
+            for (int i = 0; i < H * W; ++i) out[size_t(bc) * H * W + i] = act(acc[size_t(bc) * H * W + i]);
         for (int h = 0; h < OH; ++h)
             for (int x = 0; x < OW; ++x) {
-                const uint8_t* p = out + (size_t(bc) * H + 2 * h) * W + 2 * x;
-                pooled[(size_t(bc) * PH + h + pad) * PW + x + pad] = std::max(std::max(p[0], p[1]), std::max(p[W], p[W + 1]));
+                const int32_t* p = acc + (size_t(bc) * H + 2 * h) * W + 2 * x;
+                pooled[(size_t(bc) * PH + h + pad) * PW + x + pad] = act(std::max(std::max(p[0], p[1]), std::max(p[W], p[W + 1])));
             }
+    }
     return std::max(s, 0);
 }
 
@@ -96,9 +179,16 @@ inline int requant_to(T* out, const int32_t* acc, size_t n, bool relu) {
 }
 
 inline void fc_forward(int32_t* acc, const uint8_t* in, const int8_t* w, int B, int I, int O) {
-#pragma omp parallel for collapse(2) schedule(static)
-    for (int b = 0; b < B; ++b)
-        for (int o = 0; o < O; ++o) acc[size_t(b) * O + o] = dot(in + size_t(b) * I, w + size_t(o) * I, I);
+    const int BB = (B + 3) / 4;  // blocks of four images; the last block repeats its final image
+#pragma omp parallel for collapse(2) schedule(static) if (size_t(B) * I * O > (1u << 18))
+    for (int bb = 0; bb < BB; ++bb)
+        for (int o = 0; o < O; ++o) {
+            const uint8_t* a[4];
+            for (int j = 0; j < 4; ++j) a[j] = in + size_t(std::min(4 * bb + j, B - 1)) * I;
+            int32_t s[4];
+            dot4(s, a, w + size_t(o) * I, I);
+            for (int j = 0; j < 4 && 4 * bb + j < B; ++j) acc[size_t(4 * bb + j) * O + o] = s[j];
+        }
 }
 
 // dw[o][i] += sum_b err[b][o] * in[b][i]
@@ -221,17 +311,17 @@ struct Net {
         for (int i = 0; i < NWEIGHTS; ++i)
             q[i] = int8_t(int((((zrng::bits(key, uint64_t(i)) & 0xFFFFFFFFull) * 255ull) >> 32)) - 127);
         for (int l = 0; l < NL; ++l) exps[l] = init_exponent(FAN_IN[l], FAN_OUT[l]);
-        xpad.assign(size_t(B) * 32 * 32, 0);
+        xpad.assign(size_t(B) * 32 * 32 + 64, 0);   // + slack: the VNNI kernel reads 3 bytes past a row
         c1.assign(size_t(B) * 6 * 28 * 28, 0);
-        p1pad.assign(size_t(B) * 6 * 18 * 18, 0);
+        p1pad.assign(size_t(B) * 6 * 18 * 18 + 64, 0);
         c2.assign(size_t(B) * 16 * 14 * 14, 0);
         acc1.assign(c1.size(), 0);
         acc2.assign(c2.size(), 0);
         acc3.assign(size_t(B) * 120, 0);
         acc4.assign(size_t(B) * 84, 0);
         acc5.assign(size_t(B) * 10, 0);
-        wp0.assign(6 * padded(25), 0);
-        wp1.assign(16 * padded(150), 0);
+        wp0.assign(VNNI ? 1 * 5 * 2 * 8 * 4 : 6 * padded(25), 0);
+        wp1.assign(VNNI ? 6 * 5 * 2 * 16 * 4 : 16 * padded(150), 0);
         for (int k = 0; k < (s.method == "elastic-zo" ? 2 : 1); ++k) {
             if (k == 0 || first_bp <= 2) head[k].p2.assign(size_t(B) * 784, 0);
             head[k].h1.assign(size_t(B) * 120, 0);
@@ -256,15 +346,34 @@ struct Net {
     int8_t* W(int l) { return q.data() + offset(l); }
     uint8_t* p2_of(int k) { return head[k].p2.empty() ? head[0].p2.data() : head[k].p2.data(); }
 
-    void forward(int b, int k) {
-        Head& hd = head[k];
+    void conv1_forward(int b) {
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+        vnni_weights<1, 6, 8>(wp0.data(), W(0));   // 6 channels in 8 lanes
+        conv_forward_vnni<1, 6, 28, 28>(acc1.data(), xpad.data(), wp0.data(), b);
+#else
         pad_weights(wp0.data(), W(0), 6, 25);
         conv_forward<1, 6, 28, 28>(acc1.data(), xpad.data(), wp0.data(), b);
-        int e = INPUT_EXP + exps[0];
-        e += requant_relu_pool(c1.data(), p1pad.data(), 2, acc1.data(), b * 6, 28, 28);
+#endif
+    }
+
+    void conv2_forward(int b) {
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+        vnni_weights<6, 16, 16>(wp1.data(), W(1));
+        conv_forward_vnni<6, 16, 14, 14>(acc2.data(), p1pad.data(), wp1.data(), b);
+#else
         pad_weights(wp1.data(), W(1), 16, 150);
         conv_forward<6, 16, 14, 14>(acc2.data(), p1pad.data(), wp1.data(), b);
-        e += exps[1] + requant_relu_pool(c2.data(), p2_of(k), 0, acc2.data(), b * 16, 14, 14);
+#endif
+    }
+
+    void forward(int b, int k) {
+        Head& hd = head[k];
+        conv1_forward(b);
+        int e = INPUT_EXP + exps[0];
+        const bool conv_bp = first_bp <= 1;   // only BP through conv2 reads c1 and c2
+        e += requant_relu_pool(conv_bp ? c1.data() : nullptr, p1pad.data(), 2, acc1.data(), b * 6, 28, 28);
+        conv2_forward(b);
+        e += exps[1] + requant_relu_pool(conv_bp ? c2.data() : nullptr, p2_of(k), 0, acc2.data(), b * 16, 14, 14);
         fc_forward(acc3.data(), p2_of(k), W(2), b, 784, 120);
         e += exps[2] + requant_to(hd.h1.data(), acc3.data(), size_t(b) * 120, true);
         fc_forward(acc4.data(), hd.h1.data(), W(3), b, 120, 84);
@@ -316,14 +425,12 @@ struct Net {
     // restore (+z) and update (-round(g z) to one bit) in one pass
     void zo_update(uint64_t key, int g, int epoch) {
         const uint64_t thr = sparsity_threshold(epoch);
-        const int s = zo_update_shift(scale);
+        const int s = std::max(zo_update_shift(scale), 0);   // psto_shift by 0 is the identity
         int8_t* w = q.data();
 #pragma omp parallel for simd schedule(static)
         for (size_t i = 0; i < n_zo; ++i) {
             const int z = zo_noise(key, i, scale, thr);
-            int d = g * z;
-            if (s >= 1) d = psto_shift(d, s);
-            d = std::min(1, std::max(-1, d));
+            const int r = psto_shift(g * z, s), d = r > 1 ? 1 : r < -1 ? -1 : r;
             w[i] = int8_t(clamp127(w[i] + z - d));
         }
     }

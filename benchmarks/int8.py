@@ -1,0 +1,61 @@
+"""The C++ binary's INT8 vs FP32 per-step time and peak RSS, side by side in one run.
+
+For each method both precisions train the same steps from the same seed, alternating,
+--repeats times; the table gives medians, the INT8 speed-up, and each run's peak RSS
+(the binary's whole process, so a few MiB of it are the C++ runtime and the dataset).
+Prints; asserts nothing.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.runtimes import one  # noqa: E402
+from harness.build import build  # noqa: E402
+from harness.deploy import raw_idx, raw_idx_root  # noqa: E402
+from harness.inventory import Target  # noqa: E402
+
+METHODS = [("full-zo", 0), ("elastic-zo", 1), ("elastic-zo", 2), ("full-bp", 0)]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--steps", type=int, default=60)
+    ap.add_argument("--batch", type=int, default=32)
+    args = ap.parse_args()
+    binary = [str(build(Target(name="local", transport="local")))]
+    raw_idx("fashion-mnist", "")
+    print(f"{'method':14} {'fp32 ms':>8} {'int8 ms':>8} {'int8 x':>7} {'fp32 MiB':>9} {'int8 MiB':>9} {'int8 zo%':>9}")
+    with tempfile.TemporaryDirectory() as d:
+        tmp = Path(d)
+        for method, k in METHODS:
+            ms, rss, zo = {"fp32": [], "int8": []}, {"fp32": [], "int8": []}, []
+            for r in range(args.repeats + 1):            # the first round warms up and is dropped
+                for precision in ("fp32", "int8"):
+                    spec = {"job_id": "bench", "method": method, "bp_layers": k, "precision": precision,
+                            "workload": {"dataset": "fashion-mnist", "data_dir": str(raw_idx_root())},
+                            "hyper": {"epochs": 1, "batch_size": args.batch,
+                                      "train_samples": args.batch * args.steps, "test_samples": 32}}
+                    res = one(binary, spec, tmp)
+                    if r == 0:
+                        continue
+                    ms[precision].append(1000 * res["train_seconds"] / res["steps"])
+                    rss[precision].append(res["memory"]["peak_rss_bytes"] / 2 ** 20)
+                    if precision == "int8":
+                        p = res["phases"]
+                        zo.append(100 * (p["zo_perturb"]["seconds"] + p["zo_update"]["seconds"]) / res["train_seconds"])
+            f, i = statistics.median(ms["fp32"]), statistics.median(ms["int8"])
+            label = method if not k else f"{method}:{k}"
+            print(f"{label:14} {f:8.3f} {i:8.3f} {f / i:7.2f} {statistics.median(rss['fp32']):9.1f} "
+                  f"{statistics.median(rss['int8']):9.1f} {statistics.median(zo):9.1f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
