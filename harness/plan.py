@@ -21,8 +21,8 @@ else:  # pragma: no cover
 
 # What each runtime implements; other combinations are left out of a plan, with the reason.
 SUPPORT = {
-    "torch": {"precisions": {"fp32"}, "methods": set(vocab.METHODS)},
-    "cpp": {"precisions": {"fp32"}, "methods": set(vocab.METHODS)},
+    "torch": {"precisions": {"fp32", "int8"}, "methods": set(vocab.METHODS)},
+    "cpp": {"precisions": {"fp32", "int8"}, "methods": set(vocab.METHODS)},
     "ort": {"precisions": {"fp32"}, "methods": {"full-zo", "elastic-zo"},
             "why": "ONNX Runtime runs forward passes only, by design (use torch or cpp for full-bp)"},
 }
@@ -120,6 +120,8 @@ def make(suite: Suite, targets: list[Target], *, methods=(), runtimes=(), precis
             for precision in precision_list:
                 for zo_loss in (suite.zo_losses if precision == "int8" else ["float"]):
                     for m in method_list:
+                        if m.method == "full-bp" and zo_loss != suite.zo_losses[0]:
+                            continue    # full-bp computes no ZO loss: one job, not one per zo_loss
                         why = unsupported(runtime, m.method, precision)
                         if why:
                             notes.append(f"{m} {precision} on {runtime}: {why}")

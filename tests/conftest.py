@@ -36,7 +36,7 @@ def run_runner(spec: dict, tmp: Path, module: str = "workloads.torch_runner") ->
 def quick_run(tmp_path_factory):
     """The quick suite's four methods, shortened: 3 epochs on 2000 Fashion-MNIST samples."""
     root = tmp_path_factory.mktemp("results")
-    rc = main(["run", "--results", str(root), "--no-report", "--runtime", "torch", "--set", "epochs=3",
+    rc = main(["run", "--results", str(root), "--no-report", "--runtime", "torch", "--precision", "fp32", "--set", "epochs=3",
                "--set", "train_samples=2000", "--set", "test_samples=500"])
     store = Store(root)
     run_id = store.latest()

@@ -104,8 +104,8 @@ def test_runtimes_of_a_run_start_from_the_same_weights_file(tmp_path):
     from harness.cli import main
     from harness.store import Store
 
-    assert main(["run", "--results", str(tmp_path), "--no-report", "--method", "full-bp", "--set", "epochs=1",
-                 "--set", "train_samples=64", "--set", "test_samples=32", "--set", "lr_bp=0"]) == 0
+    assert main(["run", "--results", str(tmp_path), "--no-report", "--method", "full-bp", "--precision", "fp32",
+                 "--set", "epochs=1", "--set", "train_samples=64", "--set", "test_samples=32", "--set", "lr_bp=0"]) == 0
     store = Store(tmp_path)
     results = {r["job"]["runtime"]: r for r in store.results(store.latest())}
     assert set(results) == {"torch", "cpp"}

@@ -6,7 +6,7 @@ from pathlib import Path
 from harness.cli import main
 from harness.store import Store
 
-TINY = ["--runtime", "torch", "--set", "epochs=1", "--set", "train_samples=320", "--set", "test_samples=64"]
+TINY = ["--runtime", "torch", "--precision", "fp32", "--set", "epochs=1", "--set", "train_samples=320", "--set", "test_samples=64"]
 
 
 def results(root: Path, run_id: str) -> dict:

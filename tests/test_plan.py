@@ -25,7 +25,7 @@ def test_filters_overrides_and_repeats():
     s = suites.load("quick")
     s.repeats = 3
     jobs, _ = plan.make(s, inventory.resolve(["local"], None), methods=["elastic-zo"], runtimes=["torch"],
-                        overrides=plan.parse_set(["epochs=1", "lr_zo=2e-3"]), timeout_s=42)
+                        precisions=["fp32"], overrides=plan.parse_set(["epochs=1", "lr_zo=2e-3"]), timeout_s=42)
     assert [j.job_id for j in jobs] == [f"local.torch.elastic-zo-k{k}.fp32.r{r}" for k in (1, 2) for r in range(3)]
     assert {j.spec["hyper"]["epochs"] for j in jobs} == {1} and {j.timeout_s for j in jobs} == {42}
     assert {j.spec["hyper"]["lr_zo"] for j in jobs} == {2e-3}
@@ -34,23 +34,32 @@ def test_filters_overrides_and_repeats():
 
 def test_combinations_a_runtime_cannot_run_are_left_out_with_the_reason():
     s = suites.load("quick")
-    s.precisions = ["fp32", "int8"]
     jobs, notes = plan.make(s, inventory.resolve(["local"], None))
-    assert len(jobs) == 11 and all(j.spec["precision"] == "fp32" for j in jobs)
-    assert any("int8" in n and "torch" in n for n in notes)
+    assert len(jobs) == 25
+    assert not any(j.spec["runtime"] == "ort" and j.spec["precision"] == "int8" for j in jobs)
+    assert "full-zo int8 on ort: the ort runtime has no int8 training" in notes
     assert "full-bp fp32 on ort: the ort runtime cannot train full-bp: ONNX Runtime runs forward passes " \
            "only, by design (use torch or cpp for full-bp)" in notes
     with pytest.raises(UserError, match="ort runtime cannot train full-bp: ONNX Runtime runs forward passes only"):
         plan.make(s, inventory.resolve(["local"], None), runtimes=["ort"], methods=["full-bp"])
-    with pytest.raises(UserError, match="the plan has no job"):
-        plan.make(s, inventory.resolve(["local"], None), precisions=["int8"])
+    with pytest.raises(UserError, match="the plan has no job: .*the ort runtime has no int8 training"):
+        plan.make(s, inventory.resolve(["local"], None), runtimes=["ort"], precisions=["int8"])
 
 
 def test_quick_suite_runs_every_method_on_torch_and_cpp_and_the_zo_methods_on_ort_here():
-    jobs, _ = plan.make(suites.load("quick"), inventory.resolve(["local"], None))
+    jobs, _ = plan.make(suites.load("quick"), inventory.resolve(["local"], None), precisions=["fp32"])
     assert sorted((j.spec["runtime"], j.spec["method"], j.spec["bp_layers"]) for j in jobs) == sorted(
         (r, m, k) for r in ("torch", "cpp", "ort") for m, k in
         (("full-bp", 0), ("full-zo", 0), ("elastic-zo", 1), ("elastic-zo", 2)) if (r, m) != ("ort", "full-bp"))
+
+
+def test_quick_suite_has_the_int8_jobs_on_torch_and_cpp_with_both_zo_losses():
+    jobs, _ = plan.make(suites.load("quick"), inventory.resolve(["local"], None), precisions=["int8"])
+    keys = sorted((j.spec["runtime"], j.spec["method"], j.spec["bp_layers"], j.spec["zo_loss"]) for j in jobs)
+    zo = [("full-zo", 0), ("elastic-zo", 1), ("elastic-zo", 2)]
+    assert keys == sorted([(r, "full-bp", 0, "float") for r in ("torch", "cpp")] +
+                          [(r, m, k, zl) for r in ("torch", "cpp") for m, k in zo for zl in ("float", "integer")])
+    assert len({j.job_id for j in jobs}) == len(jobs)
 
 
 @pytest.mark.slow

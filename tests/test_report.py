@@ -9,7 +9,7 @@ from harness.store import Store
 from reports import build
 
 PNG = b"\x89PNG\r\n\x1a\n"
-TINY = ["--runtime", "torch", "--set", "epochs=2", "--set", "train_samples=320", "--set", "test_samples=64"]
+TINY = ["--runtime", "torch", "--precision", "fp32", "--set", "epochs=2", "--set", "train_samples=320", "--set", "test_samples=64"]
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,7 @@ from harness.store import Store
 
 from conftest import board_toml
 
-TINY = ["--set", "epochs=1", "--set", "train_samples=320", "--set", "test_samples=64"]
+TINY = ["--precision", "fp32", "--set", "epochs=1", "--set", "train_samples=320", "--set", "test_samples=64"]
 
 
 @pytest.fixture(scope="module")

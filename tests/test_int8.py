@@ -1,0 +1,169 @@
+"""INT8 training: the torch reference and the C++ binary (native and under qemu) bit for bit,
+the integer numerics on their own, and INT8 ElasticZO actually learning."""
+import json
+import re
+
+import numpy as np
+import pytest
+import torch
+
+from harness import schema
+from harness.build import build
+from harness.deploy import raw_idx, raw_idx_root
+from harness.inventory import Target
+from workloads import int8
+from workloads.models import LENET5
+
+from conftest import REPO, run_runner
+from test_cpp import run_binary
+
+STEPS = 100
+CONFIGS = [("full-bp", 0, "float"), ("full-zo", 0, "float"), ("full-zo", 0, "integer"),
+           ("elastic-zo", 1, "float"), ("elastic-zo", 1, "integer"),
+           ("elastic-zo", 2, "float"), ("elastic-zo", 2, "integer")]
+
+
+@pytest.fixture(scope="module")
+def data_dir():
+    raw_idx("fashion-mnist", "")
+    return str(raw_idx_root())
+
+
+@pytest.fixture(scope="module")
+def binaries():
+    return {"native": str(build(Target(name="local", transport="local"))),
+            "aarch64": str(build(Target(name="pi", transport="ssh", host="pi.invalid", arch="aarch64",
+                                        runtimes=["cpp"])))}
+
+
+def spec(method, k, zo_loss, data_dir, steps=STEPS, batch=32, **hyper):
+    return {"job_id": "i8", "method": method, "bp_layers": k, "precision": "int8", "zo_loss": zo_loss,
+            "seed": 11, "threads": 2, "workload": {"dataset": "fashion-mnist", "data_dir": data_dir},
+            "hyper": {"epochs": 1, "batch_size": batch, "train_samples": batch * steps, "test_samples": 100,
+                      "trace_steps": steps, **hyper}}
+
+
+@pytest.fixture(scope="module")
+def reference(data_dir, tmp_path_factory):
+    """The torch runner's results, computed once per configuration."""
+    tmp = tmp_path_factory.mktemp("torch-int8")
+    return {c: run_runner(spec(*c, data_dir), tmp / "_".join(map(str, c))) for c in CONFIGS}
+
+
+def assert_identical(a: dict, b: dict) -> None:
+    assert a["status"] == b["status"] == "ok", (a["error"], b["error"])
+    assert a["model"]["weights_sha256"] == b["model"]["weights_sha256"]
+    assert a["model"]["params_total"] == b["model"]["params_total"] == 107550
+    for x, y in zip(a["trace"], b["trace"], strict=True):
+        assert {k: x[k] for k in x if k.startswith(("grad", "sign"))} == {k: y[k] for k in y if k.startswith(("grad", "sign"))}
+        assert x["loss"] == pytest.approx(y["loss"], rel=1e-12)
+    assert a["epochs"][0]["test_accuracy"] == b["epochs"][0]["test_accuracy"]
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=lambda c: "-".join(map(str, c)))
+def test_binary_ends_with_the_torch_runners_exact_int8_weights(binaries, reference, data_dir, tmp_path, config):
+    c = run_binary(binaries["native"], spec(*config, data_dir), tmp_path)
+    assert len(c["trace"]) == STEPS
+    assert_identical(reference[config], c)
+
+
+@pytest.mark.parametrize("config", [("full-bp", 0, "float"), ("full-zo", 0, "integer"), ("elastic-zo", 1, "float"),
+                                    ("elastic-zo", 2, "integer")], ids=lambda c: "-".join(map(str, c)))
+def test_aarch64_binary_under_qemu_ends_with_the_same_weights(binaries, reference, data_dir, tmp_path, config):
+    arm = run_binary(binaries["aarch64"], spec(*config, data_dir), tmp_path,
+                     wrapper=("qemu-aarch64", "-cpu", "cortex-a53"))
+    assert arm["env"]["arch"] == "aarch64" and schema.problems(arm) == []
+    assert_identical(reference[config], arm)
+
+
+def test_an_odd_batch_size_is_exact_too(binaries, data_dir, tmp_path):
+    s = spec("elastic-zo", 2, "integer", data_dir, steps=30, batch=30)
+    assert_identical(run_runner(s, tmp_path / "torch"), run_binary(binaries["native"], s, tmp_path / "cpp"))
+
+
+def test_integer_sign_agrees_with_the_float_sign_on_real_batches(binaries, data_dir, tmp_path):
+    """Eq. 12's integer-only comparison against the float loss difference, on the same
+    perturbed logits of 400 Fashion-MNIST steps (the paper reports about 95%)."""
+    agree = []
+    for method, k in (("full-zo", 0), ("elastic-zo", 1), ("elastic-zo", 2)):
+        r = run_binary(binaries["native"], spec(method, k, "float", data_dir, steps=400), tmp_path / method)
+        agree += [t["sign_integer"] == t["sign_float"] for t in r["trace"]]
+    assert np.mean(agree) >= 0.90
+
+
+def test_int8_elastic_zo_learns_about_as_well_as_fp32(binaries, data_dir, tmp_path):
+    """Three epochs on 4000 samples: INT8 ElasticZO's loss goes down and its accuracy is
+    within a few points of FP32 ElasticZO's from the same seed and data order."""
+    out = {}
+    for precision in ("fp32", "int8"):
+        s = spec("elastic-zo", 2, "float", data_dir, steps=125)
+        s["precision"], s["hyper"]["epochs"], s["hyper"]["test_samples"] = precision, 3, 1000
+        out[precision] = run_binary(binaries["native"], s, tmp_path / precision)
+    losses = [e["train_loss"] for e in out["int8"]["epochs"]]
+    assert losses[-1] < losses[0] - 0.2
+    acc = {p: r["epochs"][-1]["test_accuracy"] for p, r in out.items()}
+    assert acc["int8"] > 0.5 and acc["int8"] >= acc["fp32"] - 0.08, acc
+
+
+# ---- the integer numerics on their own ----
+
+def test_psto_shift_is_symmetric_and_unbiased_over_the_discarded_bits():
+    x = torch.arange(-4096, 4097)
+    r = int8.psto_shift(x, 6)
+    assert torch.equal(r, -int8.psto_shift(-x, 6))
+    assert abs(float(r.double().mean())) < 1e-9                     # no drift
+    assert (r.double() - x.double() / 64).abs().max() < 1.0          # never off by a whole step
+    assert abs(float((r.double() - x.double() / 64).mean())) < 0.05
+
+
+def test_round_shift_rounds_half_up_like_division():
+    x = torch.tensor([-7, -6, -5, -2, -1, 0, 1, 2, 5, 6, 7])
+    assert int8.round_shift(x, 2).tolist() == [int(np.floor(v / 4 + 0.5)) for v in x.tolist()]
+
+
+def test_requant_keeps_seven_bits_and_tracks_the_exponent():
+    acc = torch.tensor([[1000, -20000, 5]])
+    q, e = int8.requant(acc, -3)
+    assert q.abs().max() <= 127 and e == -3 + 8          # 20000 needs 15 bits: shift by 8
+    assert torch.allclose(q.double() * 2.0 ** e, acc.double() * 2.0 ** -3, atol=2.0 ** (e - 1))
+
+
+def test_ce_error_points_along_the_softmax_gradient():
+    g = torch.Generator().manual_seed(0)
+    q = torch.randint(-127, 128, (64, 10), generator=g)
+    y = torch.randint(0, 10, (64,), generator=g)
+    err = int8.ce_error(q, -4, y).double()
+    true = torch.softmax(q.double() * 2.0 ** -4, dim=1) - torch.nn.functional.one_hot(y, 10)
+    cos = torch.nn.functional.cosine_similarity(err.flatten(), true.flatten(), dim=0)
+    assert cos > 0.95 and err.abs().max() <= 127
+
+
+def test_integer_loss_approximates_the_float_loss_in_bits():
+    g = torch.Generator().manual_seed(1)
+    q = torch.randint(-127, 128, (32, 10), generator=g)
+    y = torch.randint(0, 10, (32,), generator=g)
+    for e in (-6, -4, -2):
+        nats = int8.float_loss(q, e, y) * 32
+        bits = int8.integer_loss(q, e, y) / 2 ** int8.LOSS_FRAC_BITS
+        assert bits * np.log(2) == pytest.approx(nats, rel=0.05)
+
+
+def test_the_binary_uses_the_same_power_of_two_table():
+    text = (REPO / "workloads" / "cpp" / "int8.hpp").read_text()
+    table = re.search(r"POW2_Q30\[64\] = \{([^}]*)\}", text).group(1)
+    assert [int(v) for v in table.replace("\n", " ").split(",")] == list(int8.POW2_Q30)
+
+
+def test_int8_init_and_layout():
+    q, exps = int8.init_weights(LENET5, 0)
+    assert q.dtype == np.int8 and q.size == 107550 and q.min() >= -127 and q.max() <= 127
+    assert abs(float(q.mean())) < 1.0 and exps == [-9, -10, -10, -9, -8]
+    # the exponent puts 127 * 2^e next to Xavier's bound, as NITI does
+    assert 127 * 2.0 ** exps[2] == pytest.approx(np.sqrt(6 / (784 + 120)), rel=0.6)
+
+
+def test_int8_rejects_an_fp32_init_weights_file(tmp_path, data_dir):
+    r = run_runner({**spec("full-zo", 0, "float", data_dir, steps=2), "init_weights": str(tmp_path / "w.f32")},
+                   tmp_path)
+    assert r["status"] == "failed" and r["error"].startswith("init_weights: an int8 run starts from the integer init")
+    assert json.loads(json.dumps(r))["job"]["precision"] == "int8"
