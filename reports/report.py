@@ -64,6 +64,12 @@ def _method_palette(df: pd.DataFrame) -> dict:
     return {m: colors[i % len(colors)] for i, m in enumerate(KNOWN + others)}
 
 
+def precision_label(job: dict) -> str:
+    """The paper's names: INT8 with the integer-only ZO loss is INT8*."""
+    p = job.get("precision", "fp32")
+    return f"{p}*" if p == "int8" and job.get("zo_loss") == "integer" and job["method"] != "full-bp" else p
+
+
 def _load(store, run_ids: list[str]) -> pd.DataFrame:
     """One row per result, in the order methods are introduced in the paper."""
     rows = []
@@ -73,7 +79,8 @@ def _load(store, run_ids: list[str]) -> pd.DataFrame:
             phases, last = r.get("phases") or {}, (r.get("epochs") or [{}])[-1]
             rows.append({
                 "run_id": run_id, "job_id": job["job_id"], "repeat": job.get("repeat", 0),
-                **{k: job[k] for k in ("method", "bp_layers", "runtime", "precision", "target")},
+                **{k: job[k] for k in ("method", "bp_layers", "runtime", "target")},
+                "precision": precision_label(job),
                 "workload": "{model}/{dataset}".format(**job["workload"]),
                 "mlabel": method_label(job["method"], job["bp_layers"]),
                 "status": r["status"], "error": r.get("error") or "", "steps": steps,
@@ -196,8 +203,9 @@ def _blocks(store, run_ids: list[str], df: pd.DataFrame, ok: pd.DataFrame) -> li
                          "ok": [int(((df.run_id == r) & (df.status == "ok")).sum()) for r in run_ids]})
     blocks = [("h1", f"zobench report: {', '.join(run_ids)}"), ("h2", "Runs"), ("table", runs),
               ("h2", "Machine"), _machine(df), ("h2", "Results"),
-              ("p", "One row per job group (method, runtime, precision, target, workload); repeats are averaged "
-                    "(n = how many). Jobs that did not end ok are listed with their error and left out of the charts."),
+              ("p", "One row per job group (method, runtime, precision, target, workload; int8* is INT8 with the "
+                    "integer-only ZO loss); repeats are averaged (n = how many). Jobs that did not end ok are listed "
+                    "with their error and left out of the charts."),
               ("table", _results_table(df)), ("h2", "Where training time goes")]
     if len(ok):
         phases = ok.set_index("label")[list(TRAIN_PHASES)].fillna(0)
