@@ -64,6 +64,15 @@ def build_parser() -> Parser:
     p.add_argument("--target", required=True)
     p.add_argument("--inventory", type=Path)
 
+    p = sub.add_parser("memory", help="the paper's analytic memory model (Eqs. 2-5, 13-15) from layer shapes")
+    p.add_argument("--model", default="lenet5", help="model name (workloads/models.py)")
+    p.add_argument("--batch", type=int, required=True, help="batch size")
+    p.add_argument("--precision", choices=("fp32", "int8"), default="fp32")
+    p.add_argument("--method", choices=("full-bp", "full-zo", "elastic-zo"), help="one method (default: all four)")
+    p.add_argument("--bp-layers", type=int, help="elastic-zo: how many final FC layers BP trains (default 1)")
+    p.add_argument("--optimizer", choices=("sgd", "adam"), default="sgd", help="BP optimizer (adam: Eq. 5)")
+    p.add_argument("--json", action="store_true", help="print a JSON list of breakdowns")
+
     p = sub.add_parser("targets", help="the targets zobench knows")
     _add_results(p)
     p.add_argument("--inventory", type=Path)
@@ -163,6 +172,27 @@ def cmd_build(args) -> int:
     return 0
 
 
+def cmd_memory(args) -> int:
+    from workloads.models import MODELS
+
+    from . import memory_model
+
+    if args.model not in MODELS:
+        raise UserError(f"memory --model {args.model!r}: expected one of {', '.join(MODELS)}")
+    if args.batch < 1:
+        raise UserError(f"memory --batch {args.batch}: expected a batch size >= 1")
+    if args.bp_layers is not None and args.method != "elastic-zo":
+        raise UserError("memory --bp-layers: only with --method elastic-zo")
+    model = MODELS[args.model]
+    try:
+        rows = [memory_model.breakdown(model, m, args.batch, args.precision, k, args.optimizer)
+                for m, k in memory_model.configurations(model, args.method, args.bp_layers)]
+    except ValueError as e:
+        raise UserError(f"memory --bp-layers {args.bp_layers}: {e}") from None
+    print(json.dumps([r.to_dict() for r in rows], indent=1) if args.json else memory_model.table(rows))
+    return 0
+
+
 def cmd_targets(args) -> int:
     if args.action == "probe":
         if not args.name:
@@ -193,7 +223,7 @@ def main(argv=None) -> int:
     try:
         args = build_parser().parse_args(argv)
         return {"run": cmd_run, "results": cmd_results, "report": cmd_report, "targets": cmd_targets,
-                "build": cmd_build}[args.command](args)
+                "build": cmd_build, "memory": cmd_memory}[args.command](args)
     except UserError as e:
         print(f"zobench: error: {e}", file=sys.stderr)
         return 2
