@@ -64,6 +64,22 @@ def build_parser() -> Parser:
     p.add_argument("--target", required=True)
     p.add_argument("--inventory", type=Path)
 
+    p = sub.add_parser("compare", help="per job key: significant and large changes in step time and peak memory")
+    _add_results(p)
+    p.add_argument("baseline", help="run id, or a file from `zobench export --format pytest-benchmark`")
+    p.add_argument("current", help="run id, or an exported file")
+    p.add_argument("--threshold", type=float, default=5.0, metavar="PCT",
+                   help="smallest relative change that counts, in percent (default 5)")
+    p.add_argument("--fail-on-change", action="store_true",
+                   help="also exit 1 on a significant improvement (time to update the baseline)")
+    p.add_argument("--format", choices=("text", "markdown", "json"), default="text")
+
+    p = sub.add_parser("export", help="a run's measurements as pytest-benchmark JSON or CSV")
+    _add_results(p)
+    p.add_argument("--format", choices=("pytest-benchmark", "csv"), required=True)
+    p.add_argument("--run", help="run id (default: the latest)")
+    p.add_argument("--out", type=Path, help="write here instead of stdout")
+
     p = sub.add_parser("memory", help="the paper's analytic memory model (Eqs. 2-5, 13-15) from layer shapes")
     p.add_argument("--model", default="lenet5", help="model name (workloads/models.py)")
     p.add_argument("--batch", type=int, required=True, help="batch size")
@@ -172,6 +188,35 @@ def cmd_build(args) -> int:
     return 0
 
 
+def cmd_compare(args) -> int:
+    from . import compare, measurements
+
+    if not 0 <= args.threshold < 1000:
+        raise UserError(f"compare --threshold {args.threshold:g}: expected a percentage >= 0")
+    base_name, base = measurements.load(args.baseline, args.results)
+    cur_name, cur = measurements.load(args.current, args.results)
+    if not base or not cur:
+        raise UserError(f"compare: {base_name if not base else cur_name} has no ok result to compare")
+    verdicts = compare.compare(base, cur, args.threshold / 100)
+    print(compare.render(verdicts, args.format, base_name, cur_name, args.threshold / 100))
+    return compare.exit_code(verdicts, args.fail_on_change)
+
+
+def cmd_export(args) -> int:
+    from . import export, measurements
+
+    store = Store(args.results)
+    run_id = args.run or store.latest()
+    _, found = measurements.load(run_id, args.results)
+    text = export.pytest_benchmark(run_id, found) if args.format == "pytest-benchmark" else export.csv_text(found)
+    if args.out:
+        args.out.write_text(text)
+        print(f"{args.out}: {len(found)} job keys of run {run_id}", file=sys.stderr)
+    else:
+        sys.stdout.write(text if text.endswith("\n") else text + "\n")
+    return 0
+
+
 def cmd_memory(args) -> int:
     from workloads.models import MODELS
 
@@ -223,7 +268,8 @@ def main(argv=None) -> int:
     try:
         args = build_parser().parse_args(argv)
         return {"run": cmd_run, "results": cmd_results, "report": cmd_report, "targets": cmd_targets,
-                "build": cmd_build, "memory": cmd_memory}[args.command](args)
+                "build": cmd_build, "memory": cmd_memory, "compare": cmd_compare,
+                "export": cmd_export}[args.command](args)
     except UserError as e:
         print(f"zobench: error: {e}", file=sys.stderr)
         return 2

@@ -71,9 +71,15 @@ def train(engine, spec, train_split, test_split, clock, state: TrainState) -> No
         clock.start()
         t0 = time.perf_counter()
         for b in range(steps_per_epoch):
+            step_t0 = time.perf_counter()
             x, y = engine.load_batch(*train_split.batch(order[b * batch:(b + 1) * batch]))
             clock.lap("data")
             r = methods.step(engine, spec, x, y, state.steps, epoch, lr_zo, lr_bp, clock)
+            if h.inject_slowdown:     # test-only: a real, CPU-bound slowdown for the regression gate
+                spin_until = time.perf_counter() + h.inject_slowdown * (time.perf_counter() - step_t0)
+                while time.perf_counter() < spin_until:
+                    pass
+                clock.lap("data")
             loss_sum += r["loss"]
             if state.steps < h.trace_steps:
                 state.trace.append({"step": state.steps, **r})

@@ -62,7 +62,7 @@ static Spec read_spec(const std::string& path) {
 #define TAKE(field) take(h, #field, s.h.field)
         TAKE(epochs); TAKE(batch_size); TAKE(lr_bp); TAKE(lr_zo); TAKE(lr_decay); TAKE(lr_decay_every);
         TAKE(eps); TAKE(zo_grad_clip); TAKE(train_samples); TAKE(test_samples); TAKE(trace_steps); TAKE(fault);
-        TAKE(zo_scale);
+        TAKE(zo_scale); TAKE(inject_slowdown);
 #undef TAKE
     }
     if (s.method != "full-bp" && s.method != "full-zo" && s.method != "elastic-zo")
@@ -237,11 +237,18 @@ static void train(const Spec& s, NetT& net, const Split& tr, const Split& te, Ph
         clock.start();
         const auto t0 = Clock::now();
         for (int b = 0; b < steps_per_epoch; ++b) {
+            const auto step_t0 = Clock::now();
             net.load(tr, order.data() + size_t(b) * B, B);
             clock.lap(DATA);
             const uint64_t key = zrng::stream_key(s.seed, zrng::STREAM_ZO, uint64_t(st.steps));
             json rec = {{"step", st.steps}};
             rec.update(net.step(s, key, epoch, lr_zo, lr_bp, clock));
+            if (s.h.inject_slowdown > 0) {  // test-only: a real, CPU-bound slowdown for the regression gate
+                const auto until = Clock::now() + (Clock::now() - step_t0) * s.h.inject_slowdown;
+                while (Clock::now() < until) {
+                }
+                clock.lap(DATA);
+            }
             loss_sum += rec["loss"].get<double>();
             if (st.steps < s.h.trace_steps) st.trace.push_back(rec);
             st.steps += 1;

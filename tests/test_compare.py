@@ -1,0 +1,95 @@
+"""`zobench compare` and `zobench export` on real runs of the C++ binary.
+
+This machine is shared and its speed drifts by tens of percent over minutes, so each side
+is five single-repeat runs taken in turn with the other side's: the drift hits both
+sides alike and the Mann-Whitney test sees the difference that is really there."""
+import json
+import subprocess
+
+import pytest
+
+from harness.cli import main
+from harness.store import Store
+
+from conftest import zobench
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """Five runs (of five repeats) each of: the code as it is, twice, and with a 20% slowdown injected."""
+    root = tmp_path_factory.mktemp("compare")
+    inv = root / "inventory.toml"
+    inv.write_text('[targets.solo]\nprofile = "local"\nthreads = 1\n')
+    store, ids = Store(root / "results"), {"base": [], "same": [], "slow": []}
+    for _ in range(5):
+        for side, extra in (("base", []), ("same", []), ("slow", ["--set", "inject_slowdown=0.2"])):
+            assert main(["run", "--results", str(store.root), "--inventory", str(inv), "--no-report",
+                         "--suite", "ci", "--runtime", "cpp", "--precision", "fp32", "--method", "full-zo",
+                         "--target", "solo", "--set", "train_samples=3200", *extra]) == 0
+            ids[side].append(store.latest())
+    return {"root": store.root, **{k: ",".join(v) for k, v in ids.items()}}
+
+
+def compare(runs, base, cur, *extra):
+    return zobench("compare", "--results", runs["root"], base, cur, "--threshold", "10", *extra)
+
+
+def test_a_real_20_percent_slowdown_is_a_regression_and_exits_1(runs):
+    p = compare(runs, runs["base"], runs["slow"], "--format", "json")
+    assert p.returncode == 1, p.stdout + p.stderr
+    (v,) = json.loads(p.stdout)["verdicts"]
+    assert v["status"] == "regressed" and v["metrics"]["step_time"]["significant"]
+    assert 0.10 < v["metrics"]["step_time"]["change"] < 0.40
+    assert not v["metrics"]["peak_memory"]["significant"]
+
+
+def test_two_runs_of_the_same_code_are_unchanged_and_exit_0(runs):
+    p = compare(runs, runs["base"], runs["same"])
+    assert p.returncode == 0, p.stdout
+    assert "1 unchanged" in p.stdout
+
+
+def test_fail_on_change_also_fails_on_an_improvement(runs):
+    p = compare(runs, runs["slow"], runs["base"], "--fail-on-change", "--format", "markdown")
+    assert p.returncode == 1 and "🟢 improved" in p.stdout and p.stdout.startswith("### zobench compare")
+    assert compare(runs, runs["slow"], runs["base"]).returncode == 0
+
+
+def test_an_exported_baseline_compares_like_the_run_and_a_changed_fingerprint_is_not_compared(runs, tmp_path):
+    first = runs["base"].split(",")[0]
+    exported = tmp_path / "baseline.json"
+    assert zobench("export", "--results", runs["root"], "--run", first, "--format", "pytest-benchmark",
+                   "--out", exported).returncode == 0
+    p = compare(runs, str(exported), first, "--format", "json")
+    assert p.returncode == 0 and json.loads(p.stdout)["verdicts"][0]["status"] == "unchanged"
+    doc = json.loads(exported.read_text())
+    doc["benchmarks"][0]["extra_info"]["zobench"]["fingerprint"]["governor"] = "powersave"
+    exported.write_text(json.dumps(doc))
+    p = compare(runs, str(exported), first)
+    assert p.returncode == 0 and "not comparable" in p.stdout and "governor" in p.stdout and "powersave" in p.stdout
+
+
+def test_pytest_benchmark_reads_the_export(runs, tmp_path):
+    out = tmp_path / "0001_zobench.json"
+    assert zobench("export", "--results", runs["root"], "--run", runs["base"].split(",")[0],
+                   "--format", "pytest-benchmark", "--out", out).returncode == 0
+    doc = json.loads(out.read_text())
+    (b,) = doc["benchmarks"]
+    assert b["stats"]["rounds"] == len(b["stats"]["data"]) and b["stats"]["min"] <= b["stats"]["median"]
+    p = subprocess.run(["pytest-benchmark", "compare", str(out), "--columns", "min,median,rounds"],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0 and "full-zo" in p.stdout, p.stdout + p.stderr
+
+
+def test_csv_export_has_one_row_per_job_key(runs):
+    p = zobench("export", "--results", runs["root"], "--run", runs["base"].split(",")[0], "--format", "csv")
+    lines = p.stdout.strip().splitlines()
+    assert p.returncode == 0 and len(lines) == 2 and lines[0].startswith("workload,method,precision")
+    assert ",full-zo,fp32,cpp,solo,5," in lines[1]
+
+
+def test_compare_names_a_bad_baseline(runs, tmp_path):
+    (tmp_path / "x.json").write_text("{}")
+    p = compare(runs, str(tmp_path / "x.json"), runs["base"])
+    assert p.returncode == 2 and "not a zobench pytest-benchmark export" in p.stderr and "Traceback" not in p.stderr
+    p = compare(runs, "no-such-run", runs["base"])
+    assert p.returncode == 2 and "neither a run id" in p.stderr
