@@ -10,30 +10,32 @@ from __future__ import annotations
 import base64
 import html
 import math
-import textwrap
 from pathlib import Path
 
 import pandas as pd
 import seaborn as sns
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
-from matplotlib.patches import Patch
-from matplotlib.ticker import MaxNLocator
 
+from harness import memory_model
+from workloads.models import MODELS
 from workloads.vocab import METHODS, TRAIN_PHASES, method_label
+
+from . import charts
 
 MIB = 2 ** 20
 # A job group: its repeats (and the same job in several runs) are averaged.
 GROUP = ["method", "bp_layers", "runtime", "precision", "target", "workload"]
 # Named in a chart label only when the report holds more than one of them.
 VARIANTS = ["runtime", "precision", "target", "workload"]
-# Fixed for every report, so a phase has the same colour in all of them.
-PHASE_COLORS = dict(zip(TRAIN_PHASES, sns.color_palette("Set2", len(TRAIN_PHASES))))
 # The paper's four configurations first, so each keeps its colour in every report.
 KNOWN = [method_label(m, k) for m, k in (("full-bp", 0), ("full-zo", 0), ("elastic-zo", 1), ("elastic-zo", 2))]
-CHARTS = {"time_breakdown.png": "Training time per optimizer step, by phase",
-          "memory.png": "Peak resident memory: baseline before training plus the training increment",
-          "loss.png": "Train and test loss per epoch"}
+CHARTS = {"time_breakdown": "Training time per optimizer step, by phase, per runtime and target (Fig. 7 shape)",
+          "cross_device": "Step time normalised per board to its Full ZO FP32, for comparing boards",
+          "memory": "Analytic memory by method and part (Figs. 4-5 shape), with the measured training increment",
+          "peak_rss": "Measured peak resident memory: RSS before training plus the training increment",
+          "loss": "Train and test loss per epoch, per precision (Figs. 2-3 shape)",
+          "int8_ratios": "INT8 vs FP32: speed-up and memory ratio, measured and analytic"}
 CSS = """body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}
 table{border-collapse:collapse;margin:1em 0;font-size:.9em}th,td{border:1px solid #ccc;padding:.3em .6em}
 th{background:#f0f0f0}td{text-align:right}img{max-width:100%}figcaption{color:#555;font-size:.9em}"""
@@ -45,13 +47,21 @@ def build(store, run_ids: list[str], out: Path | None = None) -> Path:
     df = _load(store, run_ids)
     ok = _chart_groups(df)
     palette = _method_palette(df)
+    ratios = _int8_ratios(ok)
+    batch, model = (int(df["batch"].mode()[0]), df["model"].mode()[0]) if len(df) else (32, "lenet5")
+    draw = {"time_breakdown": lambda: charts.time_breakdown(ok, palette),
+            "cross_device": lambda: charts.cross_device(ok, palette),
+            "memory": lambda: charts.memory(ok, palette, batch, model),
+            "peak_rss": lambda: charts.peak_rss(ok, palette),
+            "loss": lambda: charts.loss_curves(ok, palette),
+            "int8_ratios": lambda: charts.int8_ratios(ratios, palette)}
     with sns.axes_style("whitegrid"), sns.plotting_context("notebook", font_scale=0.85):
-        for name, draw in (("time_breakdown.png", _time_chart), ("memory.png", _memory_chart),
-                           ("loss.png", _loss_chart)):
-            fig = draw(ok, palette) if len(ok) else _nothing_to_chart()
+        for name, make in draw.items():
+            fig = make() if len(ok) else _nothing_to_chart()
             fig.tight_layout()
-            fig.savefig(out / name, dpi=120, bbox_inches="tight")
-    blocks = _blocks(store, run_ids, df, ok)
+            for ext in ("png", "svg"):
+                fig.savefig(out / f"{name}.{ext}", dpi=120, bbox_inches="tight")
+    blocks = _blocks(store, run_ids, df, ok, ratios)
     (out / "report.md").write_text(_markdown(blocks))
     (out / "report.html").write_text(_html(blocks, out, f"zobench report: {', '.join(run_ids)}"))
     return out / "report.html"
@@ -83,12 +93,14 @@ def _load(store, run_ids: list[str]) -> pd.DataFrame:
                 "precision": precision_label(job),
                 "workload": "{model}/{dataset}".format(**job["workload"]),
                 "mlabel": method_label(job["method"], job["bp_layers"]),
+                "batch": (job.get("hyper") or {}).get("batch_size", 32), "model": job["workload"].get("model", "lenet5"),
                 "status": r["status"], "error": r.get("error") or "", "steps": steps,
                 "train_s": r.get("train_seconds") or math.nan,
                 # A runner that never trained reports 0 s and 0 bytes: unknown, not free.
                 "ms_step": 1000 * r["train_seconds"] / steps if steps and r.get("train_seconds") else math.nan,
                 "peak_mib": (mem.get("peak_rss_bytes") or math.nan) / MIB,
                 "baseline_mib": (mem.get("baseline_rss_bytes") or math.nan) / MIB,
+                "buffers_mib": (mem.get("buffers_bytes") or math.nan) / MIB,
                 **{p: 1000 * phases[p]["seconds"] / steps if steps and p in phases else math.nan
                    for p in TRAIN_PHASES},
                 "train_loss": last.get("train_loss", math.nan), "test_loss": last.get("test_loss", math.nan),
@@ -101,100 +113,56 @@ def _load(store, run_ids: list[str]) -> pd.DataFrame:
     varying = [v for v in VARIANTS if df[v].nunique() > 1]
     df["variant"] = df[varying].astype(str).agg(" ".join, axis=1) if varying else ""
     df["label"] = df["mlabel"] + df["variant"].map(lambda v: f" · {v}" if v else "")
+    where = ["runtime", "target"] + (["workload"] if df["workload"].nunique() > 1 else [])
+    df["panel"] = df[where].astype(str).agg(" · ".join, axis=1)
     return df.reset_index(drop=True)
 
 
 def _chart_groups(df: pd.DataFrame) -> pd.DataFrame:
     """The ok jobs, one row per group (the label names the group uniquely)."""
     ok = df[df["status"] == "ok"]
-    means = ok.groupby("label", sort=False)[["peak_mib", "baseline_mib", *TRAIN_PHASES]].mean()
-    firsts = ok.groupby("label", sort=False)[["mlabel", "variant"]].first()
+    means = ok.groupby("label", sort=False)[["ms_step", "peak_mib", "baseline_mib", "buffers_mib", "test_acc",
+                                             *TRAIN_PHASES]].mean()
+    firsts = ok.groupby("label", sort=False)[["mlabel", "method", "bp_layers", "precision", "runtime", "target",
+                                              "workload", "panel", "variant", "batch", "model"]].first()
     curves = pd.Series({label: pd.DataFrame([e for es in s for e in es]).groupby("epoch")[["train_loss", "test_loss"]]
                         .mean() for label, s in ok.groupby("label", sort=False)["epochs"]}, name="curve", dtype=object)
     return pd.concat([firsts, means, curves], axis=1).rename_axis("label").reset_index()
 
 
-def _figure(width: float, height: float = 4.8, ncols: int = 1, sharey: bool = False):
-    fig = Figure(figsize=(width, height))
-    FigureCanvasAgg(fig)
-    return fig, fig.subplots(1, ncols, sharey=sharey)
-
-
-def _bar_figure(n_bars: int):
-    """Width grows with the bars so wrapped labels never collide; no vertical grid through the bars."""
-    fig, ax = _figure(max(6.5, 1.4 * n_bars + 3.5))
-    ax.grid(axis="x", visible=False)
-    return fig, ax
-
-
-def _wrap(labels) -> list[str]:
-    """Narrow tick labels, with the variant on a line of its own."""
-    return ["\n".join(textwrap.fill(part, 16, break_long_words=False, break_on_hyphens=False)
-                      for part in s.split(" · ")) for s in labels]
-
-
-def _time_chart(ok: pd.DataFrame, palette: dict) -> Figure:
-    """The shape of the ElasticZO paper's Fig. 7: where a step's time goes."""
-    fig, ax = _bar_figure(len(ok))
-    ms = ok.set_index("label")[list(TRAIN_PHASES)].fillna(0)
-    totals = ms.cumsum(axis=1)
-    for p in TRAIN_PHASES:
-        ax.bar(range(len(ms)), ms[p], bottom=totals[p] - ms[p], width=0.6, color=PHASE_COLORS[p], label=p)
-    totals = totals[TRAIN_PHASES[-1]]
-    for x, total in enumerate(totals):
-        ax.annotate(f"{total:.2f} ms", (x, total), xytext=(0, 3), textcoords="offset points",
-                    ha="center", va="bottom", fontweight="bold")
-    ax.set_ylim(0, 1.12 * totals.max())
-    ax.set_xticks(range(len(ms)), _wrap(ms.index))
-    ax.set(ylabel="time per step (ms)", title=CHARTS["time_breakdown.png"])
-    ax.legend(title="phase", loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False)
-    return fig
-
-
-def _memory_chart(ok: pd.DataFrame, palette: dict) -> Figure:
-    """Baseline and increment stacked, because the baseline (runtime + data) dwarfs what training adds."""
-    fig, ax = _bar_figure(len(ok))
-    x = range(len(ok))
-    increment = ok["peak_mib"] - ok["baseline_mib"]
-    ax.bar(x, ok["baseline_mib"], width=0.6, color="0.8", edgecolor="0.5")
-    ax.bar(x, increment, bottom=ok["baseline_mib"], width=0.6, color=[palette[m] for m in ok["mlabel"]],
-           edgecolor="0.3")
-    for i, (peak, inc) in enumerate(zip(ok["peak_mib"], increment)):
-        ax.annotate(f"{peak:.0f} MiB\n(+{inc:.0f} training)", (i, peak), xytext=(0, 3),
-                    textcoords="offset points", ha="center", va="bottom")
-    ax.set_ylim(0, 1.18 * ok["peak_mib"].max())
-    ax.set_xticks(list(x), _wrap(ok["label"]))
-    ax.set(ylabel="peak resident memory (MiB)", title="Peak resident memory (RSS)")
-    ax.legend(handles=[Patch(facecolor="0.8", edgecolor="0.5", label="baseline before training\n(runtime + data)"),
-                       Patch(facecolor="white", edgecolor="0.3", label="training increment\n(method colour)")],
-              loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False)
-    return fig
-
-
-def _loss_chart(ok: pd.DataFrame, palette: dict) -> Figure:
-    """Train and test side by side with a shared y axis, so overfitting shows as a gap."""
-    fig, axes = _figure(11, height=4.2, ncols=2, sharey=True)
-    styles = dict(zip(ok["variant"].unique(), ["-", "--", ":", "-."] * len(ok)))
-    for _, g in ok.iterrows():
-        for ax, col in zip(axes, ("train_loss", "test_loss")):
-            ax.plot(g["curve"].index, g["curve"][col], marker="o", label=g["label"],
-                    color=palette[g["mlabel"]], linestyle=styles[g["variant"]])
-    for ax, name in zip(axes, ("train", "test")):
-        ax.set(title=f"{name} loss", xlabel="epoch")
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    axes[0].set_ylabel("cross-entropy loss")
-    axes[1].legend(loc="upper left", bbox_to_anchor=(1.02, 1), frameon=False)
-    return fig
+def _int8_ratios(ok: pd.DataFrame) -> pd.DataFrame:
+    """Per (method, runtime, target): FP32 over INT8 step time, training memory increment, and
+    the analytic memory ratio. INT8* (integer ZO loss) runs the same kernels, so INT8 stands for both."""
+    rows = []
+    for (label, panel), g in ok.groupby(["mlabel", "panel"], sort=False):
+        f, i = g[g["precision"] == "fp32"], g[g["precision"] == "int8"]
+        if not len(f) or not len(i):
+            continue
+        f, i = f.iloc[0], i.iloc[0]
+        analytic = [memory_model.breakdown(MODELS[f["model"]], f["method"], int(f["batch"]), p, int(f["bp_layers"]))
+                    .total_bytes for p in ("fp32", "int8")]
+        # the binary reports its exact allocation; a Python runtime only its whole process's peak RSS
+        col = "buffers_mib" if pd.notna(f["buffers_mib"]) and pd.notna(i["buffers_mib"]) else "peak_mib"
+        name = label.split(" (")[0].replace("ElasticZO ", "ElasticZO\n")
+        rows.append({"mlabel": label, "config": f"{name}\n{panel}", "panel": panel,
+                     "fp32_ms": f["ms_step"], "int8_ms": i["ms_step"], "speedup": f["ms_step"] / i["ms_step"],
+                     "memory": "allocated buffers" if col == "buffers_mib" else "peak RSS",
+                     "fp32_mib": f[col], "int8_mib": i[col], "memory_ratio": f[col] / i[col],
+                     "analytic_ratio": analytic[0] / analytic[1]})
+    return pd.DataFrame(rows)
 
 
 def _nothing_to_chart() -> Figure:
-    fig, ax = _figure(6.5, height=1.5)
+    fig = Figure(figsize=(6.5, 1.5))
+    FigureCanvasAgg(fig)
+    ax = fig.subplots()
     ax.text(0.5, 0.5, "no job ended ok: nothing to chart", ha="center", va="center")
     ax.set_axis_off()
     return fig
 
 
-def _blocks(store, run_ids: list[str], df: pd.DataFrame, ok: pd.DataFrame) -> list[tuple[str, object]]:
+def _blocks(store, run_ids: list[str], df: pd.DataFrame, ok: pd.DataFrame,
+            ratios: pd.DataFrame) -> list[tuple[str, object]]:
     """The report as a list of (kind, content), rendered once as Markdown and once as HTML."""
     plans = [store.run_plan(r) for r in run_ids]
     runs = pd.DataFrame({"run": run_ids, "suite": [p.get("suite") for p in plans],
@@ -214,7 +182,29 @@ def _blocks(store, run_ids: list[str], df: pd.DataFrame, ok: pd.DataFrame) -> li
                    ("table", share.rename(columns=lambda p: f"{p} %").rename_axis("job group").reset_index())]
     else:
         blocks.append(("p", "No job ended ok, so there is no time to break down."))
+    if len(ok):
+        blocks += [("h2", "Accuracy"), ("p", "Final test accuracy (%) by method and precision, per runtime and target "
+                                              "(the shape of the paper's Table 1)."), ("table", _accuracy_table(ok))]
+    if len(ratios):
+        t = ratios[["mlabel", "panel", "fp32_ms", "int8_ms", "speedup", "memory", "fp32_mib", "int8_mib",
+                    "memory_ratio", "analytic_ratio"]].copy()
+        for col in ("fp32_ms", "int8_ms", "speedup", "fp32_mib", "int8_mib", "memory_ratio", "analytic_ratio"):
+            t[col] = t[col].map(lambda v: f"{v:.2f}")
+        blocks += [("h2", "INT8 vs FP32"),
+                   ("p", "Measured step time and memory: for the C++ binary its exact allocation "
+                         "(memory.buffers_bytes), for a Python runtime its whole process's peak RSS, most of "
+                         "which is the framework; and the analytic memory ratio of Eqs. 2-4 over 13-15."),
+                   ("table", t.rename(columns={"mlabel": "method", "panel": "runtime · target", "fp32_ms": "FP32 ms/step",
+                                               "int8_ms": "INT8 ms/step", "speedup": "speed-up x",
+                                               "fp32_mib": "FP32 MiB", "int8_mib": "INT8 MiB",
+                                               "memory_ratio": "memory x", "analytic_ratio": "analytic memory x"}))]
     return blocks + [("h2", "Charts")] + [("img", name) for name in CHARTS]
+
+
+def _accuracy_table(ok: pd.DataFrame) -> pd.DataFrame:
+    t = ok.pivot_table(index=["mlabel", "panel"], columns="precision", values="test_acc", sort=False)
+    t = t[[p for p in charts.PRECISIONS if p in t.columns]].map(lambda v: "-" if pd.isna(v) else f"{v:.1f}")
+    return t.rename(columns=str.upper).reset_index().rename(columns={"mlabel": "method", "panel": "runtime · target"})
 
 
 def _machine(df: pd.DataFrame) -> tuple[str, object]:
@@ -249,13 +239,13 @@ def _markdown(blocks) -> str:
         return "\n".join("| " + " | ".join(map(cell, line)) + " |" for line in lines)
 
     render = {"h1": lambda x: f"# {x}", "h2": lambda x: f"## {x}", "p": str, "table": table,
-              "img": lambda name: f"![{CHARTS[name]}]({name})"}
+              "img": lambda name: f"![{CHARTS[name]}]({name}.png)\n\n*{CHARTS[name]}* ([SVG]({name}.svg))"}
     return "\n\n".join(render[kind](x) for kind, x in blocks) + "\n"
 
 
 def _html(blocks, out: Path, title: str) -> str:
     def img(name: str) -> str:
-        data = base64.b64encode((out / name).read_bytes()).decode("ascii")
+        data = base64.b64encode((out / f"{name}.png").read_bytes()).decode("ascii")
         return (f'<figure><img src="data:image/png;base64,{data}" alt="{html.escape(CHARTS[name])}">'
                 f"<figcaption>{html.escape(CHARTS[name])}</figcaption></figure>")
 

@@ -7,6 +7,7 @@ import pytest
 from harness.cli import main
 from harness.store import Store
 from reports import build
+from reports.report import CHARTS
 
 PNG = b"\x89PNG\r\n\x1a\n"
 TINY = ["--runtime", "torch", "--precision", "fp32", "--set", "epochs=2", "--set", "train_samples=320", "--set", "test_samples=64"]
@@ -37,9 +38,10 @@ def md_rows(md: str) -> dict:
 def test_files_are_written_in_the_runs_report_folder(report):
     out = report["html"].parent
     assert out == report["store"].runs / report["ok"] / "report"
-    for name in ("time_breakdown.png", "memory.png", "loss.png"):
-        data = (out / name).read_bytes()
+    for name in CHARTS:
+        data = (out / f"{name}.png").read_bytes()
         assert data.startswith(PNG) and len(data) > 10_000
+        assert (out / f"{name}.svg").read_text().lstrip().startswith("<?xml")
     assert (out / "report.md").is_file()
 
 
@@ -68,7 +70,7 @@ def test_html_is_self_contained(report):
     page = report["html"].read_text()
     assert not re.search(r'(src|href)="(?!data:)', page)
     images = re.findall(r'<img src="data:image/png;base64,([^"]+)"', page)
-    assert len(images) == 3
+    assert len(images) == len(CHARTS) == 6
     assert all(base64.b64decode(i).startswith(PNG) for i in images)
     assert "<table" in page and "Full ZO" in page
 
@@ -95,3 +97,26 @@ def test_report_command_over_two_runs(report, tmp_path):
     # Full BP appears twice in the table: ok in one run, failed in the other
     section = md.split("## Results", 1)[1].split("##", 1)[0]
     assert section.count("| Full BP |") == 2
+
+
+def test_int8_and_accuracy_tables_agree_with_the_raw_results(tmp_path):
+    assert main(["run", "--results", str(tmp_path), "--no-report", "--runtime", "cpp", "--method", "full-zo",
+                 "--method", "elastic-zo:2", "--set", "epochs=1", "--set", "train_samples=640",
+                 "--set", "test_samples=128"]) == 0
+    store = Store(tmp_path)
+    md = (build(store, [store.latest()]).parent / "report.md").read_text()
+    res = {(r["job"]["method"], r["job"]["bp_layers"], r["job"]["precision"], r["job"]["zo_loss"]): r
+           for r in store.results(store.latest())}
+    ms = {k: 1000 * r["train_seconds"] / r["steps"] for k, r in res.items()}
+    section = md.split("## INT8 vs FP32", 1)[1].split("##", 1)[0]
+    rows = {l.split("|")[1].strip(): [c.strip() for c in l.strip("|").split("|")]
+            for l in section.splitlines() if l.startswith("| Full ZO") or l.startswith("| ElasticZO")}
+    zo = rows["Full ZO"]
+    assert zo[4] == f"{ms[('full-zo', 0, 'fp32', 'float')] / ms[('full-zo', 0, 'int8', 'float')]:.2f}"
+    assert zo[5] == "allocated buffers"
+    buffers = {p: res[("full-zo", 0, p, "float")]["memory"]["buffers_bytes"] for p in ("fp32", "int8")}
+    assert zo[8] == f"{buffers['fp32'] / buffers['int8']:.2f}" and float(zo[9]) > 1.4
+    acc = md.split("## Accuracy", 1)[1].split("##", 1)[0]
+    assert "| FP32 | INT8 | INT8* |" in acc
+    line = next(l for l in acc.splitlines() if l.startswith("| Full ZO"))
+    assert f"{100 * res[('full-zo', 0, 'int8', 'integer')]['epochs'][-1]['test_accuracy']:.1f}" in line

@@ -59,3 +59,9 @@ struct PhaseClock {
     }
 };
 
+
+// bytes held by vectors: what a network reports as memory.buffers_bytes, its exact allocation
+template <class... V>
+inline size_t bytes_of(const V&... v) {
+    return (size_t(0) + ... + (v.size() * sizeof(typename V::value_type)));
+}

@@ -197,6 +197,12 @@ struct Net {
     }
 
     size_t params_total() const { return NPARAMS; }
+    size_t buffer_bytes() const {
+        size_t n = bytes_of(params, grads, xpad, c1, p1, p1pad, c2, w2t, w2f, labels, dlogits, dh2, dh1, dp2, dc2,
+                            dc2pad, dp1, dc1);
+        for (const Head& h : head) n += bytes_of(h.p2, h.h1, h.h2, h.logits, h.probs);
+        return n;
+    }
     std::string weights_sha256() const {
         return sha256_hex(reinterpret_cast<const uint8_t*>(params.data()), sizeof(float) * NPARAMS);
     }

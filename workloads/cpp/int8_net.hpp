@@ -499,6 +499,13 @@ struct Net {
     }
 
     size_t params_total() const { return NWEIGHTS; }
+    size_t buffer_bytes() const {
+        size_t n = bytes_of(q, xpad, c1, p1pad, c2, acc1, acc2, acc3, acc4, acc5, wp0, wp1, w1f, labels, err5, err4,
+                            err3, dc2, dc2pad, dc1, eacc4, eacc3, eacc2, eacc1, g_conv[0], g_conv[1]);
+        for (const auto& g : g_fc) n += bytes_of(g);
+        for (const Head& h : head) n += bytes_of(h.p2, h.h1, h.h2, h.logits);
+        return n;
+    }
     std::string weights_sha256() const {  // int8 weights, then each layer's exponent as int32 LE
         std::vector<uint8_t> bytes(q.begin(), q.end());
         for (int e : exps)

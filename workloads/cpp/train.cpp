@@ -384,8 +384,8 @@ int main(int argc, char** argv) {
         result["error"] = e.what();
     }
     if (result["job"].is_null()) result["job"] = {{"job_id", s.job_id}};
-    if (net32) result["model"] = model_facts(*net32);
-    if (net8) result["model"] = model_facts(*net8);
+    if (net32) result["model"] = model_facts(*net32), result["memory"]["buffers_bytes"] = net32->buffer_bytes();
+    if (net8) result["model"] = model_facts(*net8), result["memory"]["buffers_bytes"] = net8->buffer_bytes();
     if (net32 || net8) result["phases"] = clock.as_json();
     result["steps"] = st.steps;
     result["train_seconds"] = st.train_seconds;

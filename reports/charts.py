@@ -1,0 +1,209 @@
+"""The report's charts, in the shapes of the ElasticZO paper's figures.
+
+Each chart takes `ok`: one row per job group that ended ok (report._chart_groups), with
+its method label, precision, panel (runtime and target, plus workload when there are
+several), phase times, memory and loss curves. A method keeps one colour in every chart,
+and a phase keeps one colour in every report. Every axis is labelled with its unit.
+"""
+from __future__ import annotations
+
+import pandas as pd
+import seaborn as sns
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
+from matplotlib.ticker import MaxNLocator
+
+from harness import memory_model
+from workloads.models import MODELS
+from workloads.vocab import TRAIN_PHASES, method_label
+
+MIB, KIB = 2 ** 20, 2 ** 10
+PHASE_COLORS = dict(zip(TRAIN_PHASES, sns.color_palette("Set2", len(TRAIN_PHASES))))
+PART_COLORS = dict(zip(memory_model.PARTS, sns.color_palette("Pastel1", len(memory_model.PARTS))))
+PRECISIONS = ("fp32", "int8", "int8*")
+RUNTIME_MARKERS = {"cpp": "D", "torch": "o", "ort": "s"}
+
+
+def figure(ncols: int, nrows: int = 1, width: float = 5.0, height: float = 4.2, sharey=False):
+    fig = Figure(figsize=(width * ncols + 1.5, height * nrows))
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(nrows, ncols, sharey=sharey, squeeze=False)
+    return fig, axes
+
+
+def _bar_label(method_label: str, precision: str) -> str:
+    short = method_label.replace(" (ZO-Feat-", "\n(ZO-Feat-")
+    return f"{short}\n{precision}"
+
+
+def time_breakdown(ok: pd.DataFrame, palette: dict) -> Figure:
+    """Fig. 7: a step's time by phase, stacked, one panel per runtime and target."""
+    panels = list(dict.fromkeys(ok["panel"]))
+    widest = max((ok["panel"] == p).sum() for p in panels)
+    fig, axes = figure(1, len(panels), width=max(6.0, 0.85 * widest + 1.0), height=3.6)
+    for ax, panel in zip(axes.flat, panels):
+        g = ok[ok["panel"] == panel]
+        ms = g[list(TRAIN_PHASES)].fillna(0).to_numpy()
+        bottom = [0.0] * len(g)
+        for j, p in enumerate(TRAIN_PHASES):
+            ax.bar(range(len(g)), ms[:, j], bottom=bottom, width=0.65, color=PHASE_COLORS[p], label=p)
+            bottom = [b + v for b, v in zip(bottom, ms[:, j])]
+        for x, total in enumerate(bottom):
+            ax.annotate(f"{total:.2f}", (x, total), xytext=(0, 2), textcoords="offset points",
+                        ha="center", va="bottom", fontsize=8, fontweight="bold")
+        ax.set_ylim(0, 1.15 * max(bottom))
+        ax.set_xticks(range(len(g)), [_bar_label(m, p) for m, p in zip(g["mlabel"], g["precision"])], fontsize=7)
+        for tick, m in zip(ax.get_xticklabels(), g["mlabel"]):
+            tick.set_color(palette[m])
+        ax.grid(axis="x", visible=False)
+        ax.set(title=panel, ylabel="time per optimizer step (ms)")
+    axes.flat[0].legend(title="phase", loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False, fontsize=8)
+    fig.suptitle("Training time per optimizer step, by phase (Fig. 7); bar labels in ms")
+    return fig
+
+
+def cross_device(ok: pd.DataFrame, palette: dict) -> Figure:
+    """Every board's step times divided by its own reference (Full ZO FP32 on the same runtime),
+    so boards of very different speed share one axis."""
+    rows = []
+    for panel, g in ok.groupby("panel", sort=False):
+        ref = g[(g["method"] == "full-zo") & (g["precision"] == "fp32")]
+        base = float(ref["ms_step"].iloc[0]) if len(ref) else float(g["ms_step"].iloc[0])
+        ref_name = "Full ZO fp32" if len(ref) else f"{g['mlabel'].iloc[0]} {g['precision'].iloc[0]}"
+        for _, r in g.iterrows():
+            rows.append({"config": _bar_label(r["mlabel"], r["precision"]), "mlabel": r["mlabel"],
+                         "board": f"{panel}\n(1 = {ref_name}, {base:.2f} ms)", "relative": r["ms_step"] / base})
+    t = pd.DataFrame(rows)
+    configs = list(dict.fromkeys(t["config"]))
+    fig, axes = figure(1, width=max(7.0, 0.9 * len(configs)), height=4.8)
+    ax = axes[0, 0]
+    sns.barplot(t, x="config", y="relative", hue="board", order=configs, ax=ax, palette="colorblind")
+    ax.axhline(1.0, color="0.3", linewidth=0.8, linestyle="--")
+    ax.set(xlabel="", ylabel="step time relative to the board's reference (x)",
+           title="Cross-device: step time normalised per board and runtime")
+    ax.tick_params(axis="x", labelsize=7)
+    for tick, config in zip(ax.get_xticklabels(), configs):
+        tick.set_color(palette[t.loc[t["config"] == config, "mlabel"].iloc[0]])
+    ax.legend(title="board · runtime", loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False, fontsize=8)
+    return fig
+
+
+def memory(ok: pd.DataFrame, palette: dict, batch: int, model: str) -> Figure:
+    """Figs. 4-5: the analytic memory of each method, stacked by part, per precision. Each bar
+    is labelled with its total and its overhead over Full ZO, so that the small BP overhead
+    stays visible. Beside it, hatched, is what the C++ binary really allocates for the same
+    job (memory.buffers_bytes), where the run has one."""
+    precisions = [p for p in ("fp32", "int8") if p in set(ok["precision"].str.rstrip("*"))] or ["fp32"]
+    methods = [("full-bp", 0), ("full-zo", 0), ("elastic-zo", 1), ("elastic-zo", 2)]
+    labels = [method_label(meth, k) for meth, k in methods]
+    fig, axes = figure(len(precisions), width=5.8, height=5.0, sharey=True)
+    m = MODELS[model]
+    top = 0.0
+    for ax, precision in zip(axes.flat, precisions):
+        rows = [memory_model.breakdown(m, meth, batch, precision, k) for meth, k in methods]
+        zo = rows[1].total_bytes
+        bottom = [0.0] * len(rows)
+        for part in memory_model.PARTS:
+            vals = [r.parts[part] / MIB for r in rows]
+            if any(vals):
+                ax.bar([x - 0.15 for x in range(len(rows))], vals, bottom=bottom, width=0.38, color=PART_COLORS[part],
+                       edgecolor="0.4", linewidth=0.4)
+                bottom = [b + v for b, v in zip(bottom, vals)]
+        for x, r in enumerate(rows):
+            extra = "" if r.method == "full-zo" else f"\n{(r.total_bytes - zo) / KIB:+,.1f} KiB\nvs Full ZO"
+            ax.annotate(f"{r.total_bytes / MIB:.2f} MiB{extra}", (x - 0.15, r.total_bytes / MIB), xytext=(0, 3),
+                        textcoords="offset points", ha="center", va="bottom", fontsize=7)
+        cpp = ok[(ok["runtime"] == "cpp") & (ok["precision"] == precision) & ok["buffers_mib"].notna()]
+        for x, label in enumerate(labels):
+            got = cpp[cpp["mlabel"] == label]
+            if len(got):
+                v = float(got["buffers_mib"].iloc[0])
+                ax.bar(x + 0.25, v, width=0.3, color=palette[label], hatch="///", edgecolor="0.2", alpha=0.8)
+                ax.annotate(f"{v:.2f}", (x + 0.25, v), xytext=(0, 2), textcoords="offset points", ha="center",
+                            va="bottom", fontsize=7)
+        top = max(top, *bottom)
+        ax.set_xticks(range(len(labels)), [l.replace(" (", "\n(") for l in labels], fontsize=7)
+        ax.grid(axis="x", visible=False)
+        ax.set(title=f"{precision.upper()}, batch {batch}: Eqs. {'2-4' if precision == 'fp32' else '13-15'}",
+               ylabel="memory (MiB)")
+    for ax in axes.flat:
+        ax.set_ylim(0, 1.3 * top)
+    handles = [Patch(facecolor=PART_COLORS[p], edgecolor="0.4", label=f"analytic: {p}") for p in memory_model.PARTS]
+    handles.append(Patch(facecolor="white", hatch="///", edgecolor="0.2", label="C++ binary's buffers\n(exact, method colour)"))
+    axes.flat[-1].legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False, fontsize=8)
+    fig.suptitle("Training memory by method: the analytic model and the C++ binary's allocation")
+    return fig
+
+
+def peak_rss(ok: pd.DataFrame, palette: dict) -> Figure:
+    """The measured peak RSS: the runtime's baseline (grey) plus what training adds (method colour)."""
+    panels = list(dict.fromkeys(ok["panel"]))
+    widest = max((ok["panel"] == p).sum() for p in panels)
+    fig, axes = figure(1, len(panels), width=max(6.0, 0.85 * widest + 1.0), height=3.4)
+    for ax, panel in zip(axes.flat, panels):
+        g = ok[ok["panel"] == panel]
+        x = range(len(g))
+        ax.bar(x, g["baseline_mib"], width=0.6, color="0.85", edgecolor="0.5")
+        ax.bar(x, g["peak_mib"] - g["baseline_mib"], bottom=g["baseline_mib"], width=0.6,
+               color=[palette[m] for m in g["mlabel"]], edgecolor="0.3")
+        for i, peak in enumerate(g["peak_mib"]):
+            ax.annotate(f"{peak:.1f}", (i, peak), xytext=(0, 2), textcoords="offset points", ha="center",
+                        va="bottom", fontsize=7)
+        ax.set_xticks(list(x), [_bar_label(m, p) for m, p in zip(g["mlabel"], g["precision"])], fontsize=7)
+        ax.grid(axis="x", visible=False)
+        ax.set(title=panel, ylabel="peak resident memory (MiB)")
+        ax.set_ylim(0, 1.15 * g["peak_mib"].max())
+    axes.flat[-1].legend(handles=[Patch(facecolor="0.85", edgecolor="0.5", label="RSS before training\n(runtime + data)"),
+                                  Patch(facecolor="white", edgecolor="0.3", label="training increment\n(method colour)")],
+                         loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False, fontsize=8)
+    fig.suptitle("Measured peak RSS; bar labels in MiB")
+    return fig
+
+
+def loss_curves(ok: pd.DataFrame, palette: dict) -> Figure:
+    """Figs. 2-3: train and test loss per epoch, one column per precision, one line per method
+    (line style: runtime and target)."""
+    precisions = [p for p in PRECISIONS if p in set(ok["precision"])]
+    fig, axes = figure(len(precisions), 2, width=4.6, height=3.4, sharey="row")
+    styles = dict(zip(dict.fromkeys(ok["panel"]), ["-", "--", ":", "-."] * 8))
+    for col, precision in enumerate(precisions):
+        for _, g in ok[ok["precision"] == precision].iterrows():
+            for row, key in enumerate(("train_loss", "test_loss")):
+                axes[row, col].plot(g["curve"].index, g["curve"][key], marker="o", markersize=3,
+                                    color=palette[g["mlabel"]], linestyle=styles[g["panel"]])
+        for row, name in enumerate(("train", "test")):
+            ax = axes[row, col]
+            ax.set(title=f"{precision}: {name} loss", xlabel="epoch", ylabel="cross-entropy loss (nats)")
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    handles = [Line2D([], [], color=c, label=m) for m, c in palette.items() if m in set(ok["mlabel"])]
+    handles += [Line2D([], [], color="0.4", linestyle=s, label=p) for p, s in styles.items()]
+    axes[0, -1].legend(handles=handles, loc="upper left", bbox_to_anchor=(1.02, 1), frameon=False, fontsize=8)
+    fig.suptitle("Loss per epoch (Figs. 2-3)")
+    return fig
+
+
+def int8_ratios(ratios: pd.DataFrame, palette: dict) -> Figure:
+    """INT8 against FP32 for the same method, runtime and target: speed-up and memory ratio."""
+    fig, axes = figure(2, width=max(5.2, 0.85 * len(ratios)), height=4.2)
+    if not len(ratios):
+        for ax in axes.flat:
+            ax.text(0.5, 0.5, "no method ran in both fp32 and int8", ha="center", va="center")
+            ax.set_axis_off()
+        return fig
+    for ax, col, title in ((axes[0, 0], "speedup", "INT8 speed-up over FP32 (x)"),
+                           (axes[0, 1], "memory_ratio", "FP32 / INT8 memory (x)")):
+        sns.barplot(ratios, x="config", y=col, hue="mlabel", palette=palette, dodge=False, ax=ax, legend=False)
+        if col == "memory_ratio":
+            ax.scatter(range(len(ratios)), ratios["analytic_ratio"], marker="_", s=400, color="0.2", zorder=3,
+                       label="analytic (Eqs. 2-4 / 13-15)")
+            ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False, fontsize=8)
+        ax.axhline(1.0, color="0.3", linewidth=0.8, linestyle="--")
+        ax.set(title=title, xlabel="", ylabel=title.split(" (")[0] + " (x)")
+        ax.tick_params(axis="x", labelsize=7, rotation=0)
+        for x, v in enumerate(ratios[col]):
+            ax.annotate(f"{v:.2f}", (x, v), xytext=(0, 2), textcoords="offset points", ha="center", fontsize=7)
+    fig.suptitle("INT8 vs FP32 for the same method, runtime and target\n"
+                 "(memory: the C++ binary's allocated buffers; a Python runtime's whole peak RSS)")
+    return fig
