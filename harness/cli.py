@@ -57,6 +57,8 @@ def build_parser() -> Parser:
     p = sub.add_parser("report", help="charts, report.md and report.html for runs")
     _add_results(p)
     p.add_argument("--run", action="append", default=[], help="run id (repeatable; default: the latest)")
+    p.add_argument("--target", action="append", default=[], help="only these targets (repeatable)")
+    p.add_argument("--method", action="append", default=[], help="only these methods (full-zo, elastic-zo:1, ...)")
     p.add_argument("--out", type=Path, help="output directory (default RESULTS/runs/<run>/report)")
 
     p = sub.add_parser("build", help="build zobench-train for a target (natively, or cross-compiled)")
@@ -177,7 +179,10 @@ def cmd_report(args) -> int:
     from reports import build
 
     store = Store(args.results)
-    print(build(store, args.run or [store.latest()], args.out))
+    for run_id in args.run:
+        if not (store.runs / run_id / "run.json").is_file():
+            raise UserError(f"report --run {run_id}: no such run in {store.runs}")
+    print(build(store, args.run or [store.latest()], args.out, targets=args.target, methods=args.method))
     return 0
 
 

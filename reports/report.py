@@ -18,6 +18,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from harness import memory_model
+from harness.errors import UserError
 from workloads.models import MODELS
 from workloads.vocab import METHODS, TRAIN_PHASES, method_label
 
@@ -41,10 +42,19 @@ table{border-collapse:collapse;margin:1em 0;font-size:.9em}th,td{border:1px soli
 th{background:#f0f0f0}td{text-align:right}img{max-width:100%}figcaption{color:#555;font-size:.9em}"""
 
 
-def build(store, run_ids: list[str], out: Path | None = None) -> Path:
+def build(store, run_ids: list[str], out: Path | None = None, targets=(), methods=()) -> Path:
+    """The report of the runs' results, of only the given targets and methods when named
+    (a method as full-zo, elastic-zo or elastic-zo:K)."""
     out = Path(out) if out is not None else store.runs / run_ids[-1] / "report"
     out.mkdir(parents=True, exist_ok=True)
     df = _load(store, run_ids)
+    if targets:
+        df = df[df["target"].isin(targets)]
+    if methods:
+        keys = df["method"] + ":" + df["bp_layers"].astype(str)
+        df = df[df["method"].isin(methods) | keys.isin(methods)]
+    if not len(df):
+        raise UserError(f"report: no result of {', '.join(run_ids)} matches --target/--method")
     ok = _chart_groups(df)
     palette = _method_palette(df)
     ratios = _int8_ratios(ok)

@@ -5,6 +5,7 @@ is five single-repeat runs taken in turn with the other side's: the drift hits b
 sides alike and the Mann-Whitney test sees the difference that is really there."""
 import json
 import subprocess
+import sys
 
 import pytest
 
@@ -75,8 +76,8 @@ def test_pytest_benchmark_reads_the_export(runs, tmp_path):
     doc = json.loads(out.read_text())
     (b,) = doc["benchmarks"]
     assert b["stats"]["rounds"] == len(b["stats"]["data"]) and b["stats"]["min"] <= b["stats"]["median"]
-    p = subprocess.run(["pytest-benchmark", "compare", str(out), "--columns", "min,median,rounds"],
-                       capture_output=True, text=True, timeout=60)
+    p = subprocess.run([sys.executable, "-m", "pytest_benchmark", "compare", str(out),
+                        "--columns", "min,median,rounds"], capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert p.returncode == 0 and "full-zo" in p.stdout, p.stdout + p.stderr
 
 

@@ -9,6 +9,8 @@ from harness.store import Store
 from reports import build
 from reports.report import CHARTS
 
+from conftest import zobench
+
 PNG = b"\x89PNG\r\n\x1a\n"
 TINY = ["--runtime", "torch", "--precision", "fp32", "--set", "epochs=2", "--set", "train_samples=320", "--set", "test_samples=64"]
 
@@ -120,3 +122,7 @@ def test_int8_and_accuracy_tables_agree_with_the_raw_results(tmp_path):
     assert "| FP32 | INT8 | INT8* |" in acc
     line = next(l for l in acc.splitlines() if l.startswith("| Full ZO"))
     assert f"{100 * res[('full-zo', 0, 'int8', 'integer')]['epochs'][-1]['test_accuracy']:.1f}" in line
+    only = (build(store, [store.latest()], tmp_path / "only", methods=["full-zo"]).parent / "report.md").read_text()
+    assert "Full ZO" in only and "ElasticZO" not in only
+    p = zobench("report", "--results", tmp_path, "--target", "no-such-board")
+    assert p.returncode == 2 and "matches --target/--method" in p.stderr and "Traceback" not in p.stderr
