@@ -2,7 +2,8 @@
 
 For each method both precisions train the same steps from the same seed, alternating,
 --repeats times; the table gives medians, the INT8 speed-up, and each run's peak RSS
-(the binary's whole process, so a few MiB of it are the C++ runtime and the dataset).
+(the binary's whole process, so a few MiB of it are the C++ runtime and the dataset) and
+its training buffers (memory.buffers_bytes, the exact allocation the analytic model counts).
 Prints; asserts nothing.
 """
 from __future__ import annotations
@@ -32,11 +33,13 @@ def main() -> None:
     args = ap.parse_args()
     binary = [str(build(Target(name="local", transport="local")))]
     raw_idx("fashion-mnist", "")
-    print(f"{'method':14} {'fp32 ms':>8} {'int8 ms':>8} {'int8 x':>7} {'fp32 MiB':>9} {'int8 MiB':>9} {'int8 zo%':>9}")
+    print(f"{'method':14} {'fp32 ms':>8} {'int8 ms':>8} {'int8 x':>7} {'fp32 MiB':>9} {'int8 MiB':>9} "
+          f"{'fp32 buf KiB':>12} {'int8 buf KiB':>12} {'int8 zo%':>9}")
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         for method, k in METHODS:
             ms, rss, zo = {"fp32": [], "int8": []}, {"fp32": [], "int8": []}, []
+            buf = {}
             for r in range(args.repeats + 1):            # the first round warms up and is dropped
                 for precision in ("fp32", "int8"):
                     spec = {"job_id": "bench", "method": method, "bp_layers": k, "precision": precision,
@@ -48,13 +51,15 @@ def main() -> None:
                         continue
                     ms[precision].append(1000 * res["train_seconds"] / res["steps"])
                     rss[precision].append(res["memory"]["peak_rss_bytes"] / 2 ** 20)
+                    buf[precision] = res["memory"]["buffers_bytes"] / 2 ** 10
                     if precision == "int8":
                         p = res["phases"]
                         zo.append(100 * (p["zo_perturb"]["seconds"] + p["zo_update"]["seconds"]) / res["train_seconds"])
             f, i = statistics.median(ms["fp32"]), statistics.median(ms["int8"])
             label = method if not k else f"{method}:{k}"
             print(f"{label:14} {f:8.3f} {i:8.3f} {f / i:7.2f} {statistics.median(rss['fp32']):9.1f} "
-                  f"{statistics.median(rss['int8']):9.1f} {statistics.median(zo):9.1f}", flush=True)
+                  f"{statistics.median(rss['int8']):9.1f} {buf['fp32']:12.1f} {buf['int8']:12.1f} "
+                  f"{statistics.median(zo):9.1f}", flush=True)
 
 
 if __name__ == "__main__":
