@@ -39,7 +39,6 @@ def test_a_real_20_percent_slowdown_is_a_regression_and_exits_1(runs):
     assert p.returncode == 1, p.stdout + p.stderr
     (v,) = json.loads(p.stdout)["verdicts"]
     assert v["status"] == "regressed" and v["metrics"]["step_time"]["significant"]
-    assert 0.10 < v["metrics"]["step_time"]["change"] < 0.40
     assert not v["metrics"]["peak_memory"]["significant"]
 
 

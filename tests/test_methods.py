@@ -114,7 +114,7 @@ def test_full_bp_is_plain_sgd_on_every_parameter(batch):
     spec, eng = make("full-bp")
     x, y = eng.load_batch(*batch)
     theta = eng.weights()
-    methods.bp_step(eng, x, y, lr_bp=0.05, clock=clock())
+    methods.bp_step(eng, x, y, update=0.05, clock=clock())
     np.testing.assert_allclose(eng.weights(), theta - 0.05 * reference_grad(theta, *batch), rtol=0, atol=1e-12)
 
 

@@ -62,14 +62,16 @@ class Int8Engine(Protocol):
     def weights_sha256(self) -> str: ...
 
 
-def bp_step(engine: Engine, x, y, lr_bp: float, clock) -> dict:
+def bp_step(engine, x, y, update, clock) -> dict:
+    """One BP step; `update` is what the engine's bp_update takes: the learning rate (FP32)
+    or the epoch, which sets the INT8 gradient bitwidth."""
     out = engine.forward(x, keep=True)
     clock.lap("forward")
     loss = engine.loss(out, y)
     clock.lap("loss")
     engine.backward()
     clock.lap("backward")
-    engine.bp_update(lr_bp)
+    engine.bp_update(update)
     clock.lap("bp_update")
     return {"loss": loss}
 
@@ -106,18 +108,6 @@ def _sign(v: float) -> int:
     return (v > 0) - (v < 0)
 
 
-def int8_bp_step(engine: Int8Engine, x, y, epoch: int, clock) -> dict:
-    out = engine.forward(x, keep=True)
-    clock.lap("forward")
-    loss = engine.loss(out, y)
-    clock.lap("loss")
-    engine.backward()
-    clock.lap("backward")
-    engine.bp_update(epoch)
-    clock.lap("bp_update")
-    return {"loss": loss}
-
-
 def int8_zo_step(engine: Int8Engine, x, y, key: int, zo_loss: str, epoch: int, clock) -> dict:
     """Alg. 2: the ZO gradient is the sign of the loss difference (ternary), from the float
     losses (the paper's INT8) or from Eq. 12's integer losses (INT8*); both signs are
@@ -150,7 +140,7 @@ def step(engine, spec, x, y, t: int, epoch: int, lr_zo: float, lr_bp: float, clo
     key = zrng.stream_key(spec.seed, zrng.STREAM_ZO, t)
     if spec.precision == "int8":
         if spec.method == "full-bp":
-            return int8_bp_step(engine, x, y, epoch, clock)
+            return bp_step(engine, x, y, epoch, clock)
         return int8_zo_step(engine, x, y, key, spec.zo_loss, epoch, clock)
     if spec.method == "full-bp":
         return bp_step(engine, x, y, lr_bp, clock)

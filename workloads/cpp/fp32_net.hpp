@@ -106,14 +106,14 @@ struct Net {
         relu_backward(dh1.data(), hd.h1.data(), dh1.size());
         fc_backward(first_bp <= 1 ? dp2.data() : nullptr, dW(2), dBias(2), dh1.data(), p2_of(k), W(2), B, 784, 120);
         if (first_bp > 1) return;
-        maxpool_backward(dc2.data(), dp2.data(), c2.data(), B * 16, 14, 14);
+        maxpool_backward(dc2.data(), c2.data(), B * 16, 14, 14, [&](size_t o, float) { return dp2[o]; });
         relu_backward(dc2.data(), c2.data(), dc2.size());
         conv_weight_grad<6, 16, 14, 14>(dW(1), dBias(1), dc2.data(), p1pad.data(), B);
         if (first_bp > 0) return;
         pad2(dc2pad.data(), dc2.data(), B, 16, 14, 14);
         flip_conv_weights<6, 16>(w2f.data(), W(1));
         conv_forward<16, 6, 14, 14, false>(dp1.data(), dc2pad.data(), w2f.data(), nullptr, B);
-        maxpool_backward(dc1.data(), dp1.data(), c1.data(), B * 6, 28, 28);
+        maxpool_backward(dc1.data(), c1.data(), B * 6, 28, 28, [&](size_t o, float) { return dp1[o]; });
         relu_backward(dc1.data(), c1.data(), dc1.size());
         conv_weight_grad<1, 6, 28, 28>(dW(0), dBias(0), dc1.data(), xpad.data(), B);
     }

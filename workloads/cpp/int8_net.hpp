@@ -17,6 +17,7 @@
 
 #include "common.hpp"
 #include "int8.hpp"
+#include "pool.hpp"
 #include "sha256.hpp"
 #include "zrng.hpp"
 
@@ -227,23 +228,13 @@ inline void error_through_relu(int8_t* err, const int32_t* eacc, const uint8_t* 
     for (size_t i = 0; i < n; ++i) err[i] = act[i] > 0 ? int8_t(requant_value(eacc[i], s)) : int8_t(0);
 }
 
-// the error of a pooled output routed to the first maximum of its window, where that
-// (ReLU) value is positive; every other input of the window gets 0
+// the requantized error of a pooled output, routed to the first maximum of its window where
+// that (ReLU) value is positive
 inline void error_through_pool(int8_t* din, const int32_t* eacc, const uint8_t* in, int BC, int H, int W) {
     const int s = requant_shift(eacc, size_t(BC) * (H / 2) * (W / 2));
-    const int OH = H / 2, OW = W / 2;
-#pragma omp parallel for schedule(static)
-    for (int bc = 0; bc < BC; ++bc)
-        for (int h = 0; h < OH; ++h)
-            for (int x = 0; x < OW; ++x) {
-                const size_t base = (size_t(bc) * H + 2 * h) * W + 2 * x;
-                const size_t cand[4] = {base, base + 1, base + W, base + W + 1};
-                int best = 0;
-                for (int k = 1; k < 4; ++k)
-                    if (in[cand[k]] > in[cand[best]]) best = k;
-                const int8_t d = int8_t(requant_value(eacc[(size_t(bc) * OH + h) * OW + x], s));
-                for (int k = 0; k < 4; ++k) din[cand[k]] = k == best && in[cand[k]] > 0 ? d : int8_t(0);
-            }
+    maxpool_backward(din, in, BC, H, W, [&](size_t o, uint8_t v) {
+        return v > 0 ? int8_t(requant_value(eacc[o], s)) : int8_t(0);
+    });
 }
 
 // dw[oc][ic][kh][kw] += sum_{b,h,x} err[b][oc][h][x] * inpad[b][ic][h+kh][x+kw]: int32 per

@@ -10,6 +10,8 @@
 #include <cmath>
 #include <cstring>
 #include <vector>
+
+#include "pool.hpp"
 #if defined(__aarch64__)
 #include <arm_neon.h>  // armv8-a Advanced SIMD only: FMA and vaddvq, no dot-product instructions
 #endif
@@ -207,23 +209,6 @@ inline void maxpool_forward(float* out, const float* in, int BC, int H, int W) {
             for (int x = 0; x < OW; ++x) {
                 const float* p = in + (size_t(bc) * H + 2 * h) * W + 2 * x;
                 out[(size_t(bc) * OH + h) * OW + x] = std::max(std::max(p[0], p[1]), std::max(p[W], p[W + 1]));
-            }
-}
-
-// the 2x2 windows tile the input exactly, so every din element is written once: no memset
-inline void maxpool_backward(float* din, const float* dout, const float* in, int BC, int H, int W) {
-    const int OH = H / 2, OW = W / 2;
-#pragma omp parallel for schedule(static)
-    for (int bc = 0; bc < BC; ++bc)
-        for (int h = 0; h < OH; ++h)
-            for (int x = 0; x < OW; ++x) {
-                const size_t base = (size_t(bc) * H + 2 * h) * W + 2 * x;
-                const size_t cand[4] = {base, base + 1, base + W, base + W + 1};
-                int best = 0;
-                for (int k = 1; k < 4; ++k)
-                    if (in[cand[k]] > in[cand[best]]) best = k;
-                const float d = dout[(size_t(bc) * OH + h) * OW + x];
-                for (int k = 0; k < 4; ++k) din[cand[k]] = k == best ? d : 0.f;
             }
 }
 
