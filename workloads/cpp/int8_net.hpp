@@ -237,30 +237,39 @@ inline void error_through_pool(int8_t* din, const int32_t* eacc, const uint8_t* 
     });
 }
 
-// dw[oc][ic][kh][kw] += sum_{b,h,x} err[b][oc][h][x] * inpad[b][ic][h+kh][x+kw]: int32 per
-// image (at most H*W*127^2), int64 over the batch
+// dw[oc][ic][kh][kw] += sum_{b,h,x} err[b][oc][h][x] * inpad[b][ic][h+kh][x+kw]. Per image,
+// each of the C*25 taps' shifted input planes is made contiguous once, and then every
+// weight gradient is a dot product of an error plane with a shifted plane: dot4 takes four
+// taps per error load (vpdpbusd on VNNI). int32 per image (at most H*W*127^2), int64 over
+// the batch, summed over threads at the end.
 template <int C, int OC, int H, int W>
 inline void conv_weight_grad(int64_t* dw, const int8_t* err, const uint8_t* inpad, int B) {
-    constexpr int HP = H + 4, WP = W + 4;
-#pragma omp parallel for collapse(3) schedule(static)
-    for (int oc = 0; oc < OC; ++oc)
-        for (int ic = 0; ic < C; ++ic)
-            for (int kh = 0; kh < 5; ++kh) {
-                int64_t tot[5] = {};
-                for (int b = 0; b < B; ++b) {
-                    int32_t acc[5][W] = {};
-                    for (int h = 0; h < H; ++h) {
-                        const int8_t* d = err + ((size_t(b) * OC + oc) * H + h) * W;
-                        const uint8_t* ip = inpad + ((size_t(b) * C + ic) * HP + h + kh) * WP;
-                        for (int kw = 0; kw < 5; ++kw)
-#pragma omp simd
-                            for (int x = 0; x < W; ++x) acc[kw][x] += int32_t(d[x]) * int32_t(ip[x + kw]);
-                    }
-                    for (int kw = 0; kw < 5; ++kw)
-                        for (int x = 0; x < W; ++x) tot[kw] += acc[kw][x];
-                }
-                for (int kw = 0; kw < 5; ++kw) dw[((oc * C + ic) * 5 + kh) * 5 + kw] += tot[kw];
+    constexpr int HP = H + 4, WP = W + 4, T = C * 25, N = H * W;
+#pragma omp parallel
+    {
+        std::vector<uint8_t> planes(static_cast<size_t>(T) * N);
+        std::vector<int64_t> local(static_cast<size_t>(OC) * T, 0);
+#pragma omp for schedule(static)
+        for (int b = 0; b < B; ++b) {
+            for (int t = 0; t < T; ++t) {
+                const int ic = t / 25, kh = t / 5 % 5, kw = t % 5;
+                for (int h = 0; h < H; ++h)
+                    std::memcpy(&planes[size_t(t) * N + h * W], inpad + ((size_t(b) * C + ic) * HP + h + kh) * WP + kw, W);
             }
+            for (int oc = 0; oc < OC; ++oc) {
+                const int8_t* e = err + (size_t(b) * OC + oc) * N;
+                for (int t = 0; t < T; t += 4) {
+                    const uint8_t* a[4];
+                    for (int j = 0; j < 4; ++j) a[j] = &planes[size_t(std::min(t + j, T - 1)) * N];
+                    int32_t s[4];
+                    dot4(s, a, e, N);
+                    for (int j = 0; j < 4 && t + j < T; ++j) local[size_t(oc) * T + t + j] += s[j];
+                }
+            }
+        }
+#pragma omp critical
+        for (int i = 0; i < OC * T; ++i) dw[i] += local[i];
+    }
 }
 
 template <class T>
