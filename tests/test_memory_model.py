@@ -32,7 +32,6 @@ def test_fp32_reproduces_the_papers_figures(batch, full_zo, full_bp, cls2_kib, c
 @pytest.mark.parametrize("method,k", [("full-zo", 0), ("elastic-zo", 1), ("elastic-zo", 2)])
 def test_int8_zo_methods_need_146_to_160x_less_memory(method, k):
     ratios = [total(method, b, "fp32", k) / total(method, b, "int8", k) for b in (32, 256)]
-    assert 1.46 * 0.97 <= min(ratios) and max(ratios) <= 1.60 * 1.03
     assert ratios[0] == pytest.approx(1.60, rel=0.03) and ratios[1] == pytest.approx(1.46, rel=0.03)
 
 
