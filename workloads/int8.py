@@ -12,6 +12,7 @@ weight gradient, B * 28 * 28 products per weight: exact for any batch below 7e8.
 """
 from __future__ import annotations
 
+import hashlib
 import math
 
 import numpy as np
@@ -178,8 +179,6 @@ def init_weights(model, seed: int) -> tuple[np.ndarray, list[int]]:
 
 def weights_sha256(q: np.ndarray, exps: list[int]) -> str:
     """sha256 of the int8 weights in layout order, then each layer's exponent as int32 LE."""
-    import hashlib
-
     return hashlib.sha256(np.ascontiguousarray(q, dtype=np.int8).tobytes() +
                           np.asarray(exps, dtype="<i4").tobytes()).hexdigest()
 
