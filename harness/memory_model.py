@@ -56,7 +56,7 @@ class Breakdown:
 
 def layer_outputs(model: Model) -> list[list[int]]:
     """Per layer, the sizes (per sample) of the activations it produces, in order."""
-    c, h, w = model.input_shape
+    _, h, w = model.input_shape
     out = []
     for i, layer in enumerate(model.layers):
         if layer.kind == "conv":
@@ -65,7 +65,6 @@ def layer_outputs(model: Model) -> list[list[int]]:
             conv = oc * h * w
             h, w = h // 2, w // 2
             out.append([conv, conv, oc * h * w])         # conv, ReLU, 2x2 max pool
-            c = oc
         else:
             o = layer.weight_shape[0]
             out.append([o] if i == len(model.layers) - 1 else [o, o])   # FC (+ ReLU)
