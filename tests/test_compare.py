@@ -31,7 +31,9 @@ def runs(tmp_path_factory):
 
 
 def compare(runs, base, cur, *extra):
-    return zobench("compare", "--results", runs["root"], base, cur, "--threshold", "10", *extra)
+    """At the default 5% threshold; the same-code test allows 10%, as the drift it must ignore
+    comes in steps of several percent here."""
+    return zobench("compare", "--results", runs["root"], base, cur, *extra)
 
 
 def test_a_real_20_percent_slowdown_is_a_regression_and_exits_1(runs):
@@ -43,7 +45,7 @@ def test_a_real_20_percent_slowdown_is_a_regression_and_exits_1(runs):
 
 
 def test_two_runs_of_the_same_code_are_unchanged_and_exit_0(runs):
-    p = compare(runs, runs["base"], runs["same"])
+    p = compare(runs, runs["base"], runs["same"], "--threshold", "10")
     assert p.returncode == 0, p.stdout
     assert "1 unchanged" in p.stdout
 
