@@ -67,10 +67,9 @@ def compare(base: dict[str, Measurement], cur: dict[str, Measurement], threshold
             continue
         changed = fingerprint_changes(b, c)
         if changed:
+            was, now = ({**m.fingerprint, "binary_sha256": str(m.binary_sha256)[:12]} for m in (b, c))
             out.append(Verdict(key, "not comparable", "fingerprint changed: " + ", ".join(
-                f"{k} {b.fingerprint.get(k, b.binary_sha256)!r} -> {c.fingerprint.get(k, c.binary_sha256)!r}"
-                if k != "binary_sha256" else f"binary_sha256 {str(b.binary_sha256)[:12]} -> {str(c.binary_sha256)[:12]}"
-                for k in changed)))
+                f"{k} {was[k]!r} -> {now[k]!r}" for k in changed)))
             continue
         v = Verdict(key, "unchanged")
         for name, attr, _, scale in METRICS:

@@ -10,6 +10,7 @@ halfway is never used: the next deploy finishes it.
 """
 from __future__ import annotations
 
+import functools
 import gzip
 import hashlib
 import json
@@ -78,6 +79,7 @@ def onnx_dir() -> Path:
     return Path("~/.cache/zobench/onnx").expanduser()
 
 
+@functools.lru_cache(maxsize=None)
 def onnx_graph(model: str, method: str, bp_layers: int) -> Path:
     """The ONNX graph of the model's ZO front for an ort job, exported once into the cache
     (its file name carries its sha256)."""

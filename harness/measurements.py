@@ -72,12 +72,6 @@ def load(source: str, results_dir: Path) -> tuple[str, dict[str, Measurement]]:
     """A run id of the store, several joined by commas (their repeats pooled: runs taken
     in turn with the other side's cancel a slow drift of the machine), or a file written by
     `zobench export --format pytest-benchmark`."""
-    if "," in source:
-        store = Store(results_dir)
-        for run_id in source.split(","):
-            if not (store.runs / run_id / "run.json").is_file():
-                raise UserError(f"{run_id!r}: not a run id in {store.runs}")
-        return source, from_results([r for run_id in source.split(",") for r in store.results(run_id)])
     path = Path(source)
     if path.suffix == ".json" and path.is_file():
         try:
@@ -86,9 +80,11 @@ def load(source: str, results_dir: Path) -> tuple[str, dict[str, Measurement]]:
         except (json.JSONDecodeError, KeyError, TypeError) as e:
             raise UserError(f"{path}: not a zobench pytest-benchmark export ({type(e).__name__}: {e})") from None
     store = Store(results_dir)
-    if not (store.runs / source / "run.json").is_file():
-        raise UserError(f"{source!r}: neither a run id in {store.runs} nor an exported .json file")
-    return source, from_results(store.results(source))
+    run_ids = source.split(",")
+    for run_id in run_ids:
+        if not (store.runs / run_id / "run.json").is_file():
+            raise UserError(f"{run_id!r}: neither a run id in {store.runs} nor an exported .json file")
+    return source, from_results([r for run_id in run_ids for r in store.results(run_id)])
 
 
 def from_benchmark(b: dict) -> Measurement:

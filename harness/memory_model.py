@@ -32,6 +32,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
+from workloads import vocab
 from workloads.models import Model
 
 PARTS = ("parameters", "activations", "gradients", "errors", "optimizer", "scratch")
@@ -111,7 +112,7 @@ def configurations(model: Model, method: str | None, bp_layers: int | None) -> l
     """The (method, bp_layers) pairs to print: the one asked for, or the paper's four."""
     if method:
         return [(method, bp_layers or (1 if method == "elastic-zo" else 0))]
-    return [("full-bp", 0), ("full-zo", 0), ("elastic-zo", 1), ("elastic-zo", 2)]
+    return list(vocab.PAPER_CONFIGS)
 
 
 def human(n: float) -> str:

@@ -17,7 +17,7 @@ from matplotlib.ticker import MaxNLocator
 
 from harness import memory_model
 from workloads.models import MODELS
-from workloads.vocab import TRAIN_PHASES, method_label
+from workloads.vocab import PAPER_CONFIGS, TRAIN_PHASES, method_label
 
 MIB, KIB = 2 ** 20, 2 ** 10
 PHASE_COLORS = dict(zip(TRAIN_PHASES, sns.color_palette("Set2", len(TRAIN_PHASES))))
@@ -38,13 +38,27 @@ def _bar_label(method_label: str, precision: str) -> str:
     return f"{short}\n{precision}"
 
 
-def time_breakdown(ok: pd.DataFrame, palette: dict) -> Figure:
-    """Fig. 7: a step's time by phase, stacked, one panel per runtime and target."""
+def panel_axes(ok: pd.DataFrame, height: float):
+    """One row of axes per panel (runtime and target), wide enough for its most bars; yields
+    (axes, panel, its rows) and returns the figure."""
     panels = list(dict.fromkeys(ok["panel"]))
     widest = max((ok["panel"] == p).sum() for p in panels)
-    fig, axes = figure(1, len(panels), width=max(6.0, 0.85 * widest + 1.0), height=3.6)
-    for ax, panel in zip(axes.flat, panels):
-        g = ok[ok["panel"] == panel]
+    fig, axes = figure(1, len(panels), width=max(6.0, 0.85 * widest + 1.0), height=height)
+    return fig, axes, [(ax, panel, ok[ok["panel"] == panel]) for ax, panel in zip(axes.flat, panels)]
+
+
+def label_bars(ax, g: pd.DataFrame, palette: dict) -> None:
+    """Method and precision under each bar, in the method's colour; no vertical grid lines."""
+    ax.set_xticks(range(len(g)), [_bar_label(m, p) for m, p in zip(g["mlabel"], g["precision"])], fontsize=7)
+    for tick, m in zip(ax.get_xticklabels(), g["mlabel"]):
+        tick.set_color(palette[m])
+    ax.grid(axis="x", visible=False)
+
+
+def time_breakdown(ok: pd.DataFrame, palette: dict) -> Figure:
+    """Fig. 7: a step's time by phase, stacked, one panel per runtime and target."""
+    fig, axes, panels = panel_axes(ok, height=3.6)
+    for ax, panel, g in panels:
         ms = g[list(TRAIN_PHASES)].fillna(0).to_numpy()
         bottom = [0.0] * len(g)
         for j, p in enumerate(TRAIN_PHASES):
@@ -54,10 +68,7 @@ def time_breakdown(ok: pd.DataFrame, palette: dict) -> Figure:
             ax.annotate(f"{total:.2f}", (x, total), xytext=(0, 2), textcoords="offset points",
                         ha="center", va="bottom", fontsize=8, fontweight="bold")
         ax.set_ylim(0, 1.15 * max(bottom))
-        ax.set_xticks(range(len(g)), [_bar_label(m, p) for m, p in zip(g["mlabel"], g["precision"])], fontsize=7)
-        for tick, m in zip(ax.get_xticklabels(), g["mlabel"]):
-            tick.set_color(palette[m])
-        ax.grid(axis="x", visible=False)
+        label_bars(ax, g, palette)
         ax.set(title=panel, ylabel="time per optimizer step (ms)")
     axes.flat[0].legend(title="phase", loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False, fontsize=8)
     fig.suptitle("Training time per optimizer step, by phase (Fig. 7); bar labels in ms")
@@ -96,7 +107,7 @@ def memory(ok: pd.DataFrame, palette: dict, batch: int, model: str) -> Figure:
     stays visible. Beside it, hatched, is what the C++ binary really allocates for the same
     job (memory.buffers_bytes), where the run has one."""
     precisions = [p for p in ("fp32", "int8") if p in set(ok["precision"].str.rstrip("*"))] or ["fp32"]
-    methods = [("full-bp", 0), ("full-zo", 0), ("elastic-zo", 1), ("elastic-zo", 2)]
+    methods = PAPER_CONFIGS
     labels = [method_label(meth, k) for meth, k in methods]
     fig, axes = figure(len(precisions), width=5.8, height=5.0, sharey=True)
     m = MODELS[model]
@@ -139,11 +150,8 @@ def memory(ok: pd.DataFrame, palette: dict, batch: int, model: str) -> Figure:
 
 def peak_rss(ok: pd.DataFrame, palette: dict) -> Figure:
     """The measured peak RSS: the runtime's baseline (grey) plus what training adds (method colour)."""
-    panels = list(dict.fromkeys(ok["panel"]))
-    widest = max((ok["panel"] == p).sum() for p in panels)
-    fig, axes = figure(1, len(panels), width=max(6.0, 0.85 * widest + 1.0), height=3.4)
-    for ax, panel in zip(axes.flat, panels):
-        g = ok[ok["panel"] == panel]
+    fig, axes, panels = panel_axes(ok, height=3.4)
+    for ax, panel, g in panels:
         x = range(len(g))
         ax.bar(x, g["baseline_mib"], width=0.6, color="0.85", edgecolor="0.5")
         ax.bar(x, g["peak_mib"] - g["baseline_mib"], bottom=g["baseline_mib"], width=0.6,
@@ -151,8 +159,7 @@ def peak_rss(ok: pd.DataFrame, palette: dict) -> Figure:
         for i, peak in enumerate(g["peak_mib"]):
             ax.annotate(f"{peak:.1f}", (i, peak), xytext=(0, 2), textcoords="offset points", ha="center",
                         va="bottom", fontsize=7)
-        ax.set_xticks(list(x), [_bar_label(m, p) for m, p in zip(g["mlabel"], g["precision"])], fontsize=7)
-        ax.grid(axis="x", visible=False)
+        label_bars(ax, g, palette)
         ax.set(title=panel, ylabel="peak resident memory (MiB)")
         ax.set_ylim(0, 1.15 * g["peak_mib"].max())
     axes.flat[-1].legend(handles=[Patch(facecolor="0.85", edgecolor="0.5", label="RSS before training\n(runtime + data)"),

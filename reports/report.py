@@ -20,7 +20,7 @@ from matplotlib.figure import Figure
 from harness import memory_model
 from harness.errors import UserError
 from workloads.models import MODELS
-from workloads.vocab import METHODS, TRAIN_PHASES, method_label
+from workloads.vocab import METHODS, PAPER_CONFIGS, TRAIN_PHASES, method_label
 
 from . import charts
 
@@ -30,7 +30,7 @@ GROUP = ["method", "bp_layers", "runtime", "precision", "target", "workload"]
 # Named in a chart label only when the report holds more than one of them.
 VARIANTS = ["runtime", "precision", "target", "workload"]
 # The paper's four configurations first, so each keeps its colour in every report.
-KNOWN = [method_label(m, k) for m, k in (("full-bp", 0), ("full-zo", 0), ("elastic-zo", 1), ("elastic-zo", 2))]
+KNOWN = [method_label(m, k) for m, k in PAPER_CONFIGS]
 CHARTS = {"time_breakdown": "Training time per optimizer step, by phase, per runtime and target (Fig. 7 shape)",
           "cross_device": "Step time normalised per board to its Full ZO FP32, for comparing boards",
           "memory": "Analytic memory by method and part (Figs. 4-5 shape), with the measured training increment",

@@ -187,7 +187,7 @@ class Int8Engine:
     """The integer network on torch tensors (int64 values in int8 range; products in float64,
     exact as the module docstring shows). Implements methods.Int8Engine."""
 
-    def __init__(self, spec, model, init=None):
+    def __init__(self, spec, model):
         self.model = model
         q, self.exps = init_weights(model, spec.seed)
         self.q = torch.from_numpy(q.astype(np.int64))

@@ -18,6 +18,9 @@ STATUSES = ("ok", "failed", "timeout", "oom", "lost")
 TRAIN_PHASES = ("data", "zo_perturb", "forward", "loss", "backward", "zo_update", "bp_update")
 PHASES = TRAIN_PHASES + ("eval",)
 
+# The paper's four configurations (method, bp_layers), in the order it introduces them.
+PAPER_CONFIGS = (("full-bp", 0), ("full-zo", 0), ("elastic-zo", 1), ("elastic-zo", 2))
+
 # elastic-zo's bp_layers -> the paper's name for the partition point.
 PAPER_NAMES = {1: "ZO-Feat-Cls2", 2: "ZO-Feat-Cls1"}
 
