@@ -72,6 +72,9 @@ def build_parser() -> Parser:
     p.add_argument("current", help="run id, or an exported file")
     p.add_argument("--threshold", type=float, default=5.0, metavar="PCT",
                    help="smallest relative change that counts, in percent (default 5)")
+    p.add_argument("--estimator", choices=("min", "median"), default="min",
+                   help="each side's estimate the threshold applies to (default min: on a shared "
+                        "machine noise only adds time)")
     p.add_argument("--fail-on-change", action="store_true",
                    help="also exit 1 on a significant improvement (time to update the baseline)")
     p.add_argument("--format", choices=("text", "markdown", "json"), default="text")
@@ -202,8 +205,8 @@ def cmd_compare(args) -> int:
     cur_name, cur = measurements.load(args.current, args.results)
     if not base or not cur:
         raise UserError(f"compare: {base_name if not base else cur_name} has no ok result to compare")
-    verdicts = compare.compare(base, cur, args.threshold / 100)
-    print(compare.render(verdicts, args.format, base_name, cur_name, args.threshold / 100))
+    verdicts = compare.compare(base, cur, args.threshold / 100, args.estimator)
+    print(compare.render(verdicts, args.format, base_name, cur_name, args.threshold / 100, args.estimator))
     return compare.exit_code(verdicts, args.fail_on_change)
 
 
