@@ -30,6 +30,7 @@ bench: setup
 	$(BIN)/python benchmarks/runtimes.py
 	$(BIN)/python benchmarks/int8.py
 	$(BIN)/python benchmarks/farm_parallel.py
+	$(BIN)/python benchmarks/compare_noise.py
 
 clean:
 	rm -rf $(VENV) results .pytest_cache
