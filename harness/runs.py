@@ -11,13 +11,15 @@ from .inventory import Target
 from .plan import Job
 from .probe import probe
 from .progress import ProgressView
-from .ssh import SshTransport
 from .store import Store
 from .transport import LocalTransport, TransportError
 
 
 def transport_for(target: Target):
-    return LocalTransport() if target.transport == "local" else SshTransport(target)
+    if target.transport == "local":
+        return LocalTransport()
+    from .ssh import SshTransport   # paramiko and fabric take ~0.2 s to import: only a board pays it
+    return SshTransport(target)
 
 
 def execute(store: Store, run_id: str, jobs: list[Job], targets: dict[str, Target],
