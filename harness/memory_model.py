@@ -72,19 +72,9 @@ def layer_outputs(model: Model) -> list[list[int]]:
     return out
 
 
-def first_bp_layer(model: Model, method: str, bp_layers: int) -> int:
-    n = len(model.layers)
-    if method == "full-bp":
-        return 0
-    if method == "full-zo":
-        return n
-    model.split(method, bp_layers)      # validates bp_layers
-    return n - bp_layers
-
-
 def breakdown(model: Model, method: str, batch: int, precision: str = "fp32", bp_layers: int = 0,
               optimizer: str = "sgd") -> Breakdown:
-    first = first_bp_layer(model, method, bp_layers)
+    first = model.first_bp_layer(method, bp_layers)
     outs = layer_outputs(model)
     weights = [math.prod(l.weight_shape) for l in model.layers]
     biases = [l.weight_shape[0] for l in model.layers]

@@ -193,12 +193,12 @@ class Int8Engine:
         self.q = torch.from_numpy(q.astype(np.int64))
         self.sizes = [math.prod(l.weight_shape) for l in model.layers]
         self.offsets = [sum(self.sizes[:i]) for i in range(len(self.sizes))]
-        nl = len(model.layers)
-        self.first_bp = {"full-bp": 0, "full-zo": nl}.get(spec.method, nl - spec.bp_layers)
+        self.first_bp = model.first_bp_layer(spec.method, spec.bp_layers)
         self.n_zo = sum(self.sizes[:self.first_bp])
         self.n_bp = sum(self.sizes) - self.n_zo
         self.scale = spec.hyper.zo_scale
-        self.grad = {i: torch.zeros(self.sizes[i], dtype=torch.int64) for i in range(self.first_bp, nl)}
+        self.grad = {i: torch.zeros(self.sizes[i], dtype=torch.int64)
+                     for i in range(self.first_bp, len(model.layers))}
         self.kept = []
 
     def w(self, i: int) -> torch.Tensor:

@@ -55,16 +55,23 @@ class Model:
                 off += math.prod(shape)
         return out
 
-    def split(self, method: str, bp_layers: int) -> int:
-        """Number of leading parameters trained by ZO (0 for full-bp)."""
+    def first_bp_layer(self, method: str, bp_layers: int) -> int:
+        """Index of the first layer trained by BP; the layers before it are trained by ZO.
+        0 for full-bp, len(layers) for full-zo (no BP layer), len(layers) - bp_layers for
+        ElasticZO, whose BP head is the last bp_layers FC layers (validated here)."""
+        n = len(self.layers)
         if method == "full-bp":
             return 0
         if method == "full-zo":
-            return self.params_total
+            return n
         fc = [l for l in self.layers if l.kind == "fc"]
         if not 1 <= bp_layers <= len(fc):
             raise ValueError(f"bp_layers must be between 1 and {len(fc)} for {self.name}")
-        return self.params_total - sum(l.size for l in self.layers[-bp_layers:])
+        return n - bp_layers
+
+    def split(self, method: str, bp_layers: int) -> int:
+        """Number of leading parameters trained by ZO (0 for full-bp)."""
+        return sum(l.size for l in self.layers[:self.first_bp_layer(method, bp_layers)])
 
     def init_weights(self, seed: int) -> np.ndarray:
         """PyTorch's default init, U(-1/sqrt(fan_in), 1/sqrt(fan_in)), drawn from zobench-z."""

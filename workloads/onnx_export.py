@@ -31,12 +31,9 @@ OUTPUT = "front"
 
 def front_layers(model: Model, method: str, bp_layers: int) -> int:
     """How many leading layers the graph runs: all for full-zo, all but the head for elastic-zo."""
-    if method == "full-zo":
-        return len(model.layers)
-    if method == "elastic-zo":
-        model.split(method, bp_layers)     # validates bp_layers
-        return len(model.layers) - bp_layers
-    raise ValueError(f"the ONNX front exists for full-zo and elastic-zo only, not {method}")
+    if method not in ("full-zo", "elastic-zo"):
+        raise ValueError(f"the ONNX front exists for full-zo and elastic-zo only, not {method}")
+    return model.first_bp_layer(method, bp_layers)
 
 
 def graph(model: Model, layers: int) -> onnx.ModelProto:

@@ -82,7 +82,7 @@ class OrtEngine(Engine):
         self.flat = np.array(init, dtype=np.float32)
         self.n_zo = model.split(spec.method, spec.bp_layers)
         self.n_bp = model.params_total - self.n_zo
-        first = len(model.layers) - (spec.bp_layers if spec.method == "elastic-zo" else 0)
+        first = model.first_bp_layer(spec.method, spec.bp_layers)
         tensors = model.offsets()
         self.views = [self.flat[o:o + int(np.prod(s))].reshape(s) for _, o, s in tensors]
         self.grad = np.zeros(self.n_bp, dtype=np.float32)

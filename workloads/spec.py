@@ -89,7 +89,7 @@ class JobSpec:
             if spec.bp_layers < 1:
                 raise SpecError(f"bp_layers: expected >= 1 for elastic-zo, got {spec.bp_layers}")
             try:
-                MODELS[spec.workload.model].split(spec.method, spec.bp_layers)
+                MODELS[spec.workload.model].first_bp_layer(spec.method, spec.bp_layers)
             except ValueError as e:
                 raise SpecError(f"bp_layers: {e}") from None
         elif spec.bp_layers:

@@ -26,10 +26,10 @@ class TorchEngine(Engine):
         self.device = torch.device(spec.device)
         self.model = model
         self.flat = torch.from_numpy(init.copy()).to(self.device)   # float64 init -> float64 engine (tests)
+        # the BP part: full-bp trains every layer, elastic-zo the last bp_layers, full-zo none
+        self.first_bp = model.first_bp_layer(spec.method, spec.bp_layers)
         self.n_zo = model.split(spec.method, spec.bp_layers)
         self.n_bp = model.params_total - self.n_zo
-        # the BP part: full-bp trains every layer, elastic-zo the last bp_layers
-        self.first_bp = len(model.layers) - (len(model.layers) if spec.method == "full-bp" else spec.bp_layers)
         self.views = [self._alias(o, s) for _, o, s in model.offsets()]
         self.bp_params = self.views[2 * self.first_bp:] if self.n_bp else []
         for p in self.bp_params:
