@@ -18,7 +18,8 @@ def variant(target) -> str:
 
 
 def build(target) -> Path:
-    """Configure (once) and build the binary for a target; returns its path. Incremental."""
+    """Configure (once) and build the binary for a target; returns its path. Incremental.
+    Targets of one variant share the binary, so the errors name the variant, not the target."""
     out = paths.REPO / "build" / variant(target)
     args = ["cmake", "-S", str(SOURCE), "-B", str(out), "-DCMAKE_BUILD_TYPE=Release"]
     if target.transport == "local":
@@ -26,7 +27,7 @@ def build(target) -> Path:
     elif target.arch != platform.machine():
         toolchain = paths.TARGETS_DIR / "toolchains" / f"{target.arch}-linux-gnu.cmake"
         if not toolchain.is_file():
-            raise UserError(f"target {target.name}: no toolchain for arch {target.arch!r} ({toolchain} is missing)")
+            raise UserError(f"no toolchain for arch {target.arch!r} ({toolchain} is missing)")
         args.append(f"-DCMAKE_TOOLCHAIN_FILE={toolchain}")
     else:
         args.append("-DZOBENCH_STATIC=ON")
@@ -38,6 +39,6 @@ def build(target) -> Path:
         if p.returncode != 0:
             tail = [l for l in (p.stdout + p.stderr).splitlines() if "rror" in l][-3:] or \
                 (p.stdout + p.stderr).splitlines()[-3:]
-            raise UserError(f"building zobench-train for {target.name} failed (needs {NEEDS}): " + " | ".join(tail))
+            raise UserError(f"building zobench-train ({variant(target)}) failed (needs {NEEDS}): " + " | ".join(tail))
     return out / "zobench-train"
 

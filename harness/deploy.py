@@ -107,9 +107,11 @@ def bundle_files(dataset_dirs: set[tuple[str, str]], binary: Path | None = None,
     return files
 
 
-def deploy(transport, workdir: str, files: dict[str, Path]) -> str:
-    """Make sure the bundle of `files` is complete on the target; return its directory there."""
-    hashes = {rel: sha256(p) for rel, p in files.items()}
+def deploy(transport, workdir: str, files: dict[str, Path], hashes: dict[str, str] | None = None) -> str:
+    """Make sure the bundle of `files` is complete on the target; return its directory there.
+    `hashes` (path in the bundle -> sha256) saves hashing files the caller already hashed."""
+    if hashes is None:
+        hashes = {rel: sha256(p) for rel, p in files.items()}
     bundle_id = hashlib.sha256(json.dumps(sorted(hashes.items())).encode()).hexdigest()[:20]
     objects, bundles = f"{workdir}/objects", f"{workdir}/bundles"
     bundle = f"{bundles}/{bundle_id}"

@@ -19,9 +19,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from . import paths, schema
-from .build import build
+from .build import build, variant
 from .deploy import (bundle_files, deploy, init_weights_dir, init_weights_file, init_weights_name, onnx_dir,
                      onnx_graph, raw_idx, raw_idx_root, sha256)
+from .errors import UserError
 from .inventory import Target
 from .plan import Job
 from .transport import LocalTransport, TransportError
@@ -46,27 +47,71 @@ def graph_of(spec: dict) -> Path:
     return onnx_graph(spec["workload"]["model"], spec["method"], spec["bp_layers"])
 
 
-def open_site(target: Target, transport, jobs: list[Job], local_jobs: Path, run_id: str) -> Site:
-    """Connect and, on a board, deploy the bundle these jobs need."""
+@dataclass
+class Prepared:
+    """What the host made for one target before any board started; the board only deploys it."""
+    files: dict[str, Path]          # a board's bundle: path in it -> file here ({} for this machine)
+    hashes: dict[str, str]          # path in the bundle -> sha256 of the file
+    binary: Path | None = None      # zobench-train for the target's cpp jobs
+    binary_sha256: str = ""
+    build_error: str = ""           # why the binary did not build: the target's cpp jobs fail with it
+    inits: bool = False             # initial-weights files were written for its jobs
+
+
+def prepare(jobs_by_target: dict[str, list[Job]], targets: dict[str, Target]) -> dict[str, Prepared]:
+    """The host-side work of a run, each piece once and before any board starts, so boards
+    running in parallel never build, decompress or write the same file at the same time:
+    one build per build variant, the uncompressed datasets, the initial weights, the ONNX
+    graphs and the sha256 of every file sent."""
+    built: dict[str, Path | str] = {}       # variant -> binary, or why it did not build
+    digests: dict[Path, str] = {}
+
+    def digest(p: Path) -> str:
+        if p not in digests:
+            digests[p] = sha256(p)
+        return digests[p]
+
+    out = {}
+    for name, jobs in jobs_by_target.items():
+        target = targets[name]
+        binary, error = None, ""
+        if any(j.spec["runtime"] == "cpp" for j in jobs):
+            v = variant(target)
+            if v not in built:
+                try:
+                    built[v] = build(target)
+                except UserError as e:
+                    built[v] = str(e)
+            binary, error = (built[v], "") if isinstance(built[v], Path) else (None, built[v])
+        need = {(j.spec["workload"]["dataset"], j.spec["workload"]["data_dir"]) for j in jobs}
+        inits = {(j.spec["workload"]["model"], j.spec["seed"]) for j in jobs
+                 if not j.spec["init_weights"] and j.spec["precision"] == "fp32"}   # int8 inits come from the seed
+        graphs = {graph_of(j.spec) for j in jobs if j.spec["runtime"] == "ort" and not j.spec["onnx_model"]}
+        if target.transport == "local":
+            files = {}
+            for model, seed in inits:
+                init_weights_file(model, seed)
+            if binary:
+                for dataset, data_dir in need:   # the binary reads uncompressed IDX files
+                    raw_idx(dataset, data_dir)
+        else:
+            files = bundle_files(need, binary, inits, graphs)
+        out[name] = Prepared(files, {rel: digest(p) for rel, p in files.items()}, binary,
+                             digest(binary) if binary else "", error, bool(inits))
+    return out
+
+
+def open_site(target: Target, transport, prepared: Prepared, local_jobs: Path, run_id: str) -> Site:
+    """Connect and, on a board, deploy the bundle the host prepared for it."""
     transport.connect()
-    need = {(j.spec["workload"]["dataset"], j.spec["workload"]["data_dir"]) for j in jobs}
-    inits = {(j.spec["workload"]["model"], j.spec["seed"]) for j in jobs
-             if not j.spec["init_weights"] and j.spec["precision"] == "fp32"}   # int8 inits come from the seed
-    binary = build(target) if any(j.spec["runtime"] == "cpp" for j in jobs) else None
-    sha = sha256(binary) if binary else ""
-    graphs = {graph_of(j.spec) for j in jobs if j.spec["runtime"] == "ort" and not j.spec["onnx_model"]}
+    p = prepared
     if isinstance(transport, LocalTransport):
-        for model, seed in inits:
-            init_weights_file(model, seed)
-        if binary:
-            for name, data_dir in need:   # the binary reads uncompressed IDX files
-                raw_idx(name, data_dir)
-        return Site(transport, str(paths.REPO), str(local_jobs / "attempts"), str(raw_idx_root()) if binary else "",
-                    str(binary or ""), sha, str(init_weights_dir()) if inits else "", str(onnx_dir()))
+        return Site(transport, str(paths.REPO), str(local_jobs / "attempts"), str(raw_idx_root()) if p.binary else "",
+                    str(p.binary or ""), p.binary_sha256, str(init_weights_dir()) if p.inits else "", str(onnx_dir()))
     workdir = transport.path(target.workdir)
-    bundle = deploy(transport, workdir, bundle_files(need, binary, inits, graphs))
+    bundle = deploy(transport, workdir, p.files, p.hashes)
     return Site(transport, bundle, f"{workdir}/jobs/{run_id}", f"{bundle}/data",
-                f"{bundle}/bin/zobench-train" if binary else "", sha, f"{bundle}/init", f"{bundle}/onnx")
+                f"{bundle}/bin/zobench-train" if p.binary else "", p.binary_sha256, f"{bundle}/init", f"{bundle}/onnx")
 
 
 def failure(job: Job, status: str, error: str, started_at: str = "", wall: float = 0.0, steps: int = 0) -> dict:
