@@ -79,12 +79,13 @@ def load(source: str, results_dir: Path) -> tuple[str, dict[str, Measurement]]:
             return str(path), {b["extra_info"]["zobench"]["key"]: from_benchmark(b) for b in data["benchmarks"]}
         except (json.JSONDecodeError, KeyError, TypeError) as e:
             raise UserError(f"{path}: not a zobench pytest-benchmark export ({type(e).__name__}: {e})") from None
-    store = Store(results_dir)
-    run_ids = source.split(",")
-    for run_id in run_ids:
-        if not (store.runs / run_id / "run.json").is_file():
-            raise UserError(f"{run_id!r}: neither a run id in {store.runs} nor an exported .json file")
-    return source, from_results([r for run_id in run_ids for r in store.results(run_id)])
+    store, results = Store(results_dir), []
+    for run_id in source.split(","):
+        try:
+            results += store.results(run_id)
+        except UserError as e:      # the store's unknown-run error, which lists the runs there
+            raise UserError(f"{run_id!r} is neither a run id nor an exported .json file: {e}") from None
+    return source, from_results(results)
 
 
 def from_benchmark(b: dict) -> Measurement:

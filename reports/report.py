@@ -45,9 +45,7 @@ th{background:#f0f0f0}td{text-align:right}img{max-width:100%}figcaption{color:#5
 def build(store, run_ids: list[str], out: Path | None = None, targets=(), methods=()) -> Path:
     """The report of the runs' results, of only the given targets and methods when named
     (a method as full-zo, elastic-zo or elastic-zo:K)."""
-    out = Path(out) if out is not None else store.runs / run_ids[-1] / "report"
-    out.mkdir(parents=True, exist_ok=True)
-    df = _load(store, run_ids)
+    df = _load(store, run_ids)      # first: an unknown run is refused before any folder is made
     if targets:
         df = df[df["target"].isin(targets)]
     if methods:
@@ -55,6 +53,8 @@ def build(store, run_ids: list[str], out: Path | None = None, targets=(), method
         df = df[df["method"].isin(methods) | keys.isin(methods)]
     if not len(df):
         raise UserError(f"report: no result of {', '.join(run_ids)} matches --target/--method")
+    out = Path(out) if out is not None else store.runs / run_ids[-1] / "report"
+    out.mkdir(parents=True, exist_ok=True)
     ok = _chart_groups(df)
     palette = _method_palette(df)
     ratios = _int8_ratios(ok)

@@ -101,6 +101,13 @@ def test_report_command_over_two_runs(report, tmp_path):
     assert section.count("| Full BP |") == 2
 
 
+def test_an_unknown_run_is_refused_and_leaves_no_folder_behind(report):
+    store = report["store"]
+    p = zobench("report", "--results", store.root, "--run", "no-such-run")
+    assert p.returncode == 2 and "unknown run 'no-such-run'" in p.stderr and "Traceback" not in p.stderr
+    assert not (store.runs / "no-such-run").exists()
+
+
 def test_int8_and_accuracy_tables_agree_with_the_raw_results(tmp_path):
     assert main(["run", "--results", str(tmp_path), "--no-report", "--runtime", "cpp", "--method", "full-zo",
                  "--method", "elastic-zo:2", "--set", "epochs=1", "--set", "train_samples=640",
