@@ -33,9 +33,7 @@ class Measurement:
 
 def job_key(job: dict) -> tuple[str, dict]:
     w = job.get("workload") or {}
-    precision = job.get("precision", "fp32")
-    if precision == "int8" and job.get("method") != "full-bp":
-        precision = f"int8-{job.get('zo_loss', 'float')}"
+    precision = vocab.precision_key(job.get("precision", "fp32"), job.get("zo_loss", "float"), job["method"])
     facts = {"workload": f"{w.get('model', 'lenet5')}/{w.get('dataset', 'fashion-mnist')}",
              "method": vocab.method_key(job["method"], job.get("bp_layers", 0)), "precision": precision,
              "runtime": job.get("runtime", "torch"), "target": job.get("target", "")}

@@ -127,9 +127,8 @@ def make(suite: Suite, targets: list[Target], *, methods=(), runtimes=(), precis
                             notes.append(f"{m} {precision} on {runtime}: {why}")
                             continue
                         for r in range(suite.repeats):
-                            tag = f"{precision}-{zo_loss}" if precision == "int8" else precision
                             job_id = safe_name(f"{target.name}.{runtime}.{vocab.method_key(m.method, m.bp_layers)}"
-                                               f".{tag}.r{r}")
+                                               f".{vocab.precision_key(precision, zo_loss, m.method)}.r{r}")
                             spec = {"job_id": job_id, "method": m.method, "runtime": runtime,
                                     "bp_layers": m.bp_layers, "precision": precision, "zo_loss": zo_loss,
                                     "device": target.device, "seed": suite.seed, "threads": target.threads,

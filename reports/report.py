@@ -20,7 +20,7 @@ from matplotlib.figure import Figure
 from harness import memory_model
 from harness.errors import UserError
 from workloads.models import MODELS
-from workloads.vocab import METHODS, PAPER_CONFIGS, TRAIN_PHASES, method_label
+from workloads.vocab import METHODS, PAPER_CONFIGS, TRAIN_PHASES, method_label, precision_key
 
 from . import charts
 
@@ -85,9 +85,9 @@ def _method_palette(df: pd.DataFrame) -> dict:
 
 
 def precision_label(job: dict) -> str:
-    """The paper's names: INT8 with the integer-only ZO loss is INT8*."""
-    p = job.get("precision", "fp32")
-    return f"{p}*" if p == "int8" and job.get("zo_loss") == "integer" and job["method"] != "full-bp" else p
+    """The paper's names: INT8 with the integer-only ZO loss is INT8*, with the float one INT8."""
+    key = precision_key(job.get("precision", "fp32"), job.get("zo_loss", "float"), job["method"])
+    return {"int8-float": "int8", "int8-integer": "int8*"}.get(key, key)
 
 
 def _load(store, run_ids: list[str]) -> pd.DataFrame:

@@ -1,7 +1,7 @@
 """Suites expand into the jobs of a run; the paper's setting is what the paper says."""
 import pytest
 
-from harness import inventory, plan, suites
+from harness import inventory, measurements, plan, suites
 from harness.errors import UserError
 from workloads.spec import JobSpec
 
@@ -60,6 +60,10 @@ def test_quick_suite_has_the_int8_jobs_on_torch_and_cpp_with_both_zo_losses():
     assert keys == sorted([(r, "full-bp", 0, "float") for r in ("torch", "cpp")] +
                           [(r, m, k, zl) for r in ("torch", "cpp") for m, k in zo for zl in ("float", "integer")])
     assert len({j.job_id for j in jobs}) == len(jobs)
+    # full-bp computes no ZO loss: its job id, like its compare key, names none
+    assert sorted(j.job_id for j in jobs if j.spec["method"] == "full-bp") == [
+        "local.cpp.full-bp.int8.r0", "local.torch.full-bp.int8.r0"]
+    assert all(j.job_id.split(".")[3] == measurements.job_key(j.spec)[1]["precision"] for j in jobs)
 
 
 @pytest.mark.slow

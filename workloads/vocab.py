@@ -30,6 +30,12 @@ def method_key(method: str, bp_layers: int) -> str:
     return f"{method}-k{bp_layers}" if method == "elastic-zo" else method
 
 
+def precision_key(precision: str, zo_loss: str, method: str) -> str:
+    """The precision with the ZO loss it trains with (fp32, int8-float, int8-integer), used in
+    job ids, compare keys and report labels; full-bp computes no ZO loss, so its INT8 is int8."""
+    return f"{precision}-{zo_loss}" if precision == "int8" and method != "full-bp" else precision
+
+
 def method_label(method: str, bp_layers: int) -> str:
     """Human label that names the paper's configuration too."""
     if method == "elastic-zo":
