@@ -200,6 +200,7 @@ class Int8Engine:
         self.grad = {i: torch.zeros(self.sizes[i], dtype=torch.int64)
                      for i in range(self.first_bp, len(model.layers))}
         self.kept = []
+        self.z, self.z_key = None, None   # this step's z, drawn once for its three uses
 
     def w(self, i: int) -> torch.Tensor:
         o = self.offsets[i]
@@ -272,7 +273,14 @@ class Int8Engine:
             acc.zero_()
 
     def _z(self, key: int, epoch: int) -> torch.Tensor:
-        return torch.from_numpy(zo_noise(key, 0, self.n_zo, self.scale, sparsity_threshold(epoch)))
+        """z of step `key` at `epoch`'s sparsity. A step uses it three times (+z, -2z, then the
+        restore and update), so it is drawn once and kept until the next step's key, as the
+        ONNX Runtime runner does: drawing it costs about as much as applying it."""
+        if self.z_key != (key, epoch):
+            self.z = None      # free the last step's z before drawing this one's
+            self.z = torch.from_numpy(zo_noise(key, 0, self.n_zo, self.scale, sparsity_threshold(epoch)))
+            self.z_key = (key, epoch)
+        return self.z
 
     def perturb(self, key: int, k: int, epoch: int) -> None:
         self.q[:self.n_zo] = (self.q[:self.n_zo] + k * self._z(key, epoch)).clamp(-127, 127)
