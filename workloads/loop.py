@@ -92,10 +92,9 @@ def train(engine, spec, train_split, test_split, clock, state: TrainState) -> No
         seconds = time.perf_counter() - t0
         state.train_seconds += seconds
         clock.start()
-        # int8 requantizes by each tensor's batch-wide max, so it evaluates in training-sized
-        # batches, as the C++ binary does for every precision
-        test_loss, test_acc = evaluate(engine, test_split,
-                                       h.batch_size if spec.precision == "int8" else h.eval_batch_size)
+        # in training-sized batches, for every precision and runtime: int8 requantizes by each
+        # tensor's batch-wide max, and the C++ binary sizes its activation buffers from the batch
+        test_loss, test_acc = evaluate(engine, test_split, h.batch_size)
         clock.lap("eval")
         record = {"epoch": epoch + 1, "seconds": seconds, "phases": clock.since(snap),
                   "train_loss": loss_sum / steps_per_epoch, "test_loss": test_loss,

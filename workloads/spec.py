@@ -33,7 +33,6 @@ class Hyper:
     zo_grad_clip: float = 5.0     # projected gradient clipped to +-this
     train_samples: int = 0        # first N training samples (0 = all)
     test_samples: int = 0         # first N test samples (0 = all)
-    eval_batch_size: int = 500
     zo_scale: int = 8             # int8: the perturbation z is uniform on [-zo_scale, zo_scale]
     trace_steps: int = 0          # record losses and projected gradient of the first N steps
     fault: str = ""               # test-only fault injection: KIND[@METHOD_KEY], KIND in hang, crash, oom
@@ -41,8 +40,7 @@ class Hyper:
 
     PATTERNS: typing.ClassVar[dict] = {
         "fault": (r"((hang|crash|oom)(@[a-z0-9-]+)?)?", "a fault like \"hang\" or \"crash@full-zo\"")}
-    POSITIVE: typing.ClassVar[tuple] = ("epochs", "batch_size", "eval_batch_size", "lr_decay_every", "eps",
-                                        "zo_scale")
+    POSITIVE: typing.ClassVar[tuple] = ("epochs", "batch_size", "lr_decay_every", "eps", "zo_scale")
     NON_NEGATIVE: typing.ClassVar[tuple] = ("lr_bp", "lr_zo", "lr_decay", "zo_grad_clip",
                                             "train_samples", "test_samples", "trace_steps", "inject_slowdown")
 
