@@ -17,7 +17,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.runtimes import one  # noqa: E402
+from benchmarks.runtimes import run_runner  # noqa: E402
 from harness.build import build  # noqa: E402
 from harness.deploy import raw_idx, raw_idx_root  # noqa: E402
 from harness.inventory import Target  # noqa: E402
@@ -31,7 +31,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=60)
     ap.add_argument("--batch", type=int, default=32)
     args = ap.parse_args()
-    binary = [str(build(Target(name="local", transport="local")))]
+    binary = str(build(Target(name="local", transport="local")))
     raw_idx("fashion-mnist", "")
     print(f"{'method':14} {'fp32 ms':>8} {'int8 ms':>8} {'int8 x':>7} {'fp32 MiB':>9} {'int8 MiB':>9} "
           f"{'fp32 buf KiB':>12} {'int8 buf KiB':>12} {'int8 zo%':>9}")
@@ -46,7 +46,7 @@ def main() -> None:
                             "workload": {"dataset": "fashion-mnist", "data_dir": str(raw_idx_root())},
                             "hyper": {"epochs": 1, "batch_size": args.batch,
                                       "train_samples": args.batch * args.steps, "test_samples": 32}}
-                    res = one(binary, spec, tmp)
+                    res = run_runner(spec, tmp, binary, check=True)
                     if r == 0:
                         continue
                     ms[precision].append(1000 * res["train_seconds"] / res["steps"])

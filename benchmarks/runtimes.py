@@ -9,30 +9,22 @@ ort trains no full-bp (forward-only by design). Prints; asserts nothing.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))
+
+from conftest import ORT_RUNNER, TORCH_RUNNER, run_runner  # noqa: E402
 
 from harness.build import build  # noqa: E402
 from harness.deploy import onnx_graph, raw_idx, raw_idx_root  # noqa: E402
 from harness.inventory import Target  # noqa: E402
 
 METHODS = [("full-zo", 0), ("elastic-zo", 1), ("elastic-zo", 2), ("full-bp", 0)]
-
-
-def one(cmd: list[str], spec: dict, tmp: Path) -> dict:
-    (tmp / "spec.json").write_text(json.dumps(spec))
-    subprocess.run([*cmd, "--spec", str(tmp / "spec.json"), "--out", str(tmp / "r.json")],
-                   cwd=ROOT, capture_output=True, check=True)
-    r = json.loads((tmp / "r.json").read_text())
-    assert r["status"] == "ok", r["error"]
-    return r
 
 
 def main() -> None:
@@ -43,8 +35,7 @@ def main() -> None:
     args = ap.parse_args()
     binary = str(build(Target(name="local", transport="local")))
     raw_idx("fashion-mnist", "")
-    commands = {"torch": [sys.executable, "-m", "workloads.torch_runner"], "cpp": [binary],
-                "ort": [sys.executable, "-m", "workloads.ort_runner"]}
+    commands = {"torch": TORCH_RUNNER, "cpp": binary, "ort": ORT_RUNNER}
     print(f"{'method':16} {'batch':>5} {'torch ms':>9} {'cpp ms':>8} {'ort ms':>8} {'cpp x':>6} {'ort x':>6} "
           f"{'cpp zo%':>8} {'cpp fwd%':>8}")
     with tempfile.TemporaryDirectory() as d:
@@ -60,10 +51,10 @@ def main() -> None:
                     spec["onnx_model"] = str(onnx_graph("lenet5", method, k))
                 ms = {rt: [] for rt in runtimes}
                 shares = []
-                one(runtimes["cpp"], spec, tmp)               # warm-up: page cache, CPU clocks
+                run_runner(spec, tmp, runtimes["cpp"], check=True)     # warm-up: page cache, CPU clocks
                 for _ in range(args.repeats):
                     for rt, cmd in runtimes.items():
-                        r = one(cmd, spec, tmp)
+                        r = run_runner(spec, tmp, cmd, check=True)
                         ms[rt].append(1000 * r["train_seconds"] / r["steps"])
                         if rt == "cpp":
                             p = r["phases"]

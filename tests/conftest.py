@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -23,13 +24,31 @@ def zobench(*args, env=None, timeout=600) -> subprocess.CompletedProcess:
                           env={**os.environ, **(env or {})})
 
 
-def run_runner(spec: dict, tmp: Path, module: str = "workloads.torch_runner") -> dict:
-    """Run a runner on spec and return its result.json."""
+TORCH_RUNNER = (sys.executable, "-m", "workloads.torch_runner")
+ORT_RUNNER = (sys.executable, "-m", "workloads.ort_runner")
+QEMU_A53 = ("qemu-aarch64", "-cpu", "cortex-a53")      # put before an aarch64 binary's path
+
+
+def run_runner(spec: dict, tmp: Path, command: str | Path | Sequence[str | Path] = TORCH_RUNNER,
+               check: bool = False) -> dict:
+    """Write spec to tmp/spec.json, run a runner on it and return its result.json.
+
+    command is what comes before --spec/--out: a Python runner (TORCH_RUNNER, ORT_RUNNER),
+    the C++ binary's path, or a wrapper and the binary ([*QEMU_A53, path]).
+    check: fail unless the result's status is ok (for callers that only want its numbers)."""
     tmp.mkdir(parents=True, exist_ok=True)
     (tmp / "spec.json").write_text(json.dumps(spec))
-    subprocess.run([sys.executable, "-m", module, "--spec", tmp / "spec.json", "--out", tmp / "result.json"],
-                   cwd=REPO, capture_output=True, text=True, timeout=600)
-    return json.loads((tmp / "result.json").read_text())
+    out = tmp / "result.json"
+    out.unlink(missing_ok=True)
+    argv = [command] if isinstance(command, (str, Path)) else [*command]
+    p = subprocess.run([*argv, "--spec", tmp / "spec.json", "--out", out], cwd=REPO,
+                       capture_output=True, text=True, errors="replace", timeout=600)
+    if not out.is_file():
+        raise RuntimeError(f"{' '.join(map(str, argv))} wrote no result (exit {p.returncode}): {p.stderr[-2000:]}")
+    result = json.loads(out.read_text())
+    if check:
+        assert result["status"] == "ok", result["error"]
+    return result
 
 
 @pytest.fixture(scope="session")

@@ -1,6 +1,5 @@
 """The C++ binary against the torch runner, natively and as the aarch64 build under qemu."""
 import struct
-import subprocess
 
 import numpy as np
 import pytest
@@ -10,7 +9,7 @@ from harness.build import build
 from harness.deploy import raw_idx, raw_idx_root
 from harness.inventory import Target
 
-from conftest import run_runner
+from conftest import QEMU_A53, run_runner
 
 METHODS = [("full-bp", 0), ("full-zo", 0), ("elastic-zo", 1), ("elastic-zo", 2)]
 
@@ -32,20 +31,11 @@ def spec(method, k, data_dir, steps=60, **hyper):
             "hyper": {"epochs": 1, "train_samples": 32 * steps, "test_samples": 256, "trace_steps": steps, **hyper}}
 
 
-def run_binary(binary, s, tmp, wrapper=()):
-    import json
-    tmp.mkdir(parents=True, exist_ok=True)
-    (tmp / "spec.json").write_text(json.dumps(s))
-    subprocess.run([*wrapper, binary, "--spec", tmp / "spec.json", "--out", tmp / "result.json"],
-                   capture_output=True, timeout=600)
-    return json.loads((tmp / "result.json").read_text())
-
-
 @pytest.mark.parametrize("method,k", METHODS)
 def test_binary_matches_torch_step_for_step(native, data_dir, tmp_path, method, k):
     s = spec(method, k, data_dir)
     t = run_runner(s, tmp_path / "torch")
-    c = run_binary(native, s, tmp_path / "cpp")
+    c = run_runner(s, tmp_path / "cpp", native)
     assert t["status"] == c["status"] == "ok", c["error"]
     assert len(t["trace"]) == len(c["trace"]) == 60
     lt, lc = (np.array([x["loss"] for x in r["trace"]]) for r in (t, c))
@@ -59,7 +49,7 @@ def test_binary_matches_torch_step_for_step(native, data_dir, tmp_path, method, 
 
 
 def test_binary_result_follows_the_schema(native, data_dir, tmp_path):
-    r = run_binary(native, spec("elastic-zo", 2, data_dir, steps=20), tmp_path)
+    r = run_runner(spec("elastic-zo", 2, data_dir, steps=20), tmp_path, native)
     assert schema.problems(r) == []
     assert r["model"]["params_total"] == 107_786 and r["model"]["params_bp"] == 11_014
     train = sum(p["seconds"] for name, p in r["phases"].items() if name != "eval")
@@ -71,7 +61,7 @@ def test_binary_result_follows_the_schema(native, data_dir, tmp_path):
 def test_binary_reports_a_missing_dataset_in_its_result(native, tmp_path):
     s = spec("full-zo", 0, str(tmp_path / "nowhere"), steps=5)
     s["workload"]["dataset"] = "mnist"
-    r = run_binary(native, s, tmp_path)
+    r = run_runner(s, tmp_path, native)
     assert r["status"] == "failed" and "train-images-idx3-ubyte not found" in r["error"]
 
 
@@ -89,8 +79,8 @@ def test_aarch64_build_is_static_and_agrees_under_qemu_cortex_a53(native, data_d
     binary = build(pi)
     assert elf_facts(binary) == (183, False)          # EM_AARCH64, statically linked
     s = spec("elastic-zo", 1, data_dir, steps=15)
-    arm = run_binary(str(binary), s, tmp_path / "arm", wrapper=("qemu-aarch64", "-cpu", "cortex-a53"))
-    x86 = run_binary(native, s, tmp_path / "x86")
+    arm = run_runner(s, tmp_path / "arm", [*QEMU_A53, binary])
+    x86 = run_runner(s, tmp_path / "x86", native)
     assert arm["status"] == "ok" and schema.problems(arm) == []
     assert arm["env"]["arch"] == "aarch64"
     la, lx = (np.array([x["loss"] for x in r["trace"]]) for r in (arm, x86))

@@ -14,8 +14,7 @@ from harness.inventory import Target
 from workloads import int8
 from workloads.models import LENET5
 
-from conftest import REPO, run_runner
-from test_cpp import run_binary
+from conftest import QEMU_A53, REPO, run_runner
 
 STEPS = 100
 CONFIGS = [("full-bp", 0, "float"), ("full-zo", 0, "float"), ("full-zo", 0, "integer"),
@@ -62,7 +61,7 @@ def assert_identical(a: dict, b: dict) -> None:
 
 @pytest.mark.parametrize("config", CONFIGS, ids=lambda c: "-".join(map(str, c)))
 def test_binary_ends_with_the_torch_runners_exact_int8_weights(binaries, reference, data_dir, tmp_path, config):
-    c = run_binary(binaries["native"], spec(*config, data_dir), tmp_path)
+    c = run_runner(spec(*config, data_dir), tmp_path, binaries["native"])
     assert len(c["trace"]) == STEPS
     assert_identical(reference[config], c)
 
@@ -70,15 +69,14 @@ def test_binary_ends_with_the_torch_runners_exact_int8_weights(binaries, referen
 @pytest.mark.parametrize("config", [("full-bp", 0, "float"), ("full-zo", 0, "integer"), ("elastic-zo", 1, "float"),
                                     ("elastic-zo", 2, "integer")], ids=lambda c: "-".join(map(str, c)))
 def test_aarch64_binary_under_qemu_ends_with_the_same_weights(binaries, reference, data_dir, tmp_path, config):
-    arm = run_binary(binaries["aarch64"], spec(*config, data_dir), tmp_path,
-                     wrapper=("qemu-aarch64", "-cpu", "cortex-a53"))
+    arm = run_runner(spec(*config, data_dir), tmp_path, [*QEMU_A53, binaries["aarch64"]])
     assert arm["env"]["arch"] == "aarch64" and schema.problems(arm) == []
     assert_identical(reference[config], arm)
 
 
 def test_an_odd_batch_size_is_exact_too(binaries, data_dir, tmp_path):
     s = spec("elastic-zo", 2, "integer", data_dir, steps=30, batch=30)
-    assert_identical(run_runner(s, tmp_path / "torch"), run_binary(binaries["native"], s, tmp_path / "cpp"))
+    assert_identical(run_runner(s, tmp_path / "torch"), run_runner(s, tmp_path / "cpp", binaries["native"]))
 
 
 def test_integer_sign_agrees_with_the_float_sign_on_real_batches(binaries, data_dir, tmp_path):
@@ -86,7 +84,7 @@ def test_integer_sign_agrees_with_the_float_sign_on_real_batches(binaries, data_
     perturbed logits of 400 Fashion-MNIST steps (the paper reports about 95%)."""
     agree = []
     for method, k in (("full-zo", 0), ("elastic-zo", 1), ("elastic-zo", 2)):
-        r = run_binary(binaries["native"], spec(method, k, "float", data_dir, steps=400), tmp_path / method)
+        r = run_runner(spec(method, k, "float", data_dir, steps=400), tmp_path / method, binaries["native"])
         agree += [t["sign_integer"] == t["sign_float"] for t in r["trace"]]
     assert np.mean(agree) >= 0.90
 
@@ -98,7 +96,7 @@ def test_int8_elastic_zo_learns_about_as_well_as_fp32(binaries, data_dir, tmp_pa
     for precision in ("fp32", "int8"):
         s = spec("elastic-zo", 2, "float", data_dir, steps=125)
         s["precision"], s["hyper"]["epochs"], s["hyper"]["test_samples"] = precision, 3, 1000
-        out[precision] = run_binary(binaries["native"], s, tmp_path / precision)
+        out[precision] = run_runner(s, tmp_path / precision, binaries["native"])
     losses = [e["train_loss"] for e in out["int8"]["epochs"]]
     assert losses[-1] < losses[0] - 0.2
     acc = {p: r["epochs"][-1]["test_accuracy"] for p, r in out.items()}

@@ -13,7 +13,7 @@ from workloads import onnx_export
 from workloads.models import LENET5
 from workloads.spec import JobSpec
 
-from conftest import REPO, run_runner, zobench
+from conftest import ORT_RUNNER, REPO, run_runner, zobench
 
 ZO_METHODS = [("full-zo", 0), ("elastic-zo", 1), ("elastic-zo", 2)]
 
@@ -29,7 +29,7 @@ def spec(method, k, runtime, steps=60, **extra):
 @pytest.mark.parametrize("method,k", ZO_METHODS)
 def test_ort_matches_torch_step_for_step(tmp_path, method, k):
     t = run_runner(spec(method, k, "torch"), tmp_path / "torch")
-    o = run_runner(spec(method, k, "ort"), tmp_path / "ort", "workloads.ort_runner")
+    o = run_runner(spec(method, k, "ort"), tmp_path / "ort", ORT_RUNNER)
     assert t["status"] == o["status"] == "ok", o["error"]
     assert len(t["trace"]) == len(o["trace"]) == 60
     lt, lo = (np.array([x["loss"] for x in r["trace"]]) for r in (t, o))
@@ -77,7 +77,7 @@ def test_graph_takes_the_weights_as_inputs_with_a_dynamic_batch_and_is_named_by_
 
 def test_a_graph_for_another_partition_is_refused_with_the_reason(tmp_path):
     wrong = str(onnx_graph("lenet5", "elastic-zo", 2))
-    r = run_runner(spec("full-zo", 0, "ort", onnx_model=wrong), tmp_path, "workloads.ort_runner")
+    r = run_runner(spec("full-zo", 0, "ort", onnx_model=wrong), tmp_path, ORT_RUNNER)
     assert r["status"] == "failed" and r["error"].startswith(f"onnx_model: {wrong} is not lenet5's front of 5 layers")
 
 
