@@ -72,6 +72,8 @@ class OrtEngine(Engine):
     def __init__(self, spec, model, init: np.ndarray):
         import onnxruntime as ort
 
+        if spec.precision != "fp32":
+            raise SpecError(f"precision: the ort runtime trains fp32 only, not {spec.precision}")
         if spec.method not in ("full-zo", "elastic-zo"):
             raise SpecError(f"method: the ort runtime runs forward passes only; it trains full-zo and "
                             f"elastic-zo, not {spec.method}")

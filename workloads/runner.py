@@ -65,7 +65,10 @@ def main(make_engine, packages: tuple[str, ...], argv=None) -> int:
                                     spec.workload.data_dir, spec.precision)
         test_split = datasets.load(spec.workload.dataset, "test", spec.hyper.test_samples,
                                    spec.workload.data_dir, spec.precision)
-        init = read_init_weights(spec.init_weights, model) if spec.init_weights else model.init_weights(spec.seed)
+        init = None     # an int8 engine draws its integer init from the seed itself (int8.init_weights)
+        if spec.precision != "int8":
+            init = (read_init_weights(spec.init_weights, model) if spec.init_weights
+                    else model.init_weights(spec.seed))
         engine = make_engine(spec, model, init)
         result["memory"]["baseline_rss_bytes"] = memory.rss_bytes()
         memory.reset_peak()

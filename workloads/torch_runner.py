@@ -102,7 +102,8 @@ class TorchEngine(Engine):
         return torch.cuda.max_memory_allocated(self.device) if self.device.type == "cuda" else None
 
 
-def make_engine(spec, model, init: np.ndarray):
+def make_engine(spec, model, init: np.ndarray | None):
+    """The engine for spec's precision; init is the float init (None for int8, which draws its own)."""
     if spec.precision == "int8":
         from .int8 import Int8Engine
         return Int8Engine(spec, model)
