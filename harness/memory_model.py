@@ -113,12 +113,10 @@ def human(n: float) -> str:
 
 
 def table(rows: list[Breakdown]) -> str:
-    from workloads.vocab import method_label
-
     head = f"{'method':34} {'prec':5} {'batch':>5} " + " ".join(f"{p:>12}" for p in PARTS) + f" {'total':>12}"
     lines = [head]
     for r in rows:
-        lines.append(f"{method_label(r.method, r.bp_layers):34} {r.precision:5} {r.batch:5d} " +
+        lines.append(f"{vocab.method_label(r.method, r.bp_layers):34} {r.precision:5} {r.batch:5d} " +
                      " ".join(f"{human(r.parts[p]):>12}" for p in PARTS) + f" {human(r.total_bytes):>12}")
     return "\n".join(lines)
 
