@@ -181,7 +181,7 @@ def run_job(job: Job, target: Target, site: Site, work: Path, on_event=None) -> 
         spec["init_weights"] = f"{site.init_dir}/{init_weights_name(spec['workload']['model'], spec['seed'])}"
     if spec["runtime"] == "ort" and not spec["onnx_model"]:
         spec["onnx_model"] = f"{site.onnx_dir}/{graph_of(spec).name}"
-    rc, _, err = t.exec(f"mkdir -p {q(job_dir)} && rm -f {q(job_dir + '/result.json')}")
+    rc, _, err = t.exec(f"mkdir -p {q(job_dir)}")
     if rc != 0:
         raise TransportError(f"{t.where}: cannot make {job_dir}: {err.strip()}")
     t.put_bytes(json.dumps(spec, indent=1).encode(), f"{job_dir}/spec.json")

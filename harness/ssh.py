@@ -189,17 +189,12 @@ class SshTransport:
 
     def put_bytes(self, data: bytes, remote: str, timeout: float = 600) -> None:
         """Write a remote file atomically (temp name, then rename); counts the bytes sent."""
-        sftp = self._sftp_client(timeout)
-        tmp = f"{remote}.part-{os.getpid()}"
-        try:
-            sftp.putfo(io.BytesIO(data), tmp)
-            sftp.posix_rename(tmp, remote)
-        except (OSError, socket.timeout, paramiko.SSHException) as e:
-            raise TransportError(f"{self.where}: cannot write {remote}: {e or 'timed out'}") from None
-        self.bytes_sent += len(data)
+        self._putfo(io.BytesIO(data), remote, timeout)
 
     def put(self, local: Path, remote: str, timeout: float = 600) -> None:
-        self.put_bytes(Path(local).read_bytes(), remote, timeout)
+        """put_bytes of a local file, streamed from disk (a data set is tens of MB)."""
+        with open(local, "rb") as f:
+            self._putfo(f, remote, timeout)
 
     def get(self, remote: str, local: Path, timeout: float = 600) -> bool:
         """Fetch a remote file; False if it does not exist. The local file appears only
@@ -217,6 +212,16 @@ class SshTransport:
             tmp.unlink(missing_ok=True)
 
     # -- helpers ----------------------------------------------------------------
+    def _putfo(self, f, remote: str, timeout: float) -> None:
+        sftp = self._sftp_client(timeout)
+        tmp = f"{remote}.part-{os.getpid()}"
+        try:
+            size = sftp.putfo(f, tmp).st_size
+            sftp.posix_rename(tmp, remote)
+        except (OSError, socket.timeout, paramiko.SSHException) as e:
+            raise TransportError(f"{self.where}: cannot write {remote}: {e or 'timed out'}") from None
+        self.bytes_sent += size
+
     def _channel(self):
         self.connect()
         try:

@@ -92,9 +92,11 @@ class Store:
             _index_result(db, run_id, result)
         return path
 
-    def results(self, run_id: str) -> list[dict]:
-        """Raw results of a run (the files, not the index), in plan order."""
-        plan = self.run_plan(run_id)
+    def results(self, run_id: str, plan: dict | None = None) -> list[dict]:
+        """Raw results of a run (the files, not the index), in plan order; `plan` is the run's
+        run_plan() where the caller has read it already."""
+        if plan is None:
+            plan = self.run_plan(run_id)
         out = []
         for job in plan["jobs"]:
             p = self.runs / run_id / f"{job['job_id']}.json"

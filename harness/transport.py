@@ -83,7 +83,9 @@ class LocalTransport:
         os.replace(tmp, remote)
 
     def put(self, local: Path, remote: str, timeout: float = 600) -> None:
-        self.put_bytes(Path(local).read_bytes(), remote)
+        tmp = f"{remote}.part-{os.getpid()}"
+        shutil.copyfile(local, tmp)     # streamed, not read into memory
+        os.replace(tmp, remote)
 
     def get(self, remote: str, local: Path, timeout: float = 600) -> bool:
         if not os.path.exists(remote):

@@ -45,7 +45,8 @@ th{background:#f0f0f0}td{text-align:right}img{max-width:100%}figcaption{color:#5
 def build(store, run_ids: list[str], out: Path | None = None, targets=(), methods=()) -> Path:
     """The report of the runs' results, of only the given targets and methods when named
     (a method as full-zo, elastic-zo or elastic-zo:K)."""
-    df = _load(store, run_ids)      # first: an unknown run is refused before any folder is made
+    plans = [store.run_plan(r) for r in run_ids]    # first: an unknown run makes no folder
+    df = _load(store, run_ids, plans)
     if targets:
         df = df[df["target"].isin(targets)]
     if methods:
@@ -58,7 +59,7 @@ def build(store, run_ids: list[str], out: Path | None = None, targets=(), method
     ok = _chart_groups(df)
     palette = _method_palette(df)
     ratios = _int8_ratios(ok)
-    batch, model = (int(df["batch"].mode()[0]), df["model"].mode()[0]) if len(df) else (32, "lenet5")
+    batch, model = int(df["batch"].mode()[0]), df["model"].mode()[0]
     draw = {"time_breakdown": lambda: charts.time_breakdown(ok, palette),
             "cross_device": lambda: charts.cross_device(ok, palette),
             "memory": lambda: charts.memory(ok, palette, batch, model),
@@ -71,7 +72,7 @@ def build(store, run_ids: list[str], out: Path | None = None, targets=(), method
             fig.tight_layout()
             for ext in ("png", "svg"):
                 fig.savefig(out / f"{name}.{ext}", dpi=120, bbox_inches="tight")
-    blocks = _blocks(store, run_ids, df, ok, ratios)
+    blocks = _blocks(run_ids, plans, df, ok, ratios)
     (out / "report.md").write_text(_markdown(blocks))
     (out / "report.html").write_text(_html(blocks, out, f"zobench report: {', '.join(run_ids)}"))
     return out / "report.html"
@@ -90,11 +91,11 @@ def precision_label(job: dict) -> str:
     return {"int8-float": "int8", "int8-integer": "int8*"}.get(key, key)
 
 
-def _load(store, run_ids: list[str]) -> pd.DataFrame:
+def _load(store, run_ids: list[str], plans: list[dict]) -> pd.DataFrame:
     """One row per result, in the order methods are introduced in the paper."""
     rows = []
-    for run_id in run_ids:
-        for r in store.results(run_id):
+    for run_id, plan in zip(run_ids, plans):
+        for r in store.results(run_id, plan):
             job, steps, mem = r["job"], r.get("steps") or 0, r.get("memory") or {}
             phases, last = r.get("phases") or {}, (r.get("epochs") or [{}])[-1]
             rows.append({
@@ -171,10 +172,9 @@ def _nothing_to_chart() -> Figure:
     return fig
 
 
-def _blocks(store, run_ids: list[str], df: pd.DataFrame, ok: pd.DataFrame,
+def _blocks(run_ids: list[str], plans: list[dict], df: pd.DataFrame, ok: pd.DataFrame,
             ratios: pd.DataFrame) -> list[tuple[str, object]]:
     """The report as a list of (kind, content), rendered once as Markdown and once as HTML."""
-    plans = [store.run_plan(r) for r in run_ids]
     runs = pd.DataFrame({"run": run_ids, "suite": [p.get("suite") for p in plans],
                          "created": [p.get("created_at") for p in plans],
                          "jobs": [len(p["jobs"]) for p in plans],
