@@ -1,21 +1,38 @@
 // The FP32 network of zobench-train: LeNet-5 in the llm.c style (lenet5.hpp's kernels).
 #pragma once
 #include <algorithm>
+#include <cstddef>
+#include <cstdint>
 #include <string>
 #include <vector>
 
 #include "common.hpp"
 #include "lenet5.hpp"
+#include "pool.hpp"
 #include "sha256.hpp"
 #include "zrng.hpp"
 
 namespace fp32 {
 using namespace lenet5;
 
-// Activation buffers of one forward pass. The head's (fc inputs and outputs) exist twice for
-// ElasticZO, which keeps both perturbed passes for its BP update.
-struct Head {
-    std::vector<float> p2, h1, h2, logits, probs;  // [B,784] (only if fc1 is BP), [B,120], [B,84], [B,10], [B,10]
+// The FC head's activations of one forward pass (alloc_heads: twice for ElasticZO), and the
+// softmax of its logits.
+struct Head : HeadBuffers<float, float> {
+    std::vector<float> probs;  // [B,10]
+};
+
+// What one step measured: the trace's record of it (without the step number).
+struct StepResult {
+    double loss;
+    bool zo = false;  // the ZO passes ran: loss_plus, loss_minus and grad are set
+    double loss_plus = 0, loss_minus = 0, grad = 0;
+    void add_to(json& rec) const {
+        rec["loss"] = loss;
+        if (!zo) return;
+        rec["loss_plus"] = loss_plus;
+        rec["loss_minus"] = loss_minus;
+        rec["grad"] = grad;
+    }
 };
 
 struct Net {
@@ -24,8 +41,8 @@ struct Net {
     size_t n_zo, n_bp;
     std::vector<float> params;   // NPARAMS
     std::vector<float> grads;    // n_bp: the BP part only
-    // activations (one pass)
-    std::vector<float> xpad, c1, p1, p1pad, c2;
+    // activations (one pass); pool1 writes straight into p1pad's interior
+    std::vector<float> xpad, c1, p1pad, c2;
     std::vector<float> w2t;  // conv2's weights as [6][5][5][16] for conv_forward_oc
     std::vector<float> w2f;  // conv2's weights flipped as [6][16][5][5] for its input gradient (full-bp)
     Head head[2];
@@ -37,23 +54,16 @@ struct Net {
 
     Net(int batch, const Spec& s, const std::vector<float>& init, std::vector<float> table)
         : B(batch), params(init), lut(std::move(table)) {
-        first_bp = s.method == "full-bp" ? 0 : s.method == "full-zo" ? NLAYERS : NLAYERS - s.bp_layers;
+        first_bp = first_bp_layer(s);
         n_zo = size_t(layer_offset(first_bp));
         n_bp = NPARAMS - n_zo;
         grads.assign(n_bp, 0.f);
         xpad.assign(size_t(B) * 32 * 32, 0.f);
         c1.assign(size_t(B) * 6 * 28 * 28, 0.f);
-        p1.assign(size_t(B) * 6 * 14 * 14, 0.f);
         p1pad.assign(size_t(B) * 6 * 18 * 18, 0.f);
         c2.assign(size_t(B) * 16 * 14 * 14, 0.f);
         w2t.assign(W_SIZE[1], 0.f);
-        for (int k = 0; k < (s.method == "elastic-zo" ? 2 : 1); ++k) {
-            if (k == 0 || first_bp <= 2) head[k].p2.assign(size_t(B) * 784, 0.f);
-            head[k].h1.assign(size_t(B) * 120, 0.f);
-            head[k].h2.assign(size_t(B) * 84, 0.f);
-            head[k].logits.assign(size_t(B) * 10, 0.f);
-            head[k].probs.assign(size_t(B) * 10, 0.f);
-        }
+        for (int k = 0, n = alloc_heads(head, s, first_bp, B); k < n; ++k) head[k].probs.assign(size_t(B) * 10, 0.f);
         labels.assign(B, 0);
         if (n_bp) dlogits.assign(size_t(B) * 10, 0.f);
         if (first_bp <= 3) dh2.assign(size_t(B) * 84, 0.f);
@@ -75,18 +85,15 @@ struct Net {
     float* dW(int l) { return grads.data() + (layer_offset(l) - n_zo); }
     float* dBias(int l) { return dW(l) + W_SIZE[l]; }
 
-    float* p2_of(int k) { return head[k].p2.empty() ? head[0].p2.data() : head[k].p2.data(); }
-
     // x: [b, 784] normalised images (b <= B); writes head[k]
     void forward(int b, int k) {
         Head& hd = head[k];
         conv_forward<1, 6, 28, 28>(c1.data(), xpad.data(), W(0), Bias(0), b);
-        maxpool_forward(p1.data(), c1.data(), b * 6, 28, 28);
-        pad2(p1pad.data(), p1.data(), b, 6, 14, 14);
+        maxpool_forward(p1pad.data(), 2, c1.data(), b * 6, 28, 28);
         transpose_conv_weights<6, 16>(w2t.data(), W(1));
         conv_forward_oc<6, 16, 14, 14>(c2.data(), p1pad.data(), w2t.data(), Bias(1), b);
-        float* p2 = p2_of(k);
-        maxpool_forward(p2, c2.data(), b * 16, 14, 14);
+        float* p2 = p2_of(head, k);
+        maxpool_forward(p2, 0, c2.data(), b * 16, 14, 14);
         fc_forward(hd.h1.data(), p2, W(2), Bias(2), b, 784, 120, true);
         fc_forward(hd.h2.data(), hd.h1.data(), W(3), Bias(3), b, 120, 84, true);
         fc_forward(hd.logits.data(), hd.h2.data(), W(4), Bias(4), b, 84, 10, false);
@@ -104,17 +111,16 @@ struct Net {
         fc_backward(first_bp <= 2 ? dh1.data() : nullptr, dW(3), dBias(3), dh2.data(), hd.h1.data(), W(3), B, 120, 84);
         if (first_bp > 2) return;
         relu_backward(dh1.data(), hd.h1.data(), dh1.size());
-        fc_backward(first_bp <= 1 ? dp2.data() : nullptr, dW(2), dBias(2), dh1.data(), p2_of(k), W(2), B, 784, 120);
+        fc_backward(first_bp <= 1 ? dp2.data() : nullptr, dW(2), dBias(2), dh1.data(), p2_of(head, k), W(2), B, 784, 120);
         if (first_bp > 1) return;
-        maxpool_backward(dc2.data(), c2.data(), B * 16, 14, 14, [&](size_t o, float) { return dp2[o]; });
-        relu_backward(dc2.data(), c2.data(), dc2.size());
+        // c2 is conv2's ReLU output: the error passes where the window's maximum is > 0
+        maxpool_backward(dc2.data(), c2.data(), B * 16, 14, 14, [&](size_t o, float v) { return v > 0.f ? dp2[o] : 0.f; });
         conv_weight_grad<6, 16, 14, 14>(dW(1), dBias(1), dc2.data(), p1pad.data(), B);
         if (first_bp > 0) return;
-        pad2(dc2pad.data(), dc2.data(), B, 16, 14, 14);
+        pad2(dc2pad.data(), dc2.data(), B * 16, 14, 14);
         flip_conv_weights<6, 16>(w2f.data(), W(1));
         conv_forward<16, 6, 14, 14, false>(dp1.data(), dc2pad.data(), w2f.data(), nullptr, B);
-        maxpool_backward(dc1.data(), c1.data(), B * 6, 28, 28, [&](size_t o, float) { return dp1[o]; });
-        relu_backward(dc1.data(), c1.data(), dc1.size());
+        maxpool_backward(dc1.data(), c1.data(), B * 6, 28, 28, [&](size_t o, float v) { return v > 0.f ? dp1[o] : 0.f; });
         conv_weight_grad<1, 6, 28, 28>(dW(0), dBias(0), dc1.data(), xpad.data(), B);
     }
 
@@ -137,17 +143,11 @@ struct Net {
 
     // ---- the interface train() drives (int8_net.hpp has the same) ----
     void load(const Split& split, const int* idx, int b) {
-        for (int i = 0; i < b; ++i) {
-            const uint8_t* img = split.images.data() + size_t(idx[i]) * 784;
-            float* dst = xpad.data() + size_t(i) * 32 * 32;
-            for (int h = 0; h < 28; ++h)
-                for (int x = 0; x < 28; ++x) dst[(h + 2) * 32 + x + 2] = lut[img[h * 28 + x]];
-            labels[i] = split.labels[idx[i]];
-        }
+        load_batch(xpad.data(), labels.data(), split, idx, b, [this](uint8_t v) { return lut[v]; });
     }
 
     // one optimizer step on the loaded batch (workloads/methods.py bp_step / zo_step)
-    json step(const Spec& s, uint64_t key, int /*epoch*/, double lr_zo, double lr_bp, PhaseClock& clock) {
+    StepResult step(const Spec& s, uint64_t key, int /*epoch*/, double lr_zo, double lr_bp, PhaseClock& clock) {
         if (n_zo == 0) {  // full-bp
             forward(B, 0);
             clock.lap(FORWARD);
@@ -157,7 +157,7 @@ struct Net {
             clock.lap(BACKWARD);
             bp_update(float(lr_bp));
             clock.lap(BP_UPDATE);
-            return {{"loss", loss}};
+            return {loss};
         }
         const bool head = n_bp > 0;
         perturb(key, float(s.h.eps));
@@ -183,22 +183,19 @@ struct Net {
             bp_update(float(lr_bp));
             clock.lap(BP_UPDATE);
         }
-        return {{"loss", 0.5 * (lp + lm)}, {"loss_plus", lp}, {"loss_minus", lm}, {"grad", g}};
+        return {0.5 * (lp + lm), true, lp, lm, g};
     }
 
     // the first b samples loaded: sum of their losses, and how many are classified right
     void eval(int b, double& loss_sum, long& correct) {
         forward(b, 0);
         loss_sum += loss(b, 0) * b;
-        for (int i = 0; i < b; ++i) {
-            const float* l = head[0].logits.data() + i * 10;
-            correct += int(std::max_element(l, l + 10) - l) == labels[i];
-        }
+        correct += count_correct(head[0].logits.data(), labels.data(), b);
     }
 
     size_t params_total() const { return NPARAMS; }
     size_t buffer_bytes() const {
-        size_t n = bytes_of(params, grads, xpad, c1, p1, p1pad, c2, w2t, w2f, labels, dlogits, dh2, dh1, dp2, dc2,
+        size_t n = bytes_of(params, grads, xpad, c1, p1pad, c2, w2t, w2f, labels, dlogits, dh2, dh1, dp2, dc2,
                             dc2pad, dp1, dc1);
         for (const Head& h : head) n += bytes_of(h.p2, h.h1, h.h2, h.logits, h.probs);
         return n;

@@ -8,19 +8,28 @@
 #pragma once
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
-#include <cstring>
 #include <type_traits>
-#include <vector>
+
+// ZOBENCH_VNNI: x86 with AVX-512 VNNI (vpdpbusd: four uint8 x int8 products per int32 lane),
+// with the BW byte loads and the VL 256-bit forms the kernels use; otherwise portable loops
+// (and NEON on aarch64). The integer results are the same on every path.
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+#define ZOBENCH_VNNI 1
+#include <immintrin.h>
+#else
+#define ZOBENCH_VNNI 0
+#endif
 #if defined(__aarch64__)
 #include <arm_neon.h>  // armv8-a: vmull_s8 / vpadalq_s16, no dot-product instructions
-#elif defined(__AVX512VNNI__) && defined(__AVX512BW__)
-#include <immintrin.h>  // vpdpbusd: four uint8 x int8 products per int32 lane
 #endif
 
 #include "zrng.hpp"
 
 namespace int8 {
+
+constexpr bool VNNI = ZOBENCH_VNNI;
 
 constexpr int ACT_BITS = 7, INPUT_EXP = -7, CE_OFFSET = 10, ERR_BITS_IN = 11, ZO_GRAD_BITS = 1;
 constexpr int64_t LOG2E_Q15 = 47274;
@@ -97,7 +106,7 @@ __attribute__((always_inline)) inline int32_t dot(const A* __restrict a, const i
 // out[j] = a_j . w for four activation rows: each weight load feeds four images (FC forward)
 __attribute__((always_inline)) inline void dot4(int32_t out[4], const uint8_t* const a[4], const int8_t* __restrict w,
                                                 int n) {
-#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+#if ZOBENCH_VNNI
     __m512i acc[4] = {_mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512()};
     for (int i = 0; i < n; i += 64) {
         const __mmask64 m = n - i >= 64 ? ~__mmask64(0) : (__mmask64(1) << (n - i)) - 1;
@@ -154,16 +163,11 @@ inline int64_t log2_fixed(uint64_t v) {
 
 // Eq. 12's integer loss summed over the batch, in units of 2^-6 bits (the paper's INT8*)
 inline int64_t integer_loss(const int8_t* q, int e, const int* labels, int B, int C) {
-    const int sh = 15 - e - LOSS_FRAC_BITS;
     int64_t total = 0;
     for (int b = 0; b < B; ++b) {
         int64_t s[16];
         int64_t m = INT64_MIN;
-        for (int k = 0; k < C; ++k) {
-            const int64_t t = int64_t(q[b * C + k]) * LOG2E_Q15;
-            s[k] = sh >= 0 ? t >> sh : t << -sh;
-            m = std::max(m, s[k]);
-        }
+        for (int k = 0; k < C; ++k) m = std::max(m, s[k] = base2_logit(q[b * C + k], e + LOSS_FRAC_BITS));
         uint64_t acc = 0;
         for (int k = 0; k < C; ++k) {
             const int64_t d = s[k] - m;

@@ -2,18 +2,22 @@
 // int8 weights, activations and errors and one power-of-two exponent per tensor
 // (docs/int8.md; workloads/int8.py is the reference it agrees with bit for bit).
 //
-// Buffers are what the paper's Eqs. 13-15 count and nothing more: int8 parameters; per
-// layer an int8 activation and the int32 accumulator it is requantized from; for the BP
-// part an int32 gradient accumulator per weight (int64 for the convolutions, summed over
-// B*H*W), and int8 errors with their int32 accumulators. Each activation is uint8: it is
-// a ReLU output or pixel >> 1, so in [0, 127].
+// Buffers are what the paper's Eqs. 13-15 count: int8 parameters; per layer an int8
+// activation and the int32 accumulator it is requantized from; for the BP part an int32
+// gradient accumulator per weight (int64 for the convolutions, summed over B*H*W), and int8
+// errors with their int32 accumulators. The kernels add padded inputs and errors, repacked
+// weights and, for BP through the convolutions, per-thread scratch of their weight gradient.
+// All are allocated once, in the constructor, and buffer_bytes counts them all. Each
+// activation is uint8: it is a ReLU output or pixel >> 1, so in [0, 127].
 #pragma once
+#include <omp.h>
+
 #include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
 #include <string>
 #include <vector>
-#if defined(__AVX512VNNI__)
-#include <immintrin.h>
-#endif
 
 #include "common.hpp"
 #include "int8.hpp"
@@ -23,11 +27,9 @@
 
 namespace int8 {
 
-constexpr int NL = 5;
-constexpr int W_SIZE[NL] = {6 * 25, 16 * 6 * 25, 120 * 784, 84 * 120, 10 * 84};
-constexpr int FAN_IN[NL] = {25, 150, 784, 120, 84}, FAN_OUT[NL] = {150, 400, 120, 84, 10};
+constexpr int FAN_IN[NLAYERS] = {25, 150, 784, 120, 84}, FAN_OUT[NLAYERS] = {150, 400, 120, 84, 10};
 constexpr int offset(int l) { return l == 0 ? 0 : offset(l - 1) + W_SIZE[l - 1]; }
-constexpr int NWEIGHTS = offset(NL);
+constexpr int NWEIGHTS = offset(NLAYERS);
 static_assert(NWEIGHTS == 107550, "LeNet-5 without biases");
 
 constexpr int padded(int k) { return (k + 15) / 16 * 16; }
@@ -56,13 +58,15 @@ inline void conv_forward(int32_t* acc, const A* inpad, const int8_t* wp /* [OC][
         }
 }
 
-#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+// lanes of a VNNI convolution's accumulator vector: 8 (ymm) for up to 8 output channels, else 16 (zmm)
+constexpr int vnni_lanes(int OC) { return OC <= 8 ? 8 : 16; }
+
+#if ZOBENCH_VNNI
 // x86 with VNNI: vpdpbusd adds four uint8 x int8 products into each int32 lane. The output
 // channels are the lanes (8 in a ymm for conv1, 16 in a zmm for conv2), and each tap row of
 // 5 is read as two groups of 4 input bytes (kw 0-3, 4-7; the weights of kw 5-7 are zero),
 // broadcast straight from the padded input: no im2col. P neighbouring pixels accumulate in
-// registers. wv: [C][5][2][OC][4] int8 (vnni_weights).
-constexpr bool VNNI = true;
+// registers. wv: [C][5][2][L][4] int8 (vnni_weights).
 
 template <int C, int OC, int L>   // lanes oc >= OC stay 0
 inline void vnni_weights(int8_t* wv, const int8_t* w) {
@@ -120,7 +124,7 @@ __attribute__((always_inline)) inline void vnni_tile(int32_t* out, const uint8_t
 // the input must be readable 3 bytes past its end (kw 5-7 of the last pixel)
 template <int C, int OC, int H, int W>
 inline void conv_forward_vnni(int32_t* acc, const uint8_t* inpad, const int8_t* wv, int B) {
-    constexpr int L = OC <= 8 ? 8 : 16, P = 7;
+    constexpr int L = vnni_lanes(OC), P = 7;
     static_assert(W % P == 0, "rows are whole tiles");
 #pragma omp parallel for collapse(2) schedule(static)
     for (int b = 0; b < B; ++b)
@@ -128,8 +132,6 @@ inline void conv_forward_vnni(int32_t* acc, const uint8_t* inpad, const int8_t* 
             for (int x = 0; x < W; x += P)
                 vnni_tile<C, OC, L, H, W, P>(acc + size_t(b) * OC * H * W, inpad + size_t(b) * C * (H + 4) * (W + 4), wv, h, x);
 }
-#else
-constexpr bool VNNI = false;
 #endif
 
 // weights [OC][K] -> [OC][padded(K)], zero tail
@@ -139,6 +141,21 @@ inline void pad_weights(int8_t* wp, const int8_t* w, int OC, int K) {
         std::memcpy(wp + oc * KP, w + oc * K, size_t(K));
         std::memset(wp + oc * KP + K, 0, size_t(KP - K));
     }
+}
+
+// a forward convolution's int32 accumulators: its weights repacked for the kernel (into wk,
+// conv_packed_size(C, OC) bytes), then the kernel
+constexpr int conv_packed_size(int C, int OC) { return VNNI ? C * 5 * 2 * vnni_lanes(OC) * 4 : OC * padded(C * 25); }
+
+template <int C, int OC, int H, int W>
+inline void conv_forward_packed(int32_t* acc, const uint8_t* inpad, int8_t* wk, const int8_t* w, int B) {
+#if ZOBENCH_VNNI
+    vnni_weights<C, OC, vnni_lanes(OC)>(wk, w);
+    conv_forward_vnni<C, OC, H, W>(acc, inpad, wk, B);
+#else
+    pad_weights(wk, w, OC, C * 25);
+    conv_forward<C, OC, H, W>(acc, inpad, wk, B);
+#endif
 }
 
 // conv [OC][C][5][5] -> the input-gradient convolution's [C][OC][5][5] flipped, padded
@@ -241,26 +258,32 @@ inline void error_through_pool(int8_t* din, const int32_t* eacc, const uint8_t* 
 // each of the C*25 taps' shifted input planes is made contiguous once, and then every
 // weight gradient is a dot product of an error plane with a shifted plane: dot4 takes four
 // taps per error load (vpdpbusd on VNNI). int32 per image (at most H*W*127^2), int64 over
-// the batch, summed over threads at the end.
+// the batch, summed over threads at the end. Scratch: per thread, the planes
+// (conv_grad_planes bytes) and its own sums (conv_grad_sums int64), for at most `threads`.
+constexpr size_t conv_grad_planes(int C, int H, int W) { return size_t(C) * 25 * H * W; }
+constexpr size_t conv_grad_sums(int C, int OC) { return size_t(OC) * C * 25; }
+
 template <int C, int OC, int H, int W>
-inline void conv_weight_grad(int64_t* dw, const int8_t* err, const uint8_t* inpad, int B) {
+inline void conv_weight_grad(int64_t* dw, const int8_t* err, const uint8_t* inpad, int B, uint8_t* planes_scratch,
+                             size_t planes_stride, int64_t* sums_scratch, size_t sums_stride, int threads) {
     constexpr int HP = H + 4, WP = W + 4, T = C * 25, N = H * W;
-#pragma omp parallel
+#pragma omp parallel num_threads(threads)
     {
-        std::vector<uint8_t> planes(static_cast<size_t>(T) * N);
-        std::vector<int64_t> local(static_cast<size_t>(OC) * T, 0);
+        uint8_t* planes = planes_scratch + size_t(omp_get_thread_num()) * planes_stride;
+        int64_t* local = sums_scratch + size_t(omp_get_thread_num()) * sums_stride;
+        std::fill(local, local + OC * T, int64_t(0));
 #pragma omp for schedule(static)
         for (int b = 0; b < B; ++b) {
             for (int t = 0; t < T; ++t) {
                 const int ic = t / 25, kh = t / 5 % 5, kw = t % 5;
                 for (int h = 0; h < H; ++h)
-                    std::memcpy(&planes[size_t(t) * N + h * W], inpad + ((size_t(b) * C + ic) * HP + h + kh) * WP + kw, W);
+                    std::memcpy(planes + size_t(t) * N + h * W, inpad + ((size_t(b) * C + ic) * HP + h + kh) * WP + kw, W);
             }
             for (int oc = 0; oc < OC; ++oc) {
                 const int8_t* e = err + (size_t(b) * OC + oc) * N;
                 for (int t = 0; t < T; t += 4) {
                     const uint8_t* a[4];
-                    for (int j = 0; j < 4; ++j) a[j] = &planes[size_t(std::min(t + j, T - 1)) * N];
+                    for (int j = 0; j < 4; ++j) a[j] = planes + size_t(std::min(t + j, T - 1)) * N;
                     int32_t s[4];
                     dot4(s, a, e, N);
                     for (int j = 0; j < 4 && t + j < T; ++j) local[size_t(oc) * T + t + j] += s[j];
@@ -272,17 +295,26 @@ inline void conv_weight_grad(int64_t* dw, const int8_t* err, const uint8_t* inpa
     }
 }
 
-template <class T>
-inline void pad2(T* dst, const T* src, int BC, int H, int W) {
-    const int HP = H + 4, WP = W + 4;
-    for (int bc = 0; bc < BC; ++bc)
-        for (int h = 0; h < H; ++h) std::memcpy(dst + (size_t(bc) * HP + h + 2) * WP + 2, src + (size_t(bc) * H + h) * W, sizeof(T) * W);
-}
+// The FC head's activations of one forward pass (alloc_heads: twice for ElasticZO).
+struct Head : HeadBuffers<uint8_t, int8_t> {
+    int exp = 0;  // the logits' exponent
+};
 
-struct Head {  // one pass's FC activations; ElasticZO keeps two
-    std::vector<uint8_t> p2, h1, h2;  // [B,784] (only if fc1 is BP, for the second pass), [B,120], [B,84]
-    std::vector<int8_t> logits;       // [B,10]
-    int exp = 0;                      // the logits' exponent
+// What one step measured: the trace's record of it (without the step number).
+struct StepResult {
+    double loss;
+    bool zo = false;  // the ZO passes ran: the fields below are set
+    double loss_plus = 0, loss_minus = 0;
+    int grad = 0, sign_float = 0, sign_integer = 0;
+    void add_to(json& rec) const {
+        rec["loss"] = loss;
+        if (!zo) return;
+        rec["loss_plus"] = loss_plus;
+        rec["loss_minus"] = loss_minus;
+        rec["grad"] = grad;
+        rec["sign_float"] = sign_float;
+        rec["sign_integer"] = sign_integer;
+    }
 };
 
 struct Net {
@@ -290,7 +322,7 @@ struct Net {
     size_t n_zo, n_bp;
     std::string zo_loss;
     std::vector<int8_t> q;  // NWEIGHTS
-    int exps[NL];
+    int exps[NLAYERS];
     // activations and their int32 accumulators
     std::vector<uint8_t> xpad, c1, p1pad, c2;
     std::vector<int32_t> acc1, acc2, acc3, acc4, acc5;
@@ -298,19 +330,24 @@ struct Net {
     Head head[2];
     std::vector<int> labels;
     // the BP part: gradient accumulators, errors and theirs
-    std::vector<int32_t> g_fc[NL];
+    std::vector<int32_t> g_fc[NLAYERS];
     std::vector<int64_t> g_conv[2];
     std::vector<int8_t> err5, err4, err3, dc2, dc2pad, dc1;
     std::vector<int32_t> eacc4, eacc3, eacc2, eacc1;
+    // conv_weight_grad's per-thread scratch (BP through conv2), for grad_threads threads
+    int grad_threads = 0;
+    size_t planes_stride = 0, sums_stride = 0;
+    std::vector<uint8_t> grad_planes;
+    std::vector<int64_t> grad_sums;
 
     Net(int batch, const Spec& s) : B(batch), scale(s.h.zo_scale), zo_loss(s.zo_loss), q(NWEIGHTS) {
-        first_bp = s.method == "full-bp" ? 0 : s.method == "full-zo" ? NL : NL - s.bp_layers;
+        first_bp = first_bp_layer(s);
         n_zo = size_t(offset(first_bp));
         n_bp = NWEIGHTS - n_zo;
         const uint64_t key = zrng::stream_key(s.seed, zrng::STREAM_INIT, 1);
         for (int i = 0; i < NWEIGHTS; ++i)
             q[i] = int8_t(int((((zrng::bits(key, uint64_t(i)) & 0xFFFFFFFFull) * 255ull) >> 32)) - 127);
-        for (int l = 0; l < NL; ++l) exps[l] = init_exponent(FAN_IN[l], FAN_OUT[l]);
+        for (int l = 0; l < NLAYERS; ++l) exps[l] = init_exponent(FAN_IN[l], FAN_OUT[l]);
         xpad.assign(size_t(B) * 32 * 32 + 64, 0);   // + slack: the VNNI kernel reads 3 bytes past a row
         c1.assign(size_t(B) * 6 * 28 * 28, 0);
         p1pad.assign(size_t(B) * 6 * 18 * 18 + 64, 0);
@@ -320,16 +357,11 @@ struct Net {
         acc3.assign(size_t(B) * 120, 0);
         acc4.assign(size_t(B) * 84, 0);
         acc5.assign(size_t(B) * 10, 0);
-        wp0.assign(VNNI ? 1 * 5 * 2 * 8 * 4 : 6 * padded(25), 0);
-        wp1.assign(VNNI ? 6 * 5 * 2 * 16 * 4 : 16 * padded(150), 0);
-        for (int k = 0; k < (s.method == "elastic-zo" ? 2 : 1); ++k) {
-            if (k == 0 || first_bp <= 2) head[k].p2.assign(size_t(B) * 784, 0);
-            head[k].h1.assign(size_t(B) * 120, 0);
-            head[k].h2.assign(size_t(B) * 84, 0);
-            head[k].logits.assign(size_t(B) * 10, 0);
-        }
+        wp0.assign(conv_packed_size(1, 6), 0);
+        wp1.assign(conv_packed_size(6, 16), 0);
+        alloc_heads(head, s, first_bp, B);
         labels.assign(B, 0);
-        for (int l = std::max(first_bp, 2); l < NL; ++l) g_fc[l].assign(W_SIZE[l], 0);
+        for (int l = std::max(first_bp, 2); l < NLAYERS; ++l) g_fc[l].assign(W_SIZE[l], 0);
         for (int l = first_bp; l < 2; ++l) g_conv[l].assign(W_SIZE[l], 0);
         if (n_bp) err5.assign(size_t(B) * 10, 0);
         if (first_bp <= 3) eacc4.assign(size_t(B) * 84, 0), err4.assign(size_t(B) * 84, 0);
@@ -341,40 +373,36 @@ struct Net {
             dc1.assign(c1.size(), 0);
             w1f.assign(6 * padded(16 * 25), 0);
         }
+        if (first_bp <= 1) {
+            grad_threads = omp_get_max_threads();
+            planes_stride = conv_grad_planes(6, 14, 14);
+            sums_stride = conv_grad_sums(6, 16);
+            if (first_bp == 0) {
+                planes_stride = std::max(planes_stride, conv_grad_planes(1, 28, 28));
+                sums_stride = std::max(sums_stride, conv_grad_sums(1, 6));
+            }
+            grad_planes.assign(grad_threads * planes_stride, 0);
+            grad_sums.assign(grad_threads * sums_stride, 0);
+        }
     }
 
     int8_t* W(int l) { return q.data() + offset(l); }
-    uint8_t* p2_of(int k) { return head[k].p2.empty() ? head[0].p2.data() : head[k].p2.data(); }
-
-    void conv1_forward(int b) {
-#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
-        vnni_weights<1, 6, 8>(wp0.data(), W(0));   // 6 channels in 8 lanes
-        conv_forward_vnni<1, 6, 28, 28>(acc1.data(), xpad.data(), wp0.data(), b);
-#else
-        pad_weights(wp0.data(), W(0), 6, 25);
-        conv_forward<1, 6, 28, 28>(acc1.data(), xpad.data(), wp0.data(), b);
-#endif
-    }
-
-    void conv2_forward(int b) {
-#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
-        vnni_weights<6, 16, 16>(wp1.data(), W(1));
-        conv_forward_vnni<6, 16, 14, 14>(acc2.data(), p1pad.data(), wp1.data(), b);
-#else
-        pad_weights(wp1.data(), W(1), 16, 150);
-        conv_forward<6, 16, 14, 14>(acc2.data(), p1pad.data(), wp1.data(), b);
-#endif
+    // conv layer l's weight gradient, accumulated into g_conv[l] (with the Net's scratch)
+    template <int C, int OC, int H, int W>
+    void conv_grad(int l, const int8_t* err, const uint8_t* inpad) {
+        conv_weight_grad<C, OC, H, W>(g_conv[l].data(), err, inpad, B, grad_planes.data(), planes_stride,
+                                      grad_sums.data(), sums_stride, grad_threads);
     }
 
     void forward(int b, int k) {
         Head& hd = head[k];
-        conv1_forward(b);
+        conv_forward_packed<1, 6, 28, 28>(acc1.data(), xpad.data(), wp0.data(), W(0), b);
         int e = INPUT_EXP + exps[0];
         const bool conv_bp = first_bp <= 1;   // only BP through conv2 reads c1 and c2
         e += requant_relu_pool(conv_bp ? c1.data() : nullptr, p1pad.data(), 2, acc1.data(), b * 6, 28, 28);
-        conv2_forward(b);
-        e += exps[1] + requant_relu_pool(conv_bp ? c2.data() : nullptr, p2_of(k), 0, acc2.data(), b * 16, 14, 14);
-        fc_forward(acc3.data(), p2_of(k), W(2), b, 784, 120);
+        conv_forward_packed<6, 16, 14, 14>(acc2.data(), p1pad.data(), wp1.data(), W(1), b);
+        e += exps[1] + requant_relu_pool(conv_bp ? c2.data() : nullptr, p2_of(head, k), 0, acc2.data(), b * 16, 14, 14);
+        fc_forward(acc3.data(), p2_of(head, k), W(2), b, 784, 120);
         e += exps[2] + requant_to(hd.h1.data(), acc3.data(), size_t(b) * 120, true);
         fc_forward(acc4.data(), hd.h1.data(), W(3), b, 120, 84);
         e += exps[3] + requant_to(hd.h2.data(), acc4.data(), size_t(b) * 84, true);
@@ -394,22 +422,22 @@ struct Net {
         if (first_bp > 2) return;
         fc_input_grad(eacc3.data(), err4.data(), W(3), B, 120, 84);
         error_through_relu(err3.data(), eacc3.data(), hd.h1.data(), eacc3.size());
-        fc_weight_grad(g_fc[2].data(), err3.data(), p2_of(k), B, 784, 120);
+        fc_weight_grad(g_fc[2].data(), err3.data(), p2_of(head, k), B, 784, 120);
         if (first_bp > 1) return;
         fc_input_grad(eacc2.data(), err3.data(), W(2), B, 784, 120);
         error_through_pool(dc2.data(), eacc2.data(), c2.data(), B * 16, 14, 14);
-        conv_weight_grad<6, 16, 14, 14>(g_conv[1].data(), dc2.data(), p1pad.data(), B);
+        conv_grad<6, 16, 14, 14>(1, dc2.data(), p1pad.data());
         if (first_bp > 0) return;
         pad2(dc2pad.data(), dc2.data(), B * 16, 14, 14);
         flip_weights(w1f.data(), W(1), 6, 16);
         conv_forward<16, 6, 14, 14>(eacc1.data(), dc2pad.data(), w1f.data(), B);
         error_through_pool(dc1.data(), eacc1.data(), c1.data(), B * 6, 28, 28);
-        conv_weight_grad<1, 6, 28, 28>(g_conv[0].data(), dc1.data(), xpad.data(), B);
+        conv_grad<1, 6, 28, 28>(0, dc1.data(), xpad.data());
     }
 
     void bp_update(int epoch) {
         const int bits = grad_bits(epoch);
-        for (int l = first_bp; l < NL; ++l) {
+        for (int l = first_bp; l < NLAYERS; ++l) {
             if (l < 2) apply_gradient(W(l), g_conv[l].data(), W_SIZE[l], bits);
             else apply_gradient(W(l), g_fc[l].data(), W_SIZE[l], bits);
         }
@@ -437,19 +465,13 @@ struct Net {
 
     // ---- the interface train() drives (fp32_net.hpp has the same) ----
     void load(const Split& split, const int* idx, int b) {
-        for (int i = 0; i < b; ++i) {
-            const uint8_t* img = split.images.data() + size_t(idx[i]) * 784;
-            uint8_t* dst = xpad.data() + size_t(i) * 32 * 32;
-            for (int h = 0; h < 28; ++h)
-                for (int x = 0; x < 28; ++x) dst[(h + 2) * 32 + x + 2] = img[h * 28 + x] >> 1;
-            labels[i] = split.labels[idx[i]];
-        }
+        load_batch(xpad.data(), labels.data(), split, idx, b, [](uint8_t v) { return uint8_t(v >> 1); });
     }
 
     static int sign(double v) { return (v > 0) - (v < 0); }
 
     // one step (workloads/methods.py int8_bp_step / int8_zo_step)
-    json step(const Spec&, uint64_t key, int epoch, double, double, PhaseClock& clock) {
+    StepResult step(const Spec&, uint64_t key, int epoch, double, double, PhaseClock& clock) {
         if (n_zo == 0) {
             forward(B, 0);
             clock.lap(FORWARD);
@@ -459,7 +481,7 @@ struct Net {
             clock.lap(BACKWARD);
             bp_update(epoch);
             clock.lap(BP_UPDATE);
-            return {{"loss", loss}};
+            return {loss};
         }
         const bool bp = n_bp > 0;
         double lf[2];
@@ -485,23 +507,20 @@ struct Net {
             bp_update(epoch);
             clock.lap(BP_UPDATE);
         }
-        return {{"loss", 0.5 * (lf[0] + lf[1])}, {"loss_plus", lf[0]}, {"loss_minus", lf[1]}, {"grad", g},
-                {"sign_float", sf}, {"sign_integer", si}};
+        return {0.5 * (lf[0] + lf[1]), true, lf[0], lf[1], g, sf, si};
     }
 
     void eval(int b, double& loss_sum, long& correct) {
         forward(b, 0);
         loss_sum += float_loss(head[0].logits.data(), head[0].exp, labels.data(), b, 10) * b;
-        for (int i = 0; i < b; ++i) {
-            const int8_t* l = head[0].logits.data() + i * 10;
-            correct += int(std::max_element(l, l + 10) - l) == labels[i];
-        }
+        correct += count_correct(head[0].logits.data(), labels.data(), b);
     }
 
     size_t params_total() const { return NWEIGHTS; }
     size_t buffer_bytes() const {
         size_t n = bytes_of(q, xpad, c1, p1pad, c2, acc1, acc2, acc3, acc4, acc5, wp0, wp1, w1f, labels, err5, err4,
-                            err3, dc2, dc2pad, dc1, eacc4, eacc3, eacc2, eacc1, g_conv[0], g_conv[1]);
+                            err3, dc2, dc2pad, dc1, eacc4, eacc3, eacc2, eacc1, g_conv[0], g_conv[1], grad_planes,
+                            grad_sums);
         for (const auto& g : g_fc) n += bytes_of(g);
         for (const Head& h : head) n += bytes_of(h.p2, h.h1, h.h2, h.logits);
         return n;

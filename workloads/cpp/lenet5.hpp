@@ -1,17 +1,17 @@
 // LeNet-5 in the llm.c style: one contiguous parameter buffer, one gradient buffer for
 // the BP part only, explicit activation buffers sized from the batch, and one forward
-// and one backward function per layer. Every buffer is allocated once, up front, so the
-// memory the binary uses is exactly what the ElasticZO paper's Eqs. 2-4 count.
+// and one backward function per layer. Every buffer is allocated once, up front (the
+// activations and errors the ElasticZO paper's Eqs. 2-4 count, with ReLU fused into the layer
+// it follows, plus the padded inputs and repacked weights the kernels read).
 //
 // Layout (workloads/models.py): conv1.w [6,1,5,5], conv1.b, conv2.w [16,6,5,5], conv2.b,
 // fc1.w [120,784], fc1.b, fc2.w [84,120], fc2.b, fc3.w [10,84], fc3.b -- 107,786 floats.
 #pragma once
 #include <algorithm>
 #include <cmath>
-#include <cstring>
-#include <vector>
+#include <cstddef>
 
-#include "pool.hpp"
+#include "common.hpp"
 #if defined(__aarch64__)
 #include <arm_neon.h>  // armv8-a Advanced SIMD only: FMA and vaddvq, no dot-product instructions
 #endif
@@ -56,14 +56,12 @@ __attribute__((always_inline)) inline void dot4(float out[4], const float* __res
     out[0] = s0, out[1] = s1, out[2] = s2, out[3] = s3;
 }
 
-constexpr int NLAYERS = 5;
-// per trainable layer: offset of its weight in the flat vector, its weight and bias sizes
-constexpr int W_SIZE[NLAYERS] = {6 * 1 * 25, 16 * 6 * 25, 120 * 784, 84 * 120, 10 * 84};
+// per trainable layer: its bias size (W_SIZE, common.hpp: its weight's), and the offset of its
+// weight in the flat vector
 constexpr int B_SIZE[NLAYERS] = {6, 16, 120, 84, 10};
 constexpr int layer_offset(int l) { return l == 0 ? 0 : layer_offset(l - 1) + W_SIZE[l - 1] + B_SIZE[l - 1]; }
 constexpr int NPARAMS = layer_offset(NLAYERS);
 static_assert(NPARAMS == 107786, "the paper's LeNet-5 has 107,786 parameters");
-constexpr int NCLASSES = 10;
 
 // ---- convolution 5x5, stride 1, padding 2 (input given pre-padded), ReLU fused ----
 // out[b][oc][h][w] = relu(bias[oc] + sum_{ic,kh,kw} w[oc][ic][kh][kw] * inpad[b][ic][h+kh][w+kw])
@@ -191,24 +189,17 @@ inline void flip_conv_weights(float* wf, const float* w) {
             for (int t = 0; t < 25; ++t) wf[(ic * OC + oc) * 25 + 24 - t] = w[(oc * C + ic) * 25 + t];
 }
 
-// zero-pad by 2 on each side: [B,C,H,W] -> [B,C,H+4,W+4]
-inline void pad2(float* dst, const float* src, int B, int C, int H, int W) {
-    const int HP = H + 4, WP = W + 4;
-    std::memset(dst, 0, sizeof(float) * size_t(B) * C * HP * WP);
-    for (int bc = 0; bc < B * C; ++bc)
-        for (int h = 0; h < H; ++h)
-            std::memcpy(dst + (size_t(bc) * HP + h + 2) * WP + 2, src + (size_t(bc) * H + h) * W, sizeof(float) * W);
-}
-
-// ---- 2x2 max pooling; backward routes to the first maximum, as PyTorch does ----
-inline void maxpool_forward(float* out, const float* in, int BC, int H, int W) {
-    const int OH = H / 2, OW = W / 2;
+// ---- 2x2 max pooling into `out` with a border of `pad` (left as it is: zero from allocation),
+// so it can feed the next convolution directly; backward (pool.hpp) routes to the first
+// maximum, as PyTorch does ----
+inline void maxpool_forward(float* out, int pad, const float* in, int BC, int H, int W) {
+    const int OH = H / 2, OW = W / 2, PH = OH + 2 * pad, PW = OW + 2 * pad;
 #pragma omp parallel for schedule(static)
     for (int bc = 0; bc < BC; ++bc)
         for (int h = 0; h < OH; ++h)
             for (int x = 0; x < OW; ++x) {
                 const float* p = in + (size_t(bc) * H + 2 * h) * W + 2 * x;
-                out[(size_t(bc) * OH + h) * OW + x] = std::max(std::max(p[0], p[1]), std::max(p[W], p[W + 1]));
+                out[(size_t(bc) * PH + h + pad) * PW + x + pad] = std::max(std::max(p[0], p[1]), std::max(p[W], p[W + 1]));
             }
 }
 

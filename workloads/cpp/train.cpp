@@ -10,16 +10,19 @@
 #include <sys/utsname.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <memory>
 #include <new>
 #include <numeric>
-#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -113,7 +116,9 @@ static Split load_split(const Spec& s, bool train, int limit) {
             throw SpecError(d + ": images and labels do not match");
         Split out;
         out.n = limit ? std::min<int>(limit, int(idims[0])) : int(idims[0]);
-        out.images.assign(img.begin(), img.begin() + size_t(out.n) * 784);
+        img.resize(size_t(out.n) * 784);  // all of it: no copy; a prefix: copied, the file's freed
+        img.shrink_to_fit();
+        out.images = std::move(img);
         out.labels.assign(lab.begin(), lab.begin() + out.n);
         return out;
     }
@@ -241,21 +246,24 @@ static void train(const Spec& s, NetT& net, const Split& tr, const Split& te, Ph
             net.load(tr, order.data() + size_t(b) * B, B);
             clock.lap(DATA);
             const uint64_t key = zrng::stream_key(s.seed, zrng::STREAM_ZO, uint64_t(st.steps));
-            json rec = {{"step", st.steps}};
-            rec.update(net.step(s, key, epoch, lr_zo, lr_bp, clock));
+            const auto r = net.step(s, key, epoch, lr_zo, lr_bp, clock);
             if (s.h.inject_slowdown > 0) {  // test-only: a real, CPU-bound slowdown for the regression gate
                 const auto until = Clock::now() + (Clock::now() - step_t0) * s.h.inject_slowdown;
                 while (Clock::now() < until) {
                 }
                 clock.lap(DATA);
             }
-            loss_sum += rec["loss"].get<double>();
-            if (st.steps < s.h.trace_steps) st.trace.push_back(rec);
+            loss_sum += r.loss;
+            if (st.steps < s.h.trace_steps) {
+                json rec = {{"step", st.steps}};
+                r.add_to(rec);
+                st.trace.push_back(std::move(rec));
+            }
             st.steps += 1;
             if (!s.h.fault.empty()) inject_fault(s);
             if (std::chrono::duration<double>(Clock::now() - last_emit).count() > 0.5) {
                 last_emit = Clock::now();
-                emit({{"event", "step"}, {"step", st.steps}, {"loss", rec["loss"]}});
+                emit({{"event", "step"}, {"step", st.steps}, {"loss", r.loss}});
             }
         }
         const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
