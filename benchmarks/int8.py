@@ -17,10 +17,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.runtimes import run_runner  # noqa: E402
-from harness.build import build  # noqa: E402
-from harness.deploy import raw_idx, raw_idx_root  # noqa: E402
-from harness.inventory import Target  # noqa: E402
+from benchmarks.runtimes import idx_data_dir, native_binary, run_runner  # noqa: E402
 
 METHODS = [("full-zo", 0), ("elastic-zo", 1), ("elastic-zo", 2), ("full-bp", 0)]
 
@@ -31,8 +28,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=60)
     ap.add_argument("--batch", type=int, default=32)
     args = ap.parse_args()
-    binary = str(build(Target(name="local", transport="local")))
-    raw_idx("fashion-mnist", "")
+    binary, data_dir = native_binary(), idx_data_dir()
     print(f"{'method':14} {'fp32 ms':>8} {'int8 ms':>8} {'int8 x':>7} {'fp32 MiB':>9} {'int8 MiB':>9} "
           f"{'fp32 buf KiB':>12} {'int8 buf KiB':>12} {'int8 zo%':>9}")
     with tempfile.TemporaryDirectory() as d:
@@ -43,7 +39,7 @@ def main() -> None:
             for r in range(args.repeats + 1):            # the first round warms up and is dropped
                 for precision in ("fp32", "int8"):
                     spec = {"job_id": "bench", "method": method, "bp_layers": k, "precision": precision,
-                            "workload": {"dataset": "fashion-mnist", "data_dir": str(raw_idx_root())},
+                            "workload": {"dataset": "fashion-mnist", "data_dir": data_dir},
                             "hyper": {"epochs": 1, "batch_size": args.batch,
                                       "train_samples": args.batch * args.steps, "test_samples": 32}}
                     res = run_runner(spec, tmp, binary, check=True)

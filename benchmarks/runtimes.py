@@ -18,11 +18,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
-from conftest import ORT_RUNNER, TORCH_RUNNER, run_runner  # noqa: E402
+from conftest import ORT_RUNNER, TORCH_RUNNER, idx_data_dir, native_binary, run_runner  # noqa: E402
 
-from harness.build import build  # noqa: E402
-from harness.deploy import onnx_graph, raw_idx, raw_idx_root  # noqa: E402
-from harness.inventory import Target  # noqa: E402
+from harness.deploy import onnx_graph  # noqa: E402
 
 METHODS = [("full-zo", 0), ("elastic-zo", 1), ("elastic-zo", 2), ("full-bp", 0)]
 
@@ -33,8 +31,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--threads", type=int, default=0, help="0 = each runtime's default")
     args = ap.parse_args()
-    binary = str(build(Target(name="local", transport="local")))
-    raw_idx("fashion-mnist", "")
+    binary, data_dir = native_binary(), idx_data_dir()
     commands = {"torch": TORCH_RUNNER, "cpp": binary, "ort": ORT_RUNNER}
     print(f"{'method':16} {'batch':>5} {'torch ms':>9} {'cpp ms':>8} {'ort ms':>8} {'cpp x':>6} {'ort x':>6} "
           f"{'cpp zo%':>8} {'cpp fwd%':>8}")
@@ -43,7 +40,7 @@ def main() -> None:
         for batch in (32, 256):
             for method, k in METHODS:
                 spec = {"job_id": "bench", "method": method, "bp_layers": k, "threads": args.threads,
-                        "workload": {"dataset": "fashion-mnist", "data_dir": str(raw_idx_root())},
+                        "workload": {"dataset": "fashion-mnist", "data_dir": data_dir},
                         "hyper": {"epochs": 1, "batch_size": batch, "train_samples": batch * args.steps,
                                   "test_samples": 32}}
                 runtimes = {rt: cmd for rt, cmd in commands.items() if rt != "ort" or method != "full-bp"}

@@ -10,7 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from harness.build import build
 from harness.cli import main
+from harness.deploy import raw_idx, raw_idx_root
+from harness.inventory import Target
 from harness.store import Store
 
 REPO = Path(__file__).resolve().parent.parent
@@ -49,6 +52,50 @@ def run_runner(spec: dict, tmp: Path, command: str | Path | Sequence[str | Path]
     if check:
         assert result["status"] == "ok", result["error"]
     return result
+
+
+def job_spec(method: str, k: int, *, seed: int, steps: int, batch: int = 32, test_samples: int = 256,
+             threads: int = 2, data_dir: str | None = None, hyper: dict | None = None, **fields) -> dict:
+    """A runner's spec: one epoch of `steps` batches from `seed`, each step traced, then a test
+    pass; Fashion-MNIST from data_dir when given (the C++ binary needs one), else the runner's
+    own. hyper adds to or overrides those hyperparameters; fields are the spec's other keys."""
+    spec = {"job_id": "test", "method": method, "bp_layers": k, "seed": seed, "threads": threads,
+            "hyper": {"epochs": 1, "batch_size": batch, "train_samples": batch * steps,
+                      "test_samples": test_samples, "trace_steps": steps, **(hyper or {})}, **fields}
+    if data_dir is not None:
+        spec["workload"] = {"dataset": "fashion-mnist", "data_dir": data_dir}
+    return spec
+
+
+def idx_data_dir() -> str:
+    """The folder of Fashion-MNIST as raw IDX files, the C++ binary's data_dir."""
+    raw_idx("fashion-mnist", "")
+    return str(raw_idx_root())
+
+
+def native_binary() -> str:
+    """The C++ binary built for this machine."""
+    return str(build(Target(name="local", transport="local")))
+
+
+def aarch64_binary() -> str:
+    """The C++ binary cross-built for a Raspberry Pi (static aarch64; runs here under QEMU_A53)."""
+    return str(build(Target(name="pi", transport="ssh", host="pi.invalid", arch="aarch64", runtimes=["cpp"])))
+
+
+@pytest.fixture(scope="session")
+def data_dir():
+    return idx_data_dir()
+
+
+@pytest.fixture(scope="session")
+def native():
+    return native_binary()
+
+
+@pytest.fixture(scope="session")
+def aarch64():
+    return aarch64_binary()
 
 
 @pytest.fixture(scope="session")

@@ -5,30 +5,14 @@ import numpy as np
 import pytest
 
 from harness import schema
-from harness.build import build
-from harness.deploy import raw_idx, raw_idx_root
-from harness.inventory import Target
 
-from conftest import QEMU_A53, run_runner
+from conftest import QEMU_A53, job_spec, run_runner
 
 METHODS = [("full-bp", 0), ("full-zo", 0), ("elastic-zo", 1), ("elastic-zo", 2)]
 
 
-@pytest.fixture(scope="module")
-def native():
-    return str(build(Target(name="local", transport="local")))
-
-
-@pytest.fixture(scope="module")
-def data_dir():
-    raw_idx("fashion-mnist", "")
-    return str(raw_idx_root())
-
-
-def spec(method, k, data_dir, steps=60, **hyper):
-    return {"job_id": "cmp", "method": method, "bp_layers": k, "threads": 2, "seed": 3,
-            "workload": {"dataset": "fashion-mnist", "data_dir": data_dir},
-            "hyper": {"epochs": 1, "train_samples": 32 * steps, "test_samples": 256, "trace_steps": steps, **hyper}}
+def spec(method, k, data_dir, steps=60):
+    return job_spec(method, k, seed=3, steps=steps, data_dir=data_dir)
 
 
 @pytest.mark.parametrize("method,k", METHODS)
@@ -74,12 +58,10 @@ def elf_facts(path) -> tuple[int, bool]:
     return e_machine, interp
 
 
-def test_aarch64_build_is_static_and_agrees_under_qemu_cortex_a53(native, data_dir, tmp_path):
-    pi = Target(name="pi", transport="ssh", host="pi.invalid", arch="aarch64", runtimes=["cpp"])
-    binary = build(pi)
-    assert elf_facts(binary) == (183, False)          # EM_AARCH64, statically linked
+def test_aarch64_build_is_static_and_agrees_under_qemu_cortex_a53(native, aarch64, data_dir, tmp_path):
+    assert elf_facts(aarch64) == (183, False)         # EM_AARCH64, statically linked
     s = spec("elastic-zo", 1, data_dir, steps=15)
-    arm = run_runner(s, tmp_path / "arm", [*QEMU_A53, binary])
+    arm = run_runner(s, tmp_path / "arm", [*QEMU_A53, aarch64])
     x86 = run_runner(s, tmp_path / "x86", native)
     assert arm["status"] == "ok" and schema.problems(arm) == []
     assert arm["env"]["arch"] == "aarch64"

@@ -8,13 +8,10 @@ import pytest
 import torch
 
 from harness import schema
-from harness.build import build
-from harness.deploy import raw_idx, raw_idx_root
-from harness.inventory import Target
 from workloads import int8
 from workloads.models import LENET5
 
-from conftest import QEMU_A53, REPO, run_runner
+from conftest import QEMU_A53, REPO, job_spec, run_runner
 
 STEPS = 100
 CONFIGS = [("full-bp", 0, "float"), ("full-zo", 0, "float"), ("full-zo", 0, "integer"),
@@ -22,24 +19,9 @@ CONFIGS = [("full-bp", 0, "float"), ("full-zo", 0, "float"), ("full-zo", 0, "int
            ("elastic-zo", 2, "float"), ("elastic-zo", 2, "integer")]
 
 
-@pytest.fixture(scope="module")
-def data_dir():
-    raw_idx("fashion-mnist", "")
-    return str(raw_idx_root())
-
-
-@pytest.fixture(scope="module")
-def binaries():
-    return {"native": str(build(Target(name="local", transport="local"))),
-            "aarch64": str(build(Target(name="pi", transport="ssh", host="pi.invalid", arch="aarch64",
-                                        runtimes=["cpp"])))}
-
-
-def spec(method, k, zo_loss, data_dir, steps=STEPS, batch=32, **hyper):
-    return {"job_id": "i8", "method": method, "bp_layers": k, "precision": "int8", "zo_loss": zo_loss,
-            "seed": 11, "threads": 2, "workload": {"dataset": "fashion-mnist", "data_dir": data_dir},
-            "hyper": {"epochs": 1, "batch_size": batch, "train_samples": batch * steps, "test_samples": 100,
-                      "trace_steps": steps, **hyper}}
+def spec(method, k, zo_loss, data_dir, steps=STEPS, batch=32):
+    return job_spec(method, k, seed=11, steps=steps, batch=batch, test_samples=100, data_dir=data_dir,
+                    precision="int8", zo_loss=zo_loss)
 
 
 @pytest.fixture(scope="module")
@@ -60,43 +42,43 @@ def assert_identical(a: dict, b: dict) -> None:
 
 
 @pytest.mark.parametrize("config", CONFIGS, ids=lambda c: "-".join(map(str, c)))
-def test_binary_ends_with_the_torch_runners_exact_int8_weights(binaries, reference, data_dir, tmp_path, config):
-    c = run_runner(spec(*config, data_dir), tmp_path, binaries["native"])
+def test_binary_ends_with_the_torch_runners_exact_int8_weights(native, reference, data_dir, tmp_path, config):
+    c = run_runner(spec(*config, data_dir), tmp_path, native)
     assert len(c["trace"]) == STEPS
     assert_identical(reference[config], c)
 
 
 @pytest.mark.parametrize("config", [("full-bp", 0, "float"), ("full-zo", 0, "integer"), ("elastic-zo", 1, "float"),
                                     ("elastic-zo", 2, "integer")], ids=lambda c: "-".join(map(str, c)))
-def test_aarch64_binary_under_qemu_ends_with_the_same_weights(binaries, reference, data_dir, tmp_path, config):
-    arm = run_runner(spec(*config, data_dir), tmp_path, [*QEMU_A53, binaries["aarch64"]])
+def test_aarch64_binary_under_qemu_ends_with_the_same_weights(aarch64, reference, data_dir, tmp_path, config):
+    arm = run_runner(spec(*config, data_dir), tmp_path, [*QEMU_A53, aarch64])
     assert arm["env"]["arch"] == "aarch64" and schema.problems(arm) == []
     assert_identical(reference[config], arm)
 
 
-def test_an_odd_batch_size_is_exact_too(binaries, data_dir, tmp_path):
+def test_an_odd_batch_size_is_exact_too(native, data_dir, tmp_path):
     s = spec("elastic-zo", 2, "integer", data_dir, steps=30, batch=30)
-    assert_identical(run_runner(s, tmp_path / "torch"), run_runner(s, tmp_path / "cpp", binaries["native"]))
+    assert_identical(run_runner(s, tmp_path / "torch"), run_runner(s, tmp_path / "cpp", native))
 
 
-def test_integer_sign_agrees_with_the_float_sign_on_real_batches(binaries, data_dir, tmp_path):
+def test_integer_sign_agrees_with_the_float_sign_on_real_batches(native, data_dir, tmp_path):
     """Eq. 12's integer-only comparison against the float loss difference, on the same
     perturbed logits of 400 Fashion-MNIST steps (the paper reports about 95%)."""
     agree = []
     for method, k in (("full-zo", 0), ("elastic-zo", 1), ("elastic-zo", 2)):
-        r = run_runner(spec(method, k, "float", data_dir, steps=400), tmp_path / method, binaries["native"])
+        r = run_runner(spec(method, k, "float", data_dir, steps=400), tmp_path / method, native)
         agree += [t["sign_integer"] == t["sign_float"] for t in r["trace"]]
     assert np.mean(agree) >= 0.90
 
 
-def test_int8_elastic_zo_learns_about_as_well_as_fp32(binaries, data_dir, tmp_path):
+def test_int8_elastic_zo_learns_about_as_well_as_fp32(native, data_dir, tmp_path):
     """Three epochs on 4000 samples: INT8 ElasticZO's loss goes down and its accuracy is
     within a few points of FP32 ElasticZO's from the same seed and data order."""
     out = {}
     for precision in ("fp32", "int8"):
         s = spec("elastic-zo", 2, "float", data_dir, steps=125)
         s["precision"], s["hyper"]["epochs"], s["hyper"]["test_samples"] = precision, 3, 1000
-        out[precision] = run_runner(s, tmp_path / precision, binaries["native"])
+        out[precision] = run_runner(s, tmp_path / precision, native)
     losses = [e["train_loss"] for e in out["int8"]["epochs"]]
     assert losses[-1] < losses[0] - 0.2
     acc = {p: r["epochs"][-1]["test_accuracy"] for p, r in out.items()}

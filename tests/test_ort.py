@@ -13,14 +13,13 @@ from workloads import onnx_export
 from workloads.models import LENET5
 from workloads.spec import JobSpec
 
-from conftest import ORT_RUNNER, REPO, run_runner, zobench
+from conftest import ORT_RUNNER, REPO, job_spec, run_runner, zobench
 
 ZO_METHODS = [("full-zo", 0), ("elastic-zo", 1), ("elastic-zo", 2)]
 
 
 def spec(method, k, runtime, steps=60, **extra):
-    s = {"job_id": "cmp", "method": method, "bp_layers": k, "runtime": runtime, "threads": 2, "seed": 5,
-         "hyper": {"epochs": 1, "train_samples": 32 * steps, "test_samples": 256, "trace_steps": steps}, **extra}
+    s = job_spec(method, k, seed=5, steps=steps, runtime=runtime, **extra)
     if runtime == "ort" and "onnx_model" not in extra:
         s["onnx_model"] = str(onnx_graph("lenet5", method, k))
     return s

@@ -10,14 +10,12 @@ from harness import schema
 from workloads import datasets
 from workloads.models import LENET5
 
-from conftest import run_runner
-
-SMALL = {"epochs": 1, "train_samples": 320, "test_samples": 100}
-
+from conftest import job_spec, run_runner
 
 def spec(method="elastic-zo", bp_layers=1, seed=0, **hyper):
-    return {"job_id": "j", "method": method, "bp_layers": bp_layers, "seed": seed, "threads": 1,
-            "hyper": {**SMALL, **hyper}}
+    """Ten batches (320 samples), untraced unless hyper says."""
+    return job_spec(method, bp_layers, seed=seed, steps=10, test_samples=100, threads=1,
+                    hyper={"trace_steps": 0, **hyper})
 
 
 def test_lenet5_matches_the_papers_parameter_counts():
