@@ -10,35 +10,25 @@ it is compare's default estimate. Asserts nothing.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
 import statistics
+import sys
 import tempfile
 from pathlib import Path
 
-from harness.cli import main as zobench
-from harness.compare import mann_whitney_p
-from harness.measurements import load
-from harness.store import Store
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-SIDES = (("base", []), ("same", []), ("slow", ["--set", "inject_slowdown=0.2"]))
+from conftest import interleaved_runs  # noqa: E402
+
+from harness.compare import mann_whitney_p  # noqa: E402
+from harness.measurements import load  # noqa: E402
+
 ESTIMATES = (("min", min), ("p10", lambda x: statistics.quantiles(x, n=10)[0]), ("median", statistics.median))
 
 
 def trial(root: Path, rounds: int) -> dict[str, list[float]]:
-    inv = root / "inventory.toml"
-    inv.write_text('[targets.solo]\nprofile = "local"\nthreads = 1\n')
-    store, ids = Store(root / "results"), {side: [] for side, _ in SIDES}
-    for _ in range(rounds):
-        for side, extra in SIDES:
-            with contextlib.redirect_stderr(io.StringIO()):
-                rc = zobench(["run", "--results", str(store.root), "--inventory", str(inv), "--no-report",
-                           "--suite", "ci", "--runtime", "cpp", "--precision", "fp32", "--method", "full-zo",
-                           "--target", "solo", "--set", "train_samples=3200", *extra])
-            if rc != 0:
-                raise SystemExit(f"a job failed; see {store.root}")
-            ids[side].append(store.latest())
-    return {side: next(iter(load(",".join(v), store.root)[1].values())).step_s for side, v in ids.items()}
+    """Each side's per-step times, pooled over its runs."""
+    results, ids = interleaved_runs(root, rounds)
+    return {side: next(iter(load(",".join(v), results)[1].values())).step_s for side, v in ids.items()}
 
 
 def main(trials: int, rounds: int) -> None:

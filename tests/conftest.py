@@ -1,6 +1,8 @@
 """Shared fixtures: one real quick run of the four methods, reused by the tests that read results."""
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import subprocess
@@ -96,6 +98,30 @@ def native():
 @pytest.fixture(scope="session")
 def aarch64():
     return aarch64_binary()
+
+
+# The sides of the compare tests and benchmark: the code as it is, the same code again, and the
+# code with a 20% slowdown injected.
+COMPARE_SIDES = (("base", []), ("same", []), ("slow", ["--set", "inject_slowdown=0.2"]))
+
+
+def interleaved_runs(root: Path, rounds: int) -> tuple[Path, dict[str, list[str]]]:
+    """`rounds` rounds of one run per side of COMPARE_SIDES, taken in turn so that the machine's
+    drift hits every side alike; each run is the ci suite's single-threaded cpp full-zo (five
+    repeats) on 3200 samples. Returns the results folder and each side's run ids."""
+    inv = root / "inventory.toml"
+    inv.write_text('[targets.solo]\nprofile = "local"\nthreads = 1\n')
+    store, ids = Store(root / "results"), {side: [] for side, _ in COMPARE_SIDES}
+    for _ in range(rounds):
+        for side, extra in COMPARE_SIDES:
+            log = io.StringIO()
+            with contextlib.redirect_stderr(log):
+                rc = main(["run", "--results", str(store.root), "--inventory", str(inv), "--no-report",
+                           "--suite", "ci", "--runtime", "cpp", "--precision", "fp32", "--method", "full-zo",
+                           "--target", "solo", "--set", "train_samples=3200", *extra])
+            assert rc == 0, f"a {side} run failed (results in {store.root}): {log.getvalue()[-2000:]}"
+            ids[side].append(store.latest())
+    return store.root, ids
 
 
 @pytest.fixture(scope="session")

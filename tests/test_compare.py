@@ -11,27 +11,17 @@ from statistics import median
 
 import pytest
 
-from harness.cli import main
 from harness.compare import compare as compare_measurements
 from harness.measurements import Measurement
-from harness.store import Store
 
-from conftest import zobench
+from conftest import interleaved_runs, zobench
+
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     """Five runs (of five repeats) each of: the code as it is, twice, and with a 20% slowdown injected."""
-    root = tmp_path_factory.mktemp("compare")
-    inv = root / "inventory.toml"
-    inv.write_text('[targets.solo]\nprofile = "local"\nthreads = 1\n')
-    store, ids = Store(root / "results"), {"base": [], "same": [], "slow": []}
-    for _ in range(5):
-        for side, extra in (("base", []), ("same", []), ("slow", ["--set", "inject_slowdown=0.2"])):
-            assert main(["run", "--results", str(store.root), "--inventory", str(inv), "--no-report",
-                         "--suite", "ci", "--runtime", "cpp", "--precision", "fp32", "--method", "full-zo",
-                         "--target", "solo", "--set", "train_samples=3200", *extra]) == 0
-            ids[side].append(store.latest())
-    return {"root": store.root, **{k: ",".join(v) for k, v in ids.items()}}
+    root, ids = interleaved_runs(tmp_path_factory.mktemp("compare"), 5)
+    return {"root": root, **{side: ",".join(v) for side, v in ids.items()}}
 
 
 def compare(runs, base, cur, *extra):
