@@ -16,8 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from conftest import board_toml  # noqa: E402
-from sshd import make_farm  # noqa: E402
+from sshd import board_toml, client_home, make_farm  # noqa: E402
 
 from harness.cli import main  # noqa: E402
 
@@ -37,10 +36,7 @@ def run(repeats: int) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         boards, key = make_farm(root / "sshd", ["b1", "b2", "b3"])
-        home = root / "home"
-        (home / ".ssh").mkdir(parents=True)
-        (home / ".ssh" / "known_hosts").write_text("".join(b.known_hosts_line + "\n" for b in boards))
-        os.environ["HOME"] = str(home)
+        os.environ["HOME"] = str(client_home(root / "home", boards))
         inv = root / "inventory.toml"
         inv.write_text("".join(board_toml(b.name, b, key, root / b.name) for b in boards))
         try:

@@ -140,25 +140,14 @@ def quick_run(tmp_path_factory):
 def farm(tmp_path_factory):
     """Four real sshd 'boards' on loopback, a client key, and an isolated HOME whose
     ~/.ssh/known_hosts knows their host keys. board-d is for the host-key tests."""
-    from sshd import make_farm
+    from sshd import client_home, make_farm
 
     root = tmp_path_factory.mktemp("farm")
     boards, key = make_farm(root / "sshd", ["board-a", "board-b", "board-c", "board-d"])
-    home = root / "home"
-    (home / ".ssh").mkdir(parents=True)
-    (home / ".ssh" / "known_hosts").write_text("".join(b.known_hosts_line + "\n" for b in boards[:3]))
+    home = client_home(root / "home", boards[:3])
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("HOME", str(home))
         yield {"boards": {b.name: b for b in boards}, "key": key, "home": home, "root": root}
     for b in boards:
         b.stop()
 
-
-def board_toml(name: str, board, key, workdir, **extra) -> str:
-    """An inventory entry for one farm board (names and values TOML-quoted)."""
-    import getpass
-
-    values = {"host": "127.0.0.1", "port": board.port, "user": getpass.getuser(), "key": str(key),
-              "python": sys.executable, "workdir": str(workdir), "runtimes": ["torch"], "threads": 1, **extra}
-    body = "\n".join(f"{k} = {json.dumps(v)}" for k, v in values.items())
-    return f"[targets.{json.dumps(name)}]\n{body}\n"

@@ -6,11 +6,14 @@ talks to them exactly as it would to a Pi over the network.
 """
 from __future__ import annotations
 
+import getpass
+import json
 import os
 import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -122,3 +125,18 @@ LogLevel ERROR
         s.start()
         farm.append(s)
     return farm, root / "client_key"
+
+
+def client_home(home: Path, boards: list[Sshd]) -> Path:
+    """Make home an isolated client HOME whose ~/.ssh/known_hosts knows the boards' host keys."""
+    (home / ".ssh").mkdir(parents=True)
+    (home / ".ssh" / "known_hosts").write_text("".join(b.known_hosts_line + "\n" for b in boards))
+    return home
+
+
+def board_toml(name: str, board, key, workdir, **extra) -> str:
+    """An inventory entry for one board (names and values TOML-quoted)."""
+    values = {"host": "127.0.0.1", "port": board.port, "user": getpass.getuser(), "key": str(key),
+              "python": sys.executable, "workdir": str(workdir), "runtimes": ["torch"], "threads": 1, **extra}
+    body = "\n".join(f"{k} = {json.dumps(v)}" for k, v in values.items())
+    return f"[targets.{json.dumps(name)}]\n{body}\n"

@@ -15,7 +15,7 @@ from harness.deploy import bundle_files, deploy
 from harness.ssh import SshTransport
 from harness.store import Store
 
-from conftest import board_toml
+from sshd import board_toml
 
 TINY = ["--precision", "fp32", "--set", "epochs=1", "--set", "train_samples=320", "--set", "test_samples=64"]
 
