@@ -139,7 +139,8 @@ def quick_run(tmp_path_factory):
 @pytest.fixture(scope="session")
 def farm(tmp_path_factory):
     """Four real sshd 'boards' on loopback, a client key, and an isolated HOME whose
-    ~/.ssh/known_hosts knows their host keys. board-d is for the host-key tests."""
+    ~/.ssh/known_hosts knows their host keys (env: that HOME, for zobench(..., env=)).
+    board-d is for the host-key tests."""
     from sshd import client_home, make_farm
 
     root = tmp_path_factory.mktemp("farm")
@@ -147,7 +148,8 @@ def farm(tmp_path_factory):
     home = client_home(root / "home", boards[:3])
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("HOME", str(home))
-        yield {"boards": {b.name: b for b in boards}, "key": key, "home": home, "root": root}
+        yield {"boards": {b.name: b for b in boards}, "key": key, "home": home, "root": root,
+               "env": {"HOME": str(home)}}
     for b in boards:
         b.stop()
 

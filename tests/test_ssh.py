@@ -1,7 +1,9 @@
 """Benchmarking boards over SSH, against real OpenSSH servers on loopback (tests/sshd.py)."""
+import getpass
 import json
 import shlex
 import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -15,7 +17,8 @@ from harness.deploy import bundle_files, deploy
 from harness.ssh import SshTransport
 from harness.store import Store
 
-from sshd import board_toml
+from conftest import zobench
+from sshd import board_toml, free_port, keygen
 
 TINY = ["--precision", "fp32", "--set", "epochs=1", "--set", "train_samples=320", "--set", "test_samples=64"]
 
@@ -156,8 +159,7 @@ def test_unknown_host_key_is_refused_naming_host_and_fingerprint(farm, tmp_path)
     path.write_text(board_toml("d", b, farm["key"], tmp_path / "w"))
     p = subprocess.run(["ssh-keygen", "-lf", str(b.dir / "host_key.pub")], capture_output=True, text=True)
     fp = p.stdout.split()[1]                                     # SHA256:...
-    out = subprocess.run([*zob(), "targets", "probe", "d", "--inventory", str(path)],
-                         capture_output=True, text=True, env=env(farm))
+    out = zobench("targets", "probe", "d", "--inventory", path, env=farm["env"])
     assert out.returncode == 1
     assert "unknown host key for [127.0.0.1]:" + str(b.port) in out.stderr and fp in out.stderr
     assert "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) == 1
@@ -168,8 +170,7 @@ def test_accept_new_records_the_key_and_then_refuses_a_changed_one(farm, tmp_pat
     path = tmp_path / "inv.toml"
     path.write_text(board_toml("d", b, farm["key"], tmp_path / "w", host_key="accept-new"))
     record = farm["home"] / ".config" / "zobench" / "known_hosts"
-    ok = subprocess.run([*zob(), "targets", "probe", "d", "--inventory", str(path), "--json"],
-                        capture_output=True, text=True, env=env(farm))
+    ok = zobench("targets", "probe", "d", "--inventory", path, "--json", env=farm["env"])
     assert ok.returncode == 0, ok.stderr
     assert json.loads(ok.stdout)["cores"] >= 1
     assert b.host_pub.split()[1] in record.read_text()
@@ -177,28 +178,24 @@ def test_accept_new_records_the_key_and_then_refuses_a_changed_one(farm, tmp_pat
     b.stop()
     (b.dir / "host_key").unlink()
     (b.dir / "host_key.pub").unlink()
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(b.dir / "host_key")], check=True)
-    b.host_pub = (b.dir / "host_key.pub").read_text().strip()
+    b.host_pub = keygen(b.dir / "host_key")
     b.start()
-    bad = subprocess.run([*zob(), "targets", "probe", "d", "--inventory", str(path)],
-                         capture_output=True, text=True, env=env(farm))
+    bad = zobench("targets", "probe", "d", "--inventory", path, env=farm["env"])
     assert bad.returncode == 1 and "CHANGED" in bad.stderr and "refusing" in bad.stderr
 
 
 def test_wrong_key_gives_a_clear_authentication_error(farm, tmp_path):
     other = tmp_path / "other_key"
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(other)], check=True)
+    keygen(other)
     path = tmp_path / "inv.toml"
     path.write_text(board_toml("a", farm["boards"]["board-a"], other, tmp_path / "w"))
-    out = subprocess.run([*zob(), "targets", "probe", "a", "--inventory", str(path)],
-                         capture_output=True, text=True, env=env(farm))
+    out = zobench("targets", "probe", "a", "--inventory", path, env=farm["env"])
     assert out.returncode == 1 and "authentication failed for" in out.stderr and str(other) in out.stderr
     assert "Traceback" not in out.stderr
 
 
 def test_unreachable_board_fails_its_jobs_with_the_reason_and_others_run(farm, inv, tmp_path):
     path = tmp_path / "inv.toml"
-    from sshd import free_port
     dead = type("B", (), {"port": free_port()})()
     path.write_text(inv["path"].read_text() + board_toml("gone", dead, farm["key"], tmp_path / "w"))
     assert run(path, tmp_path / "res", "--target", "gone", "--target", "board-c", "--method", "full-zo") == 1
@@ -222,28 +219,16 @@ def test_names_and_workdirs_with_shell_metacharacters_inject_nothing(farm, tmp_p
     assert not marker.exists()
 
 
-def zob():
-    import sys
-    return [sys.executable, "-m", "harness.cli"]
-
-
-def env(farm):
-    import os
-    return {**os.environ, "HOME": str(farm["home"])}
-
-
 def test_an_ssh_config_alias_is_a_host(farm, tmp_path):
-    import getpass
     b = farm["boards"]["board-c"]
     config = farm["home"] / ".ssh" / "config"
     config.write_text(f"Host labpi\n  HostName 127.0.0.1\n  Port {b.port}\n  User {getpass.getuser()}\n"
                       f"  IdentityFile {farm['key']}\n")
     try:
         path = tmp_path / "inv.toml"
-        path.write_text(f'[targets.pi]\nhost = "labpi"\npython = {json.dumps(__import__("sys").executable)}\n'
+        path.write_text(f'[targets.pi]\nhost = "labpi"\npython = {json.dumps(sys.executable)}\n'
                         f'workdir = {json.dumps(str(tmp_path / "w"))}\n')
-        out = subprocess.run([*zob(), "targets", "probe", "pi", "--inventory", str(path), "--json"],
-                             capture_output=True, text=True, env=env(farm))
+        out = zobench("targets", "probe", "pi", "--inventory", path, "--json", env=farm["env"])
         assert out.returncode == 0, out.stderr
         assert json.loads(out.stdout)["disk_free_bytes"] > 0
     finally:
