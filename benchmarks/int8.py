@@ -17,9 +17,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.runtimes import idx_data_dir, native_binary, run_runner  # noqa: E402
-
-METHODS = [("full-zo", 0), ("elastic-zo", 1), ("elastic-zo", 2), ("full-bp", 0)]
+from benchmarks.runtimes import (ZO_PHASES, bench_spec, idx_data_dir, ms_per_step, native_binary,  # noqa: E402
+                                  run_runner, share)
+from harness.suites import MethodChoice  # noqa: E402
+from workloads.vocab import PAPER_CONFIGS  # noqa: E402
 
 
 def main() -> None:
@@ -33,29 +34,24 @@ def main() -> None:
           f"{'fp32 buf KiB':>12} {'int8 buf KiB':>12} {'int8 zo%':>9}")
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
-        for method, k in METHODS:
+        for method, k in PAPER_CONFIGS:
             ms, rss, zo = {"fp32": [], "int8": []}, {"fp32": [], "int8": []}, []
             buf = {}
             for r in range(args.repeats + 1):            # the first round warms up and is dropped
                 for precision in ("fp32", "int8"):
-                    spec = {"job_id": "bench", "method": method, "bp_layers": k, "precision": precision,
-                            "workload": {"dataset": "fashion-mnist", "data_dir": data_dir},
-                            "hyper": {"epochs": 1, "batch_size": args.batch,
-                                      "train_samples": args.batch * args.steps, "test_samples": 32}}
+                    spec = bench_spec(method, k, args.batch, args.steps, data_dir, precision=precision)
                     res = run_runner(spec, tmp, binary, check=True)
                     if r == 0:
                         continue
-                    ms[precision].append(1000 * res["train_seconds"] / res["steps"])
+                    ms[precision].append(ms_per_step(res))
                     rss[precision].append(res["memory"]["peak_rss_bytes"] / 2 ** 20)
                     buf[precision] = res["memory"]["buffers_bytes"] / 2 ** 10
                     if precision == "int8":
-                        p = res["phases"]
-                        zo.append(100 * (p["zo_perturb"]["seconds"] + p["zo_update"]["seconds"]) / res["train_seconds"])
+                        zo.append(100 * share(res, *ZO_PHASES))
             f, i = statistics.median(ms["fp32"]), statistics.median(ms["int8"])
-            label = method if not k else f"{method}:{k}"
-            print(f"{label:14} {f:8.3f} {i:8.3f} {f / i:7.2f} {statistics.median(rss['fp32']):9.1f} "
-                  f"{statistics.median(rss['int8']):9.1f} {buf['fp32']:12.1f} {buf['int8']:12.1f} "
-                  f"{statistics.median(zo):9.1f}", flush=True)
+            print(f"{MethodChoice(method, k)!s:14} {f:8.3f} {i:8.3f} {f / i:7.2f} "
+                  f"{statistics.median(rss['fp32']):9.1f} {statistics.median(rss['int8']):9.1f} "
+                  f"{buf['fp32']:12.1f} {buf['int8']:12.1f} {statistics.median(zo):9.1f}", flush=True)
 
 
 if __name__ == "__main__":

@@ -18,11 +18,28 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
-from conftest import ORT_RUNNER, TORCH_RUNNER, idx_data_dir, native_binary, run_runner  # noqa: E402
+from conftest import ORT_RUNNER, TORCH_RUNNER, idx_data_dir, job_spec, native_binary, run_runner  # noqa: E402
 
 from harness.deploy import onnx_graph  # noqa: E402
+from harness.suites import MethodChoice  # noqa: E402
+from workloads.vocab import PAPER_CONFIGS  # noqa: E402
 
-METHODS = [("full-zo", 0), ("elastic-zo", 1), ("elastic-zo", 2), ("full-bp", 0)]
+ZO_PHASES = ("zo_perturb", "zo_update")
+
+
+def bench_spec(method: str, k: int, batch: int, steps: int, data_dir: str, threads: int = 0, **fields) -> dict:
+    """One untraced epoch of `steps` batches of Fashion-MNIST from seed 0, and a short test pass."""
+    return job_spec(method, k, seed=0, steps=steps, batch=batch, test_samples=32, threads=threads,
+                    data_dir=data_dir, hyper={"trace_steps": 0}, **fields)
+
+
+def ms_per_step(r: dict) -> float:
+    return 1000 * r["train_seconds"] / r["steps"]
+
+
+def share(r: dict, *phases: str) -> float:
+    """The fraction of training time the phases took."""
+    return sum(r["phases"][p]["seconds"] for p in phases) / r["train_seconds"]
 
 
 def main() -> None:
@@ -38,11 +55,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         for batch in (32, 256):
-            for method, k in METHODS:
-                spec = {"job_id": "bench", "method": method, "bp_layers": k, "threads": args.threads,
-                        "workload": {"dataset": "fashion-mnist", "data_dir": data_dir},
-                        "hyper": {"epochs": 1, "batch_size": batch, "train_samples": batch * args.steps,
-                                  "test_samples": 32}}
+            for method, k in PAPER_CONFIGS:
+                spec = bench_spec(method, k, batch, args.steps, data_dir, threads=args.threads)
                 runtimes = {rt: cmd for rt, cmd in commands.items() if rt != "ort" or method != "full-bp"}
                 if "ort" in runtimes:
                     spec["onnx_model"] = str(onnx_graph("lenet5", method, k))
@@ -52,18 +66,15 @@ def main() -> None:
                 for _ in range(args.repeats):
                     for rt, cmd in runtimes.items():
                         r = run_runner(spec, tmp, cmd, check=True)
-                        ms[rt].append(1000 * r["train_seconds"] / r["steps"])
+                        ms[rt].append(ms_per_step(r))
                         if rt == "cpp":
-                            p = r["phases"]
-                            shares.append(((p["zo_perturb"]["seconds"] + p["zo_update"]["seconds"]) / r["train_seconds"],
-                                           p["forward"]["seconds"] / r["train_seconds"]))
+                            shares.append((share(r, *ZO_PHASES), share(r, "forward")))
                 med = {rt: statistics.median(v) for rt, v in ms.items()}
                 t, c, o = med["torch"], med["cpp"], med.get("ort")
                 zo, fwd = (100 * statistics.median(s[i] for s in shares) for i in (0, 1))
-                label = method if not k else f"{method}:{k}"
                 ort_ms, ort_x = (f"{o:8.2f}", f"{t / o:6.2f}") if o else (f"{'-':>8}", f"{'-':>6}")
-                print(f"{label:16} {batch:5d} {t:9.2f} {c:8.2f} {ort_ms} {t / c:6.2f} {ort_x} {zo:8.1f} {fwd:8.1f}",
-                      flush=True)
+                print(f"{MethodChoice(method, k)!s:16} {batch:5d} {t:9.2f} {c:8.2f} {ort_ms} {t / c:6.2f} {ort_x} "
+                      f"{zo:8.1f} {fwd:8.1f}", flush=True)
 
 
 if __name__ == "__main__":

@@ -5,17 +5,16 @@ import numpy as np
 import pytest
 
 from harness import schema
+from workloads.vocab import PAPER_CONFIGS
 
 from conftest import QEMU_A53, job_spec, run_runner
-
-METHODS = [("full-bp", 0), ("full-zo", 0), ("elastic-zo", 1), ("elastic-zo", 2)]
 
 
 def spec(method, k, data_dir, steps=60):
     return job_spec(method, k, seed=3, steps=steps, data_dir=data_dir)
 
 
-@pytest.mark.parametrize("method,k", METHODS)
+@pytest.mark.parametrize("method,k", PAPER_CONFIGS)
 def test_binary_matches_torch_step_for_step(native, data_dir, tmp_path, method, k):
     s = spec(method, k, data_dir)
     t = run_runner(s, tmp_path / "torch")
