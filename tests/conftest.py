@@ -1,4 +1,7 @@
-"""Shared fixtures: one real quick run of the four methods, reused by the tests that read results."""
+"""Shared fixtures and helpers: the CLI and the runners as processes, job specs, the C++
+binaries and their data, interleaved runs for compare, the sshd farm, and one real quick run
+of the four methods reused by the tests that read results. The benchmarks import the helpers
+too (benchmarks/*.py put tests/ on sys.path)."""
 from __future__ import annotations
 
 import contextlib
