@@ -118,6 +118,9 @@ def _load(store, run_ids: list[str], plans: list[dict]) -> pd.DataFrame:
                 "test_acc": 100 * last.get("test_accuracy", math.nan),
                 "epochs": r.get("epochs") or [], "env": r.get("env") or {},
             })
+    if not rows:
+        raise UserError(f"report: {', '.join(run_ids)} has no result yet "
+                        "(`zobench run --resume RUN_ID` runs the jobs that have none)")
     df = pd.DataFrame(rows)
     df["order"] = [(METHODS.index(m) if m in METHODS else len(METHODS), k) for m, k in zip(df.method, df.bp_layers)]
     df = df.sort_values(["order", *VARIANTS, "run_id", "repeat"], kind="stable").drop(columns="order")

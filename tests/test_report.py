@@ -108,6 +108,16 @@ def test_an_unknown_run_is_refused_and_leaves_no_folder_behind(report):
     assert not (store.runs / "no-such-run").exists()
 
 
+def test_a_run_with_no_result_yet_is_refused_and_leaves_no_folder_behind(report):
+    """A run interrupted before its first job ended: its plan, no results."""
+    store = report["store"]
+    (store.runs / "no-results").mkdir()
+    (store.runs / "no-results" / "run.json").write_bytes((store.runs / report["ok"] / "run.json").read_bytes())
+    p = zobench("report", "--results", store.root, "--run", "no-results")
+    assert p.returncode == 2 and "no result yet" in p.stderr and "--resume" in p.stderr and "Traceback" not in p.stderr
+    assert not (store.runs / "no-results" / "report").exists()
+
+
 def test_int8_and_accuracy_tables_agree_with_the_raw_results(tmp_path):
     assert main(["run", "--results", str(tmp_path), "--no-report", "--runtime", "cpp", "--method", "full-zo",
                  "--method", "elastic-zo:2", "--set", "epochs=1", "--set", "train_samples=640",
