@@ -81,6 +81,23 @@ inline int first_bp_layer(const Spec& s) {
     return s.method == "full-bp" ? 0 : s.method == "full-zo" ? NLAYERS : NLAYERS - s.bp_layers;
 }
 
+// What one step measured: the trace's record of it (without the step number). Grad is the
+// projected gradient: a float for FP32, the update's sign for INT8.
+template <class Grad>
+struct StepRecord {
+    double loss;
+    bool zo = false;  // the ZO passes ran: loss_plus, loss_minus and grad are set
+    double loss_plus = 0, loss_minus = 0;
+    Grad grad = 0;
+    void add_to(json& rec) const {
+        rec["loss"] = loss;
+        if (!zo) return;
+        rec["loss_plus"] = loss_plus;
+        rec["loss_minus"] = loss_minus;
+        rec["grad"] = grad;
+    }
+};
+
 // One forward pass's FC-head activations: pool2's output and fc1..fc3's outputs.
 template <class Act, class Logit>
 struct HeadBuffers {

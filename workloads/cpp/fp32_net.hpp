@@ -21,19 +21,7 @@ struct Head : HeadBuffers<float, float> {
     std::vector<float> probs;  // [B,10]
 };
 
-// What one step measured: the trace's record of it (without the step number).
-struct StepResult {
-    double loss;
-    bool zo = false;  // the ZO passes ran: loss_plus, loss_minus and grad are set
-    double loss_plus = 0, loss_minus = 0, grad = 0;
-    void add_to(json& rec) const {
-        rec["loss"] = loss;
-        if (!zo) return;
-        rec["loss_plus"] = loss_plus;
-        rec["loss_minus"] = loss_minus;
-        rec["grad"] = grad;
-    }
-};
+using StepResult = StepRecord<double>;
 
 struct Net {
     int B;

@@ -300,18 +300,12 @@ struct Head : HeadBuffers<uint8_t, int8_t> {
     int exp = 0;  // the logits' exponent
 };
 
-// What one step measured: the trace's record of it (without the step number).
-struct StepResult {
-    double loss;
-    bool zo = false;  // the ZO passes ran: the fields below are set
-    double loss_plus = 0, loss_minus = 0;
-    int grad = 0, sign_float = 0, sign_integer = 0;
+// the signs of both losses' differences beside the one the update used
+struct StepResult : StepRecord<int> {
+    int sign_float = 0, sign_integer = 0;
     void add_to(json& rec) const {
-        rec["loss"] = loss;
+        StepRecord::add_to(rec);
         if (!zo) return;
-        rec["loss_plus"] = loss_plus;
-        rec["loss_minus"] = loss_minus;
-        rec["grad"] = grad;
         rec["sign_float"] = sign_float;
         rec["sign_integer"] = sign_integer;
     }
@@ -481,7 +475,7 @@ struct Net {
             clock.lap(BACKWARD);
             bp_update(epoch);
             clock.lap(BP_UPDATE);
-            return {loss};
+            return {{loss}};
         }
         const bool bp = n_bp > 0;
         double lf[2];
@@ -507,7 +501,7 @@ struct Net {
             bp_update(epoch);
             clock.lap(BP_UPDATE);
         }
-        return {0.5 * (lf[0] + lf[1]), true, lf[0], lf[1], g, sf, si};
+        return {{0.5 * (lf[0] + lf[1]), true, lf[0], lf[1], g}, sf, si};
     }
 
     void eval(int b, double& loss_sum, long& correct) {
