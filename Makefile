@@ -5,28 +5,30 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: setup data run test test-slow bench clean
+.PHONY: setup setup-test run test test-slow bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet -e '.[test]'
 	touch $(STAMP)
 
-setup: $(STAMP) data
+# the system packages (testkit/tools.py lists them): installed where apt is usable
+setup: $(STAMP)
+	@PYTHON=$(PYTHON) scripts/ensure-deps.sh run
 
-data:
-	@scripts/ensure-deps.sh
+setup-test: $(STAMP)
+	@PYTHON=$(PYTHON) scripts/ensure-deps.sh test
 
 run: setup
 	$(BIN)/zobench run --suite quick
 
-test: setup
+test: setup-test
 	$(BIN)/python -m pytest
 
-test-slow: setup
+test-slow: setup-test
 	$(BIN)/python -m pytest -m slow
 
-bench: setup
+bench: setup-test
 	$(BIN)/python benchmarks/runtimes.py
 	$(BIN)/python benchmarks/int8.py
 	$(BIN)/python benchmarks/farm_parallel.py

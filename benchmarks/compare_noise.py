@@ -1,11 +1,15 @@
-"""How `zobench compare` sees a real 20% slowdown and no change at all, per estimator.
+"""The regression gate's target, measured on this machine: A/A comparisons of back-to-back
+`ci` runs find no regression, and an injected 20% slowdown is caught in every trial.
 
-Each trial is the regression test's set-up: five rounds of three single-threaded cpp runs
-(five repeats each) taken in turn — the code as it is, the same code again, and the code
-with `inject_slowdown=0.2` — pooled per side. It prints, per trial, each side's change
-against the first by the minimum, the 10th percentile and the median, with the Mann-Whitney
-p-value. On a shared machine the minimum is the one that stays on 0% and 20%: the reason
-it is compare's default estimate. Asserts nothing.
+Each trial runs the ci suite three times back to back: A, then A' (the same code), then S
+(`--set inject_slowdown=0.2`, every step of every job 20% slower). It compares A -> A' (a
+false alarm if any key regresses) and A' -> S (caught if the gate fails with a regression),
+by the gate's default estimate (min) and by the median. It prints one line per trial: each
+run's load (median over its jobs of the share of the CPUs other work used) and each gate's exit
+code and verdicts; then the totals against the target. --runtime, --precision and --method
+narrow the suite for a shorter measurement (the suite's shape, five repeats of each key
+interleaved, stays), and --set changes its hyperparameters. --results keeps the runs, and
+--evaluate judges kept runs again without running anything. Asserts nothing.
 """
 from __future__ import annotations
 
@@ -13,38 +17,102 @@ import argparse
 import statistics
 import sys
 import tempfile
+import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from conftest import interleaved_runs  # noqa: E402
+from harness import compare, machine_load, measurements  # noqa: E402
+from harness.store import Store  # noqa: E402
+from testkit.compare_runs import run  # noqa: E402
 
-from harness.compare import mann_whitney_p  # noqa: E402
-from harness.measurements import load  # noqa: E402
-
-ESTIMATES = (("min", min), ("p10", lambda x: statistics.quantiles(x, n=10)[0]), ("median", statistics.median))
-
-
-def trial(root: Path, rounds: int) -> dict[str, list[float]]:
-    """Each side's per-step times, pooled over its runs."""
-    results, ids = interleaved_runs(root, rounds)
-    return {side: next(iter(load(",".join(v), results)[1].values())).step_s for side, v in ids.items()}
+ESTIMATORS = ("min", "median")
 
 
-def main(trials: int, rounds: int) -> None:
-    print(f"{'trial':>5}  {'base min ms':>11}  {'side':<4}  " + "  ".join(f"{n:>7}" for n, _ in ESTIMATES) + "  p")
-    for t in range(trials):
-        with tempfile.TemporaryDirectory() as tmp:
-            s = trial(Path(tmp), rounds)
-        for side in ("same", "slow"):
-            changes = [f"{100 * (f(s[side]) / f(s['base']) - 1):+6.1f}%" for _, f in ESTIMATES]
-            print(f"{t + 1:>5}  {1e3 * min(s['base']):>11.3f}  {side:<4}  " + "  ".join(changes)
-                  + f"  {mann_whitney_p(s['base'], s[side]):.3f}")
+def gate(store: Store, base: str, cur: str, estimator: str) -> tuple[int, dict]:
+    """The gate's exit code and verdict counts for base -> cur at the default 5% threshold."""
+    verdicts = compare.compare(measurements.load(base, store.root)[1], measurements.load(cur, store.root)[1],
+                               0.05, estimator)
+    return compare.exit_code(verdicts, False)[0], compare.counts(verdicts)
+
+
+def busy(store: Store, run_id: str) -> float:
+    """The median over a run's jobs of the share of the CPUs other work used."""
+    shares = [c for r in store.results(run_id) if (c := machine_load.contention(r.get("load"))) is not None]
+    return statistics.median(shares) if shares else float("nan")
+
+
+class Tally:
+    def __init__(self):
+        self.trials = 0
+        self.false_alarms = dict.fromkeys(ESTIMATORS, 0)
+        self.caught = dict.fromkeys(ESTIMATORS, 0)
+        self.passed_slowdowns = dict.fromkeys(ESTIMATORS, 0)
+
+    def trial(self, store: Store, a: str, a2: str, s: str) -> None:
+        self.trials += 1
+        cells = {}
+        for estimator in ESTIMATORS:
+            aa, as_ = gate(store, a, a2, estimator), gate(store, a2, s, estimator)
+            self.false_alarms[estimator] += aa[0] == compare.EXIT_REGRESSED
+            self.caught[estimator] += as_[0] == compare.EXIT_REGRESSED
+            self.passed_slowdowns[estimator] += as_[0] == 0
+            cells[estimator] = (aa, as_)
+        fmt = lambda code, n: f"exit {code}: " + ", ".join(f"{v} {k}" for k, v in n.items() if v)  # noqa: E731
+        loads = "/".join(f"{100 * busy(store, r):.0f}%" for r in (a, a2, s))
+        (aa, as_), (maa, mas) = cells["min"], cells["median"]
+        print(f"{self.trials:>5}  {loads:>14}  {fmt(*aa):<36} {fmt(*as_):<36} exit {maa[0]}, exit {mas[0]}", flush=True)
+
+    def totals(self) -> None:
+        for what, counts, target in (("A/A comparisons with a regression", self.false_alarms, 0),
+                                     ("20% slowdowns caught (exit 1)", self.caught, self.trials),
+                                     ("20% slowdowns passed (exit 0)", self.passed_slowdowns, 0)):
+            print(f"{what}: {counts['min']} of {self.trials} (median estimator: {counts['median']}); target {target}")
+
+
+HEADER = f"{'trial':>5}  {'busy A/A/S':>14}  {'A -> A (min)':<36} {'A -> S (min)':<36} A->A, A->S (median)"
+
+
+def measure(trials: int, narrow: list[str], keep: Path | None) -> None:
+    print(f"ci suite {' '.join(narrow) or '(all 60 jobs)'}, {trials} trials of A, A' (same code), S (+20%)")
+    print(HEADER)
+    tally, t0 = Tally(), time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp:
+        store = Store(keep or Path(tmp))
+        for _ in range(trials):
+            tally.trial(store, *(run(store, ["--suite", "ci", *narrow, *extra])
+                                 for extra in ([], [], ["--set", "inject_slowdown=0.2"])))
+    tally.totals()
+    print(f"{time.perf_counter() - t0:.0f} s for {3 * trials} runs")
+
+
+def evaluate(folder: Path) -> None:
+    """Judge again the trials kept in folder: its runs in order, three a trial."""
+    store = Store(folder)
+    ids = store.run_ids()
+    print(f"{folder}: {len(ids) // 3} trials kept")
+    print(HEADER)
+    tally = Tally()
+    for i in range(0, len(ids) - 2, 3):
+        slowdowns = [store.results(r)[0]["job"]["hyper"].get("inject_slowdown", 0) for r in ids[i:i + 3]]
+        assert slowdowns == [0, 0, 0.2], f"{ids[i:i + 3]} are not a trial (inject_slowdown {slowdowns})"
+        tally.trial(store, *ids[i:i + 3])
+    tally.totals()
 
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--trials", type=int, default=3)
-    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--trials", type=int, default=10)
+    ap.add_argument("--runtime", action="append", default=[], help="only these runtimes of the ci suite")
+    ap.add_argument("--precision", action="append", default=[], help="only these precisions")
+    ap.add_argument("--method", action="append", default=[], help="only these methods")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="override a hyperparameter of the suite (e.g. train_samples=6400: longer jobs)")
+    ap.add_argument("--results", type=Path, help="keep the runs in this results folder (default: a temporary one)")
+    ap.add_argument("--evaluate", type=Path, metavar="DIR", help="judge the trials kept in DIR; run nothing")
     a = ap.parse_args()
-    main(a.trials, a.rounds)
+    if a.evaluate:
+        evaluate(a.evaluate)
+    else:
+        measure(a.trials, [f"--{k}={v}" for k in ("runtime", "precision", "method", "set") for v in getattr(a, k)],
+                a.results)

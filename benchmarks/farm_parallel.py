@@ -1,6 +1,6 @@
 """Wall time of the same jobs on 1 board vs 3 boards in parallel, side by side in one run.
 
-The boards are real sshd servers on loopback (tests/sshd.py), so all three share this
+The boards are real sshd servers on loopback (testkit/sshd.py), so all three share this
 machine's cores: the ratio shows the harness's fan-out, bounded by the cores there are.
 Prints medians over --repeats; asserts nothing.
 """
@@ -14,11 +14,11 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from sshd import board_toml, client_home, make_farm  # noqa: E402
+from testkit.sshd import board_toml, client_home, make_farm  # noqa: E402
 
-from harness.cli import main  # noqa: E402
+from zobench.cli import main  # noqa: E402
 
 
 def timed_run(inventory: Path, results: Path, targets: list[str]) -> float:

@@ -16,11 +16,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))
 
-from conftest import ORT_RUNNER, TORCH_RUNNER, idx_data_dir, job_spec, native_binary, run_runner  # noqa: E402
+from testkit.runners import ORT_RUNNER, TORCH_RUNNER, idx_data_dir, job_spec, native_binary, run_runner  # noqa: E402
 
-from harness.deploy import onnx_graph  # noqa: E402
+from harness.artifacts import onnx_graph  # noqa: E402
 from harness.suites import MethodChoice  # noqa: E402
 from workloads.vocab import PAPER_CONFIGS  # noqa: E402
 

@@ -13,25 +13,44 @@ taken seconds apart), while the fastest repeat stays on the code's own cost (Che
 `--estimator median` is there for a quiet, pinned machine.
 
 The statistical test alone flags tiny but consistent shifts. A bare percentage alone raises
-false alarms on noisy runners. Each key ends up in one of these states:
+false alarms on noisy runners. And when other work kept the machine busy through every
+repeat of a side, even its fastest repeat is slow: each job records the machine's load
+(machine_load.py), and a key whose step time the load kept from measuring the code is "noisy"
+rather than regressed, improved or unchanged. Each key ends up in one of these states
+(docs/compare.md):
 - improved, regressed or unchanged;
+- noisy: a side ran under load it did not cause, enough to make or hide a change;
 - not comparable: the target's fingerprint changed between the two sides (CPU, cores,
   governor, kernel, runtime versions, or the binary's hash while the harness commit stayed
-  the same, i.e. the build changed and the code did not). Numbers from different machines
-  are not compared;
+  the same, i.e. the build changed and the code did not), or the repeats of one side (runs
+  pooled, or a run resumed after an upgrade) disagree on it. Numbers from different
+  machines are not compared;
 - missing: the key is on one side only.
+A gate that compared no key at all fails: a kernel upgrade on a CI image, or a suite whose
+keys all changed, must not turn it green.
 """
 from __future__ import annotations
 
-import json
 import statistics
 from dataclasses import asdict, dataclass, field
 
+from workloads import jsonfile
+
+from .machine_load import contention
 from .measurements import FINGERPRINT, Measurement
 
 ALPHA = 0.05
 ESTIMATORS = {"min": min, "median": statistics.median}
 METRICS = (("step_time", "step_s", "ms/step", 1e3), ("peak_memory", "peak_rss", "MiB", 2 ** -20))
+STATUSES = ("regressed", "improved", "noisy", "unchanged", "not comparable", "missing")
+COMPARED = ("regressed", "improved", "unchanged")
+# A key's step time is judged only when the load let it measure the code (docs/compare.md):
+# other work took at most LOADED of the CPU a job wanted in each side's quietest repeat, and the
+# two sides' shares differ by less than could change the time by the threshold on its own.
+LOADED = 0.25
+EXIT_REGRESSED, EXIT_NOTHING_COMPARED = 1, 3
+EXIT_CODES = ("exit codes: 0 no regression; 1 a key regressed (--fail-on-change: or improved); "
+              "2 bad input; 3 no key was compared (every key missing, not comparable or noisy)")
 
 
 @dataclass
@@ -46,7 +65,7 @@ class MetricChange:
 @dataclass
 class Verdict:
     key: str
-    status: str                # improved | regressed | unchanged | not comparable | missing
+    status: str                # one of STATUSES
     reason: str = ""
     metrics: dict = field(default_factory=dict)
 
@@ -66,6 +85,55 @@ def fingerprint_changes(b: Measurement, c: Measurement) -> list[str]:
     return changed
 
 
+def starved(load, threads: int) -> float | None:
+    """The share of the CPU time a job wanted that other work took (contention counts all of
+    the machine): other work first fills the cores the job leaves idle (cores - threads), and
+    only the rest comes out of the job's. threads 0 = every core."""
+    c = contention(load)
+    if c is None:
+        return None
+    cores = load["cores"]
+    wanted = min(threads or cores, cores)
+    return max(0.0, c * cores - (cores - wanted)) / wanted
+
+
+def side_load(m: Measurement, estimate) -> float | None:
+    """A side's starved() share by the estimator its times are judged by: with the minimum,
+    that of its quietest repeat, so one busy repeat among quiet ones never excuses a slowdown
+    its fastest (quiet) repeats show as well."""
+    threads = m.facts.get("threads") or 0
+    known = [x for x in (starved(load, threads) for load in m.load) if x is not None]
+    return estimate(known) if known else None
+
+
+def explained(busy: float, quiet: float) -> float:
+    """The slowdown a job gets from losing a share `busy` of the CPU it wants to other work
+    instead of `quiet`: its work is the same, the CPU it gets is (1 - share)."""
+    return (1 - quiet) / max(1 - busy, 0.01) - 1
+
+
+def noise(b: Measurement, c: Measurement, step: MetricChange, estimate, threshold: float) -> str:
+    """Why the key's step time cannot be judged, or "" when the load let it measure the code.
+    A counted change can only have come from the slower side's load (load adds time, never
+    takes it away); an "unchanged" can hide a change under either side's, so the busier is
+    the one that matters."""
+    shares = {"baseline": side_load(b, estimate), "current": side_load(c, estimate)}
+    if step.significant:
+        side = "current" if step.change > 0 else "baseline"
+    else:
+        side = max(shares, key=lambda k: -1.0 if shares[k] is None else shares[k])
+    other = "baseline" if side == "current" else "current"
+    mine, theirs = shares[side], shares[other]
+    if mine is None:
+        return ""
+    gap = explained(mine, theirs) if theirs is not None else None
+    if not (mine > LOADED or (gap is not None and gap > threshold)):
+        return ""
+    return (f"{side} ran beside other work: other processes or steal took {100 * mine:.0f}% of the CPU its jobs "
+            "wanted (" + (f"{100 * theirs:.0f}% in {other}: enough to slow it by {100 * gap:.0f}%)" if gap is not None
+                          else f"unknown in {other})"))
+
+
 def compare(base: dict[str, Measurement], cur: dict[str, Measurement], threshold: float,
             estimator: str) -> list[Verdict]:
     estimate, out = ESTIMATORS[estimator], []
@@ -74,37 +142,68 @@ def compare(base: dict[str, Measurement], cur: dict[str, Measurement], threshold
         if b is None or c is None:
             out.append(Verdict(key, "missing", "only in " + ("current" if b is None else "baseline")))
             continue
+        mixed = [f"{side}'s repeats disagree: {m.disagreement}" for side, m in (("baseline", b), ("current", c))
+                 if m.disagreement]
+        if mixed:
+            out.append(Verdict(key, "not comparable", "; ".join(mixed)))
+            continue
         changed = fingerprint_changes(b, c)
         if changed:
             was, now = ({**m.fingerprint, "binary_sha256": str(m.binary_sha256)[:12]} for m in (b, c))
             out.append(Verdict(key, "not comparable", "fingerprint changed: " + ", ".join(
                 f"{k} {was[k]!r} -> {now[k]!r}" for k in changed)))
             continue
-        v = Verdict(key, "unchanged")
+        v, notes = Verdict(key, "unchanged"), []
         for name, attr, _, scale in METRICS:
             xb, xc = getattr(b, attr), getattr(c, attr)
             mb, mc = estimate(xb), estimate(xc)
             change = mc / mb - 1 if mb else 0.0
             p = mann_whitney_p(xb, xc)
             v.metrics[name] = MetricChange(mb * scale, mc * scale, change, p, p < ALPHA and abs(change) > threshold)
-        flagged = [m for m in v.metrics.values() if m.significant]
-        if any(m.change > 0 for m in flagged):
+        noisy = noise(b, c, v.metrics["step_time"], estimate, threshold)
+        # peak memory does not grow with a neighbour's CPU load: its verdict stands either way
+        decisive = [m for name, m in v.metrics.items() if m.significant and not (noisy and name == "step_time")]
+        if any(m.change > 0 for m in decisive):
             v.status = "regressed"
-        elif flagged:
+        elif decisive:
             v.status = "improved"
+        elif noisy:
+            v.status = "noisy"
+        if noisy:
+            notes.append(noisy)
         n = min(len(b.step_s), len(c.step_s))
         if b.per_epoch or c.per_epoch:
-            v.reason = "one repeat: epochs used as samples (correlated)"
+            notes.append("one repeat: epochs used as samples (correlated)")
         elif n < 4:
-            v.reason = f"only {n} repeats: too few for the test to find a change"
+            notes.append(f"only {n} repeats: too few for the test to find a change")
+        v.reason = "; ".join(notes)
         out.append(v)
     return out
 
 
-def exit_code(verdicts: list[Verdict], fail_on_change: bool) -> int:
-    if any(v.status == "regressed" for v in verdicts):
-        return 1
-    return 1 if fail_on_change and any(v.status == "improved" for v in verdicts) else 0
+def counts(verdicts: list[Verdict]) -> dict[str, int]:
+    return {s: sum(v.status == s for v in verdicts) for s in STATUSES}
+
+
+def summary(verdicts: list[Verdict]) -> str:
+    return ", ".join(f"{n} {s}" for s, n in counts(verdicts).items() if n)
+
+
+def exit_code(verdicts: list[Verdict], fail_on_change: bool) -> tuple[int, str]:
+    """The gate's exit code, and the one line that says why when it is not 0."""
+    n = counts(verdicts)
+    if n["regressed"]:
+        return EXIT_REGRESSED, f"compare: {n['regressed']} of {len(verdicts)} job keys regressed"
+    if fail_on_change and n["improved"]:
+        return EXIT_REGRESSED, (f"compare: {n['improved']} of {len(verdicts)} job keys improved "
+                                "(--fail-on-change): time to update the baseline")
+    if not any(n[s] for s in COMPARED):
+        return EXIT_NOTHING_COMPARED, (f"compare: no job key was compared ({summary(verdicts)}); "
+                                       "a gate that compared nothing does not pass")
+    if n["noisy"]:
+        return 0, (f"compare: note: {n['noisy']} of {len(verdicts)} job keys noisy, not judged: "
+                   "other work kept the machine busy while they ran")
+    return 0, ""
 
 
 def _cells(v: Verdict) -> list[str]:
@@ -118,20 +217,17 @@ def _cells(v: Verdict) -> list[str]:
 
 def render(verdicts: list[Verdict], fmt: str, base_name: str, cur_name: str, threshold: float,
            estimator: str) -> str:
-    counts = {s: sum(v.status == s for v in verdicts)
-              for s in ("regressed", "improved", "unchanged", "not comparable", "missing")}
-    summary = ", ".join(f"{n} {s}" for s, n in counts.items() if n)
     if fmt == "json":
-        return json.dumps({"baseline": base_name, "current": cur_name, "threshold": threshold, "alpha": ALPHA,
-                           "estimator": estimator,
-                           "summary": counts, "verdicts": [asdict(v) for v in verdicts]}, indent=1)
+        return jsonfile.dumps({"baseline": base_name, "current": cur_name, "threshold": threshold, "alpha": ALPHA,
+                               "estimator": estimator,
+                               "summary": counts(verdicts), "verdicts": [asdict(v) for v in verdicts]})
     head = ["job key", "status", "step time", "peak memory", "note"]
     rows = [[v.key, v.status, *_cells(v), v.reason] for v in verdicts]
-    title = (f"zobench compare {base_name} -> {cur_name}: {summary} "
+    title = (f"zobench compare {base_name} -> {cur_name}: {summary(verdicts)} "
              f"(Mann-Whitney U, alpha {ALPHA}, threshold {100 * threshold:g}% between the {estimator}s)")
     if fmt == "markdown":
         icon = {"regressed": "🔴 regressed", "improved": "🟢 improved", "unchanged": "unchanged",
-                "not comparable": "⚪ not comparable", "missing": "⚪ missing"}
+                "noisy": "🟡 noisy", "not comparable": "⚪ not comparable", "missing": "⚪ missing"}
         lines = [f"### {title}", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         lines += ["| " + " | ".join([f"`{r[0]}`", icon[r[1]], *r[2:]]) + " |" for r in rows]
         return "\n".join(lines)

@@ -1,123 +1,52 @@
-"""Content-addressed deployment of the workloads bundle to a target.
+"""Content-addressed deployment of a bundle (bundle.py) to a target, over its transport.
 
 WORKDIR/objects/<sha256>   every file ever sent, named by its hash (written atomically)
-WORKDIR/bundles/<id>/      a bundle: hard links into objects/, plus .complete
+WORKDIR/bundles/<id>/      a bundle: hard links into objects/ (copies where the file system
+                           has none), plus .complete
 WORKDIR/jobs/<run>/<job>/  a job's spec, result and logs
 
-A file whose hash is already in objects/ is never sent again, and a bundle
-directory only gets its name once it is complete, so a transfer cut off
-halfway is never used: the next deploy finishes it.
+A file whose hash is already in objects/ is never sent again. A bundle is assembled in a
+folder of this deploy's own by one script that stops at the first step that fails (sh -eu;
+an `a && b || c` chain would let a later step's success hide an earlier failure), checks
+the size of every file, and only then writes .complete and gives the folder the bundle's
+name: a transfer or copy cut off half-way is never used, and the next deploy finishes it.
+Two deploys of one bundle at once (two targets on one board and workdir) each assemble
+their own; the first rename wins and the other copy is dropped, so a bundle in use is never
+replaced.
 """
 from __future__ import annotations
 
-import functools
-import gzip
 import hashlib
 import json
-import os
 import shlex
-import shutil
 from pathlib import Path
 
-from workloads import datasets
-from workloads.models import MODELS
+from workloads.jsonfile import temp_name
 
-from . import paths
+from .artifacts import content_id
 from .transport import TransportError
 
-
-def sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+# Part files and assembly folders of deploys that were killed are removed after this long.
+STALE_MINUTES = 24 * 60
 
 
-def raw_idx_root() -> Path:
-    return Path("~/.cache/zobench/data").expanduser()
-
-
-def raw_idx(name: str, data_dir: str) -> dict[str, Path]:
-    """The dataset's IDX files uncompressed (the C++ binary reads no gzip), cached on the host
-    as ~/.cache/zobench/data/<name>/<file>; keys are paths relative to that root."""
-    out = {}
-    for split in ("train", "test"):
-        for f in datasets.files(name, split, data_dir or None):
-            dest = raw_idx_root() / name / f.name.removesuffix(".gz")
-            if f.suffix == ".gz" and not (dest.is_file() and dest.stat().st_mtime >= f.stat().st_mtime):
-                dest.parent.mkdir(parents=True, exist_ok=True)
-                tmp = dest.with_name(dest.name + ".part")
-                with gzip.open(f, "rb") as src, open(tmp, "wb") as dst:
-                    shutil.copyfileobj(src, dst)
-                os.replace(tmp, dest)
-            out[f"{name}/{dest.name}"] = dest if f.suffix == ".gz" else f
-    return out
-
-
-def init_weights_dir() -> Path:
-    return Path("~/.cache/zobench/init").expanduser()
-
-
-def init_weights_file(model: str, seed: int) -> Path:
-    """The initial weights of (model, seed) written once, as little-endian float32 in the
-    models.py layout, so every runtime of a run starts from the same bytes."""
-    path = init_weights_dir() / init_weights_name(model, seed)
-    if not path.is_file():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + f".part-{os.getpid()}")
-        MODELS[model].init_weights(seed).astype("<f4").tofile(tmp)
-        os.replace(tmp, path)
-    return path
-
-
-def init_weights_name(model: str, seed: int) -> str:
-    return f"{model}-seed{seed}.f32"
-
-
-def onnx_dir() -> Path:
-    return Path("~/.cache/zobench/onnx").expanduser()
-
-
-@functools.lru_cache(maxsize=None)
-def onnx_graph(model: str, method: str, bp_layers: int) -> Path:
-    """The ONNX graph of the model's ZO front for an ort job, exported once into the cache
-    (its file name carries its sha256)."""
-    from workloads import onnx_export   # onnx loads in ~0.2 s: only runs with ort jobs pay it
-
-    m = MODELS[model]
-    return onnx_export.export(m, onnx_export.front_layers(m, method, bp_layers), onnx_dir())
-
-
-def bundle_files(dataset_dirs: set[tuple[str, str]], binary: Path | None = None,
-                 inits: set[tuple[str, int]] = frozenset(), graphs: set[Path] = frozenset()) -> dict[str, Path]:
-    """What a board needs: the workloads package, the datasets' IDX files (uncompressed, so
-    every runtime reads them), the initial weights, the ONNX graphs of ort jobs and, for cpp
-    jobs, the binary built for it."""
-    files = {str(p.relative_to(paths.REPO)): p for p in sorted((paths.REPO / "workloads").rglob("*.py"))}
-    for name, data_dir in sorted(dataset_dirs):
-        if name != "digits":    # digits is generated by scikit-learn on the board itself
-            files.update({f"data/{rel}": p for rel, p in raw_idx(name, data_dir).items()})
-    for model, seed in sorted(inits):
-        files[f"init/{init_weights_name(model, seed)}"] = init_weights_file(model, seed)
-    for g in sorted(graphs):
-        files[f"onnx/{g.name}"] = g
-    if binary is not None:
-        files["bin/zobench-train"] = binary
-    return files
-
-
-def deploy(transport, workdir: str, files: dict[str, Path], hashes: dict[str, str] | None = None) -> str:
+def deploy(transport, workdir: str, files: dict[str, Path], ids: dict[str, tuple[str, int]] | None = None) -> str:
     """Make sure the bundle of `files` is complete on the target; return its directory there.
-    `hashes` (path in the bundle -> sha256) saves hashing files the caller already hashed."""
-    if hashes is None:
-        hashes = {rel: sha256(p) for rel, p in files.items()}
+    `ids` (path in the bundle -> artifacts.content_id of the file) saves hashing files the
+    caller already hashed; the bundle is what they were then."""
+    if ids is None:
+        ids = {rel: content_id(p) for rel, p in files.items()}
+    hashes = {rel: digest for rel, (digest, _) in ids.items()}
     bundle_id = hashlib.sha256(json.dumps(sorted(hashes.items())).encode()).hexdigest()[:20]
     objects, bundles = f"{workdir}/objects", f"{workdir}/bundles"
     bundle = f"{bundles}/{bundle_id}"
     q = shlex.quote
-    rc, out, err = transport.exec(f"test -f {q(bundle + '/.complete')} && echo present; "
-                                  f"mkdir -p {q(objects)} {q(bundles)} && ls {q(objects)}")
+    rc, out, err = transport.exec("sh -eu", stdin=(
+        f"objects={q(objects)} bundles={q(bundles)} bundle={q(bundle)}\n"
+        'if [ -f "$bundle/.complete" ]; then echo present; exit 0; fi\n'
+        'mkdir -p "$objects" "$bundles"\n'
+        f'find "$objects" "$bundles" -maxdepth 1 -name "*.part-*" -mmin +{STALE_MINUTES} -exec rm -rf {{}} + || true\n'
+        'ls "$objects"\n'))
     if rc != 0:
         raise TransportError(f"{transport.where}: cannot prepare {workdir}: {err.strip() or out.strip()}")
     lines = out.split()
@@ -129,8 +58,8 @@ def deploy(transport, workdir: str, files: dict[str, Path], hashes: dict[str, st
             transport.put(files[rel], f"{objects}/{digest}")
             have.add(digest)
             sent.append(digest)
-    # verify what this deploy sent (an object already there was checked by the deploy that sent it),
-    # then assemble under a temporary name and rename into place
+    # verify what this deploy sent (an object already there was checked by the deploy that sent it,
+    # and the assembly checks its size)
     if sent:
         rc, out, err = transport.exec(f"cd {q(objects)} && sha256sum {' '.join(sent)}", timeout=300)
         good = {line.split()[0] for line in out.splitlines() if line.split()[:1] and
@@ -138,16 +67,47 @@ def deploy(transport, workdir: str, files: dict[str, Path], hashes: dict[str, st
         bad = [d for d in sent if d not in good]
         if bad:
             transport.exec(f"cd {q(objects)} && rm -f {' '.join(bad)}")
-            raise TransportError(f"{transport.where}: {len(bad)} file(s) arrived corrupted (e.g. "
-                                 f"{next(r for r, d in hashes.items() if d in bad)}); deploy again")
-    tmp = f"{bundles}/.{bundle_id}.tmp"
-    dirs = sorted({str(Path(rel).parent) for rel in hashes} - {"."})
-    script = [f"rm -rf {q(tmp)}", f"mkdir -p {q(tmp)}"] + [f"mkdir -p {q(tmp + '/' + d)}" for d in dirs]
-    script += [f"ln -f {q(objects + '/' + d)} {q(tmp + '/' + rel)} 2>/dev/null || cp {q(objects + '/' + d)} "
-               f"{q(tmp + '/' + rel)}" for rel, d in hashes.items()]
-    script += [f"chmod +x {q(tmp + '/' + rel)}" for rel in hashes if rel.startswith("bin/")]
-    script += [f"touch {q(tmp + '/.complete')}", f"rm -rf {q(bundle)}", f"mv {q(tmp)} {q(bundle)}"]
-    rc, out, err = transport.exec(" && ".join(script), timeout=300)
+            rel = next(r for r, d in hashes.items() if d in bad)
+            if content_id(files[rel]) != ids[rel]:
+                raise TransportError(f"{transport.where}: {files[rel]} changed on this machine while it was being "
+                                     "deployed; run again")
+            raise TransportError(f"{transport.where}: {len(bad)} file(s) arrived corrupted (e.g. {rel}); deploy again")
+    rc, out, err = transport.exec("sh -eu", stdin=assembly(objects, bundle, temp_name(f"{bundles}/.{bundle_id}"), ids),
+                                  timeout=300)
     if rc != 0:
-        raise TransportError(f"{transport.where}: cannot assemble the bundle in {workdir}: {err.strip()[-300:]}")
+        why = [line for line in err.splitlines() if line.strip()]
+        raise TransportError(f"{transport.where}: cannot assemble the bundle in {workdir}: "
+                             f"{why[-1][-300:] if why else f'exit status {rc}'}")
     return bundle
+
+
+def assembly(objects: str, bundle: str, tmp: str, ids: dict[str, tuple[str, int]]) -> str:
+    """The sh -eu script that links the bundle together in tmp from objects/, checks each
+    file's size, and renames tmp to bundle once complete. A damaged object (wrong size) is
+    removed, so the next deploy sends it again."""
+    q = shlex.quote
+    tmp_name = tmp.rsplit("/", 1)[1]
+    lines = [f"objects={q(objects)} bundle={q(bundle)} tmp={q(tmp)} old={q(tmp + '.old')}",
+             'if [ -f "$bundle/.complete" ]; then exit 0; fi',      # a deploy beside this one finished it
+             """trap 'rm -rf "$tmp"' EXIT""",
+             'mkdir "$tmp"',
+             'place() {',
+             '  ln -f "$objects/$1" "$tmp/$2" 2>/dev/null || why=$(cp "$objects/$1" "$tmp/$2" 2>&1) ||'
+             ' { echo "$2: $why" >&2; exit 1; }',
+             '  n=$(wc -c < "$tmp/$2")',
+             '  if [ $n -ne $3 ]; then rm -f "$objects/$1"; echo "$2: $n bytes on the target instead of $3;'
+             ' its damaged copy there is removed, deploy again" >&2; exit 1; fi',
+             '}']
+    lines += [f'mkdir -p "$tmp"/{q(d)}' for d in sorted({str(Path(rel).parent) for rel in ids} - {"."})]
+    lines += [f"place {digest} {q(rel)} {size}" for rel, (digest, size) in ids.items()]
+    lines += [f'chmod +x "$tmp"/{q(rel)}' for rel in ids if rel.startswith("bin/")]
+    lines += ['touch "$tmp/.complete"',
+              # an incomplete bundle under the name (left by a deploy of an older zobench, or
+              # damaged by hand) is no one's: move it aside
+              'if [ -e "$bundle" ] && [ ! -f "$bundle/.complete" ]; then mv "$bundle" "$old"; fi',
+              # where a deploy beside this one renamed its copy first, mv puts ours inside it: drop ours
+              'mv "$tmp" "$bundle"',
+              f'rm -rf "$bundle"/{q(tmp_name)}',
+              'test -f "$bundle/.complete"',
+              'if [ -e "$old" ] && [ ! -f "$old/.complete" ]; then rm -rf "$old"; fi']
+    return "\n".join(lines) + "\n"

@@ -4,18 +4,25 @@
   One round is one repeat's mean step time, in seconds. `stats.data` holds the rounds, so
   pytest-benchmark's `compare` and any other reader of that format work on it. Under
   `extra_info.zobench` it also carries what `zobench compare` needs to read the file back as
-  a baseline: the key, the peak RSS of each repeat, and the target's fingerprint.
+  a baseline: the key, the peak RSS and the machine's load of each repeat, and the target's
+  fingerprint.
 - csv: one row per job key, with medians, for spreadsheets.
+
+A run with no ok result, or one whose repeats disagree on the fingerprint (resumed after an
+upgrade), is refused: a baseline that compares nothing, or mixes two machines, would make
+every later gate wrong.
 """
 from __future__ import annotations
 
 import csv
 import io
-import json
 import platform
 import statistics
 from datetime import datetime, timezone
 
+from workloads import jsonfile
+
+from .errors import UserError
 from .measurements import Measurement
 
 PYTEST_BENCHMARK_VERSION = "4.0.0"
@@ -37,7 +44,16 @@ def _stats(data: list[float]) -> dict:
             "ops": 1.0 / mean, "total": sum(data), "data": list(data), "iterations": 1}
 
 
+def check(source: str, measurements: dict[str, Measurement]) -> None:
+    if not measurements:
+        raise UserError(f"export: run {source} has no ok result to export")
+    for m in measurements.values():
+        if m.disagreement:
+            raise UserError(f"export: {source}: the repeats of {m.key!r} disagree: {m.disagreement}")
+
+
 def pytest_benchmark(source: str, measurements: dict[str, Measurement]) -> str:
+    check(source, measurements)
     first = next(iter(measurements.values()), None)
     fp = first.fingerprint if first else {}
     commit = first.harness_commit if first else ""
@@ -53,7 +69,7 @@ def pytest_benchmark(source: str, measurements: dict[str, Measurement]) -> str:
             "group": m.facts["workload"], "name": m.key, "fullname": f"zobench::{source}::{m.key}",
             "params": m.facts, "param": m.key,
             "extra_info": {"zobench": {"key": m.key, "facts": m.facts, "peak_rss_bytes": m.peak_rss,
-                                       "per_epoch": m.per_epoch, "fingerprint": m.fingerprint,
+                                       "per_epoch": m.per_epoch, "load": m.load, "fingerprint": m.fingerprint,
                                        "binary_sha256": m.binary_sha256, "harness_commit": m.harness_commit}},
             "options": {"disable_gc": False, "timer": "time.perf_counter", "min_rounds": len(m.step_s),
                         "max_time": 0.0, "min_time": 0.0, "warmup": False},
@@ -62,17 +78,19 @@ def pytest_benchmark(source: str, measurements: dict[str, Measurement]) -> str:
         "datetime": datetime.now(timezone.utc).isoformat(),
         "version": PYTEST_BENCHMARK_VERSION,
     }
-    return json.dumps(doc, indent=1)
+    return jsonfile.dumps(doc)
 
 
-def csv_text(measurements: dict[str, Measurement]) -> str:
+def csv_text(source: str, measurements: dict[str, Measurement]) -> str:
+    check(source, measurements)
     out = io.StringIO()
     w = csv.writer(out)
-    w.writerow(["workload", "method", "precision", "runtime", "target", "repeats", "median_ms_per_step",
+    w.writerow(["workload", "method", "precision", "runtime", "target", "threads", "hyper", "repeats", "median_ms_per_step",
                 "min_ms_per_step", "max_ms_per_step", "median_peak_rss_mib", "cpu_model", "harness_commit"])
     for m in measurements.values():
         f = m.facts
-        w.writerow([f["workload"], f["method"], f["precision"], f["runtime"], f["target"], len(m.peak_rss),
+        w.writerow([f["workload"], f["method"], f["precision"], f["runtime"], f["target"], f["threads"], f["hyper"],
+                    len(m.peak_rss),
                     f"{1000 * statistics.median(m.step_s):.4f}", f"{1000 * min(m.step_s):.4f}",
                     f"{1000 * max(m.step_s):.4f}", f"{statistics.median(m.peak_rss) / 2 ** 20:.2f}",
                     m.fingerprint.get("cpu_model") or "", m.harness_commit])

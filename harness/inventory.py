@@ -14,11 +14,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from workloads import vocab
+from workloads.spec import NAME, NAME_TEXT, Bounds, JobSpec
 
 from . import paths, tomlfile
 from .errors import UserError
 
 MEM_LIMIT = re.compile(r"^[0-9]+[KMG]$")
+# What `uname -m` says on the boards zobench builds for; the arch names a build folder and a
+# toolchain file, so a fixed list keeps both inside the checkout.
+ARCHES = ("x86_64", "aarch64")
+PORT = Bounds(1, 65535)
 
 
 @dataclass
@@ -47,27 +52,26 @@ def _fields(t: tomlfile.Table, into: dict) -> dict:
     spec = {
         "transport": (str, ("local", "ssh")), "profile": (str, None), "description": (str, None),
         "host": (str, None), "port": (int, None), "user": (str, None), "key": (str, None),
-        "host_key": (str, ("strict", "accept-new")), "arch": (str, None),
+        "host_key": (str, ("strict", "accept-new")), "arch": (str, ARCHES),
         "runtimes": (list, vocab.RUNTIMES), "device": (str, vocab.DEVICES), "python": (str, None),
         "workdir": (str, None), "threads": (int, None), "mem_limit": (str, None)}
+    bounds = {"port": PORT, "threads": JobSpec.BOUNDS["threads"]}
     out = dict(into)
     for key, (kind, choices) in spec.items():
-        v = t.take(key, kind, choices=choices, item=str if kind is list else None)
+        v = t.take(key, kind, choices=choices, item=str if kind is list else None, bounds=bounds.get(key))
         if v is not None:
             out[key] = v
     t.done()
     if out.get("mem_limit") and not MEM_LIMIT.match(out["mem_limit"]):
         raise t.error("mem_limit", f"expected a size like \"512M\" or \"2G\", got {out['mem_limit']!r}")
-    if "threads" in out and out["threads"] < 0:
-        raise t.error("threads", f"expected an integer >= 0, got {out['threads']}")
     return out
 
 
-def load_profile(name: str) -> dict:
+def load_profile(name: str, where: str = "") -> dict:
+    """A profile's values; `where` (the inventory file and table naming it) starts a refusal."""
+    if name not in profile_names():     # a name, never a path: "../x" reads no file outside targets/
+        raise UserError(f"{where}profile: expected one of {', '.join(map(repr, profile_names()))}, got {name!r}")
     path = paths.TARGETS_DIR / f"{name}.toml"
-    if not path.is_file():
-        known = ", ".join(profile_names()) or "none"
-        raise UserError(f"unknown profile {name!r}: no {path}; profiles: {known}")
     return _fields(tomlfile.Table(tomlfile.load(path), path), {"profile": name, "source": str(path)})
 
 
@@ -101,13 +105,15 @@ def load(inventory: Path | None = None) -> dict[str, Target]:
     top.done()
     for name, table in boards.items():
         where = f"targets.{name}."
+        if not re.fullmatch(NAME, name):    # it names job ids and folders
+            raise UserError(f"{path}: targets: expected a board name of {NAME_TEXT}, got {name!r}")
         if not isinstance(table, dict):
             raise UserError(f"{path}: targets.{name}: expected a table, got {table!r}")
         base = {}
         if "profile" in table:
             if not isinstance(table["profile"], str):
                 raise UserError(f"{path}: {where}profile: expected a string, got {table['profile']!r}")
-            base = load_profile(table["profile"])
+            base = load_profile(table["profile"], f"{path}: {where}")
         values = _fields(tomlfile.Table(table, path, where), {**base, "source": str(path)})
         values.setdefault("transport", "ssh")
         targets[name] = _finish(name, values)
@@ -115,11 +121,18 @@ def load(inventory: Path | None = None) -> dict[str, Target]:
 
 
 def resolve(names: list[str], inventory: Path | None) -> list[Target]:
+    """The named targets, each ready to connect to: a missing key file is a configuration
+    error here, not an unreachable board later."""
     targets = load(inventory)
     out = []
-    for n in names:
+    for i, n in enumerate(names):
         if n not in targets:
             raise UserError(f"unknown target {n!r}; known targets: {', '.join(sorted(targets)) or 'none'}"
                             " (add boards in --inventory FILE or ~/.config/zobench/targets.toml)")
-        out.append(targets[n])
+        if n in names[:i]:      # its jobs would be planned twice, under the same ids
+            raise UserError(f"target {n!r} is named twice")
+        t = targets[n]
+        if t.key and not Path(t.key).expanduser().is_file():
+            raise UserError(f"{t.source}: targets.{n}.key: no such file {t.key!r}")
+        out.append(t)
     return out

@@ -1,34 +1,58 @@
 """Results grouped into measurements: one per job key, with its samples and fingerprint.
 
 `compare` and `export` both read runs through this module, and `compare` reads an exported
-file back through it as well. A key is (workload, method, precision, runtime, target). Its
-samples are the per-step time and the peak RSS of each repeat. A single repeat falls back to
-its per-epoch step times: they are correlated, so a comparison says when it used them.
+file back through it as well. A key is everything that sets the work a job does: workload,
+method, precision, runtime, target, thread count and the hyperparameters that differ from
+their defaults (so a batch-size change is a new key, never a "regression"); only the
+test-only knobs that make a job slower or fail on purpose stay out of it. Its samples are the
+per-step time and the peak RSS of each repeat, with the machine's load during each repeat.
+A single repeat falls back to its per-epoch step times: they are correlated, so a comparison
+says when it used them.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from workloads import vocab
+from workloads.spec import Hyper
 
 from .errors import UserError
+from .schema import step_seconds
 from .store import Store
 
 FINGERPRINT = ("cpu_model", "cores", "governor", "kernel", "versions")
+# What pooled repeats must share besides the fingerprint: the same build of the same code.
+BUILD = ("binary_sha256", "harness_commit")
+# inject_slowdown and fault exist so that a test can run the same job slower or failing; a key
+# that split on them could never show the regression they inject. trace_steps stays in: the
+# trace is work inside the timed steps.
+KEY_IGNORES = ("inject_slowdown", "fault")
+HYPER_DEFAULTS = dataclasses.asdict(Hyper())
 
 
 @dataclass
 class Measurement:
     key: str
-    facts: dict                                   # workload, method, bp_layers, precision, zo_loss, runtime, target
+    facts: dict                                   # workload, method, precision, runtime, target, threads, hyper
     step_s: list = field(default_factory=list)    # seconds per step, one per repeat (or per epoch)
     peak_rss: list = field(default_factory=list)  # bytes, one per repeat
     per_epoch: bool = False                       # step_s holds one repeat's epochs
     fingerprint: dict = field(default_factory=dict)
     binary_sha256: str | None = None
     harness_commit: str = ""
+    load: list = field(default_factory=list)      # each repeat's result["load"] (None where unknown)
+    disagreement: str = ""                        # how its repeats' fingerprints differ ("" = they agree)
+
+
+def hyper_key(hyper: dict) -> str:
+    """The hyperparameters that differ from workloads.spec.Hyper's defaults, in its field order."""
+    order = {k: i for i, k in enumerate(HYPER_DEFAULTS)}
+    return " ".join(f"{k}={v}" for k, v in sorted(hyper.items(), key=lambda kv: (order.get(kv[0], len(order)), kv[0]))
+                    if k not in KEY_IGNORES and (k not in HYPER_DEFAULTS or v != HYPER_DEFAULTS[k]))
 
 
 def job_key(job: dict) -> tuple[str, dict]:
@@ -36,28 +60,38 @@ def job_key(job: dict) -> tuple[str, dict]:
     precision = vocab.precision_key(job.get("precision", "fp32"), job.get("zo_loss", "float"), job["method"])
     facts = {"workload": f"{w.get('model', 'lenet5')}/{w.get('dataset', 'fashion-mnist')}",
              "method": vocab.method_key(job["method"], job.get("bp_layers", 0)), "precision": precision,
-             "runtime": job.get("runtime", "torch"), "target": job.get("target", "")}
-    return " ".join(facts.values()), facts
+             "runtime": job.get("runtime", "torch"), "target": job.get("target", ""),
+             "threads": job.get("threads", 0), "hyper": hyper_key(job.get("hyper") or {})}
+    words = [*list(facts.values())[:5], f"threads={facts['threads'] or 'auto'}", facts["hyper"]]
+    return " ".join(w for w in words if w), facts
 
 
 def fingerprint(env: dict) -> dict:
     return {k: env.get(k) for k in FINGERPRINT}
 
 
-def from_results(results: list[dict]) -> dict[str, Measurement]:
-    """The ok results grouped by job key."""
+def from_results(results: list[tuple[str, dict]]) -> dict[str, Measurement]:
+    """The ok results, each with the run id it came from, grouped by job key."""
     out: dict[str, Measurement] = {}
     epochs: dict[str, list] = {}
-    for r in results:
-        if r.get("status") != "ok" or not r.get("steps"):
+    first: dict[str, tuple[str, dict]] = {}       # key -> (run id/job id, identity) of its first repeat
+    for run_id, r in results:
+        if r.get("status") != "ok" or step_seconds(r) is None:
             continue
         key, facts = job_key(r["job"])
         env = r.get("env") or {}
+        identity = {**fingerprint(env), **{k: env.get(k) for k in BUILD}}
         m = out.setdefault(key, Measurement(key, facts, fingerprint=fingerprint(env),
                                             binary_sha256=env.get("binary_sha256"),
                                             harness_commit=env.get("harness_commit", "")))
-        m.step_s.append(r["train_seconds"] / r["steps"])
+        where = f"{run_id}/{r['job'].get('job_id')}"
+        where0, id0 = first.setdefault(key, (where, identity))
+        if not m.disagreement:      # pooled runs, or a run resumed after an upgrade
+            m.disagreement = "; ".join(f"{k} {id0[k]!r} ({where0}) vs {identity[k]!r} ({where})"
+                                       for k in identity if identity[k] != id0[k])
+        m.step_s.append(step_seconds(r))
         m.peak_rss.append((r.get("memory") or {}).get("peak_rss_bytes") or 0)
+        m.load.append(r.get("load"))
         epochs[key] = [(e["seconds"], r["steps"] / len(r["epochs"])) for e in r.get("epochs") or []]
     for key, m in out.items():
         if len(m.step_s) == 1 and len(epochs[key]) > 1:
@@ -72,21 +106,70 @@ def load(source: str, results_dir: Path) -> tuple[str, dict[str, Measurement]]:
     `zobench export --format pytest-benchmark`."""
     path = Path(source)
     if path.suffix == ".json" and path.is_file():
-        try:
-            data = json.loads(path.read_text())
-            return str(path), {b["extra_info"]["zobench"]["key"]: from_benchmark(b) for b in data["benchmarks"]}
-        except (json.JSONDecodeError, KeyError, TypeError) as e:
-            raise UserError(f"{path}: not a zobench pytest-benchmark export ({type(e).__name__}: {e})") from None
+        return str(path), read_export(path)
     store, results = Store(results_dir), []
     for run_id in source.split(","):
         try:
-            results += store.results(run_id)
+            results += [(run_id, r) for r in store.results(run_id)]
         except UserError as e:      # the store's unknown-run error, which lists the runs there
             raise UserError(f"{run_id!r} is neither a run id nor an exported .json file: {e}") from None
     return source, from_results(results)
 
 
+class BadSamples(ValueError):
+    """An exported benchmark's samples are not numbers compare can use; the message says which."""
+
+
+def number(x, where: str, *, positive: bool) -> float:
+    """x as a finite number >= 0 (> 0 where positive)."""
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        raise BadSamples(f"{where}: {json.dumps(x)[:60]} is not a number")
+    if not math.isfinite(x):
+        raise BadSamples(f"{where}: {x} is not finite")
+    if x < 0 or (positive and x == 0):
+        raise BadSamples(f"{where}: {x} is not {'> 0' if positive else '>= 0'}")
+    return float(x)
+
+
+def numbers(value, where: str, *, positive: bool) -> list[float]:
+    """value as a non-empty list of number()s."""
+    if not isinstance(value, list) or not value:
+        raise BadSamples(f"{where}: expected a non-empty list of numbers, got {json.dumps(value)[:60]}")
+    return [number(x, f"{where}[{i}]", positive=positive) for i, x in enumerate(value)]
+
+
+def read_export(path: Path) -> dict[str, Measurement]:
+    """The measurements of a `zobench export --format pytest-benchmark` file; a file that is
+    not one, or whose samples compare cannot use, is a one-line UserError naming what is wrong."""
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise UserError(f"{path}: not UTF-8 text (byte {e.object[e.start]:#04x} at offset {e.start}); "
+                        "expected the JSON of `zobench export --format pytest-benchmark`") from None
+    out: dict[str, Measurement] = {}
+    try:
+        for i, b in enumerate(json.loads(text)["benchmarks"]):
+            m = from_benchmark(b)
+            if m.key in out:
+                raise BadSamples(f"key {m.key!r} appears twice")
+            out[m.key] = m
+    except BadSamples as e:
+        raise UserError(f"{path}: benchmarks[{i}]: {e}") from None
+    except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as e:
+        raise UserError(f"{path}: not a zobench pytest-benchmark export ({type(e).__name__}: {e})") from None
+    return out
+
+
 def from_benchmark(b: dict) -> Measurement:
     z = b["extra_info"]["zobench"]
-    return Measurement(z["key"], z["facts"], list(b["stats"]["data"]), list(z["peak_rss_bytes"]),
-                       z["per_epoch"], z["fingerprint"], z["binary_sha256"], z["harness_commit"])
+    where = f"({z['key']}) "
+    load = z.get("load") or []
+    if not isinstance(load, list) or not all(x is None or isinstance(x, dict) for x in load):
+        raise BadSamples(f"{where}extra_info.zobench.load: expected a list of load records or nulls")
+    for j, rec in enumerate(load):
+        for k, v in (rec or {}).items():
+            if v is not None:
+                number(v, f"{where}extra_info.zobench.load[{j}].{k}", positive=False)
+    return Measurement(z["key"], z["facts"], numbers(b["stats"]["data"], f"{where}stats.data", positive=True),
+                       numbers(z["peak_rss_bytes"], f"{where}extra_info.zobench.peak_rss_bytes", positive=False),
+                       z["per_epoch"], z["fingerprint"], z["binary_sha256"], z["harness_commit"], load)

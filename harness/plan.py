@@ -6,12 +6,12 @@ import subprocess
 import sys
 from dataclasses import dataclass
 
-from workloads import vocab
-from workloads.spec import Hyper, JobSpec, SpecError, check_value
+from workloads import datasets, vocab
+from workloads.spec import Hyper, JobSpec, SpecError, Workload, check_value
 
 from . import paths
 from .errors import UserError
-from .inventory import Target
+from .inventory import ARCHES, Target
 from .suites import MethodChoice, Suite
 
 if sys.version_info >= (3, 11):
@@ -19,11 +19,15 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-# What each runtime implements; other combinations are left out of a plan, with the reason.
+# What each runtime implements: per precision the devices it trains on, the methods and the data
+# sets it reads; every other combination is left out of a plan, with the reason. (The int8
+# reference computes on CPU tensors; the C++ binary's lookup table knows MNIST's two.)
 SUPPORT = {
-    "torch": {"precisions": {"fp32", "int8"}, "methods": set(vocab.METHODS)},
-    "cpp": {"precisions": {"fp32", "int8"}, "methods": set(vocab.METHODS)},
-    "ort": {"precisions": {"fp32"}, "methods": {"full-zo", "elastic-zo"},
+    "torch": {"devices": {"fp32": ("cpu", "cuda"), "int8": ("cpu",)}, "methods": vocab.METHODS,
+              "datasets": datasets.DATASETS},
+    "cpp": {"devices": {"fp32": ("cpu",), "int8": ("cpu",)}, "methods": vocab.METHODS,
+            "datasets": ("mnist", "fashion-mnist")},
+    "ort": {"devices": {"fp32": ("cpu",)}, "methods": ("full-zo", "elastic-zo"), "datasets": datasets.DATASETS,
             "why": "ONNX Runtime runs forward passes only, by design (use torch or cpp for full-bp)"},
 }
 
@@ -39,14 +43,18 @@ class Job:
         return {"job_id": self.job_id, "target": self.target, "timeout_s": self.timeout_s, "spec": self.spec}
 
 
-def unsupported(runtime: str, method: str, precision: str) -> str | None:
+def unsupported(runtime: str, method: str, precision: str, dataset: str, device: str) -> str | None:
     s = SUPPORT.get(runtime)
     if s is None:
         return f"the {runtime} runtime is not available in this version"
-    if precision not in s["precisions"]:
+    if precision not in s["devices"]:
         return f"the {runtime} runtime has no {precision} training"
     if method not in s["methods"]:
         return f"the {runtime} runtime cannot train {method}" + (f": {s['why']}" if "why" in s else "")
+    if dataset not in s["datasets"]:
+        return f"the {runtime} runtime reads {' and '.join(s['datasets'])}, not {dataset}"
+    if device not in s["devices"][precision]:
+        return f"the {runtime} runtime trains {precision} on {' and '.join(s['devices'][precision])}, not {device}"
     return None
 
 
@@ -83,6 +91,27 @@ def safe_name(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("._") or "_"
 
 
+def check_data(suite: Suite, workload: Workload, hyper: Hyper, overrides: dict) -> None:
+    """Refuse now, naming the setting, a data set that is missing or smaller than the samples
+    and the batch the hyperparameters take from it: a runner would fail, or cut it silently."""
+    def origin(key: str) -> str:
+        return f"--set {key}={overrides[key]}: {key}" if key in overrides else f"{suite.path}: hyper.{key}"
+
+    try:
+        datasets.check(workload.dataset, workload.data_dir)
+        size = {split: datasets.split_size(workload.dataset, split, workload.data_dir) for split in ("train", "test")}
+    except datasets.DatasetError as e:
+        raise UserError(f"{suite.path}: workload.dataset: {e}") from None
+    for key, split in (("train_samples", "train"), ("test_samples", "test")):
+        if getattr(hyper, key) > size[split]:
+            raise UserError(f"{origin(key)}: expected at most the {size[split]} samples of {workload.dataset} "
+                            f"{split} (0 = all of them), got {getattr(hyper, key)}")
+    train = hyper.train_samples or size["train"]
+    if hyper.batch_size > train:
+        raise UserError(f"{origin('batch_size')}: expected at most the {train} training samples, "
+                        f"got {hyper.batch_size}")
+
+
 def _select(kind: str, values: list, wanted: list[str], known) -> list:
     if not wanted:
         return values
@@ -109,7 +138,10 @@ def make(suite: Suite, targets: list[Target], *, methods=(), runtimes=(), precis
     method_list = _select("method", suite.methods, list(methods), known_methods)
     runtime_list = _select("runtime", suite.runtimes, list(runtimes), vocab.RUNTIMES)
     precision_list = _select("precision", suite.precisions, list(precisions), vocab.PRECISIONS)
-    hyper = {**suite.hyper, **(overrides or {})}
+    overrides = overrides or {}
+    hyper = {**suite.hyper, **overrides}
+    workload = Workload(**suite.workload)
+    check_data(suite, workload, Hyper(**hyper), overrides)
     commit = harness_commit()
     jobs, notes = [], []
     for target in targets:
@@ -117,12 +149,16 @@ def make(suite: Suite, targets: list[Target], *, methods=(), runtimes=(), precis
             if runtime not in target.runtimes:
                 notes.append(f"{target.name}: has no {runtime} runtime (it has {', '.join(target.runtimes)})")
                 continue
+            if runtime == "cpp" and target.transport != "local" and not target.arch:
+                raise UserError(f"{target.source}: targets.{target.name}.arch: missing; the cpp runtime is "
+                                f"built for the board's arch, one of {', '.join(ARCHES)}")
             for precision in precision_list:
-                for zo_loss in (suite.zo_losses if precision == "int8" else ["float"]):
+                zo_losses = suite.zo_losses if precision == "int8" else ["float"]
+                for zo_loss in zo_losses:
                     for m in method_list:
-                        if m.method == "full-bp" and zo_loss != suite.zo_losses[0]:
-                            continue    # full-bp computes no ZO loss: one job, not one per zo_loss
-                        why = unsupported(runtime, m.method, precision)
+                        if m.method == "full-bp" and zo_loss != zo_losses[0]:
+                            continue    # full-bp computes no ZO loss: one job per precision, not per zo_loss
+                        why = unsupported(runtime, m.method, precision, workload.dataset, target.device)
                         if why:
                             notes.append(f"{m} {precision} on {runtime}: {why}")
                             continue
@@ -141,4 +177,10 @@ def make(suite: Suite, targets: list[Target], *, methods=(), runtimes=(), precis
                             jobs.append(Job(job_id, target.name, timeout_s or suite.timeout_s, spec))
     if not jobs:
         raise UserError("the plan has no job: " + ("; ".join(dict.fromkeys(notes)) or "nothing selected"))
+    # Each target runs its jobs round-robin over repeats (every key's repeat 0, then every
+    # key's repeat 1, ...), as pyperf and Google Benchmark's interleaving do: a busy minute of a
+    # shared machine then slows one repeat of many keys, not all the repeats of one key, and
+    # two runs of one plan meet the machine's drift in the same order.
+    where = {t.name: i for i, t in enumerate(targets)}
+    jobs.sort(key=lambda j: (where[j.target], j.spec["repeat"]))
     return jobs, list(dict.fromkeys(notes))

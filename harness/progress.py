@@ -1,15 +1,21 @@
 """Progress bars: per target, one bar over its jobs (with the run's ETA on that
 board) and one over the steps of the job running now (with that job's ETA).
-Finished jobs are printed as lines, so a log without a terminal still shows them."""
+Finished jobs are printed as lines, so a log without a terminal still shows them; names and
+error texts are printed literally (escaped), never read as rich markup."""
 from __future__ import annotations
 
 import threading
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
                            TimeRemainingColumn)
 
-STYLE = {"ok": "green", "failed": "red", "timeout": "yellow", "oom": "magenta", "lost": "yellow"}
+from .schema import step_seconds
+
+STYLE = {"ok": "green", "failed": "red", "timeout": "yellow", "oom": "magenta", "lost": "yellow",
+         "interrupted": "yellow"}
+WIDTH = max(map(len, STYLE))
 
 
 class ProgressView:
@@ -21,8 +27,8 @@ class ProgressView:
         self.lock = threading.Lock()
         self.tasks = {}
         for target, n in jobs_per_target.items():
-            jobs = self.progress.add_task(f"[bold]{target}[/] jobs", total=n)
-            steps = self.progress.add_task(f"  {target}: waiting", total=None)
+            jobs = self.progress.add_task(f"[bold]{escape(target)}[/] jobs", total=n)
+            steps = self.progress.add_task(f"  {escape(target)}: waiting", total=None)
             self.tasks[target] = (jobs, steps)
 
     def __enter__(self):
@@ -34,7 +40,7 @@ class ProgressView:
 
     def job_started(self, target: str, job_id: str) -> None:
         with self.lock:
-            self.progress.reset(self.tasks[target][1], total=None, description=f"  {target}: {job_id}")
+            self.progress.reset(self.tasks[target][1], total=None, description=f"  {escape(target)}: {escape(job_id)}")
 
     def event(self, target: str, ev: dict) -> None:
         with self.lock:
@@ -48,13 +54,14 @@ class ProgressView:
         status = result["status"]
         epochs = result.get("epochs") or [{}]
         acc = epochs[-1].get("test_accuracy")
-        steps = result.get("steps") or 0
-        detail = (f"{1000 * result['train_seconds'] / steps:.2f} ms/step" if steps and status == "ok" else "")
+        step = step_seconds(result)
+        detail = f"{1000 * step:.2f} ms/step" if step and status == "ok" else ""
         if acc is not None and status == "ok":
             detail += f", test acc {acc:.3f}"
         if result.get("error"):
             detail = result["error"]
         with self.lock:
             self.progress.advance(self.tasks[target][0])
-            self.console.print(f"[{STYLE.get(status, 'white')}]{status:>7}[/] {result['job']['job_id']}  {detail}",
-                               highlight=False, markup=True)
+            self.console.print(f"[{STYLE.get(status, 'white')}]{status:>{WIDTH}}[/] "
+                               f"{escape(result['job']['job_id'])}  {escape(detail)}", highlight=False, markup=True,
+                               soft_wrap=True)     # one line per job in a log, however long its error

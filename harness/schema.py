@@ -1,7 +1,19 @@
-"""Checks that a result file follows schema 1 (DESIGN.md) before it enters the store."""
+"""What a result file and a run's plan hold: the checks that a result follows schema 1
+(docs/results.md) before it enters the store and whenever it is read back from it, and the
+one derived number every table, chart and gate reads, ms/step.
+
+A loss that is not finite (the runners write it as null, named under "nonfinite") leaves a
+result valid and its status ok: the job did all its steps and its timing and memory are real
+measurements; the divergence is the run's outcome, shown in the tables, not an error."""
 from __future__ import annotations
 
+import dataclasses
+import math
+import re
+
 from workloads import vocab
+
+from .plan import Job
 
 NUMBER = (int, float)
 REQUIRED = {
@@ -9,6 +21,10 @@ REQUIRED = {
     "train_seconds": NUMBER, "steps": int, "phases": dict, "epochs": list, "memory": dict,
     "env": dict,
 }
+# What every command reads of a result's job (its spec): the table, the report and the job key.
+JOB = {"job_id": str, "method": str, "runtime": str, "target": str, "bp_layers": int, "workload": dict}
+# A job id names files (RESULTS/runs/<run>/<job_id>.json): no separator, no leading dot.
+JOB_ID = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*")
 
 
 def problems(r) -> list[str]:
@@ -21,8 +37,12 @@ def problems(r) -> list[str]:
             out.append(f"missing {key}")
         elif not isinstance(r[key], kind) or isinstance(r[key], bool):
             out.append(f"{key} has the wrong type")
+        elif kind is NUMBER and not math.isfinite(r[key]):
+            out.append(f"{key} is not finite")
     if out:
         return out
+    if not isinstance(r.get("nonfinite", []), list) or not all(isinstance(x, str) for x in r.get("nonfinite", [])):
+        out.append("nonfinite must be a list of strings")
     if r["schema"] != 1:
         out.append(f"schema {r['schema']} is not 1")
     if r["status"] not in vocab.STATUSES:
@@ -44,3 +64,39 @@ def problems(r) -> list[str]:
     if r["status"] == "ok" and not isinstance(r.get("model"), dict):
         out.append("an ok result needs model")
     return out
+
+
+def stored_problems(r, job_id: str) -> list[str]:
+    """What is wrong with r as the stored result of job job_id: problems(), and the job as
+    the harness planned it (a runner run by hand may get a spec without them)."""
+    out = problems(r)
+    if out:
+        return out
+    for key, kind in JOB.items():
+        if not isinstance(r["job"].get(key), kind) or isinstance(r["job"].get(key), bool):
+            out.append(f"job.{key} is missing or has the wrong type")
+    if not out and r["job"]["job_id"] != job_id:
+        out.append(f"it holds the result of job {r['job']['job_id']!r}")
+    return out
+
+
+def plan_problems(plan) -> list[str]:
+    """What is wrong with a run's run.json (empty when --resume and the reports can use it)."""
+    if not isinstance(plan, dict) or not isinstance(plan.get("jobs"), list):
+        return ["not a JSON object with a list of jobs"]
+    keys = {f.name for f in dataclasses.fields(Job)}
+    for i, j in enumerate(plan["jobs"]):
+        if not isinstance(j, dict) or set(j) != keys:
+            return [f"jobs[{i}] needs exactly {', '.join(sorted(keys))}"]
+        if not isinstance(j["job_id"], str) or not JOB_ID.fullmatch(j["job_id"]):
+            return [f"jobs[{i}].job_id {j['job_id']!r} is not a file name"]
+        if not isinstance(j["spec"], dict) or j["spec"].get("job_id") != j["job_id"]:
+            return [f"jobs[{i}].spec is not the spec of job {j['job_id']}"]
+    return []
+
+
+def step_seconds(r: dict) -> float | None:
+    """Training seconds per optimizer step; None when the job has no timed training (a job
+    that failed or timed out before its runner reported a training time): unknown, not 0."""
+    steps, seconds = r.get("steps") or 0, r.get("train_seconds") or 0.0
+    return seconds / steps if steps > 0 and seconds > 0 else None

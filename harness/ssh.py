@@ -8,7 +8,8 @@ read or stored: keys come from the target's `key`, ssh-agent or ~/.ssh/config.
 
 A job's command runs under the login shell sshd starts, which is the leader of
 its own session and process group; the shell reports its pid first, so a
-timeout kills the whole group from a second channel.
+timeout or the run's Stop kills the whole group from a second channel of the same
+connection.
 """
 from __future__ import annotations
 
@@ -23,10 +24,13 @@ from pathlib import Path
 import paramiko
 from fabric import Config, Connection
 
-from .transport import Outcome, TransportError
+from workloads.jsonfile import temp_name
+
+from .transport import KILLED, POLL_S, Outcome, Stop, TransportError
 
 MARK = "@zobench"
 GRACE_S = 3.0
+PGID_WAIT_S = 10.0      # how long a kill waits for the shell's first line (its pgid)
 
 
 def known_hosts_file() -> Path:
@@ -59,8 +63,9 @@ class _Policy(paramiko.MissingHostKeyPolicy):
 
 
 class SshTransport:
-    def __init__(self, target, connect_timeout: float = 15.0):
+    def __init__(self, target, connect_timeout: float = 15.0, stop: Stop | None = None):
         self.target = target
+        self.stop = stop or Stop()
         self.connect_timeout = connect_timeout
         self.bytes_sent = 0
         self.conn: Connection | None = None
@@ -133,22 +138,36 @@ class SshTransport:
 
     def run(self, argv: list[str], *, cwd: str, timeout: float, on_line=None, env: dict | None = None,
             stdout_path: Path | None = None, stderr_path: Path | None = None) -> Outcome:
-        """Run a job's command, streaming stdout lines; kill its process group on timeout."""
+        """Run a job's command, streaming stdout lines; kill its process group on timeout or Stop."""
+        if self.stop.is_set():
+            return Outcome(None, interrupted=True, error=f"{self.stop.reason} before its runner started")
         envs = " ".join(f"{k}={shlex.quote(v)}" for k, v in (env or {}).items())
         cmd = (f"echo {MARK} pgid $$; cd {shlex.quote(cwd)} && {'env ' + envs + ' ' if envs else ''}"
                f"{shlex.join(argv)}; echo {MARK} exit $?")
         chan = self._channel()
         chan.exec_command(cmd)
         pgid, rc, buf, err_tail = None, None, b"", b""
-        out_f = open(stdout_path, "w") if stdout_path else None
+        out_f = open(stdout_path, "w", buffering=1) if stdout_path else None   # line by line: live progress
         err_f = open(stderr_path, "wb") if stderr_path else None
-        deadline = time.monotonic() + timeout
+        deadline, ending = time.monotonic() + timeout, None
         try:
             while True:
-                if time.monotonic() > deadline:
-                    self._kill_group(pgid)
-                    return Outcome(None, timed_out=True, stderr_tail=err_tail.decode(errors="replace"))
-                select.select([chan], [], [], 0.5)
+                if ending is None and (self.stop.is_set() or time.monotonic() > deadline):
+                    ending = time.monotonic()
+                # the group is known once the shell's first line is in: wait for it (briefly), or nothing is killed
+                if ending is not None and (pgid is not None or time.monotonic() > ending + PGID_WAIT_S):
+                    tail = err_tail.decode(errors="replace")
+                    if pgid is None:
+                        return Outcome(None, lost=True, stderr_tail=tail, error=f"{self.where}: the job's shell "
+                                       "never reported its process group; the runner may still run")
+                    try:
+                        self._kill_group(pgid)
+                    except TransportError as e:
+                        return Outcome(None, lost=True, stderr_tail=tail, error=f"{e}; the runner may still run")
+                    if self.stop.is_set():
+                        return Outcome(None, stderr_tail=tail, interrupted=True, error=f"{self.stop.reason}; {KILLED}")
+                    return Outcome(None, timed_out=True, stderr_tail=tail)
+                select.select([chan], [], [], POLL_S)
                 while chan.recv_stderr_ready():
                     data = chan.recv_stderr(65536)
                     err_tail = (err_tail + data)[-2000:]
@@ -199,7 +218,7 @@ class SshTransport:
     def get(self, remote: str, local: Path, timeout: float = 600) -> bool:
         """Fetch a remote file; False if it does not exist. The local file appears only
         when complete (paramiko's get() would leave an empty one behind on a miss)."""
-        tmp = Path(f"{local}.part-{os.getpid()}")
+        tmp = Path(temp_name(local))
         try:
             self._sftp_client(timeout).get(remote, str(tmp))
             os.replace(tmp, local)
@@ -214,11 +233,15 @@ class SshTransport:
     # -- helpers ----------------------------------------------------------------
     def _putfo(self, f, remote: str, timeout: float) -> None:
         sftp = self._sftp_client(timeout)
-        tmp = f"{remote}.part-{os.getpid()}"
+        tmp = temp_name(remote)
         try:
             size = sftp.putfo(f, tmp).st_size
             sftp.posix_rename(tmp, remote)
         except (OSError, socket.timeout, paramiko.SSHException) as e:
+            try:    # a transfer cut off (disk full, timeout) leaves no part file on the board
+                sftp.remove(tmp)
+            except (OSError, socket.timeout, paramiko.SSHException):
+                pass
             raise TransportError(f"{self.where}: cannot write {remote}: {e or 'timed out'}") from None
         self.bytes_sent += size
 
@@ -238,9 +261,7 @@ class SshTransport:
         self._sftp.get_channel().settimeout(timeout)
         return self._sftp
 
-    def _kill_group(self, pgid: int | None) -> None:
-        if pgid is None:
-            return
+    def _kill_group(self, pgid: int) -> None:
         g = shlex.quote(f"-{pgid}")
         self.exec(f"kill -TERM -- {g} 2>/dev/null; for i in $(seq {int(GRACE_S * 10)}); do "
                   f"kill -0 -- {g} 2>/dev/null || exit 0; sleep 0.1; done; kill -KILL -- {g} 2>/dev/null; exit 0",

@@ -1,71 +1,144 @@
-"""The results store: raw result files are the truth, SQLite is an index over them.
+"""The results store: the files are the only copy of a run.
 
 RESULTS/runs/<run_id>/run.json        the plan of the run (what --resume replays)
 RESULTS/runs/<run_id>/<job_id>.json   one result per job, written atomically
+RESULTS/runs/<run_id>/probes/         what each target was (one JSON file per target)
 RESULTS/runs/<run_id>/work/<job_id>/  spec, runner output and logs of a job
-RESULTS/zobench.sqlite                rebuilt from the files by reindex() at any time
+
+Every command reads the result files themselves and checks each against the schema as it
+reads it: a file that does not parse or validate is left out of the command's view, named
+once on stderr, and counts as a job with no result (`run --resume` runs it again). There is
+no index beside the files: a run is minutes to hours of board time, so a store holds
+hundreds of result files, which read in well under a second, and a second copy could only
+fall behind them.
 """
 from __future__ import annotations
 
-import json
+import os
+import re
 import secrets
-import sqlite3
+import shlex
+import shutil
+import sys
+import tempfile
 from datetime import datetime, timezone
+from json import JSONDecodeError
 from pathlib import Path
 
-from workloads.runner import write_atomic as write_json_atomic
+from workloads.jsonfile import loads, write_atomic
 
+from . import paths
 from .errors import UserError
 from .plan import safe_name
+from .schema import plan_problems, step_seconds, stored_problems
 
-COLUMNS = ("run_id", "job_id", "target", "runtime", "method", "bp_layers", "precision", "zo_loss",
-           "model", "dataset", "repeat", "status", "error", "steps", "train_seconds", "step_seconds",
-           "peak_rss_bytes", "test_accuracy", "train_loss", "started_at")
+# What new_run() names a run: the time it started (UTC) and 16 random bits. Nothing else is a
+# run id, so a run id given on the command line can never name a path outside the store.
+RUN_ID = re.compile(r"\d{8}-\d{6}-[0-9a-f]{4}")
+RUN_ID_EXAMPLE = "20250101-120000-ab12"
+# Corrupt files already named on stderr: once per process, and a command is one process.
+_reported: set[str] = set()
+
+
+def results_dir(path) -> Path:
+    """path as a results folder: refused when it, or the nearest folder above it that exists,
+    is not a folder (a folder that does not exist yet is made by the first run)."""
+    root = Path(path)
+    for p in (root, *root.parents):
+        try:
+            if not (p.exists() or p.is_symlink()):
+                continue
+            if not p.is_dir():
+                raise UserError(f"results directory {root}" + (": " + str(p) if p != root else "")
+                                + " is not a directory")
+        except OSError as e:
+            raise UserError(f"results directory {root}: {e.strerror}") from None
+        break
+    return root
 
 
 def summary(run_id: str, r: dict) -> dict:
-    """The flat index row of a result."""
+    """The flat row of a result (the results table, CSV and JSON)."""
     job = r.get("job") or {}
     last = r["epochs"][-1] if r.get("epochs") else {}
-    steps = r.get("steps") or 0
     return {
         "run_id": run_id, "job_id": job.get("job_id"), "target": job.get("target"),
         "runtime": job.get("runtime"), "method": job.get("method"), "bp_layers": job.get("bp_layers", 0),
         "precision": job.get("precision"), "zo_loss": job.get("zo_loss"),
         "model": (job.get("workload") or {}).get("model"), "dataset": (job.get("workload") or {}).get("dataset"),
-        "repeat": job.get("repeat", 0), "status": r.get("status"), "error": r.get("error"), "steps": steps,
-        "train_seconds": r.get("train_seconds"),
-        "step_seconds": r["train_seconds"] / steps if steps else None,
+        "repeat": job.get("repeat", 0), "status": r.get("status"), "error": r.get("error"),
+        "steps": r.get("steps") or 0, "train_seconds": r.get("train_seconds"),
+        "step_seconds": step_seconds(r),
         "peak_rss_bytes": (r.get("memory") or {}).get("peak_rss_bytes"),
         "test_accuracy": last.get("test_accuracy"), "train_loss": last.get("train_loss"),
+        "nonfinite": "; ".join(r.get("nonfinite") or []) or None,
         "started_at": r.get("started_at"),
     }
 
 
 class Store:
     def __init__(self, root: Path):
-        self.root = Path(root)
+        self.root = results_dir(root)
         self.runs = self.root / "runs"
-        self.db_path = self.root / "zobench.sqlite"
 
     # -- runs ---------------------------------------------------------------
+    def run_dir(self, run_id: str) -> Path:
+        """The folder of run_id, which must be a run id (checked before it becomes a path)."""
+        if not isinstance(run_id, str) or not RUN_ID.fullmatch(run_id):
+            raise UserError(f"unknown run {run_id!r}: a run id looks like {RUN_ID_EXAMPLE}; {self._listing()}")
+        return self.runs / run_id
+
     def new_run(self, plan: dict) -> str:
-        self.runs.mkdir(parents=True, exist_ok=True)
-        run_id = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(2)
-        (self.runs / run_id / "work").mkdir(parents=True)
-        write_json_atomic(self.runs / run_id / "run.json", {"run_id": run_id, **plan})
-        with self._db() as db:
-            _index_run(db, run_id, plan)
+        self.check_writable()
+        made = None
+        try:
+            while made is None:
+                run_id = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(2)
+                try:
+                    self.run_dir(run_id).mkdir()
+                    made = self.run_dir(run_id)
+                except FileExistsError:     # another run started the same second with the same 16 bits
+                    pass
+            (made / "work").mkdir()
+            write_atomic(made / "run.json", {"run_id": run_id, **plan})
+        except OSError as e:
+            if made is not None:        # no run folder without its plan
+                shutil.rmtree(made, ignore_errors=True)
+            raise UserError(f"cannot write a run to {self.runs}: {e.strerror}") from None
         return run_id
 
+    def check_writable(self, run_id: str | None = None) -> None:
+        """Refuse a store that cannot take a file (a read-only mount, a folder without
+        permission) before a command writes any part of a run or runs a job."""
+        d = self.run_dir(run_id) if run_id else self.runs
+        try:
+            d.mkdir(parents=True, exist_ok=True)
+            fd, probe = tempfile.mkstemp(dir=d, prefix=".zobench-write-test-")
+            os.close(fd)
+            os.unlink(probe)
+        except OSError as e:
+            raise UserError(f"cannot write to {d}: {e.strerror}") from None
+
     def run_plan(self, run_id: str) -> dict:
-        path = self.runs / run_id / "run.json"
-        if not path.is_file():
-            raise UserError(f"unknown run {run_id!r} in {self.root}; runs: {', '.join(self.run_ids()[-5:]) or 'none'}")
-        return json.loads(path.read_text())
+        """run.json of run_id; a missing or corrupt one is a one-line UserError naming it."""
+        path = self.run_dir(run_id) / "run.json"
+        if not path.parent.is_dir():
+            raise UserError(f"unknown run {run_id!r}; {self._listing()}")
+        try:
+            plan = loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise UserError(f"{path} is missing: run {run_id} has no plan to read or resume") from None
+        except (OSError, ValueError, RecursionError) as e:
+            raise UserError(f"{path} is corrupt ({_unreadable(e)})") from None
+        bad = plan_problems(plan)
+        if bad:
+            raise UserError(f"{path} is corrupt ({bad[0]})")
+        return plan
 
     def run_ids(self) -> list[str]:
-        return sorted(p.name for p in self.runs.glob("*") if (p / "run.json").is_file()) if self.runs.is_dir() else []
+        if not self.runs.is_dir():
+            return []
+        return sorted(p.name for p in self.runs.iterdir() if RUN_ID.fullmatch(p.name) and (p / "run.json").is_file())
 
     def latest(self) -> str:
         ids = self.run_ids()
@@ -73,84 +146,70 @@ class Store:
             raise UserError(f"no runs in {self.root}; start one with `zobench run`")
         return ids[-1]
 
+    def resume_command(self, run_id: str) -> str:
+        """The command that runs the jobs of run_id that have no ok result."""
+        where = "" if self.root.resolve() == paths.DEFAULT_RESULTS.resolve() else f" --results {shlex.quote(str(self.root))}"
+        return f"zobench run --resume {run_id}{where}"
+
     def save_probe(self, run_id: str, target: str, facts: dict) -> None:
-        d = self.runs / run_id / "probes"
+        d = self.run_dir(run_id) / "probes"
         d.mkdir(exist_ok=True)
-        write_json_atomic(d / f"{safe_name(target)}.json", {"target": target, **facts})
+        write_atomic(d / f"{safe_name(target)}.json", {"target": target, **facts})
 
     def work_dir(self, run_id: str, job_id: str) -> Path:
-        d = self.runs / run_id / "work" / job_id
+        d = self.run_dir(run_id) / "work" / job_id
         d.mkdir(parents=True, exist_ok=True)
         return d
 
+    def _listing(self) -> str:
+        return f"runs in {self.root}: {', '.join(self.run_ids()[-5:]) or 'none'}"
+
     # -- results ------------------------------------------------------------
     def add_result(self, run_id: str, result: dict) -> Path:
-        """Write the raw result, then index it in one transaction."""
-        path = self.runs / run_id / f"{result['job']['job_id']}.json"
-        write_json_atomic(path, result)
-        with self._db() as db:
-            _index_result(db, run_id, result)
+        path = self.run_dir(run_id) / f"{result['job']['job_id']}.json"
+        write_atomic(path, result)
         return path
 
     def results(self, run_id: str, plan: dict | None = None) -> list[dict]:
-        """Raw results of a run (the files, not the index), in plan order; `plan` is the run's
-        run_plan() where the caller has read it already."""
+        """The valid results of a run, in plan order; `plan` is the run's run_plan() where the
+        caller has read it already. A job with no file has no result yet; a file that does not
+        parse or validate is left out and named once on stderr with how to run its job again."""
         if plan is None:
             plan = self.run_plan(run_id)
         out = []
         for job in plan["jobs"]:
-            p = self.runs / run_id / f"{job['job_id']}.json"
-            if p.is_file():
-                out.append(json.loads(p.read_text()))
+            path = self.run_dir(run_id) / f"{job['job_id']}.json"
+            try:
+                r = loads(path.read_text(encoding="utf-8"))
+            except FileNotFoundError:
+                continue
+            except (OSError, ValueError, RecursionError) as e:
+                self._corrupt(run_id, path, _unreadable(e))
+                continue
+            bad = stored_problems(r, job["job_id"])
+            if bad:
+                self._corrupt(run_id, path, "; ".join(bad[:3]))
+                continue
+            out.append(r)
         return out
 
-    def reindex(self) -> int:
-        """Rebuild the SQLite index from the raw files; returns the number of results."""
-        if self.db_path.exists():
-            self.db_path.unlink()
-        n = 0
-        with self._db() as db:
-            for run_id in self.run_ids():
-                _index_run(db, run_id, self.run_plan(run_id))
-                for r in self.results(run_id):
-                    _index_result(db, run_id, r)
-                    n += 1
-        return n
+    def not_run(self, run_id: str, plan: dict) -> list[str]:
+        """The jobs of a run with no result file yet (an interrupted run)."""
+        return [j["job_id"] for j in plan["jobs"] if not (self.run_dir(run_id) / f"{j['job_id']}.json").exists()]
 
-    def query(self, sql: str, args=()) -> list[sqlite3.Row]:
-        with self._db() as db:
-            db.row_factory = sqlite3.Row
-            return db.execute(sql, args).fetchall()
-
-    def _db(self) -> sqlite3.Connection:
-        self.root.mkdir(parents=True, exist_ok=True)
-        db = sqlite3.connect(self.db_path, timeout=30)
-        db.execute("CREATE TABLE IF NOT EXISTS runs (run_id TEXT PRIMARY KEY, created_at TEXT, suite TEXT, jobs INTEGER)")
-        db.execute("CREATE TABLE IF NOT EXISTS results (" + ", ".join(COLUMNS) + ", PRIMARY KEY (run_id, job_id))")
-        return _Closing(db)
+    def _corrupt(self, run_id: str, path: Path, why: str) -> None:
+        if str(path) not in _reported:
+            _reported.add(str(path))
+            print(f"zobench: warning: {path} is corrupt ({why}): left out; `{self.resume_command(run_id)}` re-runs it",
+                  file=sys.stderr)
 
 
-def _index_run(db, run_id: str, plan: dict) -> None:
-    db.execute("INSERT OR REPLACE INTO runs VALUES (?, ?, ?, ?)",
-               (run_id, plan.get("created_at"), plan.get("suite"), len(plan.get("jobs", []))))
-
-
-def _index_result(db, run_id: str, result: dict) -> None:
-    row = summary(run_id, result)
-    db.execute(f"INSERT OR REPLACE INTO results ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * len(COLUMNS))})",
-               [row[c] for c in COLUMNS])
-
-
-class _Closing:
-    """sqlite3's context manager commits but never closes; this one does both."""
-
-    def __init__(self, db):
-        self.db = db
-
-    def __enter__(self):
-        return self.db
-
-    def __exit__(self, exc_type, *exc):
-        (self.db.commit if exc_type is None else self.db.rollback)()
-        self.db.close()
-        return False
+def _unreadable(e: Exception) -> str:
+    """Why a JSON file could not be read, in a few words."""
+    if isinstance(e, JSONDecodeError):
+        return f"not valid JSON: {e}"
+    if isinstance(e, UnicodeDecodeError):
+        return f"not UTF-8 text: byte {e.object[e.start]:#04x} at offset {e.start}"
+    if isinstance(e, OSError):
+        return f"cannot read it: {e.strerror}"
+    return str(e)

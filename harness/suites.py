@@ -5,10 +5,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from workloads import vocab
-from workloads.spec import Hyper, SpecError, Workload, check_value
+from workloads.spec import Bounds, Hyper, JobSpec, SpecError, Workload, check_value
 
 from . import paths, tomlfile
 from .errors import UserError
+
+# A job's timeout, from a suite or --timeout: positive, and at most 30 days (a finite deadline)
+TIMEOUT_S = Bounds(0, 30 * 86400, open_lo=True)
+REPEATS = Bounds(1, 1000)
 
 
 @dataclass
@@ -77,25 +81,24 @@ def load(name_or_path: str) -> Suite:
     s.precisions = t.take("precisions", list, default=s.precisions, choices=vocab.PRECISIONS, item=str)
     s.zo_losses = t.take("zo_losses", list, default=s.zo_losses, choices=vocab.ZO_LOSSES, item=str)
     raw_methods = t.take("methods", list, default=..., item=str)
-    s.repeats = t.take("repeats", int, default=1)
-    s.seed = t.take("seed", int, default=0)
-    s.timeout_s = t.take("timeout_s", float, default=s.timeout_s)
+    s.repeats = t.take("repeats", int, default=1, bounds=REPEATS)
+    s.seed = t.take("seed", int, default=0, bounds=JobSpec.BOUNDS["seed"])
+    s.timeout_s = t.take("timeout_s", float, default=s.timeout_s, bounds=TIMEOUT_S)
     s.workload = t.take("workload", dict, default={})
     s.hyper = t.take("hyper", dict, default={})
     t.done()
-    for key, values in (("methods", raw_methods), ("targets", s.targets), ("runtimes", s.runtimes),
-                        ("precisions", s.precisions)):
-        if not values:
-            raise t.error(key, "expected a non-empty list")
     for m in raw_methods:
         try:
             s.methods.append(MethodChoice.parse(m))
         except ValueError as e:
             raise t.error("methods", f"{e}, got {m!r}") from None
-    if s.repeats < 1:
-        raise t.error("repeats", f"expected an integer >= 1, got {s.repeats}")
-    if s.timeout_s <= 0:
-        raise t.error("timeout_s", f"expected a number > 0, got {s.timeout_s}")
+    for key, values in (("methods", [str(m) for m in s.methods]), ("targets", s.targets),
+                        ("runtimes", s.runtimes), ("precisions", s.precisions), ("zo_losses", s.zo_losses)):
+        if not values:
+            raise t.error(key, "expected a non-empty list")
+        twice = next((v for i, v in enumerate(values) if v in values[:i]), None)
+        if twice is not None:   # two jobs of one id would share a result file
+            raise t.error(key, f"expected each value once, got {twice!r} twice")
     try:
         for k, v in s.workload.items():
             check_value(Workload, k, v, "workload.")

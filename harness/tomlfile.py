@@ -9,6 +9,8 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
+from workloads.spec import Bounds
+
 from .errors import UserError
 
 TYPES = {str: "a string", int: "an integer", float: "a number", bool: "true or false",
@@ -37,7 +39,9 @@ class Table:
     def error(self, key: str, msg: str) -> UserError:
         return UserError(f"{self.path}: {self.where}{key}: {msg}")
 
-    def take(self, key: str, kind, default=None, choices=None, item=None):
+    def take(self, key: str, kind, default=None, choices=None, item=None, bounds: Bounds | None = None):
+        """The value of key, checked: its type, a list's item type, choices, and for a number
+        finiteness and bounds."""
         self.seen.add(key)
         if key not in self.data:
             if default is ...:
@@ -49,6 +53,9 @@ class Table:
             v, ok = float(v), True
         if not ok:
             raise self.error(key, f"expected {TYPES.get(kind, kind)}, got {v!r}")
+        problem = (bounds or Bounds()).problem(v) if kind in (int, float) else None
+        if problem:
+            raise self.error(key, problem)
         if item is not None and any(not isinstance(x, item) for x in v):
             raise self.error(key, f"expected a list of {TYPES[item].split(' ', 1)[1]}s, got {v!r}")
         values = v if isinstance(v, list) else [v]

@@ -19,6 +19,7 @@ from matplotlib.figure import Figure
 
 from harness import memory_model
 from harness.errors import UserError
+from harness.schema import step_seconds
 from workloads.models import MODELS
 from workloads.vocab import METHODS, PAPER_CONFIGS, TRAIN_PHASES, method_label, precision_key
 
@@ -91,6 +92,12 @@ def precision_label(job: dict) -> str:
     return {"int8-float": "int8", "int8-integer": "int8*"}.get(key, key)
 
 
+def _nan(value) -> float:
+    """A number of a result as pandas holds a missing one: the store writes a loss that was not
+    finite as null (naming it under "nonfinite"), which is NaN here, a gap in a chart."""
+    return math.nan if value is None else value
+
+
 def _load(store, run_ids: list[str], plans: list[dict]) -> pd.DataFrame:
     """One row per result, in the order methods are introduced in the paper."""
     rows = []
@@ -108,15 +115,17 @@ def _load(store, run_ids: list[str], plans: list[dict]) -> pd.DataFrame:
                 "status": r["status"], "error": r.get("error") or "", "steps": steps,
                 "train_s": r.get("train_seconds") or math.nan,
                 # A runner that never trained reports 0 s and 0 bytes: unknown, not free.
-                "ms_step": 1000 * r["train_seconds"] / steps if steps and r.get("train_seconds") else math.nan,
+                "ms_step": 1000 * step if (step := step_seconds(r)) else math.nan,
                 "peak_mib": (mem.get("peak_rss_bytes") or math.nan) / MIB,
                 "baseline_mib": (mem.get("baseline_rss_bytes") or math.nan) / MIB,
                 "buffers_mib": (mem.get("buffers_bytes") or math.nan) / MIB,
                 **{p: 1000 * phases[p]["seconds"] / steps if steps and p in phases else math.nan
                    for p in TRAIN_PHASES},
-                "train_loss": last.get("train_loss", math.nan), "test_loss": last.get("test_loss", math.nan),
-                "test_acc": 100 * last.get("test_accuracy", math.nan),
-                "epochs": r.get("epochs") or [], "env": r.get("env") or {},
+                "train_loss": _nan(last.get("train_loss")), "test_loss": _nan(last.get("test_loss")),
+                "test_acc": 100 * _nan(last.get("test_accuracy")),
+                "epochs": [{**e, **{k: _nan(e.get(k)) for k in ("train_loss", "test_loss")}}
+                           for e in r.get("epochs") or []],
+                "env": r.get("env") or {},
             })
     if not rows:
         raise UserError(f"report: {', '.join(run_ids)} has no result yet "

@@ -1,30 +1,23 @@
 #!/usr/bin/env bash
-# What `make run` needs besides the venv: Fashion-MNIST where the runners look
-# ($ZOBENCH_DATA/fashion-mnist, then /usr/share/datasets/fashion-mnist) and the tools
-# that build the C++ runner (cmake, g++, nlohmann-json). Installed with apt where it is
-# usable; otherwise this says what to install.
+# `ensure-deps.sh run|test`: what `make run` / `make test` need besides the venv. The list, and
+# how each tool is found, is testkit/tools.py. The missing tools' packages are installed with
+# apt where it is usable (on PATH, as root or with passwordless sudo). Otherwise one
+# message names what is missing: `make run` stops, `make test` goes on and the tests that need
+# a missing tool are skipped with its name.
 set -euo pipefail
-have_data() { ls "$1"/train-images-idx3-ubyte* >/dev/null 2>&1; }
-need=()
-if ! { { [ -n "${ZOBENCH_DATA:-}" ] && have_data "$ZOBENCH_DATA/fashion-mnist"; } || have_data /usr/share/datasets/fashion-mnist; }; then
-  need+=(dataset-fashion-mnist)
-fi
-command -v cmake >/dev/null 2>&1 || need+=(cmake)
-command -v g++ >/dev/null 2>&1 || need+=(g++)
-[ -f /usr/include/nlohmann/json.hpp ] || need+=(nlohmann-json3-dev)
-[ ${#need[@]} -eq 0 ] && exit 0
-if command -v apt-get >/dev/null 2>&1; then
-  SUDO=""
-  [ "$(id -u)" -eq 0 ] || SUDO="sudo -n"
-  echo "installing ${need[*]} ..." >&2
-  if $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null 2>&1 ||
-     { $SUDO apt-get update -qq && $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}"; }; then
-    exit 0
+level=${1:?usage: ensure-deps.sh run|test}
+cd "$(dirname "$0")/.."
+tools() { "${PYTHON:-python3}" testkit/tools.py "$@"; }
+
+mapfile -t need < <(tools packages "$level")
+if [ ${#need[@]} -gt 0 ] && command -v apt-get >/dev/null 2>&1; then
+  sudo=()
+  [ "$(id -u)" -eq 0 ] || sudo=(sudo -n)
+  if [ ${#sudo[@]} -eq 0 ] || sudo -n true 2>/dev/null; then
+    echo "zobench: installing ${need[*]} ..." >&2
+    apt_install() { "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null; }
+    # the package lists are refreshed only when the install cannot find a package in them
+    apt_install 2>/dev/null || { "${sudo[@]}" apt-get update -qq && apt_install; } || true
   fi
 fi
-cat >&2 <<MSG
-Missing: ${need[*]}. On Debian/Ubuntu: sudo apt-get install ${need[*]}
-Without apt: install cmake, g++ and nlohmann-json, and put the four Fashion-MNIST IDX files
-(train-images-idx3-ubyte.gz, ...) in DIR/fashion-mnist with ZOBENCH_DATA=DIR exported.
-MSG
-exit 1
+tools check "$level"

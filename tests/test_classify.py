@@ -5,7 +5,7 @@ import signal
 import pytest
 
 from harness import schema
-from harness.execute import classify
+from harness.job import Evidence, classify
 from harness.plan import Job
 from harness.transport import Outcome
 
@@ -15,13 +15,23 @@ def job():
     return Job("j1", "board", 30.0, {"job_id": "j1", "method": "full-zo", "runtime": "torch"})
 
 
-def outcome_of(tmp_path, job, content, rc=0, **kw):
+def outcome_of(tmp_path, job, content, rc=0, evidence=None, **kw):
     path = tmp_path / "result.json"
     if content is not None:
         path.write_text(content)
-    r = classify(job, Outcome(rc, **kw), path, "2026-01-01T00:00:00+00:00", 1.0, 3)
+    r = classify(job, Outcome(rc, **kw), path, "2026-01-01T00:00:00+00:00", 1.0, 3, evidence)
     assert schema.problems(r) == [], r
     return r
+
+
+# What a kernel logged for a real cgroup OOM kill on the development machine (dmesg), and what
+# the cgroup's counters read after it: v1 memory.oom_control, v2 memory.events.
+KERNEL_LOG = """\
+[  560.934706] oom-kill:constraint=CONSTRAINT_MEMCG,nodemask=(null),cpuset=/,mems_allowed=0,oom_memcg=/zobench-6758,task_memcg=/zobench-6758,task=python3,pid=8947,uid=0
+[  560.934749] Memory cgroup out of memory: Killed process 8947 (python3) total-vm:448320kB, anon-rss:101716kB, file-rss:7912kB, shmem-rss:0kB, UID:0 pgtables:328kB oom_score_adj:0
+"""
+V1_OOM_CONTROL = "oom_kill_disable 0\nunder_oom 0\noom_kill 1\n"
+V2_EVENTS = "low 0\nhigh 0\nmax 212\noom 1\noom_kill 1\noom_group_kill 0\n"
 
 
 def test_corrupt_invalid_and_foreign_results_are_failed(tmp_path, job):
@@ -39,14 +49,54 @@ def test_missing_result_names_the_exit_or_signal(tmp_path, job):
     assert r["status"] == "failed" and r["error"] == "runner exited with code 3 without a result: ValueError: boom"
     r = outcome_of(tmp_path, job, None, rc=-signal.SIGSEGV)
     assert r["status"] == "failed" and "SIGSEGV" in r["error"]
-    r = outcome_of(tmp_path, job, None, rc=-signal.SIGKILL)
-    assert r["status"] == "oom" and "SIGKILL" in r["error"] and r["steps"] == 3
+    r = outcome_of(tmp_path, job, None, rc=-signal.SIGKILL)     # anyone's kill -9: no evidence of memory
+    assert r["status"] == "failed" and r["error"] == "runner killed by SIGKILL" and r["steps"] == 3
 
 
-def test_allocation_failure_under_a_memory_limit_is_oom(tmp_path, job):
-    r = classify(job, Outcome(1, stderr_tail="OSError: libtorch_cpu.so: failed to map segment from shared object"),
-                 tmp_path / "none.json", "t", 1.0, 0, mem_limit="256M")
-    assert r["status"] == "oom" and "256M" in r["error"]
+@pytest.mark.parametrize("counters", [V1_OOM_CONTROL, V2_EVENTS])
+def test_sigkill_is_oom_when_the_cgroup_counted_an_oom_kill(tmp_path, job, counters):
+    ev = Evidence({"event": "launch", "pid": 8947, "monotonic": 555.0, "method": "cgroup-v1"}, "120M", counters)
+    r = outcome_of(tmp_path, job, None, rc=-signal.SIGKILL, evidence=ev)
+    assert r["status"] == "oom"
+    assert r["error"] == "runner killed by SIGKILL: out of memory (the OOM killer fired in its 120M memory cgroup: oom_kill 1)"
+    ev.cgroup_counters = counters.replace("oom_kill 1", "oom_kill 0")   # the limit was hit, but nobody was killed
+    assert outcome_of(tmp_path, job, None, rc=-signal.SIGKILL, evidence=ev)["status"] == "failed"
+
+
+def test_sigkill_is_oom_when_the_kernel_log_names_the_runner_since_its_launch(tmp_path, job):
+    launched = {"event": "launch", "pid": 8947, "monotonic": 555.0}
+    r = outcome_of(tmp_path, job, None, rc=-signal.SIGKILL, evidence=Evidence(launched, kernel_log=KERNEL_LOG))
+    assert r["status"] == "oom"
+    assert r["error"].startswith("runner killed by SIGKILL: out of memory (kernel: Memory cgroup out of memory: "
+                                 "Killed process 8947 (python3)")
+    # the same log for another pid, or for an earlier process that had this pid: not this job's OOM
+    for launch in ({**launched, "pid": 894}, {**launched, "monotonic": 600.0}):
+        r = outcome_of(tmp_path, job, None, rc=-signal.SIGKILL, evidence=Evidence(launch, kernel_log=KERNEL_LOG))
+        assert r["status"] == "failed" and r["error"] == "runner killed by SIGKILL"
+    # a kernel OOM line only explains a SIGKILL
+    r = outcome_of(tmp_path, job, None, rc=-signal.SIGSEGV, evidence=Evidence(launched, kernel_log=KERNEL_LOG))
+    assert r["status"] == "failed"
+
+
+def test_allocation_failure_is_oom_and_other_memory_words_are_not(tmp_path, job):
+    under_rlimit = Evidence({"event": "launch", "pid": 1, "monotonic": 1.0, "method": "rlimit-as"}, "256M")
+    r = outcome_of(tmp_path, job, None, rc=1, evidence=under_rlimit,
+                   stderr_tail="OSError: libtorch_cpu.so: failed to map segment from shared object")
+    assert r["status"] == "oom"
+    assert r["error"] == ("runner exited with code 1 without a result: out of memory (an allocation failed under its "
+                          "256M address-space limit): OSError: libtorch_cpu.so: failed to map segment from shared object")
+    r = outcome_of(tmp_path, job, None, rc=-signal.SIGABRT,
+                   stderr_tail="terminate called after throwing an instance of 'std::bad_alloc'\n  what():  std::bad_alloc")
+    assert r["status"] == "oom" and r["error"].startswith("runner killed by SIGABRT: out of memory (an allocation failed)")
+    r = outcome_of(tmp_path, job, None, rc=1, evidence=under_rlimit,
+                   stderr_tail="RuntimeError: channels_last memory format needs a 4-d tensor")
+    assert r["status"] == "failed" and "memory format" in r["error"]
+
+
+def test_an_interrupted_runner_is_interrupted_with_the_reason(tmp_path, job):
+    r = outcome_of(tmp_path, job, None, rc=-signal.SIGTERM, interrupted=True,
+                   error="interrupted by SIGINT; the runner's process group was killed")
+    assert r["status"] == "interrupted" and r["error"] == "interrupted by SIGINT; the runner's process group was killed"
 
 
 def test_timeout_and_lost_win_over_a_stale_file(tmp_path, job):

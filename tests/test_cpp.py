@@ -7,7 +7,7 @@ import pytest
 from harness import schema
 from workloads.vocab import PAPER_CONFIGS
 
-from conftest import QEMU_A53, job_spec, run_runner
+from testkit.runners import QEMU_A53, job_spec, run_runner
 
 
 def spec(method, k, data_dir, steps=60):
@@ -72,7 +72,7 @@ def test_runtimes_of_a_run_start_from_the_same_weights_file(tmp_path):
     """The harness writes the initial weights once; with a zero learning rate Full BP leaves
     them untouched, so both runtimes must end with the file's exact bytes."""
     import hashlib
-    from harness.cli import main
+    from zobench.cli import main
     from harness.store import Store
 
     assert main(["run", "--results", str(tmp_path), "--no-report", "--method", "full-bp", "--precision", "fp32",

@@ -1,27 +1,23 @@
-"""Jobs that hang, crash or get lost are recorded with their reason; the run keeps the rest,
-and --resume finishes only what did not end ok."""
+"""Jobs that hang, crash, are killed, run out of memory or get lost, and boards that break, are
+recorded with their reason; the run keeps the rest, and --resume finishes only what did not end ok."""
 import json
+import os
+import signal
+import threading
+import time
 from pathlib import Path
 
-from harness.cli import main
-from harness.store import Store
+import pytest
 
-TINY = ["--runtime", "torch", "--precision", "fp32", "--set", "epochs=1", "--set", "train_samples=320", "--set", "test_samples=64"]
+from zobench.cli import main
+from harness.store import Store
+from harness.transport import LocalTransport, TransportError
+from testkit.runners import TINY, processes_mentioning, zobench
+
 
 
 def results(root: Path, run_id: str) -> dict:
     return {r["job"]["method"]: r for r in Store(root).results(run_id)}
-
-
-def processes_mentioning(text: str) -> list[str]:
-    hits = []
-    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
-        try:
-            if text in cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace"):
-                hits.append(cmdline.parent.name)
-        except OSError:
-            pass
-    return hits
 
 
 def test_hung_runner_times_out_is_killed_and_others_are_kept(tmp_path):
@@ -36,8 +32,6 @@ def test_hung_runner_times_out_is_killed_and_others_are_kept(tmp_path):
     assert "25 s timeout" in r["full-zo"]["error"] and "killed" in r["full-zo"]["error"]
     assert r["full-zo"]["steps"] >= 0
     assert processes_mentioning(str(store.runs / run_id)) == []     # nothing of the runner is left
-    rows = store.query("SELECT job_id, status FROM results WHERE run_id = ?", (run_id,))
-    assert sorted(row["status"] for row in rows) == ["ok", "timeout"]
 
 
 def test_crashed_runner_is_failed_with_the_signal_and_others_are_kept(tmp_path):
@@ -59,7 +53,6 @@ def test_resume_reruns_only_the_jobs_that_did_not_end_ok(tmp_path):
     lost = json.loads(ez_file.read_text())
     lost.update(status="lost", error="connection lost mid-job")
     ez_file.write_text(json.dumps(lost))
-    store.reindex()
     bp_before = bp_file.read_bytes()
 
     assert main(["run", "--results", str(tmp_path), "--no-report", "--resume", run_id]) == 0
@@ -70,12 +63,77 @@ def test_resume_reruns_only_the_jobs_that_did_not_end_ok(tmp_path):
     assert store.run_ids() == [run_id]                        # no new run was made
 
 
-def test_index_is_rebuilt_from_the_raw_files(tmp_path):
-    assert main(["run", "--results", str(tmp_path), "--no-report", "--method", "full-zo", *TINY]) == 0
+
+def kill_when_training(root: Path, job: str) -> threading.Thread:
+    """kill -9 the runner of `job` once it trains, as a user or another program might."""
+    def watch():
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            for log in root.glob(f"runs/*/work/{job}/stdout.log"):
+                lines = log.read_text().splitlines()
+                if any('"start"' in line for line in lines):
+                    os.kill(json.loads(lines[0])["pid"], signal.SIGKILL)
+                    return
+            time.sleep(0.05)
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    return watcher
+
+
+def test_a_runner_killed_by_sigkill_without_evidence_of_memory_is_failed_not_oom(tmp_path):
+    watcher = kill_when_training(tmp_path, "*.full-zo.*")
+    rc = main(["run", "--results", str(tmp_path), "--no-report", "--method", "full-zo", "--method", "elastic-zo:1",
+               "--set", "fault=hang@full-zo", *TINY])
+    watcher.join()
+    assert rc == 1
     store = Store(tmp_path)
-    before = [dict(r) for r in store.query("SELECT * FROM results")]
-    store.db_path.unlink()
-    assert store.reindex() == 1
-    assert [dict(r) for r in store.query("SELECT * FROM results")] == before
-    assert before[0]["steps"] == 10 and before[0]["status"] == "ok"
-    assert before[0]["step_seconds"] == before[0]["train_seconds"] / 10
+    r = results(tmp_path, store.latest())
+    assert r["full-zo"]["status"] == "failed" and r["full-zo"]["error"] == "runner killed by SIGKILL"
+    assert r["elastic-zo"]["status"] == "ok"                       # the board ran on
+    assert processes_mentioning(str(store.runs / store.latest())) == []
+
+
+def test_a_runner_over_its_memory_limit_is_oom_on_the_evidence_this_machine_gives(tmp_path):
+    inv = tmp_path / "inventory.toml"
+    inv.write_text('[targets.small]\ntransport = "local"\nmem_limit = "120M"\n')   # torch alone needs more
+    out = zobench("run", "--results", tmp_path, "--inventory", inv, "--no-report", "--target", "small",
+                  "--method", "full-zo", *TINY)
+    assert out.returncode == 1, out.stderr
+    store = Store(tmp_path)
+    run_id = store.latest()
+    (r,) = store.results(run_id)
+    launch = json.loads((store.runs / run_id / "work" / r["job"]["job_id"] / "stdout.log").read_text().splitlines()[0])
+    assert r["status"] == "oom", r["error"]
+    if launch["method"].startswith("cgroup"):   # the kernel's OOM killer, counted by the job's cgroup
+        assert r["error"] == "runner killed by SIGKILL: out of memory (the OOM killer fired in its 120M memory cgroup: oom_kill 1)"
+        assert not Path(launch["cgroup"]).exists()                  # and the cgroup is gone
+    else:                                       # RLIMIT_AS: an allocation failed
+        assert "out of memory (an allocation failed under its 120M address-space limit)" in r["error"]
+    assert out.stderr.strip().splitlines()[-1] == \
+        f"run {run_id}: 1 jobs run, 1 not ok; finish them with: zobench run --resume {run_id} --results {tmp_path} --inventory {inv}"
+
+
+def test_a_board_that_breaks_ends_its_own_jobs_with_the_literal_reason_and_the_others_run(tmp_path):
+    # a "python" whose error is not UTF-8 and reads as rich markup: each once took the whole run down
+    broken = tmp_path / "python"
+    broken.write_bytes(b"#!/bin/sh\nprintf 'cannot load [/usr/lib/zobench] \\377\\n' >&2\nexit 1\n")
+    broken.chmod(0o755)
+    inv = tmp_path / "inventory.toml"
+    inv.write_text(f'[targets.broken]\ntransport = "local"\npython = {json.dumps(str(broken))}\n')
+    out = zobench("run", "--results", tmp_path / "res", "--inventory", inv, "--no-report", "--target", "broken",
+                  "--target", "local", "--method", "full-zo", *TINY)
+    assert out.returncode == 1, out.stderr
+    store = Store(tmp_path / "res")
+    r = {x["job"]["target"]: x for x in store.results(store.latest())}
+    assert r["local"]["status"] == "ok"
+    why = f"this machine: probe with {broken} failed: cannot load [/usr/lib/zobench] \ufffd"
+    assert r["broken"]["status"] == "failed" and r["broken"]["error"] == why
+    assert f"failed broken.torch.full-zo.fp32.r0  {why}" in out.stderr   # printed literally, on one line
+    assert "Traceback" not in out.stderr
+
+
+def test_a_local_command_past_its_timeout_is_a_transport_error_and_leaves_nothing_running():
+    marker = f"{os.getpid()}.{time.monotonic_ns() % 1000}"    # a sleep only this test starts
+    with pytest.raises(TransportError, match=r"^this machine: `sleep .*` did not end within 1 s; its process group was killed$"):
+        LocalTransport().exec(f"sleep {marker} & sleep {marker}; echo never", timeout=1)
+    assert processes_mentioning(f"sleep {marker}") == []

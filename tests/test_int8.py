@@ -11,7 +11,7 @@ from harness import schema
 from workloads import int8
 from workloads.models import LENET5
 
-from conftest import QEMU_A53, REPO, job_spec, run_runner
+from testkit.runners import QEMU_A53, REPO, job_spec, run_runner
 
 STEPS = 100
 CONFIGS = [("full-bp", 0, "float"), ("full-zo", 0, "float"), ("full-zo", 0, "integer"),
@@ -147,3 +147,15 @@ def test_int8_rejects_an_fp32_init_weights_file(tmp_path, data_dir):
                    tmp_path)
     assert r["status"] == "failed" and r["error"].startswith("init_weights: an int8 run starts from the integer init")
     assert json.loads(json.dumps(r))["job"]["precision"] == "int8"
+
+
+def test_strided_max_pool_and_its_backward_are_torchs_including_ties():
+    """int8.max_pool2 / max_unpool2 stand in for F.max_pool2d and F.max_unpool2d (ten times
+    faster); on integer maps ties are common, and the error must go to the first maximum of
+    each window in scan order, as torch routes it."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randint(-3, 4, (4, 3, 8, 8), generator=g).float()   # seven values: most windows tie
+    err = torch.randint(-127, 128, (4, 3, 4, 4), generator=g).float()
+    pooled, idx = torch.nn.functional.max_pool2d(x, 2, return_indices=True)
+    assert torch.equal(int8.max_pool2(x), pooled)
+    assert torch.equal(int8.max_unpool2(err, x), torch.nn.functional.max_unpool2d(err, idx, 2, output_size=x.shape[-2:]))

@@ -6,7 +6,7 @@ import pytest
 from harness.memory_model import breakdown, layer_outputs
 from workloads.models import LENET5
 
-from conftest import zobench
+from testkit.runners import zobench
 
 MIB, KIB = 2 ** 20, 2 ** 10
 

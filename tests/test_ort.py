@@ -7,13 +7,13 @@ import numpy as np
 import onnx
 import pytest
 
-from harness.deploy import onnx_graph
+from harness.artifacts import onnx_graph
 from harness.store import Store
 from workloads import onnx_export
 from workloads.models import LENET5
 from workloads.spec import JobSpec
 
-from conftest import ORT_RUNNER, REPO, job_spec, run_runner, zobench
+from testkit.runners import ORT_RUNNER, REPO, job_spec, run_runner, zobench
 
 ZO_METHODS = [("full-zo", 0), ("elastic-zo", 1), ("elastic-zo", 2)]
 

@@ -1,11 +1,13 @@
 """Suites expand into the jobs of a run; the paper's setting is what the paper says."""
+import re
+
 import pytest
 
 from harness import inventory, measurements, plan, suites
 from harness.errors import UserError
-from workloads.spec import JobSpec
+from workloads.spec import JobSpec, SpecError
 
-from conftest import run_runner
+from testkit.runners import run_runner
 
 
 def test_paper_fmnist_suite_is_the_papers_table1_setting():
@@ -26,10 +28,11 @@ def test_filters_overrides_and_repeats():
     s.repeats = 3
     jobs, _ = plan.make(s, inventory.resolve(["local"], None), methods=["elastic-zo"], runtimes=["torch"],
                         precisions=["fp32"], overrides=plan.parse_set(["epochs=1", "lr_zo=2e-3"]), timeout_s=42)
-    assert [j.job_id for j in jobs] == [f"local.torch.elastic-zo-k{k}.fp32.r{r}" for k in (1, 2) for r in range(3)]
+    # round-robin over repeats: a busy minute slows one repeat of many keys, not one key
+    assert [j.job_id for j in jobs] == [f"local.torch.elastic-zo-k{k}.fp32.r{r}" for r in range(3) for k in (1, 2)]
     assert {j.spec["hyper"]["epochs"] for j in jobs} == {1} and {j.timeout_s for j in jobs} == {42}
     assert {j.spec["hyper"]["lr_zo"] for j in jobs} == {2e-3}
-    assert [j.spec["repeat"] for j in jobs[:3]] == [0, 1, 2]
+    assert [j.spec["repeat"] for j in jobs] == [0, 0, 1, 1, 2, 2]
 
 
 def test_combinations_a_runtime_cannot_run_are_left_out_with_the_reason():
@@ -64,6 +67,48 @@ def test_quick_suite_has_the_int8_jobs_on_torch_and_cpp_with_both_zo_losses():
     assert sorted(j.job_id for j in jobs if j.spec["method"] == "full-bp") == [
         "local.cpp.full-bp.int8.r0", "local.torch.full-bp.int8.r0"]
     assert all(j.job_id.split(".")[3] == measurements.job_key(j.spec)[1]["precision"] for j in jobs)
+
+
+def test_a_suite_of_integer_zo_loss_only_keeps_both_full_bp_jobs():
+    """full-bp computes no ZO loss: it runs once per precision whatever zo_losses holds."""
+    s = suites.load("quick")
+    s.zo_losses = ["integer"]
+    jobs, notes = plan.make(s, inventory.resolve(["local"], None), runtimes=["torch"])
+    assert notes == []
+    assert sorted((j.spec["method"], j.spec["bp_layers"], j.spec["precision"], j.spec["zo_loss"]) for j in jobs) == sorted(
+        [("full-bp", 0, "fp32", "float"), ("full-bp", 0, "int8", "integer")] +
+        [(m, k, p, "float" if p == "fp32" else "integer")
+         for m, k in (("full-zo", 0), ("elastic-zo", 1), ("elastic-zo", 2)) for p in ("fp32", "int8")])
+
+
+def test_every_combination_is_a_job_or_a_note_with_the_reason(tmp_path):
+    """On a CUDA target with a data set the C++ binary cannot read: nothing leaves the plan
+    without a note naming the method, precision and runtime."""
+    inv = tmp_path / "inventory.toml"
+    inv.write_text('[targets.gpu]\nprofile = "local"\ndevice = "cuda"\n')
+    s = suites.load("quick")
+    s.workload = {"dataset": "digits"}
+    jobs, notes = plan.make(s, inventory.resolve(["gpu"], inv), overrides={"train_samples": 1000, "test_samples": 300})
+    assert sorted((j.spec["runtime"], j.spec["method"], j.spec["precision"]) for j in jobs) == sorted(
+        ("torch", m, "fp32") for m in ("full-bp", "full-zo", "elastic-zo", "elastic-zo"))
+    assert "full-zo int8 on torch: the torch runtime trains int8 on cpu, not cuda" in notes
+    assert "full-zo fp32 on cpp: the cpp runtime reads mnist and fashion-mnist, not digits" in notes
+    assert "full-zo fp32 on ort: the ort runtime trains fp32 on cpu, not cuda" in notes
+    for runtime in s.runtimes:
+        for precision in s.precisions:
+            for m in s.methods:
+                if not any((j.spec["runtime"], j.spec["method"], j.spec["bp_layers"], j.spec["precision"]) ==
+                           (runtime, m.method, m.bp_layers, precision) for j in jobs):
+                    assert any(n.startswith(f"{m} {precision} on {runtime}: ") for n in notes), (m, precision, runtime)
+
+
+def test_job_ids_and_target_names_that_would_be_paths_are_refused_by_the_spec():
+    """A job id names its folder on the board: a plan's ids pass the spec, a path never does."""
+    jobs, _ = plan.make(suites.load("quick"), inventory.resolve(["local"], None))
+    assert [JobSpec.from_dict(j.spec).job_id for j in jobs] == [j.job_id for j in jobs]
+    for key, bad in (("job_id", "../../x"), ("job_id", ".."), ("target", "a/b"), ("target", "..")):
+        with pytest.raises(SpecError, match=f"^{key}: expected a .*, got '{re.escape(bad)}'$"):
+            JobSpec.from_dict({"job_id": "j", "method": "full-zo", key: bad})
 
 
 @pytest.mark.slow

@@ -4,12 +4,12 @@ import re
 
 import pytest
 
-from harness.cli import main
+from zobench.cli import main
 from harness.store import Store
 from reports import build
 from reports.report import CHARTS
 
-from conftest import zobench
+from testkit.runners import zobench
 
 PNG = b"\x89PNG\r\n\x1a\n"
 TINY = ["--runtime", "torch", "--precision", "fp32", "--set", "epochs=2", "--set", "train_samples=320", "--set", "test_samples=64"]
@@ -91,7 +91,7 @@ def test_failed_job_is_tabled_with_its_error_not_charted(report):
 
 def test_report_command_over_two_runs(report, tmp_path):
     store = report["store"]
-    from conftest import zobench
+    from testkit.runners import zobench
     p = zobench("report", "--results", store.root, "--run", report["ok"], "--run", report["bad"], "--out", tmp_path)
     assert p.returncode == 0 and p.stdout.strip() == str(tmp_path / "report.html")
     md = (tmp_path / "report.md").read_text()
@@ -111,14 +111,15 @@ def test_an_unknown_run_is_refused_and_leaves_no_folder_behind(report):
 def test_a_run_with_no_result_yet_is_refused_and_leaves_no_folder_behind(report):
     """A run interrupted before its first job ended: its plan, no results."""
     store = report["store"]
-    (store.runs / "no-results").mkdir()
-    (store.runs / "no-results" / "run.json").write_bytes((store.runs / report["ok"] / "run.json").read_bytes())
-    p = zobench("report", "--results", store.root, "--run", "no-results")
+    run = store.runs / "20000101-000000-0000"
+    run.mkdir()
+    (run / "run.json").write_bytes((store.runs / report["ok"] / "run.json").read_bytes())
+    p = zobench("report", "--results", store.root, "--run", run.name)
     assert p.returncode == 2 and "no result yet" in p.stderr and "--resume" in p.stderr and "Traceback" not in p.stderr
-    assert not (store.runs / "no-results" / "report").exists()
+    assert not (run / "report").exists()
 
 
-def test_int8_and_accuracy_tables_agree_with_the_raw_results(tmp_path):
+def test_int8_and_accuracy_tables_agree_with_the_raw_results(native, tmp_path):   # native: skipped without a C++ toolchain
     assert main(["run", "--results", str(tmp_path), "--no-report", "--runtime", "cpp", "--method", "full-zo",
                  "--method", "elastic-zo:2", "--set", "epochs=1", "--set", "train_samples=640",
                  "--set", "test_samples=128"]) == 0

@@ -10,7 +10,7 @@ from harness import schema
 from workloads import datasets
 from workloads.models import LENET5
 
-from conftest import job_spec, run_runner
+from testkit.runners import job_spec, run_runner
 
 def spec(method="elastic-zo", bp_layers=1, seed=0, **hyper):
     """Ten batches (320 samples), untraced unless hyper says."""

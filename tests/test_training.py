@@ -7,7 +7,7 @@ import pytest
 
 from harness import schema
 
-from conftest import zobench
+from testkit.runners import zobench
 
 KEYS = ["full-bp", "full-zo", "elastic-zo-k1", "elastic-zo-k2"]
 

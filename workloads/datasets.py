@@ -105,12 +105,34 @@ def check(name: str, data_dir: str | None = None) -> None:
         files(name, split, data_dir)
 
 
+def split_size(name: str, split: str, data_dir: str | None = None) -> int:
+    """How many samples a split holds, from its labels file's header (the data stays unread),
+    so a plan can refuse more samples than there are."""
+    if name == "digits":
+        cut = _digits_cut(DIGITS_SAMPLES)
+        return cut if split == "train" else DIGITS_SAMPLES - cut
+    _, labels = files(name, split, data_dir)
+    with (gzip.open if labels.suffix == ".gz" else open)(labels, "rb") as f:
+        head = f.read(8)
+    if len(head) < 8 or head[:4] != b"\x00\x00\x08\x01":
+        raise DatasetError(f"{labels}: not an unsigned-byte IDX file of one dimension")
+    return struct.unpack(">I", head[4:])[0]
+
+
 def _idx_split(name: str, split: str, data_dir: str | None) -> tuple[np.ndarray, np.ndarray]:
     image_file, label_file = files(name, split, data_dir)
     images, labels = read_idx(image_file), read_idx(label_file)
     if images.ndim != 3 or labels.ndim != 1 or len(images) != len(labels):
         raise DatasetError(f"dataset {name!r} {split}: images {images.shape} do not match labels {labels.shape}")
     return images, labels
+
+
+DIGITS_SAMPLES = 1797     # scikit-learn's bundled digits
+
+
+def _digits_cut(n: int) -> int:
+    """How many of digits' n samples are the train split (the first 80%)."""
+    return int(n * 0.8)
 
 
 def _digits_split(split: str) -> tuple[np.ndarray, np.ndarray]:
@@ -128,7 +150,7 @@ def _digits_split(split: str) -> tuple[np.ndarray, np.ndarray]:
     r[np.arange(28), lo + 1] += w
     up = np.einsum("ij,njk,lk->nil", r, img, r)
     images = np.rint(up.clip(0, 1) * 255).astype(np.uint8)
-    cut = int(len(images) * 0.8)
+    cut = _digits_cut(len(images))
     sl = slice(0, cut) if split == "train" else slice(cut, None)
     return images[sl], d.target[sl]
 

@@ -4,11 +4,15 @@ The integer algorithm is specified in docs/int8.md; this module is its reference
 implementation and workloads/cpp/int8.hpp implements the same operations, so the
 two end with identical int8 weights (tested bit for bit).
 
-Exactness: integer tensors are int64; convolutions and matrix products run in
-float64 on int8-valued operands. Every product is at most 127^2 = 16129 and every
-partial sum is an integer, so float64 is exact while |sum| < 2^53, i.e. for any
-sum of fewer than 2^53 / 16129 = 5.6e11 products. The largest sum here is conv1's
-weight gradient, B * 28 * 28 products per weight: exact for any batch below 7e8.
+Exactness: weights, activations and errors are integer-valued float32 tensors, and
+every convolution and matrix product runs on them in the narrowest float type that is
+exact for it (exact_dtype). Every product is at most 127^2 = 16129 and every partial
+sum is an integer, so a sum of n products is exact in float32 while n * 16129 <= 2^24,
+n <= 1040 (all of the forward pass: at most 784 products; the error propagation; FC
+weight gradients for batches up to 1040), and in float64 for n < 5.6e11 (the
+convolutions' weight gradients, B * 28 * 28 products per weight). Requantization
+(round_shift) is exact on such floats too. The integer parts that need bit operations
+(the loss, the softmax error, the rounding of updates) run on int64.
 """
 from __future__ import annotations
 
@@ -48,8 +52,21 @@ def ceil_log2(m: int) -> int:
     return (m - 1).bit_length() if m > 1 else 0
 
 
+EXACT_F32_TERMS = (1 << 24) // (127 * 127)    # 1040: float32 sums this many int8 products exactly
+
+
+def exact_dtype(terms: int) -> torch.dtype:
+    """The float type in which a sum of `terms` int8 x int8 products is exact."""
+    return torch.float32 if terms <= EXACT_F32_TERMS else torch.float64
+
+
 def round_shift(x: torch.Tensor, s: int) -> torch.Tensor:
-    """x / 2^s rounded half up (s >= 1)."""
+    """x / 2^s rounded half up (s >= 1). On an integer-valued float tensor as ceil(u / 2) with
+    u = floor(x / 2^(s-1)), i.e. u - floor(u / 2): power-of-two scalings and floors, so exact
+    without the headroom that adding 2^(s-1) would need."""
+    if x.is_floating_point():
+        u = (x * 2.0 ** (1 - s)).floor_()
+        return u.sub_((u * 0.5).floor_())
     return (x >> s) + ((x >> (s - 1)) & 1)
 
 
@@ -67,12 +84,14 @@ def psto_shift(x: torch.Tensor, s: int) -> torch.Tensor:
     return torch.sign(x) * ((a >> s) + (prob > rand).to(x.dtype))
 
 
-def requant(acc: torch.Tensor, exp: int) -> tuple[torch.Tensor, int]:
-    """int32 accumulator -> 7-bit values and the exponent, by the bitwidth of the tensor's max."""
-    s = ceil_log2(int(acc.abs().max())) - ACT_BITS
+def requant(acc: torch.Tensor, exp: int, relu: bool = False) -> tuple[torch.Tensor, int]:
+    """int32 accumulator -> 7-bit values and the exponent, by the bitwidth of the tensor's max;
+    relu: and the ReLU after it (the same clamp from 0)."""
+    lo, hi = torch.aminmax(acc)
+    s = ceil_log2(int(max(hi, -lo))) - ACT_BITS
     if s > 0:
         acc, exp = round_shift(acc, s), exp + s
-    return acc.clamp(-127, 127), exp
+    return acc.clamp(0 if relu else -127, 127), exp
 
 
 def grad_round(acc: torch.Tensor, bits: int) -> torch.Tensor:
@@ -94,7 +113,7 @@ def base2_logits(q: torch.Tensor, exp: int) -> torch.Tensor:
 def ce_error(q: torch.Tensor, exp: int, y: torch.Tensor) -> torch.Tensor:
     """NITI's integer cross-entropy gradient dL/dlogits, as int8 values: softmax from
     powers of two, in Q11, minus the one-hot, shifted to 7 bits."""
-    s = base2_logits(q, exp)
+    s = base2_logits(q.long(), exp)
     d = (s - s.max(dim=1, keepdim=True).values + CE_OFFSET).clamp(min=0)
     p = (torch.ones_like(d) << d) - 1
     p = (p << ERR_BITS_IN) // p.sum(dim=1, keepdim=True)
@@ -106,6 +125,7 @@ def ce_error(q: torch.Tensor, exp: int, y: torch.Tensor) -> torch.Tensor:
 # 2^(f/64) in Q30 for f = 0..63: the fractional powers of two of the integer loss
 POW2_Q30 = tuple(round(2 ** (f / 64) * 2 ** 30) for f in range(64))
 LOSS_FRAC_BITS = 6
+_POW2_Q30 = torch.tensor(POW2_Q30)
 
 
 def integer_loss(q: torch.Tensor, exp: int, y: torch.Tensor) -> int:
@@ -114,19 +134,15 @@ def integer_loss(q: torch.Tensor, exp: int, y: torch.Tensor) -> int:
     point with 6 fractional bits (powers from POW2_Q30, log2 by repeated squaring)
     instead of the paper's floor(log2): see docs/int8.md for why."""
     sh = 15 - exp - LOSS_FRAC_BITS
-    t = q * LOG2E_Q15
+    t = q.long() * LOG2E_Q15
     s = t >> sh if sh >= 0 else t << -sh
     m = s.max(dim=1, keepdim=True).values
-    d = (s - m).tolist()
-    total = 0
-    for b, row in enumerate(d):
-        acc = 0
-        for dj in row:
-            ip = -(dj >> LOSS_FRAC_BITS)
-            if ip <= 30:                # terms below 2^-30 of the max are dropped
-                acc += POW2_Q30[dj & 63] >> ip
-        total += log2_fixed(acc) - (30 << LOSS_FRAC_BITS) + int(m[b, 0]) - int(s[b, int(y[b])])
-    return total
+    d = s - m
+    ip = -(d >> LOSS_FRAC_BITS)
+    terms = torch.where(ip <= 30, _POW2_Q30[d & 63] >> ip.clamp(max=30), 0)   # below 2^-30 of the max: dropped
+    acc = terms.sum(dim=1).tolist()
+    return (sum(map(log2_fixed, acc)) - len(acc) * (30 << LOSS_FRAC_BITS) +
+            int(m.sum()) - int(s.gather(1, y.view(-1, 1)).sum()))
 
 
 def log2_fixed(v: int) -> int:
@@ -183,21 +199,43 @@ def weights_sha256(q: np.ndarray, exps: list[int]) -> str:
                           np.asarray(exps, dtype="<i4").tobytes()).hexdigest()
 
 
+WINDOW = ((0, 0), (0, 1), (1, 0), (1, 1))     # a 2x2 pooling window in scan order
+
+
+def max_pool2(x: torch.Tensor) -> torch.Tensor:
+    """2x2 max pooling (the maps here have even sides) as the maximum of the four strided
+    views of a window's corners: F.max_pool2d's values, ten times faster on CPU."""
+    return torch.maximum(torch.maximum(x[:, :, 0::2, 0::2], x[:, :, 0::2, 1::2]),
+                         torch.maximum(x[:, :, 1::2, 0::2], x[:, :, 1::2, 1::2]))
+
+
+def max_unpool2(err: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """The pooled error routed back to the first maximum of each window of x in scan order,
+    as F.max_unpool2d does with F.max_pool2d's indices (docs/int8.md), in strided views."""
+    m, out = max_pool2(x), torch.zeros_like(x)
+    free = torch.ones_like(m, dtype=torch.bool)
+    for di, dj in WINDOW:
+        hit = (x[:, :, di::2, dj::2] == m) & free
+        out[:, :, di::2, dj::2] = torch.where(hit, err, 0)
+        free &= ~hit
+    return out
+
+
 class Int8Engine:
-    """The integer network on torch tensors (int64 values in int8 range; products in float64,
-    exact as the module docstring shows). Implements methods.Int8Engine."""
+    """The integer network on torch tensors (int8 values held in float32; products in the
+    float type exact for them, as the module docstring shows). Implements methods.Int8Engine."""
 
     def __init__(self, spec, model):
         self.model = model
         q, self.exps = init_weights(model, spec.seed)
-        self.q = torch.from_numpy(q.astype(np.int64))
+        self.q = torch.from_numpy(q.astype(np.float32))
         self.sizes = [math.prod(l.weight_shape) for l in model.layers]
         self.offsets = [sum(self.sizes[:i]) for i in range(len(self.sizes))]
         self.first_bp = model.first_bp_layer(spec.method, spec.bp_layers)
         self.n_zo = sum(self.sizes[:self.first_bp])
         self.n_bp = sum(self.sizes) - self.n_zo
         self.scale = spec.hyper.zo_scale
-        self.grad = {i: torch.zeros(self.sizes[i], dtype=torch.int64)
+        self.grad = {i: torch.zeros(self.sizes[i], dtype=torch.float64)     # exact integer sums
                      for i in range(self.first_bp, len(model.layers))}
         self.kept = []
         self.z, self.z_key = None, None   # this step's z, drawn once for its three uses
@@ -207,25 +245,23 @@ class Int8Engine:
         return self.q[o:o + self.sizes[i]].view(self.model.layers[i].weight_shape)
 
     def load_batch(self, x, y):
-        return torch.from_numpy(np.asarray(x, dtype=np.int64)), torch.from_numpy(np.asarray(y, dtype=np.int64))
+        return torch.from_numpy(np.asarray(x, dtype=np.float32)), torch.from_numpy(np.asarray(y, dtype=np.int64))
 
     def forward(self, x, keep: bool):
         """Logits (values, exponent) and, if keep, every layer's input and pre-pool output."""
         a, e, saved = x, INPUT_EXP, []
         last = len(self.model.layers) - 1
         for i, layer in enumerate(self.model.layers):
-            w = self.w(i).double()
+            w, dt = self.w(i), exact_dtype(layer.fan_in)
             if layer.kind == "conv":
-                acc = F.conv2d(a.double(), w, padding=layer.padding).long()
-                out, e = requant(acc, e + self.exps[i])
-                out = out.clamp(min=0)
+                out, e = requant(F.conv2d(a.to(dt), w.to(dt), padding=layer.padding), e + self.exps[i], relu=True)
+                out = out.float()
                 saved.append((a, out))
-                a = F.max_pool2d(out.double(), 2).long()
+                a = max_pool2(out)
             else:
                 a = a.flatten(1)
-                out, e = requant((a.double() @ w.T).long(), e + self.exps[i])
-                if i < last:
-                    out = out.clamp(min=0)
+                out, e = requant(a.to(dt) @ w.T.to(dt), e + self.exps[i], relu=i < last)
+                out = out.float()
                 saved.append((a, out))
                 a = out
         return a, e, saved if keep else None
@@ -242,26 +278,29 @@ class Int8Engine:
     def backward(self) -> None:
         """Accumulate the BP layers' integer gradients over the kept passes (NITI's backward)."""
         for q, e, saved, y in self.kept:
-            err = ce_error(q, e, y)
+            err = ce_error(q, e, y).float()
             for i in range(len(self.model.layers) - 1, self.first_bp - 1, -1):
                 layer, (a, _) = self.model.layers[i], saved[i]
-                w = self.w(i).double()
+                w = self.w(i)
                 if layer.kind == "fc":
-                    self.grad[i] += (err.double().T @ a.double()).long().flatten()
+                    dt = exact_dtype(len(err))
+                    self.grad[i] += (err.T.to(dt) @ a.to(dt)).flatten()
                     if i == self.first_bp:
                         break
-                    err = requant((err.double() @ w).long(), 0)[0]
+                    dt = exact_dtype(layer.weight_shape[0])
+                    err = requant(err.to(dt) @ w.to(dt), 0)[0].float()
                 else:
-                    self.grad[i] += torch.nn.grad.conv2d_weight(a.double(), w.shape, err.double(),
-                                                                padding=layer.padding).long().flatten()
+                    dt = exact_dtype(err[:, 0].numel())
+                    self.grad[i] += torch.nn.grad.conv2d_weight(a.to(dt), w.shape, err.to(dt),
+                                                                padding=layer.padding).flatten()
                     if i == self.first_bp:
                         break
-                    err = requant(F.conv_transpose2d(err.double(), w, padding=layer.padding).long(), 0)[0]
+                    dt = exact_dtype(w[:, 0].numel())
+                    err = requant(F.conv_transpose2d(err.to(dt), w.to(dt), padding=layer.padding), 0)[0].float()
                 prev_out = saved[i - 1][1]
                 if self.model.layers[i - 1].kind == "conv":   # through the max pool to its argmax
-                    _, idx = F.max_pool2d(prev_out.double(), 2, return_indices=True)
-                    err = F.max_unpool2d(err.view(idx.shape).double(), idx, 2,
-                                         output_size=prev_out.shape[2:]).long()
+                    err = max_unpool2(err.view(len(err), prev_out.shape[1], *(n // 2 for n in prev_out.shape[2:])),
+                                      prev_out)
                 err = torch.where(prev_out.view(err.shape) > 0, err, 0)
         self.kept.clear()
 
@@ -269,13 +308,13 @@ class Int8Engine:
         bits = grad_bits(epoch)
         for i, acc in self.grad.items():
             o = self.offsets[i]
-            self.q[o:o + self.sizes[i]] = (self.q[o:o + self.sizes[i]] - grad_round(acc, bits)).clamp(-127, 127)
+            self.q[o:o + self.sizes[i]].sub_(grad_round(acc.long(), bits)).clamp_(-127, 127)
             acc.zero_()
 
     def _z(self, key: int, epoch: int) -> torch.Tensor:
-        """z of step `key` at `epoch`'s sparsity. A step uses it three times (+z, -2z, then the
-        restore and update), so it is drawn once and kept until the next step's key, as the
-        ONNX Runtime runner does: drawing it costs about as much as applying it."""
+        """z of step `key` at `epoch`'s sparsity, int64. A step uses it three times (+z, -2z,
+        then the restore and update), so it is drawn once and kept until the next step's key,
+        as the ONNX Runtime runner does: drawing it costs about as much as applying it."""
         if self.z_key != (key, epoch):
             self.z = None      # free the last step's z before drawing this one's
             self.z = torch.from_numpy(zo_noise(key, 0, self.n_zo, self.scale, sparsity_threshold(epoch)))
@@ -283,16 +322,16 @@ class Int8Engine:
         return self.z
 
     def perturb(self, key: int, k: int, epoch: int) -> None:
-        self.q[:self.n_zo] = (self.q[:self.n_zo] + k * self._z(key, epoch)).clamp(-127, 127)
+        self.q[:self.n_zo].add_(self._z(key, epoch), alpha=k).clamp_(-127, 127)
 
     def zo_update(self, key: int, g: int, epoch: int) -> None:
-        """Restore (+z) and update (-round(g z)) in one pass."""
-        z = self._z(key, epoch)
+        """Restore (+z) and update (-round(g z)) in one pass. A weight's change depends only
+        on its z, one of 2 scale + 1 values, so it is computed for each value and looked up."""
+        v = torch.arange(-self.scale, self.scale + 1)
         s = zo_update_shift(self.scale)
-        delta = g * z
-        if s >= 1:
-            delta = psto_shift(delta, s)
-        self.q[:self.n_zo] = (self.q[:self.n_zo] + z - delta.clamp(-1, 1)).clamp(-127, 127)
+        delta = psto_shift(g * v, s) if s >= 1 else g * v
+        change = (v - delta.clamp(-1, 1)).float()
+        self.q[:self.n_zo].add_(change.index_select(0, self._z(key, epoch) + self.scale)).clamp_(-127, 127)
 
     def evaluate(self, x, y) -> tuple[float, int]:
         q, e, _ = self.forward(x, keep=False)

@@ -6,6 +6,11 @@ The limit is a memory cgroup where this user may make one (v2, else v1: the kern
 OOM killer then ends the job with SIGKILL), else RLIMIT_AS (allocations fail instead,
 which the runner reports as oom). The launcher execs COMMAND in its own process, so
 the pid, process group and exit status the harness sees are the command's.
+
+Its first stdout line is the evidence the harness needs to tell an OOM kill from any other
+SIGKILL (harness/job.py): {"event": "launch", "pid": the command's pid, "monotonic": the
+kernel's clock at launch (CLOCK_MONOTONIC, the clock of its log's timestamps)} plus, under a
+limit, "mem_limit" (bytes), "method" and the "cgroup" whose OOM counter the harness reads.
 """
 from __future__ import annotations
 
@@ -13,6 +18,7 @@ import json
 import os
 import resource
 import sys
+import time
 from pathlib import Path
 
 UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
@@ -80,9 +86,10 @@ def main(argv: list[str]) -> None:
         argv = argv[1:]
     if not argv:
         sys.exit("usage: python -m workloads.launch [--mem-limit 512M] -- COMMAND...")
+    event = {"event": "launch", "pid": os.getpid(), "monotonic": time.monotonic()}
     if limit:
-        info = apply_limit(limit)
-        print(json.dumps({"event": "mem_limit", "bytes": limit, **info}), flush=True)
+        event.update(mem_limit=limit, **apply_limit(limit))
+    print(json.dumps(event), flush=True)
     os.execvp(argv[0], argv)
 
 

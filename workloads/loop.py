@@ -1,7 +1,6 @@
 """The epoch loop every Python runtime shares: data order, lr schedule, eval, progress."""
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
@@ -10,14 +9,16 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import methods, vocab, zrng
+from .jsonfile import dumps
 from .spec import SpecError
 
 EMIT_EVERY_S = 0.5
 
 
 def emit(event: str, **fields) -> None:
-    """One JSON object per line on stdout: the harness turns these into progress bars."""
-    sys.stdout.write(json.dumps({"event": event, **fields}) + "\n")
+    """One strict JSON object per line on stdout (a diverged loss is null, named under
+    "nonfinite"): the harness turns these into progress bars."""
+    sys.stdout.write(dumps({"event": event, **fields}, indent=None) + "\n")
     sys.stdout.flush()
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
+import resource
 import time
 import traceback
 from datetime import datetime, timezone
@@ -17,21 +17,13 @@ from datetime import datetime, timezone
 import numpy as np
 
 from . import datasets, envinfo, memory
+from .jsonfile import write_atomic
 from .clock import PhaseClock
 from .loop import TrainState, emit, train
 from .models import MODELS
 from .spec import JobSpec, SpecError
 
 SCHEMA = 1
-
-
-def write_atomic(path, obj: dict) -> None:
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "w") as f:
-        json.dump(obj, f, indent=1)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 def read_init_weights(path: str, model) -> np.ndarray:
@@ -95,6 +87,8 @@ def main(make_engine, packages: tuple[str, ...], argv=None) -> int:
             result["trace"] = state.trace
         result["memory"]["peak_rss_bytes"] = memory.peak_rss_bytes()
         result["wall_seconds"] = time.perf_counter() - wall0
+        ru = resource.getrusage(resource.RUSAGE_SELF)   # every thread, and the launcher before its exec
+        result["cpu_seconds"] = ru.ru_utime + ru.ru_stime   # what the harness nets out of the machine's load
         write_atomic(args.out, result)
         emit("done", status=result["status"], error=result["error"])
     return 0 if result["status"] == "ok" else 1

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import re
 import typing
 from dataclasses import dataclass, field
@@ -19,6 +20,37 @@ from .models import MODELS
 
 class SpecError(ValueError):
     """A spec value is missing, unknown or of the wrong type; the message names the key."""
+
+
+# A name that becomes part of a path on the host or a board (target, job): never "..", "/" or a space.
+NAME = r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}"
+NAME_TEXT = "up to 64 letters, digits, '.', '_' and '-', starting with a letter or digit"
+INT32_MAX = 2**31 - 1     # the C++ binary reads its integers as int
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """The values a number may take: finite, from lo (excluded when open_lo) up to hi. Suites,
+    --set, inventories and command-line options all check their numbers with it, so every
+    range has one home and every refusal one shape."""
+    lo: float | None = None
+    hi: float | None = None
+    open_lo: bool = False
+
+    def problem(self, value) -> str | None:
+        """'expected ..., got ...' when value is not finite or out of bounds, else None."""
+        if isinstance(value, float) and not math.isfinite(value):
+            return f"expected a finite number, got {value!r}"
+        low = self.lo is not None and (value <= self.lo if self.open_lo else value < self.lo)
+        if low or (self.hi is not None and value > self.hi):
+            return f"expected {self}, got {value!r}"
+        return None
+
+    def __str__(self) -> str:
+        num = lambda x: f"{x:g}" if isinstance(x, float) else str(x)
+        parts = ([f"{'>' if self.open_lo else '>='} {num(self.lo)}"] if self.lo is not None else []) + \
+            ([f"<= {num(self.hi)}"] if self.hi is not None else [])
+        return "a value " + " and ".join(parts) if parts else "a finite number"
 
 
 @dataclass
@@ -40,9 +72,15 @@ class Hyper:
 
     PATTERNS: typing.ClassVar[dict] = {
         "fault": (r"((hang|crash|oom)(@[a-z0-9-]+)?)?", "a fault like \"hang\" or \"crash@full-zo\"")}
-    POSITIVE: typing.ClassVar[tuple] = ("epochs", "batch_size", "lr_decay_every", "eps", "zo_scale")
-    NON_NEGATIVE: typing.ClassVar[tuple] = ("lr_bp", "lr_zo", "lr_decay", "zo_grad_clip",
-                                            "train_samples", "test_samples", "trace_steps", "inject_slowdown")
+    # Every runtime takes every value in these bounds. epochs: epochs x steps fit the binary's int;
+    # zo_scale: the int8 perturbation z in [-zo_scale, zo_scale] fits an int8. The data set's size
+    # bounds train_samples, test_samples and batch_size too: the plan checks those (plan.check_data).
+    BOUNDS: typing.ClassVar[dict] = {
+        "epochs": Bounds(1, 10_000), "batch_size": Bounds(1, INT32_MAX), "lr_bp": Bounds(0), "lr_zo": Bounds(0),
+        "lr_decay": Bounds(0, 1.0, open_lo=True), "lr_decay_every": Bounds(1, INT32_MAX),
+        "eps": Bounds(0, open_lo=True), "zo_grad_clip": Bounds(0), "train_samples": Bounds(0, INT32_MAX),
+        "test_samples": Bounds(0, INT32_MAX), "zo_scale": Bounds(1, 127), "trace_steps": Bounds(0, INT32_MAX),
+        "inject_slowdown": Bounds(0)}
 
 
 @dataclass
@@ -76,6 +114,13 @@ class JobSpec:
     CHOICES: typing.ClassVar[dict] = {
         "method": vocab.METHODS, "runtime": vocab.RUNTIMES, "precision": vocab.PRECISIONS,
         "zo_loss": vocab.ZO_LOSSES, "device": vocab.DEVICES}
+    # job ids name folders on the host and the boards: the plan's target.runtime.method.precision.rN
+    PATTERNS: typing.ClassVar[dict] = {"job_id": (r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}", "a job id of letters, "
+                                                  "digits, '.', '_' and '-'"),
+                                       "target": (f"({NAME})?", f"a target name of {NAME_TEXT}")}
+    # seed: zobench-z's 64-bit key; threads: a thread count every runtime accepts
+    BOUNDS: typing.ClassVar[dict] = {"bp_layers": Bounds(0, INT32_MAX), "seed": Bounds(0, 2**64 - 1),
+                                     "threads": Bounds(0, 1024), "repeat": Bounds(0)}
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -124,10 +169,10 @@ def check_value(cls, key: str, value, where: str = ""):
     choices = getattr(cls, "CHOICES", {}).get(key)
     if choices is not None and value not in choices:
         raise SpecError(f"{where}{key}: expected one of {', '.join(repr(c) for c in choices)}, got {value!r}")
-    if key in getattr(cls, "POSITIVE", ()) and not value > 0:
-        raise SpecError(f"{where}{key}: expected a value > 0, got {value!r}")
-    if key in getattr(cls, "NON_NEGATIVE", ()) and value < 0:
-        raise SpecError(f"{where}{key}: expected a value >= 0, got {value!r}")
+    if t in (int, float):
+        problem = cls.BOUNDS[key].problem(value)
+        if problem:
+            raise SpecError(f"{where}{key}: {problem}")
     return value
 
 

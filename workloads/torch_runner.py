@@ -21,8 +21,6 @@ from .runner import main
 
 class TorchEngine(Engine):
     def __init__(self, spec, model, init: np.ndarray):
-        if spec.threads:
-            torch.set_num_threads(spec.threads)
         self.device = torch.device(spec.device)
         self.model = model
         self.flat = torch.from_numpy(init.copy()).to(self.device)   # float64 init -> float64 engine (tests)
@@ -104,6 +102,8 @@ class TorchEngine(Engine):
 
 def make_engine(spec, model, init: np.ndarray | None):
     """The engine for spec's precision; init is the float init (None for int8, which draws its own)."""
+    if spec.threads:
+        torch.set_num_threads(spec.threads)
     if spec.precision == "int8":
         from .int8 import Int8Engine
         return Int8Engine(spec, model)

@@ -10,7 +10,7 @@ PRECISIONS = ("fp32", "int8")
 ZO_LOSSES = ("float", "integer")
 RUNTIMES = ("torch", "ort", "cpp")
 DEVICES = ("cpu", "cuda")
-STATUSES = ("ok", "failed", "timeout", "oom", "lost")
+STATUSES = ("ok", "failed", "timeout", "oom", "lost", "interrupted")
 
 # Training time is the sum of TRAIN_PHASES; eval is timed but reported apart.
 # They map onto the ElasticZO paper's Alg. 1: zo_perturb = lines 5+7,

@@ -298,6 +298,20 @@ static std::string utc_now() {
     return buf;
 }
 
+// nlohmann writes NaN and Infinity as null; as the Python runners do (workloads/jsonfile.py),
+// the result names each such value under "nonfinite", so a diverged loss stays visible.
+static void find_nonfinite(const json& j, const std::string& where, std::vector<std::string>& found) {
+    if (j.is_number_float() && !std::isfinite(j.get<double>())) {
+        const double v = j.get<double>();
+        found.push_back((where.empty() ? "value" : where) + ": " + (std::isnan(v) ? "nan" : v > 0 ? "inf" : "-inf"));
+    } else if (j.is_object()) {
+        for (const auto& item : j.items())
+            find_nonfinite(item.value(), where.empty() ? item.key() : where + "." + item.key(), found);
+    } else if (j.is_array()) {
+        for (size_t i = 0; i < j.size(); ++i) find_nonfinite(j[i], where + "[" + std::to_string(i) + "]", found);
+    }
+}
+
 static void write_atomic(const std::string& path, const json& j) {
     const std::string tmp = path + ".tmp-" + std::to_string(getpid());
     {
@@ -401,6 +415,16 @@ int main(int argc, char** argv) {
     if (!st.trace.empty()) result["trace"] = st.trace;
     result["memory"]["peak_rss_bytes"] = peak_rss_bytes();
     result["wall_seconds"] = std::chrono::duration<double>(Clock::now() - wall0).count();
+    rusage ru{};  // every thread, and the launcher before its exec: what the harness nets out of the machine's load
+    getrusage(RUSAGE_SELF, &ru);
+    result["cpu_seconds"] = ru.ru_utime.tv_sec + ru.ru_stime.tv_sec + 1e-6 * (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
+    std::vector<std::string> nonfinite;
+    find_nonfinite(result, "", nonfinite);
+    if (!nonfinite.empty()) {
+        std::sort(nonfinite.begin(), nonfinite.end());
+        nonfinite.erase(std::unique(nonfinite.begin(), nonfinite.end()), nonfinite.end());
+        result["nonfinite"] = nonfinite;
+    }
     write_atomic(out_path, result);
     emit({{"event", "done"}, {"status", result["status"]}, {"error", result["error"]}});
     return result["status"] == "ok" ? 0 : 1;

@@ -9,7 +9,6 @@ from __future__ import annotations
 import getpass
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -18,7 +17,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
+from .tools import which
+
+SSHD = which("sshd") or "sshd"      # on PATH or in the sbin beside a bin there
 
 
 def free_port() -> int:

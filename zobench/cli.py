@@ -3,23 +3,28 @@
 from __future__ import annotations
 
 import argparse
-import json
+import os
+import shlex
+import signal
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
-from workloads import datasets
+from workloads import jsonfile
+from workloads.spec import Bounds, Hyper, JobSpec, SpecError
 
-from . import inventory, paths, plan, suites
-from .build import build
-from .deploy import sha256
-from .errors import UserError
-from .plan import Job
-from .progress import ProgressView
-from .probe import probe
-from .runs import execute, transport_for
-from .store import Store, summary
-from .transport import TransportError
+from harness import inventory, paths, plan, suites
+from harness.artifacts import sha256
+from harness.build import build
+from harness.bundle import prepare
+from harness.compare import EXIT_CODES
+from harness.errors import UserError
+from harness.plan import Job
+from harness.progress import ProgressView
+from harness.probe import probe
+from harness.scheduler import execute, transport_for
+from harness.store import Store, results_dir, summary
+from harness.transport import Stop, TransportError
 
 
 class Parser(argparse.ArgumentParser):
@@ -27,8 +32,23 @@ class Parser(argparse.ArgumentParser):
         raise UserError(f"{self.prog}: {message}")
 
 
+def number(kind, bounds: Bounds):
+    """An option's type: an int or float within bounds, refused in the shape of every other number."""
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {'an integer' if kind is int else 'a number'}, "
+                                             f"got {text!r}") from None
+        problem = bounds.problem(value)
+        if problem:
+            raise argparse.ArgumentTypeError(problem)
+        return value
+    return parse
+
+
 def _add_results(p):
-    p.add_argument("--results", type=Path, default=paths.DEFAULT_RESULTS, metavar="DIR",
+    p.add_argument("--results", type=results_dir, default=paths.DEFAULT_RESULTS, metavar="DIR",
                    help="results directory (default ./results)")
 
 
@@ -45,7 +65,8 @@ def build_parser() -> Parser:
     p.add_argument("--runtime", action="append", default=[], help="only these runtimes")
     p.add_argument("--precision", action="append", default=[], help="only these precisions")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a hyperparameter")
-    p.add_argument("--timeout", type=float, help="per-job timeout in seconds (default: the suite's)")
+    p.add_argument("--timeout", type=number(float, suites.TIMEOUT_S),
+                   help="per-job timeout in seconds (default: the suite's)")
     p.add_argument("--resume", metavar="RUN_ID", help="re-run the jobs of RUN_ID that did not end ok")
     p.add_argument("--no-report", action="store_true", help="do not write the report after the run")
 
@@ -66,11 +87,12 @@ def build_parser() -> Parser:
     p.add_argument("--target", required=True)
     p.add_argument("--inventory", type=Path)
 
-    p = sub.add_parser("compare", help="per job key: significant and large changes in step time and peak memory")
+    p = sub.add_parser("compare", help="per job key: significant and large changes in step time and peak memory",
+                       epilog=f"{EXIT_CODES} (docs/compare.md)")
     _add_results(p)
     p.add_argument("baseline", help="run id, or a file from `zobench export --format pytest-benchmark`")
     p.add_argument("current", help="run id, or an exported file")
-    p.add_argument("--threshold", type=float, default=5.0, metavar="PCT",
+    p.add_argument("--threshold", type=number(float, Bounds(0, 1000.0)), default=5.0, metavar="PCT",
                    help="smallest relative change that counts, in percent (default 5)")
     p.add_argument("--estimator", choices=("min", "median"), default="min",
                    help="each side's estimate the threshold applies to (default min: on a shared "
@@ -87,10 +109,11 @@ def build_parser() -> Parser:
 
     p = sub.add_parser("memory", help="the paper's analytic memory model (Eqs. 2-5, 13-15) from layer shapes")
     p.add_argument("--model", default="lenet5", help="model name (workloads/models.py)")
-    p.add_argument("--batch", type=int, required=True, help="batch size")
+    p.add_argument("--batch", type=number(int, Hyper.BOUNDS["batch_size"]), required=True, help="batch size")
     p.add_argument("--precision", choices=("fp32", "int8"), default="fp32")
     p.add_argument("--method", choices=("full-bp", "full-zo", "elastic-zo"), help="one method (default: all four)")
-    p.add_argument("--bp-layers", type=int, help="elastic-zo: how many final FC layers BP trains (default 1)")
+    p.add_argument("--bp-layers", type=number(int, Bounds(1)),
+                   help="elastic-zo: how many final FC layers BP trains (default 1)")
     p.add_argument("--optimizer", choices=("sgd", "adam"), default="sgd", help="BP optimizer (adam: Eq. 5)")
     p.add_argument("--json", action="store_true", help="print a JSON list of breakdowns")
 
@@ -111,12 +134,22 @@ def cmd_run(args) -> int:
                             " (--timeout may be raised)")
         run_id = args.resume
         saved = store.run_plan(run_id)
-        done = {r["job"]["job_id"] for r in store.results(run_id) if r["status"] == "ok"}
+        done = {r["job"]["job_id"] for r in store.results(run_id, saved) if r["status"] == "ok"}
         jobs = [Job(**j) for j in saved["jobs"] if j["job_id"] not in done]
+        for j in jobs:      # the plan was checked when it was made; run.json may have been edited since
+            try:
+                JobSpec.from_dict(j.spec)
+            except SpecError as e:
+                raise UserError(f"{store.run_dir(run_id) / 'run.json'}: job {j.job_id}: {e}") from None
+        if not jobs:
+            print(f"run {run_id}: nothing to resume: all {len(saved['jobs'])} jobs ended ok", file=sys.stderr)
+            return 0
+        store.check_writable(run_id)
         if args.timeout:
             for j in jobs:
                 j.timeout_s = args.timeout
         targets = {t.name: t for t in inventory.resolve(sorted({j.target for j in jobs}), args.inventory)}
+        prepared = prepare(jobs, targets)
         print(f"resuming run {run_id}: {len(jobs)} of {len(saved['jobs'])} jobs to run", file=sys.stderr)
     else:
         suite = suites.load(args.suite)
@@ -126,12 +159,8 @@ def cmd_run(args) -> int:
                                 timeout_s=args.timeout)
         for n in notes:
             print(f"note: left out {n}", file=sys.stderr)
-        for name, data_dir in sorted({(j.spec["workload"]["dataset"], j.spec["workload"]["data_dir"]) for j in jobs}):
-            try:
-                datasets.check(name, data_dir)
-            except datasets.DatasetError as e:
-                raise UserError(f"{suite.path}: workload.dataset: {e}") from None
         targets = {t.name: t for t in chosen}
+        prepared = prepare(jobs, targets)
         run_id = store.new_run({"created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                                 "suite": suite.name, "suite_path": str(suite.path), "argv": sys.argv[1:],
                                 "jobs": [j.to_dict() for j in jobs]})
@@ -139,14 +168,34 @@ def cmd_run(args) -> int:
     counts = {}
     for j in jobs:
         counts[j.target] = counts.get(j.target, 0) + 1
-    with ProgressView(counts) as view:
-        results = execute(store, run_id, jobs, targets, view)
+    stop, caught = Stop(), []
+
+    def on_signal(signum, _frame):
+        # a flag only: each board kills its running job and starts no more. Later signals are
+        # ignored, so the killing always finishes and no runner is left orphaned.
+        if not caught:
+            caught.append(signum)
+            stop.request(f"interrupted by {signal.Signals(signum).name}")
+
+    before = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        with ProgressView(counts) as view:
+            results = execute(store, run_id, jobs, targets, prepared, view, stop)
+    finally:
+        for s, handler in before.items():
+            signal.signal(s, handler)
+    resume = store.resume_command(run_id) + (f" --inventory {shlex.quote(str(args.inventory))}" if args.inventory else "")
+    if caught:      # no report: what ended is stored, and the user asked to stop now
+        stopped = sum(r["status"] == "interrupted" for r in results)
+        print(f"run {run_id}: {stop.reason}: {len(results) - stopped} jobs ended, {stopped} interrupted, "
+              f"{len(jobs) - len(results)} not started; finish it with: {resume}", file=sys.stderr)
+        return 128 + caught[0]
     bad = [r for r in store.results(run_id) if r["status"] != "ok"]
     if not args.no_report:
-        from reports import build
-        print(f"report: {build(store, [run_id]).resolve()}")
+        from reports import build as build_report
+        print(f"report: {build_report(store, [run_id]).resolve()}")
     print(f"run {run_id}: {len(results)} jobs run, {len(bad)} not ok"
-          + (f"; finish them with: zobench run --resume {run_id}" if bad else ""), file=sys.stderr)
+          + (f"; finish them with: {resume}" if bad else ""), file=sys.stderr)
     return 1 if bad else 0
 
 
@@ -155,12 +204,14 @@ def cmd_results(args) -> int:
 
     store = Store(args.results)
     run_id = args.run or store.latest()
-    rows = [summary(run_id, r) for r in store.results(run_id)]
+    saved = store.run_plan(run_id)
+    rows = [summary(run_id, r) for r in store.results(run_id, saved)]
+    not_run = store.not_run(run_id, saved)
     df = pd.DataFrame(rows)
     if args.format == "csv":
         df.to_csv(sys.stdout, index=False)
     elif args.format == "json":
-        print(json.dumps(rows, indent=1))
+        print(jsonfile.dumps(rows))
     else:
         from rich.console import Console
         from rich.table import Table
@@ -170,19 +221,27 @@ def cmd_results(args) -> int:
             t.add_column(col, justify="left" if col in ("job", "status") else "right")
         for r in rows:
             fmt = lambda v, f: "-" if v is None else format(v, f)
-            t.add_row(r["job_id"], r["status"] if not r["error"] else f"{r['status']}: {r['error']}",
+            t.add_row(r["job_id"], f"{r['status']}: {r['error']}" if r["error"] else
+                      f"{r['status']}; not finite: {r['nonfinite']}" if r["nonfinite"] else r["status"],
                       str(r["steps"]), fmt(r["step_seconds"] and 1000 * r["step_seconds"], ".2f"),
                       fmt(r["train_seconds"], ".1f"), fmt(r["peak_rss_bytes"] and r["peak_rss_bytes"] / 2**20, ".1f"),
                       fmt(r["test_accuracy"], ".3f"), fmt(r["train_loss"], ".3f"))
         Console(width=None if sys.stdout.isatty() else 160).print(t)
-    return 0 if all(r["status"] == "ok" for r in rows) else 1
+    if not_run:
+        print(f"run {run_id}: {len(not_run)} of {len(saved['jobs'])} jobs have no result yet; "
+              f"{store.resume_command(run_id)} runs them", file=sys.stderr)
+    # a job whose file is missing or corrupt has not ended ok either
+    return 0 if len(rows) == len(saved["jobs"]) and all(r["status"] == "ok" for r in rows) else 1
 
 
 def cmd_report(args) -> int:
-    from reports import build
+    from reports import build as build_report
 
     store = Store(args.results)
-    print(build(store, args.run or [store.latest()], args.out, targets=args.target, methods=args.method))
+    try:
+        print(build_report(store, args.run or [store.latest()], args.out, targets=args.target, methods=args.method))
+    except OSError as e:    # a read-only results folder or --out: the first write fails, nothing is half-made
+        raise UserError(f"report: cannot write {e.filename}: {e.strerror}") from None
     return 0
 
 
@@ -194,28 +253,33 @@ def cmd_build(args) -> int:
 
 
 def cmd_compare(args) -> int:
-    from . import compare, measurements
+    from harness import compare, measurements
 
-    if not 0 <= args.threshold < 1000:
-        raise UserError(f"compare --threshold {args.threshold:g}: expected a percentage >= 0")
     base_name, base = measurements.load(args.baseline, args.results)
     cur_name, cur = measurements.load(args.current, args.results)
     if not base or not cur:
         raise UserError(f"compare: {base_name if not base else cur_name} has no ok result to compare")
     verdicts = compare.compare(base, cur, args.threshold / 100, args.estimator)
     print(compare.render(verdicts, args.format, base_name, cur_name, args.threshold / 100, args.estimator))
-    return compare.exit_code(verdicts, args.fail_on_change)
+    code, why = compare.exit_code(verdicts, args.fail_on_change)
+    if why:
+        print(f"zobench: {why}", file=sys.stderr)
+    return code
 
 
 def cmd_export(args) -> int:
-    from . import export, measurements
+    from harness import export, measurements
 
     store = Store(args.results)
     run_id = args.run or store.latest()
+    store.run_plan(run_id)      # a run of this store, not an exported file that measurements.load also reads
     _, found = measurements.load(run_id, args.results)
-    text = export.pytest_benchmark(run_id, found) if args.format == "pytest-benchmark" else export.csv_text(found)
+    text = export.pytest_benchmark(run_id, found) if args.format == "pytest-benchmark" else export.csv_text(run_id, found)
     if args.out:
-        args.out.write_text(text)
+        try:
+            args.out.write_text(text)
+        except OSError as e:
+            raise UserError(f"export --out {args.out}: {e.strerror}") from None
         print(f"{args.out}: {len(found)} job keys of run {run_id}", file=sys.stderr)
     else:
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
@@ -225,12 +289,10 @@ def cmd_export(args) -> int:
 def cmd_memory(args) -> int:
     from workloads.models import MODELS
 
-    from . import memory_model
+    from harness import memory_model
 
     if args.model not in MODELS:
         raise UserError(f"memory --model {args.model!r}: expected one of {', '.join(MODELS)}")
-    if args.batch < 1:
-        raise UserError(f"memory --batch {args.batch}: expected a batch size >= 1")
     if args.bp_layers is not None and args.method != "elastic-zo":
         raise UserError("memory --bp-layers: only with --method elastic-zo")
     model = MODELS[args.model]
@@ -239,7 +301,7 @@ def cmd_memory(args) -> int:
                 for m, k in memory_model.configurations(model, args.method, args.bp_layers)]
     except ValueError as e:
         raise UserError(f"memory --bp-layers {args.bp_layers}: {e}") from None
-    print(json.dumps([r.to_dict() for r in rows], indent=1) if args.json else memory_model.table(rows))
+    print(jsonfile.dumps([r.to_dict() for r in rows]) if args.json else memory_model.table(rows))
     return 0
 
 
@@ -257,7 +319,7 @@ def cmd_targets(args) -> int:
         finally:
             transport.close()
         if args.json:
-            print(json.dumps(facts, indent=1))
+            print(jsonfile.dumps(facts))
         else:
             for key, value in facts.items():
                 print(f"{key:20} {', '.join(f'{k} {v}' for k, v in value.items()) if isinstance(value, dict) else value}")
@@ -278,9 +340,12 @@ def main(argv=None) -> int:
     except UserError as e:
         print(f"zobench: error: {e}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("zobench: interrupted; finish the run later with --resume", file=sys.stderr)
+    except KeyboardInterrupt:   # `zobench run` handles its own (cmd_run); elsewhere nothing is left running
+        print("zobench: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:     # `zobench results | head`: the reader has all it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())   # no second error at exit
+        return 0
 
 
 if __name__ == "__main__":

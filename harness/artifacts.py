@@ -1,0 +1,152 @@
+"""The files the host makes for jobs, cached under ~/.cache/zobench: datasets as raw IDX
+(the C++ binary reads no gzip), initial weights, ONNX graphs.
+
+Every file is named by what it is made from, so a changed input can never reuse an old file:
+a data set's folder by the bytes of its source files, an initial-weights file by the source
+code of its generator (models.py, zrng.py), an ONNX graph by its own bytes. Each file is
+written under a temporary name of its own and renamed, so two runs or two threads writing
+the same file never meet and a reader sees a whole file or none.
+
+The INIT and ONNX folders have the layout of a board's bundle; a data set has a folder of
+its own here (DATA/<name>-<key>/<name>/) and DATA/<name>/ in a bundle, and bundle.Site
+gives each job the folder of its data set on either."""
+from __future__ import annotations
+
+import functools
+import gzip
+import hashlib
+import json
+import os
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+
+from workloads import datasets, models, zrng
+from workloads.jsonfile import temp_name
+from workloads.models import MODELS
+
+# The folders of the cache and of a board's bundle.
+DATA, INIT, ONNX = "data", "init", "onnx"
+
+# The source of the code that makes the initial weights, as it was when imported: part of
+# their file names, so an edit of either file (even one a reviewer thinks changes nothing)
+# makes new files instead of reusing ones the old code drew.
+GENERATOR = hashlib.sha256(b"".join(Path(m.__file__).read_bytes() for m in (models, zrng))).hexdigest()[:12]
+
+
+def sha256(path: Path) -> str:
+    return content_id(path)[0]
+
+
+def content_id(path: Path) -> tuple[str, int]:
+    """The sha256 and the size of the bytes read, both of one reading: a stat taken apart from
+    it could see another version of a file being edited meanwhile."""
+    h, size = hashlib.sha256(), 0
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+            size += len(block)
+    return h.hexdigest(), size
+
+
+def root() -> Path:
+    return Path("~/.cache/zobench").expanduser()
+
+
+def write_once(path: Path, write) -> Path:
+    """path, made by write(tmp) under a temporary name of this call's own and renamed into
+    place, unless it is there already; a write that fails leaves nothing behind."""
+    if not path.is_file():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(temp_name(path))
+        try:
+            write(tmp)
+            os.replace(tmp, path)
+        finally:
+            tmp.unlink(missing_ok=True)
+    return path
+
+
+@dataclass(frozen=True)
+class RawIdx:
+    dir: Path                   # a runner's data_dir: it holds <name>/<file>
+    files: dict[str, Path]      # "<name>/<file>" -> the file in dir
+
+
+def raw_idx(name: str, data_dir: str) -> RawIdx:
+    """The data set's IDX files uncompressed (the C++ binary reads no gzip) in a cache folder
+    named by the sha256 of the source files' bytes: another ZOBENCH_DATA or a file replaced
+    in place gives another folder, never the old data. Hashing the sources on every use costs
+    ~60 ms for Fashion-MNIST; a key on (path, size, mtime) would miss a file rewritten with
+    its size and mtime kept (cp -p, rsync -t, a restored backup). Raw sources are copied in
+    too, so the folder always holds every file it names. A truncated or damaged source
+    raises DatasetError naming it."""
+    sources = {f: _read(name, f) for split in ("train", "test") for f in datasets.files(name, split, data_dir or None)}
+    key = hashlib.sha256(json.dumps([[f.name, hashlib.sha256(b).hexdigest()] for f, b in sources.items()])
+                         .encode()).hexdigest()[:16]
+    folder = root() / DATA / f"{name}-{key}"
+    files = {}
+    for f, blob in sources.items():
+        dest = write_once(folder / name / f.name.removesuffix(".gz"), lambda tmp: _uncompress(name, f, blob, tmp))
+        files[f"{name}/{dest.name}"] = dest
+    return RawIdx(folder, files)
+
+
+def _read(name: str, f: Path) -> bytes:
+    try:
+        return f.read_bytes()
+    except OSError as e:
+        raise datasets.DatasetError(f"dataset {name!r}: cannot read {f}: {e.strerror}") from None
+
+
+def _uncompress(name: str, f: Path, blob: bytes, tmp: Path) -> None:
+    """Write the IDX bytes of source f (read as blob) to tmp, checked as datasets.read_idx
+    checks a file, so a damaged source is refused here and not in a job on a board."""
+    try:
+        tmp.write_bytes(gzip.decompress(blob) if f.suffix == ".gz" else blob)
+    except (EOFError, zlib.error, gzip.BadGzipFile) as e:
+        raise datasets.DatasetError(f"dataset {name!r}: {f} is truncated or damaged ({e}); replace it") from None
+    try:
+        datasets.read_idx(tmp)
+    except datasets.DatasetError as e:
+        raise datasets.DatasetError(f"dataset {name!r}: {f}: {str(e).removeprefix(f'{tmp}: ')}; replace it") from None
+
+
+def init_weights_dir() -> Path:
+    return root() / INIT
+
+
+def init_weights_file(model: str, seed: int) -> Path:
+    """The initial weights of (model, seed) written once, as little-endian float32 in the
+    models.py layout, so every runtime of a run starts from the same bytes."""
+    return write_once(init_weights_dir() / init_weights_name(model, seed),
+                      lambda tmp: MODELS[model].init_weights(seed).astype("<f4").tofile(tmp))
+
+
+def init_weights_name(model: str, seed: int) -> str:
+    return f"{model}-seed{seed}-{GENERATOR}.f32"
+
+
+def onnx_dir() -> Path:
+    return root() / ONNX
+
+
+def onnx_graph(model: str, method: str, bp_layers: int) -> Path:
+    """The ONNX graph of the model's ZO front for an ort job, in the cache (its file name
+    carries its sha256). The name is worked out once per process; the file is written again
+    whenever it is missing there (a cleared cache, another HOME)."""
+    path = onnx_dir() / _onnx_name(model, method, bp_layers)
+    if not path.is_file():
+        from workloads import onnx_export
+
+        m = MODELS[model]
+        onnx_export.export(m, onnx_export.front_layers(m, method, bp_layers), onnx_dir())
+    return path
+
+
+@functools.lru_cache(maxsize=None)
+def _onnx_name(model: str, method: str, bp_layers: int) -> str:
+    from workloads import onnx_export   # onnx loads in ~0.2 s: only runs with ort jobs pay it
+
+    m = MODELS[model]
+    return onnx_export.file_name(m, onnx_export.front_layers(m, method, bp_layers))[0]

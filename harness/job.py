@@ -1,0 +1,201 @@
+"""Running one job on a target through its transport, and turning however it ended into a
+schema-1 result.
+
+The same code serves this machine and a board over SSH: a Site (bundle.py) says where the
+workloads code, the job's files and the job directories are on the target. The runner reports
+its own failures (status failed/oom with a reason); everything it cannot
+report -- a hang, a crash, a signal, a lost connection, an interrupted run, a missing or
+corrupt result -- is classified here, so every job that started ends with a result.
+
+A job is `oom` only on evidence that memory ran out (Evidence): a SIGKILL alone may be the
+OOM killer or anyone's `kill -9`, and is `failed` with the signal unless the job's memory
+cgroup counted an OOM kill or the kernel's log names the runner's pid since its launch.
+"""
+from __future__ import annotations
+
+import json
+import re
+import secrets
+import shlex
+import signal
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+from . import machine_load, schema
+from .bundle import Site
+from .inventory import Target
+from .plan import Job
+from .transport import KILLED, TransportError
+
+RUNNER_MODULES = {"torch": "workloads.torch_runner", "ort": "workloads.ort_runner"}
+
+# What a runtime says when an allocation fails (Python, numpy, C++, torch, ONNX Runtime, CUDA,
+# the dynamic loader under RLIMIT_AS), matched in the last stderr line of a runner that wrote no result.
+ALLOCATION_FAILURES = ("memoryerror", "bad_alloc", "cannot allocate memory", "can't allocate memory",
+                       "failed to allocate", "failed to map segment", "out of memory")
+# The kernel's OOM-kill lines: "Out of memory: Killed process 8947 (python3) ..." (older kernels:
+# "Kill process"), "oom-kill:constraint=...,task=python3,pid=8947,uid=0".
+KERNEL_LOG = "dmesg 2>/dev/null | grep -E 'Kill(ed)? process|oom-kill' | tail -n 50"
+KERNEL_LINE = re.compile(r"\[\s*(\d+\.\d+)\]\s*(.*)")
+CLOCK_SLACK_S = 1.0     # the kernel log's clock and CLOCK_MONOTONIC may differ by a little
+
+
+@dataclass
+class Evidence:
+    """What the target said about a job's memory, raw, for classify to judge."""
+    launch: dict = field(default_factory=dict)  # the launcher's first event: pid, monotonic, method, cgroup
+    mem_limit: str = ""                         # the target's limit as written ("512M"), "" for none
+    cgroup_counters: str = ""                   # its cgroup's memory.events (v2) / memory.oom_control (v1), after it
+    kernel_log: str = ""                        # KERNEL_LOG's lines, read after a SIGKILL
+
+
+def oom_kills(counters: str) -> int:
+    """The OOM kills a memory cgroup counted (its `oom_kill N` line; 0 when it has none)."""
+    return sum(int(f[1]) for f in (line.split() for line in counters.splitlines())
+               if len(f) == 2 and f[0] == "oom_kill" and f[1].isdigit())
+
+
+def kernel_oom_line(log: str, pid, since) -> str:
+    """The kernel's line about an OOM kill of `pid` logged after `since` (CLOCK_MONOTONIC), or ""."""
+    if not isinstance(pid, int) or not isinstance(since, (int, float)):
+        return ""
+    names_pid = re.compile(rf"(Kill(ed)? process |pid=){pid}\b")
+    for line in reversed(log.splitlines()):
+        m = KERNEL_LINE.search(line)
+        if m and float(m[1]) >= since - CLOCK_SLACK_S and names_pid.search(m[2]):
+            return m[2][:300]
+    return ""
+
+
+def _oom_evidence(ev: Evidence, rc: int | None, why: str) -> str:
+    """Why the job ran out of memory, from the evidence; "" when there is none."""
+    kills = oom_kills(ev.cgroup_counters)
+    if kills:
+        return f"the OOM killer fired in its {ev.mem_limit} memory cgroup: oom_kill {kills}"
+    line = kernel_oom_line(ev.kernel_log, ev.launch.get("pid"), ev.launch.get("monotonic")) \
+        if rc == -signal.SIGKILL else ""
+    if line:
+        return f"kernel: {line}"
+    if any(w in why.lower() for w in ALLOCATION_FAILURES):
+        under = f" under its {ev.mem_limit} address-space limit" if ev.launch.get("method") == "rlimit-as" else ""
+        return f"an allocation failed{under}"
+    return ""
+
+
+def failure(job: Job, status: str, error: str, started_at: str = "", wall: float = 0.0, steps: int = 0) -> dict:
+    """A schema-1 result for a job whose runner could not write one."""
+    return {"schema": 1, "job": job.spec, "status": status, "error": error,
+            "started_at": started_at or datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "wall_seconds": wall, "train_seconds": 0.0, "steps": steps, "phases": {}, "epochs": [],
+            "memory": {"peak_rss_bytes": 0, "baseline_rss_bytes": 0, "device_peak_bytes": None},
+            "model": None, "env": {"harness_commit": job.spec.get("harness_commit", "")}}
+
+
+def reason(e: Exception) -> str:
+    """An exception as a result's one-line error: a TransportError's message is written for the
+    user; any other exception is named by its type too."""
+    text = str(e) if isinstance(e, TransportError) else f"{type(e).__name__}: {e}"
+    return " ".join(text.split())
+
+
+def _signal_name(num: int) -> str:
+    try:
+        return signal.Signals(num).name
+    except ValueError:
+        return f"signal {num}"
+
+
+def _last_line(text: str) -> str:
+    lines = [l.strip() for l in text.strip().splitlines() if l.strip()]
+    return lines[-1][:300] if lines else ""
+
+
+def classify(job: Job, outcome, result_path: Path, started_at: str, wall: float, steps: int,
+             evidence: Evidence | None = None) -> dict:
+    def fail(status, error):
+        return failure(job, status, error, started_at, wall, steps)
+
+    if outcome.lost:
+        return fail("lost", outcome.error)
+    if outcome.interrupted:
+        return fail("interrupted", outcome.error)
+    if outcome.timed_out:
+        return fail("timeout", f"no result within the {job.timeout_s:g} s timeout; {KILLED}")
+    if result_path.is_file():
+        try:
+            r = json.loads(result_path.read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            return fail("failed", f"corrupt result file: {e}")
+        bad = schema.problems(r)
+        if bad:
+            return fail("failed", "invalid result: " + "; ".join(bad[:3]))
+        if (r.get("job") or {}).get("job_id") != job.job_id:
+            return fail("failed", f"result is for job {(r.get('job') or {}).get('job_id')!r}, not {job.job_id!r}")
+        return r
+    rc = outcome.returncode
+    why = _last_line(outcome.stderr_tail)
+    ended = f"runner killed by {_signal_name(-rc)}" if rc is not None and rc < 0 else \
+        f"runner exited with code {rc} without a result"
+    oom = _oom_evidence(evidence or Evidence(), rc, why)
+    if oom:
+        return fail("oom", f"{ended}: out of memory ({oom})" + (f": {why}" if why else ""))
+    return fail("failed", ended + (f": {why}" if why else ""))
+
+
+def run_job(job: Job, target: Target, site: Site, work: Path, on_event=None) -> dict:
+    """Launch the job's runner on the site and return its (validated) result."""
+    t, q = site.transport, shlex.quote
+    # one folder per attempt: the orphaned runner of a lost attempt can never touch a later one's result
+    job_dir = f"{site.jobs}/{job.job_id}/{datetime.now(timezone.utc):%Y%m%dT%H%M%S}-{secrets.token_hex(3)}"
+    spec = site.job_spec(job.spec)
+    rc, _, err = t.exec(f"mkdir -p {q(job_dir)}")
+    if rc != 0:
+        raise TransportError(f"{t.where}: cannot make {job_dir}: {err.strip()}")
+    t.put_bytes(json.dumps(spec, indent=1, allow_nan=False).encode(), f"{job_dir}/spec.json")   # checked: all finite
+    (work / "result.json").unlink(missing_ok=True)
+    py = target.python
+    runtime = job.spec["runtime"]
+    runner = [site.binary] if runtime == "cpp" else [py, "-m", RUNNER_MODULES[runtime]]
+    argv = [py, "-m", "workloads.launch"] + (["--mem-limit", target.mem_limit] if target.mem_limit else []) + \
+           ["--", *runner, "--spec", f"{job_dir}/spec.json", "--out", f"{job_dir}/result.json"]
+    steps, evidence = 0, Evidence(mem_limit=target.mem_limit)
+
+    def on_line(line: str) -> None:
+        nonlocal steps
+        try:
+            ev = json.loads(line)
+        except json.JSONDecodeError:
+            return
+        if not isinstance(ev, dict) or "event" not in ev:
+            return
+        if ev["event"] == "launch" and not evidence.launch:     # the launcher's line, first
+            evidence.launch = ev
+        steps = ev.get("step", steps)
+        if on_event:
+            on_event(ev)
+
+    started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    load_before = machine_load.sample(t)
+    t0 = time.perf_counter()
+    outcome = t.run(argv, cwd=site.root, timeout=job.timeout_s, on_line=on_line,
+                    env={"PYTHONPATH": site.root, "PYTHONUNBUFFERED": "1"},
+                    stdout_path=work / "stdout.log", stderr_path=work / "stderr.log")
+    wall = time.perf_counter() - t0
+    load_after = None
+    if not outcome.lost:
+        load_after = machine_load.sample(t)
+        cgroup = evidence.launch.get("cgroup")
+        if cgroup:      # its OOM counter, then the cgroup itself (empty now: the runner's group has ended)
+            c = q(cgroup)
+            evidence.cgroup_counters = t.exec(f"cat {c}/memory.events {c}/memory.oom_control 2>/dev/null; "
+                                              f"rmdir {c} 2>/dev/null; true")[1]
+        if outcome.returncode == -signal.SIGKILL:
+            evidence.kernel_log = t.exec(KERNEL_LOG)[1]
+        t.get(f"{job_dir}/result.json", work / "result.json")
+    result = classify(job, outcome, work / "result.json", started_at, wall, steps, evidence)
+    result["load"] = machine_load.during(load_before, load_after, result.get("cpu_seconds"))
+    if runtime == "cpp":
+        result["env"]["binary_sha256"] = site.binary_sha256
+    return result

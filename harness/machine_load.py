@@ -1,0 +1,86 @@
+"""How busy the target was with other work while a job ran.
+
+A shared machine's noise only adds time, so `zobench compare` must be able to tell a side
+that got slower beside other work ("noisy") from one whose own code got slower
+("regressed"). The job records the target's CPU counters just before and just after its
+runner, read through the transport like everything else, so a board over SSH records the
+board's load and this machine its own. Only Linux's /proc is read; a target without it
+records no load, and compare then judges that side on its samples alone.
+
+The job's result gets `load` (docs/compare.md):
+- wall_seconds: target uptime between the two samples; cores: online CPUs;
+- loadavg_1m_start / loadavg_1m_end: the kernel's 1-minute load average (the job included);
+- cpu_seconds_other: CPU time the machine spent busy minus the runner's own (its
+  `cpu_seconds`), i.e. other processes' CPU time; null when the runner reported none;
+- steal_seconds: time the hypervisor gave this machine's CPUs to other guests; null where
+  the kernel reports no steal.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+# One round trip: uptime, load average, the aggregate and per-CPU lines of /proc/stat, USER_HZ.
+PROBE = "cat /proc/uptime /proc/loadavg && grep '^cpu' /proc/stat && (getconf CLK_TCK 2>/dev/null || echo 100)"
+BUSY_FIELDS = (0, 1, 2, 5, 6)   # user nice system irq softirq (guest time is inside user); idle and iowait are not busy
+STEAL_FIELD = 7
+
+
+@dataclass
+class Sample:
+    uptime: float
+    loadavg_1m: float
+    busy_seconds: float
+    steal_seconds: float | None
+    cores: int
+
+
+def parse(text: str) -> Sample | None:
+    """A Sample from PROBE's output; None when it is not what Linux prints."""
+    lines = text.split("\n")
+    try:
+        uptime, loadavg = float(lines[0].split()[0]), float(lines[1].split()[0])
+        cpu = [int(x) for x in lines[2].split()[1:]]
+        hz = int(next(l for l in reversed(lines) if l.strip()))
+        cores = sum(l.startswith("cpu") and l[3:4].isdigit() for l in lines)
+    except (IndexError, ValueError, StopIteration):
+        return None
+    if not lines[2].startswith("cpu ") or len(cpu) < 4 or hz <= 0 or not cores:
+        return None
+    return Sample(uptime, loadavg, sum(cpu[i] for i in BUSY_FIELDS if i < len(cpu)) / hz,
+                  cpu[STEAL_FIELD] / hz if len(cpu) > STEAL_FIELD else None, cores)
+
+
+def sample(transport) -> Sample | None:
+    rc, out, _ = transport.exec(PROBE, timeout=30)
+    return parse(out) if rc == 0 else None
+
+
+def during(before: Sample | None, after: Sample | None, job_cpu_seconds) -> dict | None:
+    """The `load` of a job from the samples around its runner and the runner's own CPU time."""
+    if before is None or after is None or after.uptime <= before.uptime:
+        return None
+    busy = after.busy_seconds - before.busy_seconds
+    steal = None if before.steal_seconds is None or after.steal_seconds is None else \
+        round(after.steal_seconds - before.steal_seconds, 3)
+    # the kernel counts in ticks (10 ms), the runner's rusage in microseconds: clamp the rounding
+    other = None if not isinstance(job_cpu_seconds, (int, float)) else round(max(0.0, busy - job_cpu_seconds), 3)
+    return {"wall_seconds": round(after.uptime - before.uptime, 3), "cores": after.cores,
+            "loadavg_1m_start": before.loadavg_1m, "loadavg_1m_end": after.loadavg_1m,
+            "cpu_seconds_other": other, "steal_seconds": steal}
+
+
+def contention(load) -> float | None:
+    """The share of the machine's CPU capacity that went to work other than the job (other
+    processes, and other guests through steal) while it ran: 0 on an idle machine, 0.5 when
+    other work kept one of two cores busy. None when the load is unknown."""
+    if not isinstance(load, dict):
+        return None
+    other, steal, wall, cores = (load.get(k) for k in ("cpu_seconds_other", "steal_seconds", "wall_seconds", "cores"))
+    numbers = [x for x in (other, wall, cores) if isinstance(x, (int, float)) and not isinstance(x, bool)
+               and math.isfinite(x)]
+    if len(numbers) < 3 or wall <= 0 or cores <= 0:
+        return None
+    if not isinstance(steal, (int, float)) or isinstance(steal, bool) or not math.isfinite(steal):
+        steal = 0.0
+    return (other + steal) / (wall * cores)

@@ -1,0 +1,93 @@
+"""Executing a planned run: boards in parallel, one job at a time on each board
+(benchmarks must not share a board), every result stored as soon as it exists.
+
+Whatever goes wrong on one board -- an unreachable host, a probe or deploy that fails or
+raises, a harness bug in one job -- ends only that board's jobs (status failed, lost or
+timeout, with the reason in one line); the other boards run on. A Stop (a signal) starts
+no more jobs anywhere and kills the running ones (status interrupted); jobs that never
+started get no result, so --resume runs them."""
+from __future__ import annotations
+
+import traceback
+from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor, wait
+from contextlib import closing
+
+from .bundle import Prepared, open_site
+from .job import failure, reason, run_job
+from .inventory import Target
+from .plan import Job
+from .probe import probe
+from .progress import ProgressView
+from .store import Store
+from .transport import POLL_S, LocalTransport, Stop, TransportError
+
+
+def transport_for(target: Target, stop: Stop | None = None):
+    if target.transport == "local":
+        return LocalTransport(stop)
+    from .ssh import SshTransport   # paramiko and fabric take ~0.2 s to import: only a board pays it
+    return SshTransport(target, stop=stop)
+
+
+def execute(store: Store, run_id: str, jobs: list[Job], targets: dict[str, Target],
+            prepared: dict[str, Prepared], view: ProgressView, stop: Stop | None = None) -> list[dict]:
+    """Run jobs with what bundle.prepare made for their targets; returns their results in plan
+    order (a job that never started has none)."""
+    stop = stop or Stop()
+    by_target = defaultdict(list)
+    for job in jobs:
+        by_target[job.target].append(job)
+    results = {}
+
+    def finish(name: str, result: dict) -> None:
+        store.add_result(run_id, result)
+        results[result["job"]["job_id"]] = result
+        view.job_finished(name, result)
+
+    def run_board(name: str) -> None:
+        target, todo, prep = targets[name], by_target[name], prepared[name]
+        if prep.build_error:      # no binary: its cpp jobs say why, the others still run
+            for job in todo:
+                if job.spec["runtime"] == "cpp":
+                    finish(name, failure(job, "failed", prep.build_error))
+            todo = [j for j in todo if j.spec["runtime"] != "cpp"]
+        if not todo or stop.is_set():
+            return
+        with closing(transport_for(target, stop)) as transport:     # closed however the board ends
+            facts = probe(transport, target)
+            store.save_probe(run_id, name, facts)
+            site = open_site(target, transport, prep, store.runs / run_id / "work", run_id)
+            for job in todo:
+                if stop.is_set():
+                    return
+                view.job_started(name, job.job_id)
+                try:
+                    result = run_job(job, target, site, store.work_dir(run_id, job.job_id),
+                                     on_event=lambda ev: view.event(name, ev))
+                except TransportError as e:
+                    result = failure(job, "lost", reason(e))
+                except Exception as e:  # a harness bug in one job: the board's next jobs still run
+                    traceback.print_exc()
+                    result = failure(job, "failed", f"harness error: {reason(e)}")
+                result["env"]["probe"] = facts
+                finish(name, result)
+
+    def board(name: str) -> None:
+        try:
+            run_board(name)
+        except Exception as e:  # the board is unusable (probe, deploy, ...): its jobs say why, the others run on
+            why = reason(e)
+            for job in by_target[name]:
+                if job.job_id not in results and not stop.is_set():
+                    finish(name, failure(job, "failed", why))
+
+    with ThreadPoolExecutor(max_workers=len(by_target) or 1) as pool:
+        futures = [pool.submit(board, name) for name in by_target]
+        # in short waits: Python runs a signal handler only when the main thread runs bytecode, and
+        # a signal the kernel gave to a board's thread does not wake a main thread blocked for good
+        while wait(futures, timeout=POLL_S).not_done:
+            pass
+        for f in futures:
+            f.result()
+    return [results[j.job_id] for j in jobs if j.job_id in results]

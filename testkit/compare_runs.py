@@ -1,0 +1,87 @@
+"""Runs for the regression gate: real ci runs of the same code, the same code again and a
+slowed-down copy, taken in turn (what the compare tests and the compare benchmark measure),
+and made-up runs whose samples, fingerprints and load a test chooses, written through the
+real store so that `zobench compare` reads them as it reads any run."""
+from __future__ import annotations
+
+import contextlib
+import io
+from pathlib import Path
+
+from harness.store import Store
+from workloads.spec import JobSpec
+from zobench.cli import main
+
+# The sides of the compare tests and benchmark: the code as it is, the same code again, and the
+# code with a 20% slowdown injected.
+COMPARE_SIDES = (("base", []), ("same", []), ("slow", ["--set", "inject_slowdown=0.2"]))
+# The ci suite's single-threaded cpp full-zo (five repeats) on 3200 samples: the compare
+# tests' key, on a target of its own ("solo", one thread).
+SOLO = ["--suite", "ci", "--runtime", "cpp", "--precision", "fp32", "--method", "full-zo", "--target", "solo",
+        "--set", "train_samples=3200"]
+
+
+def solo_inventory(root: Path) -> Path:
+    inv = root / "inventory.toml"
+    inv.write_text('[targets.solo]\nprofile = "local"\nthreads = 1\n')
+    return inv
+
+
+def run(store: Store, argv: list[str]) -> str:
+    """`zobench run --no-report ARGV` in this process; the new run's id."""
+    log = io.StringIO()
+    with contextlib.redirect_stderr(log):
+        rc = main(["run", "--results", str(store.root), "--no-report", *argv])
+    assert rc == 0, f"a run failed (results in {store.root}): {log.getvalue()[-2000:]}"
+    return store.latest()
+
+
+def interleaved_runs(root: Path, rounds: int, argv: list[str] | None = None) -> tuple[Path, dict[str, list[str]]]:
+    """`rounds` rounds of one run per side of COMPARE_SIDES, taken in turn so that the machine's
+    drift hits every side alike; each run is `zobench run ARGV` (default: SOLO on a one-thread
+    target). Returns the results folder and each side's run ids."""
+    if argv is None:
+        argv = ["--inventory", str(solo_inventory(root)), *SOLO]
+    store, ids = Store(root / "results"), {side: [] for side, _ in COMPARE_SIDES}
+    for _ in range(rounds):
+        for side, extra in COMPARE_SIDES:
+            ids[side].append(run(store, [*argv, *extra]))
+    return store.root, ids
+
+
+def load_at(contention: float, wall: float = 1.0, cores: int = 2) -> dict:
+    """A job's `load` record whose other work took `contention` of the machine's CPUs."""
+    return {"wall_seconds": wall, "cores": cores, "loadavg_1m_start": 2 * contention * cores,
+            "loadavg_1m_end": 2 * contention * cores, "cpu_seconds_other": contention * wall * cores,
+            "steal_seconds": 0.0}
+
+
+def made_up_result(step_ms: float, *, repeat: int = 0, method: str = "full-zo", threads: int = 2,
+                   hyper: dict | None = None, kernel: str = "6.1.0", peak_mib: float = 20.0,
+                   load: dict | None = None) -> dict:
+    """A schema-1 result of an ok job of 50 steps at step_ms each, on a made-up two-core machine."""
+    job_id = f"solo.cpp.{method}.fp32.r{repeat}"
+    spec = JobSpec.from_dict({"job_id": job_id, "method": method, "runtime": "cpp", "threads": threads,
+                              "target": "solo", "repeat": repeat, "harness_commit": "0123456789ab",
+                              "hyper": {"epochs": 1, "train_samples": 1600, **(hyper or {})}}).to_dict()
+    steps, seconds = 50, 50 * step_ms / 1e3
+    return {"schema": 1, "job": spec, "status": "ok", "error": None, "started_at": "2026-01-01T00:00:00+00:00",
+            "wall_seconds": seconds + 0.2, "train_seconds": seconds, "steps": steps, "phases": {},
+            "epochs": [{"epoch": 1, "seconds": seconds, "train_loss": 2.0, "test_loss": 2.0, "test_accuracy": 0.3}],
+            "memory": {"peak_rss_bytes": int(peak_mib * 2 ** 20), "baseline_rss_bytes": 0, "device_peak_bytes": None},
+            "model": {"name": "lenet5", "params_total": 107786, "params_zo": 107786, "params_bp": 0,
+                      "weights_sha256": "0" * 64},
+            "env": {"hostname": "made-up", "arch": "x86_64", "cpu_model": "Made-up CPU", "cores": 2,
+                    "governor": "performance", "kernel": kernel, "versions": {"zobench-train": "1"},
+                    "binary_sha256": "ab" * 32, "harness_commit": "0123456789ab"},
+            "cpu_seconds": seconds + 0.1, "load": load}
+
+
+def made_up_run(store: Store, results: list[dict]) -> str:
+    """A run of the store holding exactly these results; its id."""
+    run_id = store.new_run({"created_at": "2026-01-01T00:00:00+00:00", "suite": "made-up",
+                            "jobs": [{"job_id": r["job"]["job_id"], "target": r["job"]["target"], "timeout_s": 60,
+                                      "spec": r["job"]} for r in results]})
+    for r in results:
+        store.add_result(run_id, r)
+    return run_id

@@ -1,0 +1,100 @@
+"""The runners and the C++ binary as processes, and the specs they take: what the tests and
+the benchmarks run training with."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from harness.build import build
+from harness.artifacts import raw_idx
+from harness.inventory import Target
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def zobench(*args, env=None, timeout=600) -> subprocess.CompletedProcess:
+    """The CLI as a user runs it: a separate process, output captured."""
+    return subprocess.run([sys.executable, "-m", "zobench", *map(str, args)], cwd=REPO,
+                          capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, **(env or {})})
+
+
+def start(*args, env=None) -> subprocess.Popen:
+    """The CLI as a user runs it, as a process a test can signal."""
+    return subprocess.Popen([sys.executable, "-m", "zobench", *map(str, args)], cwd=REPO, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, **(env or {})})
+
+
+# A run of a few seconds: one epoch of 320 samples, torch FP32 only.
+TINY = ["--runtime", "torch", "--precision", "fp32", "--set", "epochs=1", "--set", "train_samples=320", "--set", "test_samples=64"]
+
+
+def processes_mentioning(text: str) -> list[str]:
+    """The pids whose command line contains text: how a test sees that no runner was left behind."""
+    hits = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if text in cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace"):
+                hits.append(cmdline.parent.name)
+        except OSError:
+            pass
+    return hits
+
+
+TORCH_RUNNER = (sys.executable, "-m", "workloads.torch_runner")
+ORT_RUNNER = (sys.executable, "-m", "workloads.ort_runner")
+QEMU_A53 = ("qemu-aarch64", "-cpu", "cortex-a53")      # put before an aarch64 binary's path
+
+
+def run_runner(spec: dict, tmp: Path, command: str | Path | Sequence[str | Path] = TORCH_RUNNER,
+               check: bool = False) -> dict:
+    """Write spec to tmp/spec.json, run a runner on it and return its result.json.
+
+    command is what comes before --spec/--out: a Python runner (TORCH_RUNNER, ORT_RUNNER),
+    the C++ binary's path, or a wrapper and the binary ([*QEMU_A53, path]).
+    check: fail unless the result's status is ok (for callers that only want its numbers)."""
+    tmp.mkdir(parents=True, exist_ok=True)
+    (tmp / "spec.json").write_text(json.dumps(spec))
+    out = tmp / "result.json"
+    out.unlink(missing_ok=True)
+    argv = [command] if isinstance(command, (str, Path)) else [*command]
+    p = subprocess.run([*argv, "--spec", tmp / "spec.json", "--out", out], cwd=REPO,
+                       capture_output=True, text=True, errors="replace", timeout=600)
+    if not out.is_file():
+        raise RuntimeError(f"{' '.join(map(str, argv))} wrote no result (exit {p.returncode}): {p.stderr[-2000:]}")
+    result = json.loads(out.read_text())
+    if check:
+        assert result["status"] == "ok", result["error"]
+    return result
+
+
+def job_spec(method: str, k: int, *, seed: int, steps: int, batch: int = 32, test_samples: int = 256,
+             threads: int = 2, data_dir: str | None = None, hyper: dict | None = None, **fields) -> dict:
+    """A runner's spec: one epoch of `steps` batches from `seed`, each step traced, then a test
+    pass; Fashion-MNIST from data_dir when given (the C++ binary needs one), else the runner's
+    own. hyper adds to or overrides those hyperparameters; fields are the spec's other keys."""
+    spec = {"job_id": "test", "method": method, "bp_layers": k, "seed": seed, "threads": threads,
+            "hyper": {"epochs": 1, "batch_size": batch, "train_samples": batch * steps,
+                      "test_samples": test_samples, "trace_steps": steps, **(hyper or {})}, **fields}
+    if data_dir is not None:
+        spec["workload"] = {"dataset": "fashion-mnist", "data_dir": data_dir}
+    return spec
+
+
+def idx_data_dir() -> str:
+    """The folder of Fashion-MNIST as raw IDX files, the C++ binary's data_dir."""
+    return str(raw_idx("fashion-mnist", "").dir)
+
+
+def native_binary() -> str:
+    """The C++ binary built for this machine."""
+    return str(build(Target(name="local", transport="local")))
+
+
+def aarch64_binary() -> str:
+    """The C++ binary cross-built for a Raspberry Pi (static aarch64; runs here under QEMU_A53)."""
+    return str(build(Target(name="pi", transport="ssh", host="pi.invalid", arch="aarch64", runtimes=["cpp"])))

@@ -1,0 +1,260 @@
+"""The store through the CLI, on real files: a corrupt result is named once, left out and run
+again by --resume; a bad --results or run id is one line and exit 2 with nothing written; every
+JSON file and line zobench writes is strict JSON, a diverged loss null with its reason."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from zobench.cli import main
+from harness.store import Store
+from testkit.runners import TORCH_RUNNER, job_spec, run_runner, zobench
+
+# Two jobs: lr_zo=1e30 makes full-zo diverge (its losses NaN) and leaves full-bp (lr_bp) alone.
+TINY = ["--runtime", "torch", "--precision", "fp32", "--method", "full-bp", "--method", "full-zo", "--set", "epochs=1",
+        "--set", "train_samples=320", "--set", "test_samples=64", "--set", "lr_zo=1e30"]
+BP, ZO = "local.torch.full-bp.fp32.r0", "local.torch.full-zo.fp32.r0"
+
+
+def strict(text: str):
+    """json.loads that refuses NaN and Infinity, as every JSON reader but Python's does."""
+    def refuse(name):
+        raise ValueError(f"{name} is not JSON")
+    return json.loads(text, parse_constant=refuse)
+
+
+@pytest.fixture(scope="module")
+def made(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("store") / "results"
+    assert main(["run", "--results", str(root), "--no-report", *TINY]) == 0
+    return root
+
+
+@pytest.fixture
+def run(made, tmp_path):
+    """A copy of the module's run, for a test to break: (results folder, run id, run folder)."""
+    root = tmp_path / "results"
+    shutil.copytree(made, root)
+    run_id = Store(root).latest()
+    return root, run_id, root / "runs" / run_id
+
+
+def cli(capsys, *args) -> subprocess.CompletedProcess:
+    """The CLI's main() in this process, output captured as zobench() captures it: for the
+    many refusals, which need no interpreter of their own."""
+    capsys.readouterr()
+    rc = main([str(a) for a in args])
+    out, err = capsys.readouterr()
+    return subprocess.CompletedProcess(args, rc, out, err)
+
+
+def one_line_error(p: subprocess.CompletedProcess, *needles: str) -> None:
+    assert p.returncode == 2, p.stderr
+    assert p.stderr.count("\n") == 1 and p.stderr.startswith("zobench: error: "), p.stderr
+    for n in needles:
+        assert n in p.stderr, p.stderr
+
+
+def warnings(stderr: str) -> list[str]:
+    assert "Traceback" not in stderr, stderr
+    return [line for line in stderr.splitlines() if line.startswith("zobench: warning:")]
+
+
+COMMANDS = {
+    "results": lambda root, run_id: ["results", "--results", root, "--run", run_id, "--format", "json"],
+    "export": lambda root, run_id: ["export", "--results", root, "--run", run_id, "--format", "csv"],
+    "compare": lambda root, run_id: ["compare", "--results", root, run_id, run_id],
+    "report": lambda root, run_id: ["report", "--results", root, "--run", run_id, "--out", root.parent / "report"],
+}
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_a_truncated_result_is_named_once_and_left_out_like_a_missing_one(command, run, tmp_path):
+    root, run_id, folder = run
+    text = (folder / f"{BP}.json").read_text()
+    (folder / f"{BP}.json").write_text(text[:len(text) // 2])
+    p = zobench(*COMMANDS[command](root, run_id))
+    (line,) = warnings(p.stderr)
+    assert f"{folder / BP}.json is corrupt (not valid JSON: " in line
+    assert line.endswith(f"`zobench run --resume {run_id} --results {root}` re-runs it")
+    assert (folder / f"{BP}.json").read_text() == text[:len(text) // 2]    # left for --resume, not deleted
+
+    if command == "report":
+        assert p.returncode == 0
+        md = (root.parent / "report" / "report.md").read_text()
+        assert "| Full ZO |" in md and "| Full BP |" not in md
+        return
+    # the command exits and answers as it does when that job has no result at all
+    (missing := tmp_path / "missing").mkdir()
+    shutil.copytree(root, missing / "results")
+    (missing / "results" / "runs" / run_id / f"{BP}.json").unlink()
+    q = zobench(*COMMANDS[command](missing / "results", run_id))
+    assert warnings(q.stderr) == [] and (p.returncode, p.stdout) == (q.returncode, q.stdout)
+    assert "full-zo" in p.stdout and "full-bp" not in p.stdout
+    assert command != "results" or p.returncode == 1        # a job with no valid result did not end ok
+
+
+def test_resume_runs_a_corrupt_result_again_and_keeps_the_others(run):
+    root, run_id, folder = run
+    (folder / f"{ZO}.json").write_text('{"schema": 1, "job": ')
+    zo_before = (folder / f"{ZO}.json").read_text()
+    bp_before = (folder / f"{BP}.json").read_bytes()
+    p = zobench("run", "--results", root, "--no-report", "--resume", run_id)
+    assert p.returncode == 0, p.stderr
+    (line,) = warnings(p.stderr)
+    assert f"{folder / ZO}.json is corrupt" in line
+    assert f"resuming run {run_id}: 1 of 2 jobs to run" in p.stderr
+    redone = strict((folder / f"{ZO}.json").read_text())
+    assert (folder / f"{ZO}.json").read_text() != zo_before and redone["status"] == "ok" and redone["steps"] == 10
+    assert (folder / f"{BP}.json").read_bytes() == bp_before
+    assert Store(root).run_ids() == [run_id]
+    assert sorted(p.name for p in root.iterdir()) == ["runs"]      # the files are the only copy: no index
+
+
+def test_a_result_that_does_not_validate_is_corrupt_with_what_is_wrong(run):
+    root, run_id, folder = run
+    (folder / f"{BP}.json").write_text((folder / f"{ZO}.json").read_text())     # another job's result
+    r = strict((folder / f"{ZO}.json").read_text())
+    del r["steps"]
+    (folder / f"{ZO}.json").write_text(json.dumps(r))
+    p = zobench("results", "--results", root, "--run", run_id)
+    assert p.returncode == 1
+    bp, zo = warnings(p.stderr)
+    assert f"{BP}.json is corrupt (it holds the result of job '{ZO}')" in bp
+    assert f"{ZO}.json is corrupt (missing steps)" in zo
+    assert BP not in p.stdout and ZO not in p.stdout
+
+
+def test_a_corrupt_or_missing_plan_is_one_line_naming_it(run, capsys):
+    root, run_id, folder = run
+    plan = folder / "run.json"
+    plan.write_text(plan.read_text()[:100])
+    one_line_error(cli(capsys, "results", "--results", root, "--run", run_id), f"{plan} is corrupt (not valid JSON: ")
+    plan.write_text(json.dumps({"jobs": [{"job_id": "../../x", "target": "local", "timeout_s": 1, "spec": {}}]}))
+    one_line_error(cli(capsys, "run", "--results", root, "--resume", run_id), f"{plan} is corrupt (jobs[0].job_id '../../x'")
+    plan.unlink()
+    one_line_error(cli(capsys, "report", "--results", root, "--run", run_id), f"{plan} is missing")
+    assert not (folder / "report").exists()
+
+
+def test_resume_of_a_run_whose_jobs_all_ended_ok_has_nothing_to_do(run, capsys):
+    root, run_id, folder = run
+    before = {p: p.read_bytes() for p in folder.glob("*.json")}
+    p = cli(capsys, "run", "--results", root, "--resume", run_id)
+    assert p.returncode == 0 and p.stderr == f"run {run_id}: nothing to resume: all 2 jobs ended ok\n"
+    assert {p: p.read_bytes() for p in folder.glob("*.json")} == before and not (folder / "report").exists()
+
+
+STORE_COMMANDS = [["run", *TINY], ["results"], ["report"], ["export", "--format", "csv"], ["compare", "a", "b"],
+                  ["build", "--target", "local"], ["targets", "list"]]
+
+
+@pytest.mark.parametrize("under", [False, True], ids=["a file", "a path under a file"])
+@pytest.mark.parametrize("argv", STORE_COMMANDS, ids=lambda argv: argv[0])
+def test_results_that_is_not_a_directory_is_one_line(argv, under, tmp_path, capsys):
+    file = tmp_path / "results"
+    file.write_text("not a folder\n")
+    where = file / "sub" if under else file
+    one_line_error(cli(capsys, argv[0], "--results", where, *argv[1:]),
+                   f"results directory {where}" + (f": {file}" if under else "") + " is not a directory")
+    assert sorted(tmp_path.iterdir()) == [file] and file.read_text() == "not a folder\n"
+
+
+@pytest.fixture
+def read_only(run, tmp_path):
+    """The run's copy, one result missing (for --resume to have work), as a read-only folder:
+    a read-only bind mount as root (who ignores permission bits), else the permission bits."""
+    root, run_id, folder = run
+    (folder / f"{ZO}.json").unlink()
+    if os.geteuid() != 0:
+        for d in [root, *(p for p in root.rglob("*") if p.is_dir())]:
+            d.chmod(0o555)
+        yield run
+        for d in [root, *(p for p in root.rglob("*") if p.is_dir())]:
+            d.chmod(0o755)
+        return
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    if subprocess.run(["mount", "--bind", root, ro], capture_output=True).returncode != 0:
+        pytest.skip("running as root without permission to mount: no way to make a read-only folder here")
+    try:
+        if subprocess.run(["mount", "-o", "remount,bind,ro", ro], capture_output=True).returncode != 0:
+            pytest.skip("running as root without permission to remount read-only")
+        yield ro, run_id, ro / "runs" / run_id
+    finally:
+        subprocess.run(["umount", ro], check=True)
+
+
+def test_a_read_only_store_is_read_and_refused_for_writing_in_one_line(read_only, capsys):
+    root, run_id, folder = read_only
+    listing = sorted(map(str, root.rglob("*")))
+    p = cli(capsys, "results", "--results", root, "--run", run_id, "--format", "json")
+    assert p.returncode == 1 and [r["job_id"] for r in strict(p.stdout)] == [BP]
+    assert f"1 of 2 jobs have no result yet; zobench run --resume {run_id} --results {root} runs them" in p.stderr
+    assert cli(capsys, "export", "--results", root, "--run", run_id, "--format", "csv").returncode == 0
+    assert cli(capsys, "compare", "--results", root, run_id, run_id).returncode == 0
+    one_line_error(cli(capsys, "run", "--results", root, "--no-report", *TINY), f"cannot write to {root / 'runs'}: ")
+    one_line_error(cli(capsys, "run", "--results", root, "--resume", run_id), f"cannot write to {folder}: ")
+    one_line_error(cli(capsys, "report", "--results", root, "--run", run_id), f"report: cannot write {folder / 'report'}: ")
+    assert sorted(map(str, root.rglob("*"))) == listing
+
+
+def test_a_diverged_loss_is_null_with_its_reason_in_strict_json(made, run):
+    root, run_id, folder = run
+    zo = strict((made / "runs" / run_id / f"{ZO}.json").read_text())
+    assert zo["status"] == "ok" and zo["epochs"][0]["train_loss"] is None
+    assert {"epochs[0].train_loss: nan", "epochs[0].test_loss: nan"} <= set(zo["nonfinite"])
+    assert "nonfinite" not in strict((made / "runs" / run_id / f"{BP}.json").read_text())
+    for path in (made / "runs" / run_id).rglob("*.json"):     # run.json, probes, results, specs
+        strict(path.read_text())
+    events = [strict(line) for line in (made / "runs" / run_id / "work" / ZO / "stdout.log").read_text().splitlines()]
+    (epoch,) = [e for e in events if e["event"] == "epoch"]
+    assert epoch["train_loss"] is None and "train_loss: nan" in epoch["nonfinite"]
+
+    # a result an older zobench wrote with bare NaN reads as the same null and reason
+    old = json.loads((folder / f"{BP}.json").read_text())
+    old["epochs"][0]["train_loss"] = float("nan")
+    (folder / f"{BP}.json").write_text(json.dumps(old))
+    p = zobench("results", "--results", root, "--run", run_id, "--format", "json")
+    assert p.returncode == 0 and warnings(p.stderr) == []
+    rows = {r["job_id"]: r for r in strict(p.stdout)}
+    assert rows[BP]["train_loss"] is None and rows[BP]["nonfinite"] == "epochs[0].train_loss: nan"
+    assert rows[ZO]["nonfinite"] == "epochs[0].test_loss: nan; epochs[0].train_loss: nan"
+    for argv in (["export", "--results", root, "--run", run_id, "--format", "pytest-benchmark"],
+                 ["compare", "--results", root, run_id, run_id, "--format", "json"],
+                 ["memory", "--batch", "32", "--json"]):
+        p = zobench(*argv)
+        assert p.returncode == 0, p.stderr
+        strict(p.stdout)
+
+
+def test_the_cpp_binary_names_a_diverged_loss_as_the_python_runners_do(native, data_dir, tmp_path):
+    spec = job_spec("full-zo", 0, seed=3, steps=4, data_dir=data_dir, test_samples=64, hyper={"lr_zo": 1e30})
+    texts = {}
+    for name, command in (("torch", TORCH_RUNNER), ("cpp", native)):
+        run_runner(spec, tmp_path / name, command)
+        texts[name] = (tmp_path / name / "result.json").read_text()
+    torch, cpp = strict(texts["torch"]), strict(texts["cpp"])
+    assert cpp["status"] == torch["status"] == "ok" and cpp["epochs"][0]["train_loss"] is None
+    assert "trace[1].loss: nan" in cpp["nonfinite"] and cpp["nonfinite"] == torch["nonfinite"]
+
+
+@pytest.mark.parametrize("bad", ["../../outside", "x/../../../outside", "20250101-120000-ab12/../../../outside",
+                                 "ABSOLUTE"])
+def test_a_run_id_that_is_not_one_never_reaches_the_filesystem(bad, run, tmp_path, capsys):
+    """RESULTS/runs/<bad> would name tmp_path/outside, a copy of the run: refused, never read
+    or written."""
+    root, run_id, folder = run
+    shutil.copytree(folder, tmp_path / "outside")
+    bad = str(tmp_path / "outside") if bad == "ABSOLUTE" else bad
+    for argv in (["results", "--run", bad], ["export", "--format", "csv", "--run", bad],
+                 ["report", "--run", bad], ["run", "--resume", bad]):
+        one_line_error(cli(capsys, argv[0], "--results", root, *argv[1:]), f"unknown run {bad!r}: a run id looks like ")
+    p = cli(capsys, "compare", "--results", root, bad, run_id)
+    assert p.returncode == 2 and f"unknown run {bad!r}" in p.stderr and "Traceback" not in p.stderr
+    assert not (tmp_path / "outside" / "report").exists()
