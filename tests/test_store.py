@@ -60,6 +60,12 @@ def one_line_error(p: subprocess.CompletedProcess, *needles: str) -> None:
         assert n in p.stderr, p.stderr
 
 
+def compared(p: subprocess.CompletedProcess) -> bool:
+    """compare of a run with itself judged every key (0), or found the machine too busy to judge
+    any (3, every key noisy: the jobs ran beside other work): either way it read the store."""
+    return p.returncode == 0 or (p.returncode == 3 and "noisy" in p.stderr)
+
+
 def warnings(stderr: str) -> list[str]:
     assert "Traceback" not in stderr, stderr
     return [line for line in stderr.splitlines() if line.startswith("zobench: warning:")]
@@ -197,7 +203,7 @@ def test_a_read_only_store_is_read_and_refused_for_writing_in_one_line(read_only
     assert p.returncode == 1 and [r["job_id"] for r in strict(p.stdout)] == [BP]
     assert f"1 of 2 jobs have no result yet; zobench run --resume {run_id} --results {root} runs them" in p.stderr
     assert cli(capsys, "export", "--results", root, "--run", run_id, "--format", "csv").returncode == 0
-    assert cli(capsys, "compare", "--results", root, run_id, run_id).returncode == 0
+    assert compared(cli(capsys, "compare", "--results", root, run_id, run_id))
     one_line_error(cli(capsys, "run", "--results", root, "--no-report", *TINY), f"cannot write to {root / 'runs'}: ")
     one_line_error(cli(capsys, "run", "--results", root, "--resume", run_id), f"cannot write to {folder}: ")
     one_line_error(cli(capsys, "report", "--results", root, "--run", run_id), f"report: cannot write {folder / 'report'}: ")
@@ -229,7 +235,7 @@ def test_a_diverged_loss_is_null_with_its_reason_in_strict_json(made, run):
                  ["compare", "--results", root, run_id, run_id, "--format", "json"],
                  ["memory", "--batch", "32", "--json"]):
         p = zobench(*argv)
-        assert p.returncode == 0, p.stderr
+        assert p.returncode == 0 or (argv[0] == "compare" and compared(p)), p.stderr
         strict(p.stdout)
 
 
