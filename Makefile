@@ -30,7 +30,9 @@ test-slow: setup-test
 
 bench: setup-test
 	$(BIN)/python benchmarks/runtimes.py
+	$(BIN)/python benchmarks/runtimes.py --model pointnet --steps 6
 	$(BIN)/python benchmarks/int8.py
+	$(BIN)/python benchmarks/int8.py --model pointnet --steps 6 --repeats 3
 	$(BIN)/python benchmarks/farm_parallel.py
 	$(BIN)/python benchmarks/compare_noise.py
 

@@ -17,8 +17,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.runtimes import (ZO_PHASES, bench_spec, idx_data_dir, ms_per_step, native_binary,  # noqa: E402
-                                  run_runner, share)
+from benchmarks.runtimes import WORKLOADS, ZO_PHASES, bench_spec, ms_per_step, share  # noqa: E402
+from harness.artifacts import raw_idx  # noqa: E402
+from testkit.runners import native_binary, run_runner  # noqa: E402
 from harness.suites import MethodChoice  # noqa: E402
 from workloads.vocab import PAPER_CONFIGS  # noqa: E402
 
@@ -28,8 +29,11 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--steps", type=int, default=60)
     ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--binary", help="the cpp binary to time (default: build it for this machine)")
+    ap.add_argument("--model", choices=tuple(WORKLOADS), default="lenet5")
     args = ap.parse_args()
-    binary, data_dir = native_binary(), idx_data_dir()
+    binary, data_dir = args.binary or native_binary(), str(raw_idx(WORKLOADS[args.model][0], "").dir)
+    print(f"{args.model}, batch {args.batch}, {args.steps} steps, {args.repeats} repeats (medians)")
     print(f"{'method':14} {'fp32 ms':>8} {'int8 ms':>8} {'int8 x':>7} {'fp32 MiB':>9} {'int8 MiB':>9} "
           f"{'fp32 buf KiB':>12} {'int8 buf KiB':>12} {'int8 zo%':>9}")
     with tempfile.TemporaryDirectory() as d:
@@ -39,7 +43,8 @@ def main() -> None:
             buf = {}
             for r in range(args.repeats + 1):            # the first round warms up and is dropped
                 for precision in ("fp32", "int8"):
-                    spec = bench_spec(method, k, args.batch, args.steps, data_dir, precision=precision)
+                    spec = bench_spec(method, k, args.batch, args.steps, data_dir, precision=precision,
+                                      model=args.model)
                     res = run_runner(spec, tmp, binary, check=True)
                     if r == 0:
                         continue

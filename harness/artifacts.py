@@ -1,11 +1,12 @@
 """The files the host makes for jobs, cached under ~/.cache/zobench: datasets as raw IDX
-(the C++ binary reads no gzip), initial weights, ONNX graphs.
+(the C++ binary reads no gzip; point clouds converted from their release or generated),
+initial weights, ONNX graphs.
 
 Every file is named by what it is made from, so a changed input can never reuse an old file:
-a data set's folder by the bytes of its source files, an initial-weights file by the source
-code of its generator (models.py, zrng.py), an ONNX graph by its own bytes. Each file is
-written under a temporary name of its own and renamed, so two runs or two threads writing
-the same file never meet and a reader sees a whole file or none.
+a data set's folder by the bytes of its source files, an initial-weights file (and the
+synthetic point set's folder) by the source code of its generator, an ONNX graph by its own
+bytes. Each file is written under a temporary name of its own and renamed, so two runs or two
+threads writing the same file never meet and a reader sees a whole file or none.
 
 The INIT and ONNX folders have the layout of a board's bundle; a data set has a folder of
 its own here (DATA/<name>-<key>/<name>/) and DATA/<name>/ in a bundle, and bundle.Site
@@ -21,9 +22,9 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from workloads import datasets, models, zrng
+from workloads import datasets, models, pointclouds, zrng
 from workloads.jsonfile import temp_name
-from workloads.models import MODELS
+from workloads.models import Model
 
 # The folders of the cache and of a board's bundle.
 DATA, INIT, ONNX = "data", "init", "onnx"
@@ -80,7 +81,9 @@ def raw_idx(name: str, data_dir: str) -> RawIdx:
     ~60 ms for Fashion-MNIST; a key on (path, size, mtime) would miss a file rewritten with
     its size and mtime kept (cp -p, rsync -t, a restored backup). Raw sources are copied in
     too, so the folder always holds every file it names. A truncated or damaged source
-    raises DatasetError naming it."""
+    raises DatasetError naming it. A point set's folder is made by point_idx."""
+    if datasets.is_points(name):
+        return point_idx(name, data_dir)
     sources = {f: _read(name, f) for split in ("train", "test") for f in datasets.files(name, split, data_dir or None)}
     key = hashlib.sha256(json.dumps([[f.name, hashlib.sha256(b).hexdigest()] for f, b in sources.items()])
                          .encode()).hexdigest()[:16]
@@ -112,26 +115,60 @@ def _uncompress(name: str, f: Path, blob: bytes, tmp: Path) -> None:
         raise datasets.DatasetError(f"dataset {name!r}: {f}: {str(e).removeprefix(f'{tmp}: ')}; replace it") from None
 
 
+def point_idx(name: str, data_dir: str) -> RawIdx:
+    """A point set as the IDX files every runner reads (workloads/datasets.py: float32 clouds
+    [N, 1024, 3], uint8 labels), made once per key: ModelNet40's from its release files, keyed on
+    their bytes (as raw_idx), the synthetic set's from the generator alone. Either key includes
+    the code that makes the clouds (pointclouds.py, zrng.py), so new sampling is a new folder."""
+    if name == pointclouds.SYNTHETIC:
+        found, sums = [], []
+    else:
+        dirs = datasets.search_dirs(name, data_dir or None)
+        folder = next((d for d in dirs if pointclouds.sources(d)), None)
+        if folder is None:
+            raise datasets.DatasetError(f"dataset {name!r}: neither ply_data_*.h5 files nor {pointclouds.MESH_DIR}/ "
+                                        f"found in {', '.join(map(str, dirs))}; {datasets.HOW_TO_GET[name]}")
+        found = pointclouds.sources(folder)
+        sums = [[str(f.relative_to(folder)), hashlib.sha256(_read(name, f)).hexdigest()] for f in found]
+    key = hashlib.sha256(json.dumps([name, sums, hashlib.sha256(pointclouds.source_text()).hexdigest()])
+                         .encode()).hexdigest()[:16]
+    out = root() / DATA / f"{name}-{key}" / name
+    files = {f"{split}-{kind}": out / f"{'train' if split == 'train' else 't10k'}-{kind}"
+             for split in pointclouds.SPLITS for kind in ("points-idx3-float", "labels-idx1-ubyte")}
+    for split in pointclouds.SPLITS:     # one split in memory at a time
+        points, labels = files[f"{split}-points-idx3-float"], files[f"{split}-labels-idx1-ubyte"]
+        if not (points.is_file() and labels.is_file()):
+            clouds, y = pointclouds.read_release(found, split) if found else pointclouds.synthetic(split)
+            write_once(points, lambda tmp: datasets.write_idx(tmp, clouds, 0x0D))
+            write_once(labels, lambda tmp: datasets.write_idx(tmp, y, 0x08))
+    return RawIdx(out.parent, {f"{name}/{f.name}": f for f in files.values()})
+
+
 def init_weights_dir() -> Path:
     return root() / INIT
 
 
-def init_weights_file(model: str, seed: int) -> Path:
+def init_weights_file(model: Model, seed: int) -> Path:
     """The initial weights of (model, seed) written once, as little-endian float32 in the
     models.py layout, so every runtime of a run starts from the same bytes."""
     return write_once(init_weights_dir() / init_weights_name(model, seed),
-                      lambda tmp: MODELS[model].init_weights(seed).astype("<f4").tofile(tmp))
+                      lambda tmp: model.init_weights(seed).astype("<f4").tofile(tmp))
 
 
-def init_weights_name(model: str, seed: int) -> str:
-    return f"{model}-seed{seed}-{GENERATOR}.f32"
+def description_id(model: Model) -> str:
+    """A short hash of a model's description: two networks under one name never share a file."""
+    return hashlib.sha256(json.dumps(model.to_dict(), sort_keys=True).encode()).hexdigest()[:12]
+
+
+def init_weights_name(model: Model, seed: int) -> str:
+    return f"{model.name}-{description_id(model)}-seed{seed}-{GENERATOR}.f32"
 
 
 def onnx_dir() -> Path:
     return root() / ONNX
 
 
-def onnx_graph(model: str, method: str, bp_layers: int) -> Path:
+def onnx_graph(model: Model, method: str, bp_layers: int) -> Path:
     """The ONNX graph of the model's ZO front for an ort job, in the cache (its file name
     carries its sha256). The name is worked out once per process; the file is written again
     whenever it is missing there (a cleared cache, another HOME)."""
@@ -139,14 +176,12 @@ def onnx_graph(model: str, method: str, bp_layers: int) -> Path:
     if not path.is_file():
         from workloads import onnx_export
 
-        m = MODELS[model]
-        onnx_export.export(m, onnx_export.front_layers(m, method, bp_layers), onnx_dir())
+        onnx_export.export(model, onnx_export.front_layers(model, method, bp_layers), onnx_dir())
     return path
 
 
 @functools.lru_cache(maxsize=None)
-def _onnx_name(model: str, method: str, bp_layers: int) -> str:
+def _onnx_name(model: Model, method: str, bp_layers: int) -> str:
     from workloads import onnx_export   # onnx loads in ~0.2 s: only runs with ort jobs pay it
 
-    m = MODELS[model]
-    return onnx_export.file_name(m, onnx_export.front_layers(m, method, bp_layers))[0]
+    return onnx_export.file_name(model, onnx_export.front_layers(model, method, bp_layers))[0]

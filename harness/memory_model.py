@@ -4,8 +4,9 @@ Every tensor size comes from the model description in workloads/models.py, never
 numbers, so the model covers any architecture written there. As in the paper, every buffer is
 assumed allocated for the whole run (no lifetime-based reuse).
 
-Activations are the outputs of every operation: conv, its ReLU, its pool, FC, and its ReLU
-(LeNet-5: 18,058 values per sample). The parts are as follows.
+Activations are the outputs of every operation: each layer's own (conv2d, pointwise: one row
+per point, fc), its ReLU's and its pool's where the description has them (LeNet-5: 18,058 values
+per sample; PointNet on 1,024 points: 2,753,352). The parts are as follows.
 
 FP32 (4 bytes each):
 - parameters: all weights and biases.
@@ -17,7 +18,7 @@ FP32 (4 bytes each):
 
 INT8 (NITI: int8 tensors plus the int32 buffers they are requantized from; no biases):
 - parameters, activations, gradients and errors: as above, at 1 byte each.
-- scratch (int32): each conv and FC layer's output accumulator, batch-sized. For every
+- scratch (int32): each layer's output accumulator, batch-sized. For every
   BP-trained weight, its gradient accumulator. For every BP layer but the lowest, the
   accumulator of the error passed to its input.
 
@@ -56,19 +57,13 @@ class Breakdown:
 
 
 def layer_outputs(model: Model) -> list[list[int]]:
-    """Per layer, the sizes (per sample) of the activations it produces, in order."""
-    _, h, w = model.input_shape
+    """Per layer, the sizes (per sample) of the activations it produces, in order: its output
+    (conv2d [OC, H, W]; pointwise [N, O]; fc [O]), its ReLU's if it has one, its pool's if it
+    has one (max2x2 [OC, H/2, W/2]; global-max [O])."""
     out = []
-    for i, layer in enumerate(model.layers):
-        if layer.kind == "conv":
-            oc, k = layer.weight_shape[0], layer.weight_shape[2]
-            h, w = h + 2 * layer.padding - k + 1, w + 2 * layer.padding - k + 1
-            conv = oc * h * w
-            h, w = h // 2, w // 2
-            out.append([conv, conv, oc * h * w])         # conv, ReLU, 2x2 max pool
-        else:
-            o = layer.weight_shape[0]
-            out.append([o] if i == len(model.layers) - 1 else [o, o])   # FC (+ ReLU)
+    for layer, shapes in zip(model.layers, model.shapes):
+        o = math.prod(shapes.out)
+        out.append([o] + [o] * layer.relu + [math.prod(shapes.pooled)] * bool(layer.pool))
     return out
 
 
@@ -89,8 +84,7 @@ def breakdown(model: Model, method: str, batch: int, precision: str = "fp32", bp
     elif precision == "int8":
         bp_weights = sum(weights[first:])
         layer_acc = batch * sum(o[0] for o in outs)               # each layer's int32 output accumulator
-        inputs = [math.prod(model.input_shape)] + [o[-1] for o in outs[:-1]]
-        error_acc = batch * sum(inputs[first + 1:]) if first < len(model.layers) else 0
+        error_acc = batch * sum(math.prod(s.input) for s in model.shapes[first + 1:])
         parts = {"parameters": sum(weights), "activations": acts, "gradients": bp_weights, "errors": bp_acts,
                  "optimizer": 0, "scratch": 4 * (layer_acc + bp_weights + error_acc)}
     else:

@@ -7,9 +7,10 @@ import sys
 from dataclasses import dataclass
 
 from workloads import datasets, vocab
+from workloads.models import Model
 from workloads.spec import Hyper, JobSpec, SpecError, Workload, check_value
 
-from . import paths
+from . import artifacts, paths
 from .errors import UserError
 from .inventory import ARCHES, Target
 from .suites import MethodChoice, Suite
@@ -21,12 +22,13 @@ else:  # pragma: no cover
 
 # What each runtime implements: per precision the devices it trains on, the methods and the data
 # sets it reads; every other combination is left out of a plan, with the reason. (The int8
-# reference computes on CPU tensors; the C++ binary's lookup table knows MNIST's two.)
+# reference computes on CPU tensors; the C++ binary reads the data sets stored as IDX files, not
+# scikit-learn's digits, which are made on the board.)
 SUPPORT = {
     "torch": {"devices": {"fp32": ("cpu", "cuda"), "int8": ("cpu",)}, "methods": vocab.METHODS,
               "datasets": datasets.DATASETS},
     "cpp": {"devices": {"fp32": ("cpu",), "int8": ("cpu",)}, "methods": vocab.METHODS,
-            "datasets": ("mnist", "fashion-mnist")},
+            "datasets": tuple(d for d in datasets.DATASETS if d != "digits")},
     "ort": {"devices": {"fp32": ("cpu",)}, "methods": ("full-zo", "elastic-zo"), "datasets": datasets.DATASETS,
             "why": "ONNX Runtime runs forward passes only, by design (use torch or cpp for full-bp)"},
 }
@@ -43,7 +45,29 @@ class Job:
         return {"job_id": self.job_id, "target": self.target, "timeout_s": self.timeout_s, "spec": self.spec}
 
 
-def unsupported(runtime: str, method: str, precision: str, dataset: str, device: str) -> str | None:
+def cpp_refuses(model: Model) -> str | None:
+    """Why the C++ binary cannot run a model its description allows (workloads/cpp/common.hpp
+    parse_arch checks the same), or None."""
+    for l in model.layers:
+        if l.kind == "conv2d" and l.padding > min(l.weight_shape[2:]) - 1:
+            return f"layer {l.name}: it runs a conv2d padding of at most kernel - 1, not {l.padding}"
+    for prev, l in zip(model.layers, model.layers[1:]):
+        if l.kind == "pointwise" and prev.kind != "pointwise":
+            return f"layer {l.name}: it runs pointwise layers only at the front"
+    if model.points and model.input_shape[1] != 3:
+        return "it reads point clouds of 3 coordinates"
+    if model.classes > 1024:
+        return "it runs at most 1,024 classes"
+    return None
+
+
+def _listed(words) -> str:
+    """'a', 'a and b', 'a, b and c'."""
+    return " and ".join(filter(None, (", ".join(words[:-1]), words[-1])))
+
+
+def unsupported(runtime: str, method: str, precision: str, dataset: str, device: str,
+                model: Model | None = None) -> str | None:
     s = SUPPORT.get(runtime)
     if s is None:
         return f"the {runtime} runtime is not available in this version"
@@ -52,9 +76,11 @@ def unsupported(runtime: str, method: str, precision: str, dataset: str, device:
     if method not in s["methods"]:
         return f"the {runtime} runtime cannot train {method}" + (f": {s['why']}" if "why" in s else "")
     if dataset not in s["datasets"]:
-        return f"the {runtime} runtime reads {' and '.join(s['datasets'])}, not {dataset}"
+        return f"the {runtime} runtime reads {_listed(s['datasets'])}, not {dataset}"
     if device not in s["devices"][precision]:
-        return f"the {runtime} runtime trains {precision} on {' and '.join(s['devices'][precision])}, not {device}"
+        return f"the {runtime} runtime trains {precision} on {_listed(s['devices'][precision])}, not {device}"
+    if runtime == "cpp" and model is not None and (why := cpp_refuses(model)):
+        return f"the cpp runtime cannot run {model.name}: {why}"
     return None
 
 
@@ -92,19 +118,33 @@ def safe_name(text: str) -> str:
 
 
 def check_data(suite: Suite, workload: Workload, hyper: Hyper, overrides: dict) -> None:
-    """Refuse now, naming the setting, a data set that is missing or smaller than the samples
-    and the batch the hyperparameters take from it: a runner would fail, or cut it silently."""
+    """Refuse now, naming the setting, a data set that is missing, does not fit the model (images
+    for an image model, point clouds for a point model, as many classes), or is smaller than the
+    samples, points and batch the hyperparameters take from it: a runner would fail, or cut it
+    silently. A point set's size is read from the IDX files made from it, so they are made here."""
     def origin(key: str) -> str:
         return f"--set {key}={overrides[key]}: {key}" if key in overrides else f"{suite.path}: hyper.{key}"
 
+    name, model = workload.dataset, workload.resolve()
+    kind = {True: "point clouds", False: "images"}
+    if datasets.is_points(name) != model.points:
+        raise UserError(f"{suite.path}: workload.dataset: {name} holds {kind[datasets.is_points(name)]}, "
+                        f"but workload.model {model.name} takes {kind[model.points]}")
+    if datasets.classes(name) != model.classes:
+        raise UserError(f"{suite.path}: workload.dataset: {name} has {datasets.classes(name)} classes, "
+                        f"but workload.model {model.name} has {model.classes} outputs")
+    if hyper.points > datasets.STORED_POINTS:
+        raise UserError(f"{origin('points')}: expected at most the {datasets.STORED_POINTS} points stored per "
+                        f"cloud of {name} (0 = all of them), got {hyper.points}")
     try:
-        datasets.check(workload.dataset, workload.data_dir)
-        size = {split: datasets.split_size(workload.dataset, split, workload.data_dir) for split in ("train", "test")}
+        data_dir = artifacts.raw_idx(name, workload.data_dir).dir if datasets.is_points(name) else workload.data_dir
+        datasets.check(name, data_dir)
+        size = {split: datasets.split_size(name, split, data_dir) for split in ("train", "test")}
     except datasets.DatasetError as e:
         raise UserError(f"{suite.path}: workload.dataset: {e}") from None
     for key, split in (("train_samples", "train"), ("test_samples", "test")):
         if getattr(hyper, key) > size[split]:
-            raise UserError(f"{origin(key)}: expected at most the {size[split]} samples of {workload.dataset} "
+            raise UserError(f"{origin(key)}: expected at most the {size[split]} samples of {name} "
                             f"{split} (0 = all of them), got {getattr(hyper, key)}")
     train = hyper.train_samples or size["train"]
     if hyper.batch_size > train:
@@ -141,7 +181,13 @@ def make(suite: Suite, targets: list[Target], *, methods=(), runtimes=(), precis
     overrides = overrides or {}
     hyper = {**suite.hyper, **overrides}
     workload = Workload(**suite.workload)
+    try:
+        model = workload.resolve()
+    except SpecError as e:
+        raise UserError(f"{suite.path}: {e}") from None
     check_data(suite, workload, Hyper(**hyper), overrides)
+    # every runner executes the description in its spec, not a name it would look up
+    workload_spec = {**suite.workload, "architecture": model.to_dict()}
     commit = harness_commit()
     jobs, notes = [], []
     for target in targets:
@@ -158,7 +204,7 @@ def make(suite: Suite, targets: list[Target], *, methods=(), runtimes=(), precis
                     for m in method_list:
                         if m.method == "full-bp" and zo_loss != zo_losses[0]:
                             continue    # full-bp computes no ZO loss: one job per precision, not per zo_loss
-                        why = unsupported(runtime, m.method, precision, workload.dataset, target.device)
+                        why = unsupported(runtime, m.method, precision, workload.dataset, target.device, model)
                         if why:
                             notes.append(f"{m} {precision} on {runtime}: {why}")
                             continue
@@ -168,7 +214,7 @@ def make(suite: Suite, targets: list[Target], *, methods=(), runtimes=(), precis
                             spec = {"job_id": job_id, "method": m.method, "runtime": runtime,
                                     "bp_layers": m.bp_layers, "precision": precision, "zo_loss": zo_loss,
                                     "device": target.device, "seed": suite.seed, "threads": target.threads,
-                                    "workload": dict(suite.workload), "hyper": dict(hyper),
+                                    "workload": workload_spec, "hyper": dict(hyper),
                                     "target": target.name, "repeat": r, "harness_commit": commit}
                             try:
                                 spec = JobSpec.from_dict(spec).to_dict()

@@ -16,7 +16,6 @@ from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
 
 from harness import memory_model
-from workloads.models import MODELS
 from workloads.vocab import PAPER_CONFIGS, TRAIN_PHASES, method_label
 
 MIB, KIB = 2 ** 20, 2 ** 10
@@ -77,7 +76,7 @@ def time_breakdown(ok: pd.DataFrame, palette: dict) -> Figure:
 
 def cross_device(ok: pd.DataFrame, palette: dict) -> Figure:
     """Every board's step times divided by its own reference (Full ZO FP32 on the same runtime),
-    so boards of very different speed share one axis."""
+    so boards of very different speed share one axis; one panel per workload."""
     rows = []
     for panel, g in ok.groupby("panel", sort=False):
         ref = g[(g["method"] == "full-zo") & (g["precision"] == "fp32")]
@@ -85,65 +84,73 @@ def cross_device(ok: pd.DataFrame, palette: dict) -> Figure:
         ref_name = "Full ZO fp32" if len(ref) else f"{g['mlabel'].iloc[0]} {g['precision'].iloc[0]}"
         for _, r in g.iterrows():
             rows.append({"config": _bar_label(r["mlabel"], r["precision"]), "mlabel": r["mlabel"],
-                         "board": f"{panel}\n(1 = {ref_name}, {base:.2f} ms)", "relative": r["ms_step"] / base})
+                         "workload": r["workload"], "relative": r["ms_step"] / base,
+                         "board": f"{r['runtime']} · {r['target']}\n(1 = {ref_name}, {base:.2f} ms)"})
     t = pd.DataFrame(rows)
-    configs = list(dict.fromkeys(t["config"]))
-    fig, axes = figure(1, width=max(7.0, 0.9 * len(configs)), height=4.8)
-    ax = axes[0, 0]
-    sns.barplot(t, x="config", y="relative", hue="board", order=configs, ax=ax, palette="colorblind")
-    ax.axhline(1.0, color="0.3", linewidth=0.8, linestyle="--")
-    ax.set(xlabel="", ylabel="step time relative to the board's reference (x)",
-           title="Cross-device: step time normalised per board and runtime")
-    ax.tick_params(axis="x", labelsize=7)
-    for tick, config in zip(ax.get_xticklabels(), configs):
-        tick.set_color(palette[t.loc[t["config"] == config, "mlabel"].iloc[0]])
-    ax.legend(title="board · runtime", loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False, fontsize=8)
+    workloads = list(dict.fromkeys(t["workload"]))
+    widest = max(t[t["workload"] == w]["config"].nunique() for w in workloads)
+    fig, axes = figure(1, len(workloads), width=max(7.0, 0.9 * widest), height=4.8)
+    for ax, workload in zip(axes.flat, workloads):
+        w = t[t["workload"] == workload]
+        configs = list(dict.fromkeys(w["config"]))
+        sns.barplot(w, x="config", y="relative", hue="board", order=configs, ax=ax, palette="colorblind")
+        ax.axhline(1.0, color="0.3", linewidth=0.8, linestyle="--")
+        where = f" ({workload})" if len(workloads) > 1 else ""
+        ax.set(xlabel="", ylabel="step time relative to the board's reference (x)",
+               title=f"Cross-device: step time normalised per board and runtime{where}")
+        ax.tick_params(axis="x", labelsize=7)
+        for tick, config in zip(ax.get_xticklabels(), configs):
+            tick.set_color(palette[w.loc[w["config"] == config, "mlabel"].iloc[0]])
+        ax.legend(title="board · runtime", loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False, fontsize=8)
     return fig
 
 
-def memory(ok: pd.DataFrame, palette: dict, batch: int, model: str) -> Figure:
-    """Figs. 4-5: the analytic memory of each method, stacked by part, per precision. Each bar
-    is labelled with its total and its overhead over Full ZO, so that the small BP overhead
-    stays visible. Beside it, hatched, is what the C++ binary really allocates for the same
-    job (memory.buffers_bytes), where the run has one."""
+def memory(ok: pd.DataFrame, palette: dict, models: dict) -> Figure:
+    """Figs. 4-6: the analytic memory of each method, stacked by part, per precision; one row of
+    panels per model (models: name -> (Model, batch)), each on its own scale. Each bar is
+    labelled with its total and its overhead over Full ZO, so that the small BP overhead stays
+    visible. Beside it, hatched, is what the C++ binary really allocates for the same job
+    (memory.buffers_bytes), where the run has one."""
     precisions = [p for p in ("fp32", "int8") if p in set(ok["precision"].str.rstrip("*"))] or ["fp32"]
     methods = PAPER_CONFIGS
     labels = [method_label(meth, k) for meth, k in methods]
-    fig, axes = figure(len(precisions), width=5.8, height=5.0, sharey=True)
-    m = MODELS[model]
-    top = 0.0
-    for ax, precision in zip(axes.flat, precisions):
-        rows = [memory_model.breakdown(m, meth, batch, precision, k) for meth, k in methods]
-        zo = rows[1].total_bytes
-        bottom = [0.0] * len(rows)
-        for part in memory_model.PARTS:
-            vals = [r.parts[part] / MIB for r in rows]
-            if any(vals):
-                ax.bar([x - 0.15 for x in range(len(rows))], vals, bottom=bottom, width=0.38, color=PART_COLORS[part],
-                       edgecolor="0.4", linewidth=0.4)
-                bottom = [b + v for b, v in zip(bottom, vals)]
-        for x, r in enumerate(rows):
-            extra = "" if r.method == "full-zo" else f"\n{(r.total_bytes - zo) / KIB:+,.1f} KiB\nvs Full ZO"
-            ax.annotate(f"{r.total_bytes / MIB:.2f} MiB{extra}", (x - 0.15, r.total_bytes / MIB), xytext=(0, 3),
-                        textcoords="offset points", ha="center", va="bottom", fontsize=7)
-        cpp = ok[(ok["runtime"] == "cpp") & (ok["precision"] == precision) & ok["buffers_mib"].notna()]
-        for x, label in enumerate(labels):
-            got = cpp[cpp["mlabel"] == label]
-            if len(got):
-                v = float(got["buffers_mib"].iloc[0])
-                ax.bar(x + 0.25, v, width=0.3, color=palette[label], hatch="///", edgecolor="0.2", alpha=0.8)
-                ax.annotate(f"{v:.2f}", (x + 0.25, v), xytext=(0, 2), textcoords="offset points", ha="center",
-                            va="bottom", fontsize=7)
-        top = max(top, *bottom)
-        ax.set_xticks(range(len(labels)), [l.replace(" (", "\n(") for l in labels], fontsize=7)
-        ax.grid(axis="x", visible=False)
-        ax.set(title=f"{precision.upper()}, batch {batch}: Eqs. {'2-4' if precision == 'fp32' else '13-15'}",
-               ylabel="memory (MiB)")
-    for ax in axes.flat:
-        ax.set_ylim(0, 1.3 * top)
+    fig, axes = figure(len(precisions), len(models), width=5.8, height=5.0)
+    for row, (name, (m, batch)) in zip(axes, models.items()):
+        top = 0.0
+        for ax, precision in zip(row, precisions):
+            rows = [memory_model.breakdown(m, meth, batch, precision, k) for meth, k in methods]
+            zo = rows[1].total_bytes
+            bottom = [0.0] * len(rows)
+            for part in memory_model.PARTS:
+                vals = [r.parts[part] / MIB for r in rows]
+                if any(vals):
+                    ax.bar([x - 0.15 for x in range(len(rows))], vals, bottom=bottom, width=0.38,
+                           color=PART_COLORS[part], edgecolor="0.4", linewidth=0.4)
+                    bottom = [b + v for b, v in zip(bottom, vals)]
+            for x, r in enumerate(rows):
+                extra = "" if r.method == "full-zo" else f"\n{(r.total_bytes - zo) / KIB:+,.1f} KiB\nvs Full ZO"
+                ax.annotate(f"{r.total_bytes / MIB:.2f} MiB{extra}", (x - 0.15, r.total_bytes / MIB), xytext=(0, 3),
+                            textcoords="offset points", ha="center", va="bottom", fontsize=7)
+            cpp = ok[(ok["runtime"] == "cpp") & (ok["precision"] == precision) & ok["buffers_mib"].notna()
+                     & (ok["model"] == name)]
+            for x, label in enumerate(labels):
+                got = cpp[cpp["mlabel"] == label]
+                if len(got):
+                    v = float(got["buffers_mib"].iloc[0])
+                    ax.bar(x + 0.25, v, width=0.3, color=palette[label], hatch="///", edgecolor="0.2", alpha=0.8)
+                    ax.annotate(f"{v:.2f}", (x + 0.25, v), xytext=(0, 2), textcoords="offset points",
+                                ha="center", va="bottom", fontsize=7)
+                    bottom[x] = max(bottom[x], v)
+            top = max(top, *bottom)
+            ax.set_xticks(range(len(labels)), [l.replace(" (", "\n(") for l in labels], fontsize=7)
+            ax.grid(axis="x", visible=False)
+            ax.set(title=f"{name}, {precision.upper()}, batch {batch}: Eqs. {'2-4' if precision == 'fp32' else '13-15'}",
+                   ylabel="memory (MiB)")
+        for ax in row:
+            ax.set_ylim(0, 1.3 * top)
     handles = [Patch(facecolor=PART_COLORS[p], edgecolor="0.4", label=f"analytic: {p}") for p in memory_model.PARTS]
     handles.append(Patch(facecolor="white", hatch="///", edgecolor="0.2", label="C++ binary's buffers\n(exact, method colour)"))
-    axes.flat[-1].legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False, fontsize=8)
+    axes[0, -1].legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False, fontsize=8)
     fig.suptitle("Training memory by method: the analytic model and the C++ binary's allocation")
     return fig
 
@@ -171,19 +178,24 @@ def peak_rss(ok: pd.DataFrame, palette: dict) -> Figure:
 
 def loss_curves(ok: pd.DataFrame, palette: dict) -> Figure:
     """Figs. 2-3: train and test loss per epoch, one column per precision, one line per method
-    (line style: runtime and target)."""
+    (line style: runtime and target); two rows per workload, whose losses never share an axis
+    (40 classes start higher than 10)."""
     precisions = [p for p in PRECISIONS if p in set(ok["precision"])]
-    fig, axes = figure(len(precisions), 2, width=4.6, height=3.4, sharey="row")
-    styles = dict(zip(dict.fromkeys(ok["panel"]), ["-", "--", ":", "-."] * 8))
-    for col, precision in enumerate(precisions):
-        for _, g in ok[ok["precision"] == precision].iterrows():
-            for row, key in enumerate(("train_loss", "test_loss")):
-                axes[row, col].plot(g["curve"].index, g["curve"][key], marker="o", markersize=3,
-                                    color=palette[g["mlabel"]], linestyle=styles[g["panel"]])
-        for row, name in enumerate(("train", "test")):
-            ax = axes[row, col]
-            ax.set(title=f"{precision}: {name} loss", xlabel="epoch", ylabel="cross-entropy loss (nats)")
-            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    workloads = list(dict.fromkeys(ok["workload"]))
+    fig, axes = figure(len(precisions), 2 * len(workloads), width=4.6, height=3.4)
+    styles = dict(zip(dict.fromkeys(ok["runtime"] + " · " + ok["target"]), ["-", "--", ":", "-."] * 8))
+    for w, workload in enumerate(workloads):
+        for col, precision in enumerate(precisions):
+            for _, g in ok[(ok["precision"] == precision) & (ok["workload"] == workload)].iterrows():
+                for row, key in enumerate(("train_loss", "test_loss")):
+                    axes[2 * w + row, col].plot(g["curve"].index, g["curve"][key], marker="o", markersize=3,
+                                                color=palette[g["mlabel"]],
+                                                linestyle=styles[f"{g['runtime']} · {g['target']}"])
+            for row, name in enumerate(("train", "test")):
+                ax = axes[2 * w + row, col]
+                where = f"{workload}, " if len(workloads) > 1 else ""
+                ax.set(title=f"{where}{precision}: {name} loss", xlabel="epoch", ylabel="cross-entropy loss (nats)")
+                ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     handles = [Line2D([], [], color=c, label=m) for m, c in palette.items() if m in set(ok["mlabel"])]
     handles += [Line2D([], [], color="0.4", linestyle=s, label=p) for p, s in styles.items()]
     axes[0, -1].legend(handles=handles, loc="upper left", bbox_to_anchor=(1.02, 1), frameon=False, fontsize=8)

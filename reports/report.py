@@ -20,7 +20,7 @@ from matplotlib.figure import Figure
 from harness import memory_model
 from harness.errors import UserError
 from harness.schema import step_seconds
-from workloads.models import MODELS
+from workloads.spec import JobSpec
 from workloads.vocab import METHODS, PAPER_CONFIGS, TRAIN_PHASES, method_label, precision_key
 
 from . import charts
@@ -60,10 +60,10 @@ def build(store, run_ids: list[str], out: Path | None = None, targets=(), method
     ok = _chart_groups(df)
     palette = _method_palette(df)
     ratios = _int8_ratios(ok)
-    batch, model = int(df["batch"].mode()[0]), df["model"].mode()[0]
+    models = _models(df)
     draw = {"time_breakdown": lambda: charts.time_breakdown(ok, palette),
             "cross_device": lambda: charts.cross_device(ok, palette),
-            "memory": lambda: charts.memory(ok, palette, batch, model),
+            "memory": lambda: charts.memory(ok, palette, models),
             "peak_rss": lambda: charts.peak_rss(ok, palette),
             "loss": lambda: charts.loss_curves(ok, palette),
             "int8_ratios": lambda: charts.int8_ratios(ratios, palette)}
@@ -77,6 +77,11 @@ def build(store, run_ids: list[str], out: Path | None = None, targets=(), method
     (out / "report.md").write_text(_markdown(blocks))
     (out / "report.html").write_text(_html(blocks, out, f"zobench report: {', '.join(run_ids)}"))
     return out / "report.html"
+
+
+def _models(df: pd.DataFrame) -> dict:
+    """Per model its description and most common batch: the memory chart draws a row for each."""
+    return {name: (g["network"].iloc[0], int(g["batch"].mode()[0])) for name, g in df.groupby("model", sort=False)}
 
 
 def _method_palette(df: pd.DataFrame) -> dict:
@@ -112,6 +117,7 @@ def _load(store, run_ids: list[str], plans: list[dict]) -> pd.DataFrame:
                 "workload": "{model}/{dataset}".format(**job["workload"]),
                 "mlabel": method_label(job["method"], job["bp_layers"]),
                 "batch": (job.get("hyper") or {}).get("batch_size", 32), "model": job["workload"].get("model", "lenet5"),
+                "network": JobSpec.from_dict(job).model(),
                 "status": r["status"], "error": r.get("error") or "", "steps": steps,
                 "train_s": r.get("train_seconds") or math.nan,
                 # A runner that never trained reports 0 s and 0 bytes: unknown, not free.
@@ -147,7 +153,7 @@ def _chart_groups(df: pd.DataFrame) -> pd.DataFrame:
     means = ok.groupby("label", sort=False)[["ms_step", "peak_mib", "baseline_mib", "buffers_mib", "test_acc",
                                              *TRAIN_PHASES]].mean()
     firsts = ok.groupby("label", sort=False)[["mlabel", "method", "bp_layers", "precision", "runtime", "target",
-                                              "workload", "panel", "variant", "batch", "model"]].first()
+                                              "workload", "panel", "variant", "batch", "model", "network"]].first()
     curves = pd.Series({label: pd.DataFrame([e for es in s for e in es]).groupby("epoch")[["train_loss", "test_loss"]]
                         .mean() for label, s in ok.groupby("label", sort=False)["epochs"]}, name="curve", dtype=object)
     return pd.concat([firsts, means, curves], axis=1).rename_axis("label").reset_index()
@@ -162,7 +168,7 @@ def _int8_ratios(ok: pd.DataFrame) -> pd.DataFrame:
         if not len(f) or not len(i):
             continue
         f, i = f.iloc[0], i.iloc[0]
-        analytic = [memory_model.breakdown(MODELS[f["model"]], f["method"], int(f["batch"]), p, int(f["bp_layers"]))
+        analytic = [memory_model.breakdown(f["network"], f["method"], int(f["batch"]), p, int(f["bp_layers"]))
                     .total_bytes for p in ("fp32", "int8")]
         # the binary reports its exact allocation; a Python runtime only its whole process's peak RSS
         col = "buffers_mib" if pd.notna(f["buffers_mib"]) and pd.notna(i["buffers_mib"]) else "peak_mib"

@@ -12,6 +12,7 @@ from pathlib import Path
 from harness.build import build
 from harness.artifacts import raw_idx
 from harness.inventory import Target
+from workloads.models import LENET5, Model
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -73,15 +74,17 @@ def run_runner(spec: dict, tmp: Path, command: str | Path | Sequence[str | Path]
 
 
 def job_spec(method: str, k: int, *, seed: int, steps: int, batch: int = 32, test_samples: int = 256,
-             threads: int = 2, data_dir: str | None = None, hyper: dict | None = None, **fields) -> dict:
+             threads: int = 2, data_dir: str | None = None, hyper: dict | None = None, model: Model = LENET5,
+             dataset: str = "fashion-mnist", **fields) -> dict:
     """A runner's spec: one epoch of `steps` batches from `seed`, each step traced, then a test
-    pass; Fashion-MNIST from data_dir when given (the C++ binary needs one), else the runner's
-    own. hyper adds to or overrides those hyperparameters; fields are the spec's other keys."""
+    pass; the data set from data_dir when given (the C++ binary needs one), else the runner's
+    own. The model's description goes in the spec, as the plan puts it. hyper adds to or
+    overrides those hyperparameters; fields are the spec's other keys."""
     spec = {"job_id": "test", "method": method, "bp_layers": k, "seed": seed, "threads": threads,
             "hyper": {"epochs": 1, "batch_size": batch, "train_samples": batch * steps,
                       "test_samples": test_samples, "trace_steps": steps, **(hyper or {})}, **fields}
-    if data_dir is not None:
-        spec["workload"] = {"dataset": "fashion-mnist", "data_dir": data_dir}
+    spec["workload"] = {"model": model.name, "dataset": dataset, "architecture": model.to_dict(),
+                        **({"data_dir": data_dir} if data_dir is not None else {})}
     return spec
 
 

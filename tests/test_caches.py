@@ -16,6 +16,7 @@ from harness import artifacts
 from harness.build import configuration
 from harness.store import Store
 from workloads.datasets import DatasetError
+from workloads.models import LENET5
 
 from testkit.runners import REPO, zobench
 from testkit.sshd import board_toml
@@ -132,10 +133,11 @@ def test_init_weights_are_named_by_the_source_of_their_generator(home, tmp_path)
 
     def name() -> str:
         return subprocess.run([sys.executable, "-c", "from harness.artifacts import init_weights_name as n; "
-                               "print(n('lenet5', 7))"], cwd=copy, env={**os.environ, "PYTHONPATH": str(copy)},
+                               "from workloads.models import LENET5; print(n(LENET5, 7))"],
+                              cwd=copy, env={**os.environ, "PYTHONPATH": str(copy)},
                               capture_output=True, text=True, check=True).stdout.strip()
 
-    here = artifacts.init_weights_name("lenet5", 7)
+    here = artifacts.init_weights_name(LENET5, 7)
     assert name() == here
     names = {here}
     for module in ("zrng.py", "models.py"):
@@ -143,18 +145,18 @@ def test_init_weights_are_named_by_the_source_of_their_generator(home, tmp_path)
             f.write("\n# an edit that changes no number\n")
         names.add(name())
     assert len(names) == 3
-    path = artifacts.init_weights_file("lenet5", 7)
+    path = artifacts.init_weights_file(LENET5, 7)
     assert path.name == here
-    assert np.array_equal(np.fromfile(path, "<f4"), artifacts.MODELS["lenet5"].init_weights(7))
+    assert np.array_equal(np.fromfile(path, "<f4"), LENET5.init_weights(7))
     assert parts(home) == []
 
 
 def test_an_onnx_graph_missing_from_the_cache_is_written_again(home):
     pytest.importorskip("onnx")
-    path = artifacts.onnx_graph("lenet5", "elastic-zo", 1)
+    path = artifacts.onnx_graph(LENET5, "elastic-zo", 1)
     data = path.read_bytes()
     path.unlink()                           # a cleared cache while the process still runs
-    assert artifacts.onnx_graph("lenet5", "elastic-zo", 1) == path
+    assert artifacts.onnx_graph(LENET5, "elastic-zo", 1) == path
     assert path.read_bytes() == data
 
 

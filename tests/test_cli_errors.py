@@ -194,8 +194,8 @@ def test_a_data_set_the_binary_cannot_read_is_left_out_with_a_note(tmp_path):
                                            '[workload]\ndataset = "digits"\n')
     p = zobench("run", "--results", tmp_path / "res", "--suite", suite, "--no-report", *QUICK)
     assert p.returncode == 0, p.stderr
-    assert "note: left out full-zo fp32 on cpp: the cpp runtime reads mnist and fashion-mnist, not digits" \
-        in p.stderr.splitlines()
+    assert "note: left out full-zo fp32 on cpp: the cpp runtime reads mnist, fashion-mnist, modelnet40 and " \
+           "modelnet40-synthetic, not digits" in p.stderr.splitlines()
     (run,) = os.listdir(tmp_path / "res" / "runs")
     assert sorted(f for f in os.listdir(tmp_path / "res" / "runs" / run) if f.startswith("local.")) == [
         "local.torch.full-zo.fp32.r0.json"]

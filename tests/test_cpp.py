@@ -5,8 +5,11 @@ import numpy as np
 import pytest
 
 from harness import schema
+from harness.artifacts import raw_idx
+from workloads.models import POINTNET
 from workloads.vocab import PAPER_CONFIGS
 
+from testkit.agreement import assert_same_fp32_steps, assert_same_int8_run
 from testkit.runners import QEMU_A53, job_spec, run_runner
 
 
@@ -85,3 +88,62 @@ def test_runtimes_of_a_run_start_from_the_same_weights_file(tmp_path):
     digest = hashlib.sha256(open(init.pop(), "rb").read()).hexdigest()
     assert results["torch"]["model"]["weights_sha256"] == results["cpp"]["model"]["weights_sha256"] == digest
     assert results["cpp"]["env"]["binary_sha256"] and results["torch"]["env"]["binary_sha256"] is None
+
+
+# ---- PointNet, which the binary knows only from its description ----
+
+INT8_CONFIGS = [("full-bp", 0, "float"), ("full-zo", 0, "integer"), ("elastic-zo", 1, "float"),
+                ("elastic-zo", 2, "integer")]
+
+
+@pytest.fixture(scope="module")
+def points_dir():
+    return str(raw_idx("modelnet40-synthetic", "").dir)
+
+
+def small_spec(model, method, k, data_dir, precision="fp32", zo_loss="float"):
+    """A few steps on 32 points of a few synthetic clouds, at the learning rates of its suite
+    (quick-pointnet.toml)."""
+    return job_spec(method, k, seed=5, steps=6, batch=4, test_samples=16, data_dir=data_dir, model=model,
+                    dataset="modelnet40-synthetic", hyper={"points": 32, "lr_bp": 0.01, "lr_zo": 1e-4},
+                    precision=precision, zo_loss=zo_loss)
+
+
+@pytest.mark.parametrize("method,k", PAPER_CONFIGS)
+def test_pointnet_matches_torch_step_for_step(native, points_dir, tmp_path, method, k):
+    s = small_spec(POINTNET, method, k, points_dir)
+    c = run_runner(s, tmp_path / "cpp", native)
+    assert_same_fp32_steps(run_runner(s, tmp_path / "torch"), c, 6)
+    assert c["model"]["params_total"] == POINTNET.params_total
+
+
+@pytest.mark.parametrize("config", INT8_CONFIGS, ids=lambda c: "-".join(map(str, c)))
+def test_pointnet_is_bit_exact_in_int8(native, points_dir, tmp_path, config):
+    s = small_spec(POINTNET, *config[:2], points_dir, "int8", config[2])
+    assert_same_int8_run(run_runner(s, tmp_path / "torch"), run_runner(s, tmp_path / "cpp", native))
+
+
+def test_aarch64_build_runs_pointnet_under_qemu_cortex_a53(aarch64, points_dir, tmp_path):
+    """FP32 step for step with torch and INT8 bit for bit with the reference, on the aarch64
+    kernels (NEON) instead of the x86 ones."""
+    s = small_spec(POINTNET, "elastic-zo", 1, points_dir)
+    arm = run_runner(s, tmp_path / "arm", [*QEMU_A53, aarch64])
+    assert arm["env"]["arch"] == "aarch64" and schema.problems(arm) == []
+    assert_same_fp32_steps(run_runner(s, tmp_path / "torch"), arm, 6)
+    s = small_spec(POINTNET, "elastic-zo", 2, points_dir, "int8", "integer")
+    assert_same_int8_run(run_runner(s, tmp_path / "torch8"), run_runner(s, tmp_path / "arm8", [*QEMU_A53, aarch64]))
+
+
+@pytest.mark.parametrize("change,error", [
+    (lambda w: w.pop("architecture"), "workload.architecture: missing"),
+    (lambda w: w["architecture"]["layers"][0].update(kind="conv3d"),
+     "workload.architecture: layer conv1: kind 'conv3d' is not one this binary runs (conv2d, fc, pointwise)"),
+    (lambda w: w["architecture"].update(init="xavier"),
+     "workload.architecture: init 'xavier' is not one this binary draws (pytorch, he)"),
+])
+def test_binary_refuses_a_spec_without_a_model_it_can_run(native, data_dir, tmp_path, change, error):
+    s = spec("full-zo", 0, data_dir, steps=5)
+    change(s["workload"])
+    r = run_runner(s, tmp_path, native)
+    assert r["status"] == "failed" and r["error"].startswith(error), r["error"]
+    assert r["steps"] == 0 and r["model"] is None

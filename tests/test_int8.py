@@ -159,3 +159,23 @@ def test_strided_max_pool_and_its_backward_are_torchs_including_ties():
     pooled, idx = torch.nn.functional.max_pool2d(x, 2, return_indices=True)
     assert torch.equal(int8.max_pool2(x), pooled)
     assert torch.equal(int8.max_unpool2(err, x), torch.nn.functional.max_unpool2d(err, idx, 2, output_size=x.shape[-2:]))
+
+
+def test_odd_maps_and_the_global_max_route_the_error_like_torch():
+    """A 2x2 pool of an odd map drops its last row and column, as F.max_pool2d does; the
+    global max over the points sends the error to the first point holding the maximum."""
+    g = torch.Generator().manual_seed(1)
+    x = torch.randint(-3, 4, (2, 3, 7, 9), generator=g).float()
+    err = torch.randint(-127, 128, (2, 3, 3, 4), generator=g).float()
+    pooled, idx = torch.nn.functional.max_pool2d(x, 2, return_indices=True)
+    assert torch.equal(int8.max_pool2(x), pooled)
+    assert torch.equal(int8.max_unpool2(err, x), torch.nn.functional.max_unpool2d(err, idx, 2, output_size=(7, 9)))
+    pts = torch.randint(0, 3, (2, 5, 4), generator=g).float()       # [B, N, O], mostly ties
+    gerr = torch.randint(-127, 128, (2, 4), generator=g).float()
+    want = torch.zeros_like(pts)
+    for b in range(2):
+        for o in range(4):
+            first = next(n for n in range(5) if pts[b, n, o] == pts[b, :, o].max())
+            want[b, first, o] = gerr[b, o]
+    assert torch.equal(int8.global_max(pts), pts.amax(dim=1))
+    assert torch.equal(int8.global_unmax(gerr, pts), want)

@@ -21,7 +21,7 @@ ZO_METHODS = [("full-zo", 0), ("elastic-zo", 1), ("elastic-zo", 2)]
 def spec(method, k, runtime, steps=60, **extra):
     s = job_spec(method, k, seed=5, steps=steps, runtime=runtime, **extra)
     if runtime == "ort" and "onnx_model" not in extra:
-        s["onnx_model"] = str(onnx_graph("lenet5", method, k))
+        s["onnx_model"] = str(onnx_graph(LENET5, method, k))
     return s
 
 
@@ -75,7 +75,7 @@ def test_graph_takes_the_weights_as_inputs_with_a_dynamic_batch_and_is_named_by_
 
 
 def test_a_graph_for_another_partition_is_refused_with_the_reason(tmp_path):
-    wrong = str(onnx_graph("lenet5", "elastic-zo", 2))
+    wrong = str(onnx_graph(LENET5, "elastic-zo", 2))
     r = run_runner(spec("full-zo", 0, "ort", onnx_model=wrong), tmp_path, ORT_RUNNER)
     assert r["status"] == "failed" and r["error"].startswith(f"onnx_model: {wrong} is not lenet5's front of 5 layers")
 

@@ -5,6 +5,7 @@ import pytest
 
 from harness import inventory, measurements, plan, suites
 from harness.errors import UserError
+from workloads.models import LENET5
 from workloads.spec import JobSpec, SpecError
 
 from testkit.runners import run_runner
@@ -20,7 +21,8 @@ def test_paper_fmnist_suite_is_the_papers_table1_setting():
         h = JobSpec.from_dict(j.spec).hyper
         assert (h.epochs, h.batch_size, h.lr_decay, h.lr_decay_every) == (100, 32, 0.8, 10)
         assert h.train_samples == 0 and h.test_samples == 0          # the whole data set
-        assert j.spec["workload"] == {"model": "lenet5", "dataset": "fashion-mnist", "data_dir": ""}
+        assert j.spec["workload"] == {"model": "lenet5", "dataset": "fashion-mnist", "data_dir": "",
+                                      "architecture": LENET5.to_dict()}
 
 
 def test_filters_overrides_and_repeats():
@@ -92,7 +94,8 @@ def test_every_combination_is_a_job_or_a_note_with_the_reason(tmp_path):
     assert sorted((j.spec["runtime"], j.spec["method"], j.spec["precision"]) for j in jobs) == sorted(
         ("torch", m, "fp32") for m in ("full-bp", "full-zo", "elastic-zo", "elastic-zo"))
     assert "full-zo int8 on torch: the torch runtime trains int8 on cpu, not cuda" in notes
-    assert "full-zo fp32 on cpp: the cpp runtime reads mnist and fashion-mnist, not digits" in notes
+    assert "full-zo fp32 on cpp: the cpp runtime reads mnist, fashion-mnist, modelnet40 and " \
+           "modelnet40-synthetic, not digits" in notes
     assert "full-zo fp32 on ort: the ort runtime trains fp32 on cpu, not cuda" in notes
     for runtime in s.runtimes:
         for precision in s.precisions:
@@ -116,3 +119,20 @@ def test_full_bp_one_epoch_on_all_of_fashion_mnist_reaches_80_percent(tmp_path):
     r = run_runner({"job_id": "paper", "method": "full-bp", "hyper": {"epochs": 1}}, tmp_path)
     assert r["status"] == "ok" and r["steps"] == 60_000 // 32
     assert r["epochs"][0]["test_accuracy"] > 0.80
+
+
+def test_the_plan_leaves_out_a_model_the_cpp_binary_cannot_run_with_the_reason():
+    """A description models.py accepts but the binary refuses (a conv2d padded wider than
+    kernel - 1): the cpp jobs become notes naming the layer, the other runtimes keep theirs."""
+    wide = LENET5.to_dict()
+    wide["name"] = "lenet5-wide-pad"
+    wide["layers"][2]["weight_shape"] = [120, 16 * 8 * 8]      # conv1 padded by 5 gives 16 x 8 x 8 to fc1
+    wide["layers"][0]["padding"] = 5
+    s = suites.load("quick")
+    s.workload = {**s.workload, "model": "lenet5-wide-pad", "architecture": wide}
+    jobs, notes = plan.make(s, inventory.resolve(["local"], None), precisions=["fp32"])
+    assert {j.spec["runtime"] for j in jobs} == {"torch", "ort"}
+    assert "full-zo fp32 on cpp: the cpp runtime cannot run lenet5-wide-pad: layer conv1: it runs a conv2d " \
+           "padding of at most kernel - 1, not 5" in notes
+    with pytest.raises(UserError, match="the plan has no job: .*cpp runtime cannot run lenet5-wide-pad: layer conv1"):
+        plan.make(s, inventory.resolve(["local"], None), runtimes=["cpp"])

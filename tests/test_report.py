@@ -5,9 +5,11 @@ import re
 import pytest
 
 from zobench.cli import main
+from harness import memory_model
 from harness.store import Store
 from reports import build
 from reports.report import CHARTS
+from workloads.vocab import PAPER_CONFIGS
 
 from testkit.runners import zobench
 
@@ -144,3 +146,32 @@ def test_int8_and_accuracy_tables_agree_with_the_raw_results(native, tmp_path): 
     assert "Full ZO" in only and "ElasticZO" not in only
     p = zobench("report", "--results", tmp_path, "--target", "no-such-board")
     assert p.returncode == 2 and "matches --target/--method" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_a_report_of_two_models_never_puts_one_models_bars_beside_the_others(tmp_path):
+    """LeNet-5 and PointNet in one report: each chart gives each model panels of its own."""
+    from reports import charts, report as rep
+
+    tiny = ["--results", str(tmp_path), "--no-report", "--method", "full-bp", "--method", "full-zo", *TINY]
+    assert main(["run", *tiny]) == 0
+    assert main(["run", "--suite", "quick-pointnet", *tiny, "--set", "points=32"]) == 0
+    store = Store(tmp_path)
+    runs = store.run_ids()
+    build(store, runs)
+    df = rep._load(store, runs, [store.run_plan(r) for r in runs])
+    ok, palette = rep._chart_groups(df), rep._method_palette(df)
+    workloads = ["lenet5/fashion-mnist", "pointnet/modelnet40-synthetic"]
+    assert sorted(ok["workload"].unique()) == workloads
+
+    fig = charts.memory(ok, palette, rep._models(df))
+    rows = [[ax.get_title() for ax in fig.axes if ax.get_title().startswith(m)] for m in ("lenet5", "pointnet")]
+    assert [len(r) for r in rows] == [1, 1]                  # one row of panels per model (fp32 only here)
+    for (model, batch), ax in zip(rep._models(df).values(), [ax for ax in fig.axes if ax.get_title()]):
+        highest = max(memory_model.breakdown(model, m, batch, "fp32", k).total_bytes for m, k in PAPER_CONFIGS)
+        assert ax.get_ylim()[1] == pytest.approx(1.3 * highest / 2**20)     # each model on its own scale
+    for make in (charts.time_breakdown, charts.peak_rss, charts.cross_device):
+        titles = [ax.get_title() for ax in make(ok, palette).axes if ax.get_title()]
+        assert all(sum(w in t for w in workloads) == 1 for t in titles), titles
+        assert {w for w in workloads if any(w in t for t in titles)} == set(workloads)
+    titles = [ax.get_title() for ax in charts.loss_curves(ok, palette).axes if ax.get_title()]
+    assert sorted(titles) == sorted(f"{w}, fp32: {s} loss" for w in workloads for s in ("train", "test"))

@@ -1,9 +1,14 @@
-"""Image datasets as uint8 arrays, normalised per batch through a lookup table.
+"""Image datasets as uint8 arrays, normalised per batch through a lookup table, and point
+clouds as float32 arrays, all read from IDX files.
 
 Samples stay uint8 in memory (Fashion-MNIST's 60k training images are 47 MB
 instead of 188 MB as float32) so a runner's peak RSS is dominated by training,
 not by the dataset. Pixels become float32 through a 256-entry table computed in
 float64, which is bit-identical in every runtime.
+
+Point clouds (ModelNet40 and its synthetic stand-in) reach a runner only as the IDX files the
+host made from them (harness/artifacts.py, workloads/pointclouds.py): a board needs numpy and
+nothing else, and reads only the clouds and points a job uses (a Pi Zero 2 has 512 MB).
 """
 from __future__ import annotations
 
@@ -20,10 +25,29 @@ SYSTEM_DIR = Path("/usr/share/datasets")
 HOW_TO_GET = {
     "fashion-mnist": "install Debian's dataset-fashion-mnist package (apt-get install dataset-fashion-mnist)",
     "mnist": "put the four MNIST IDX files (train-images-idx3-ubyte[.gz], ...) in $ZOBENCH_DATA/mnist",
+    "modelnet40": "unpack the HDF5 release (modelnet40_ply_hdf5_2048.zip) or the mesh release (ModelNet40.zip) "
+                  "into $ZOBENCH_DATA/modelnet40 (README.md)",
 }
 # (mean, std) of the training pixels scaled to [0, 1]
 NORMALISATION = {"mnist": (0.1307, 0.3081), "fashion-mnist": (0.2860, 0.3530), "digits": (0.3365, 0.3214)}
-DATASETS = tuple(NORMALISATION)
+# point-cloud sets: how many classes, and how many points each stored cloud has
+POINT_SETS = {"modelnet40": 40, "modelnet40-synthetic": 40}
+STORED_POINTS = 1024
+DATASETS = (*NORMALISATION, *POINT_SETS)
+POINTS_MADE = ("the host makes a point set's IDX files (harness/artifacts.py raw_idx) and gives a job "
+               "their folder as its data_dir")
+# IDX type byte -> element type (IDX is big-endian)
+IDX_TYPES = {0x08: np.dtype(">u1"), 0x0D: np.dtype(">f4")}
+IDX_NAMES = {0x08: "unsigned-byte", 0x0D: "float32"}
+
+
+def is_points(name: str) -> bool:
+    return name in POINT_SETS
+
+
+def classes(name: str) -> int:
+    """How many classes a data set's labels name (10 for every image set)."""
+    return POINT_SETS.get(name, 10)
 
 
 class DatasetError(Exception):
@@ -50,19 +74,39 @@ def lookup_table(name: str) -> np.ndarray:
     return ((np.arange(256, dtype=np.float64) / 255.0 - mean) / std).astype(np.float32)
 
 
-def read_idx(path: Path) -> np.ndarray:
-    """Read an IDX file (gzip or raw) into a numpy array, checking its header."""
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rb") as f:
-        data = f.read()
-    if len(data) < 4 or data[0] != 0 or data[1] != 0 or data[2] != 0x08:
-        raise DatasetError(f"{path}: not an unsigned-byte IDX file")
-    ndim = data[3]
-    dims = struct.unpack(f">{ndim}I", data[4:4 + 4 * ndim])
-    body = np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndim)
-    if body.size != int(np.prod(dims)):
-        raise DatasetError(f"{path}: header says {dims} but holds {body.size} bytes")
-    return body.reshape(dims)
+def read_idx(path: Path, type_byte: int = 0x08, limit: int = 0) -> np.ndarray:
+    """The first `limit` records (0 = all) of an IDX file (gzip or raw) of the given type, as a
+    native-endian array, checking its header against the file's size. A raw file is mapped, not
+    read: only the records taken are ever loaded (a point set's training file is 121 MB)."""
+    if path.suffix == ".gz":
+        with gzip.open(path, "rb") as f:
+            data = f.read()
+        head, size = data[:4 + 4 * 255], len(data)
+    else:
+        with open(path, "rb") as f:
+            head = f.read(4 + 4 * 255)
+        size = path.stat().st_size
+    if len(head) < 4 or head[:3] != bytes([0, 0, type_byte]):
+        raise DatasetError(f"{path}: not an {IDX_NAMES[type_byte]} IDX file")
+    ndim, dtype = head[3], IDX_TYPES[type_byte]
+    start = 4 + 4 * ndim
+    if len(head) < start:
+        raise DatasetError(f"{path}: its header is cut short")
+    dims = struct.unpack(f">{ndim}I", head[4:start])
+    if size - start != int(np.prod(dims)) * dtype.itemsize:
+        raise DatasetError(f"{path}: header says {dims} but holds {size - start} bytes")
+    if not dims[0]:     # an empty file region cannot be mapped
+        return np.zeros(dims, dtype.newbyteorder("="))
+    body = (np.frombuffer(data, dtype, offset=start) if path.suffix == ".gz"
+            else np.memmap(path, dtype, "r", offset=start)).reshape(dims)
+    return np.array(body[:limit or None], dtype.newbyteorder("="))   # a copy in memory, in native order
+
+
+def write_idx(path: Path, array: np.ndarray, type_byte: int) -> None:
+    """Write array as an IDX file of the given type (what read_idx reads back)."""
+    with open(path, "wb") as f:
+        f.write(bytes([0, 0, type_byte, array.ndim]) + struct.pack(f">{array.ndim}I", *array.shape))
+        f.write(np.ascontiguousarray(array, IDX_TYPES[type_byte]).tobytes())
 
 
 def search_dirs(name: str, data_dir: str | None = None) -> list[Path]:
@@ -81,21 +125,22 @@ def _find(name: str, stem: str, dirs: list[Path]) -> Path:
             p = d / (stem + suffix)
             if p.is_file():
                 return p
-    raise DatasetError(
-        f"dataset {name!r}: {stem}[.gz] not found in {', '.join(map(str, dirs))}; "
-        f"{HOW_TO_GET.get(name, 'put its IDX files in $ZOBENCH_DATA/' + name)}")
+    hint = POINTS_MADE if is_points(name) else HOW_TO_GET.get(name, f"put its IDX files in $ZOBENCH_DATA/{name}")
+    raise DatasetError(f"dataset {name!r}: {stem}[.gz] not found in {', '.join(map(str, dirs))}; {hint}")
 
 
 def files(name: str, split: str, data_dir: str | None = None) -> tuple[Path, Path]:
-    """The (images, labels) IDX files of an IDX dataset's split; DatasetError if missing."""
+    """The (images or points, labels) IDX files of a dataset's split; DatasetError if missing.
+    A point set's files are the ones the host made (artifacts.raw_idx: its folder is the data_dir)."""
     prefix = "train" if split == "train" else "t10k"
     dirs = search_dirs(name, data_dir)
-    return _find(name, f"{prefix}-images-idx3-ubyte", dirs), _find(name, f"{prefix}-labels-idx1-ubyte", dirs)
+    samples = f"{prefix}-points-idx3-float" if is_points(name) else f"{prefix}-images-idx3-ubyte"
+    return _find(name, samples, dirs), _find(name, f"{prefix}-labels-idx1-ubyte", dirs)
 
 
 def check(name: str, data_dir: str | None = None) -> None:
     """Raise DatasetError now, rather than in a job, if a dataset cannot be found."""
-    if name not in NORMALISATION:
+    if name not in DATASETS:
         raise DatasetError(f"unknown dataset {name!r}; expected one of {', '.join(DATASETS)}")
     if name == "digits":
         if importlib.util.find_spec("sklearn") is None:
@@ -119,12 +164,13 @@ def split_size(name: str, split: str, data_dir: str | None = None) -> int:
     return struct.unpack(">I", head[4:])[0]
 
 
-def _idx_split(name: str, split: str, data_dir: str | None) -> tuple[np.ndarray, np.ndarray]:
-    image_file, label_file = files(name, split, data_dir)
-    images, labels = read_idx(image_file), read_idx(label_file)
-    if images.ndim != 3 or labels.ndim != 1 or len(images) != len(labels):
-        raise DatasetError(f"dataset {name!r} {split}: images {images.shape} do not match labels {labels.shape}")
-    return images, labels
+def _idx_split(name: str, split: str, data_dir: str | None, limit: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    sample_file, label_file = files(name, split, data_dir)
+    samples = read_idx(sample_file, 0x0D if is_points(name) else 0x08, limit)
+    labels = read_idx(label_file, 0x08, limit)
+    if samples.ndim != 3 or labels.ndim != 1 or len(samples) != len(labels):
+        raise DatasetError(f"dataset {name!r} {split}: samples {samples.shape} do not match labels {labels.shape}")
+    return samples, labels
 
 
 DIGITS_SAMPLES = 1797     # scikit-learn's bundled digits
@@ -155,11 +201,46 @@ def _digits_split(split: str) -> tuple[np.ndarray, np.ndarray]:
     return images[sl], d.target[sl]
 
 
-def load(name: str, split: str, limit: int = 0, data_dir: str | None = None, precision: str = "fp32") -> Split:
+@dataclass
+class PointSplit:
+    points: np.ndarray   # float32 [N, P, 3] (int8 for int8 training)
+    labels: np.ndarray   # int64 [N]
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def batch(self, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """[B, P, 3] clouds and int64 labels for sample indices idx."""
+        return self.points[idx], self.labels[idx]
+
+
+def quantise_points(x: np.ndarray) -> np.ndarray:
+    """The INT8 input of float32 coordinates in [-1, 1]: clamp(floor(x * 128 + 0.5), -127, 127),
+    exponent -7, computed in float32 as the C++ binary and the INT8 reference do."""
+    q = np.floor(x.astype(np.float32) * np.float32(128) + np.float32(0.5))
+    return np.clip(q, -127, 127).astype(np.int8)
+
+
+def _load_points(name: str, split: str, limit: int, data_dir: str | None, precision: str,
+                 points: int) -> PointSplit:
+    """The first `points` points of the first `limit` clouds, and nothing more is read."""
+    clouds, labels = _idx_split(name, split, data_dir, limit)
+    if clouds.shape[2] != 3 or points > clouds.shape[1]:
+        raise DatasetError(f"dataset {name!r} {split}: clouds of shape {clouds.shape[1:]}, "
+                           f"expected [>= {points}, 3]")
+    clouds = np.ascontiguousarray(clouds[:, :points or None])
+    return PointSplit(quantise_points(clouds) if precision == "int8" else clouds, labels.astype(np.int64))
+
+
+def load(name: str, split: str, limit: int = 0, data_dir: str | None = None, precision: str = "fp32",
+         points: int = 0) -> Split | PointSplit:
     """The first `limit` samples (0 = all) of a split ('train' or 'test'). For int8 the
-    table maps a pixel to pixel >> 1, the 7-bit input with exponent -7 (docs/int8.md)."""
-    if name not in NORMALISATION:
+    table maps a pixel to pixel >> 1, the 7-bit input with exponent -7 (docs/int8.md). A point
+    set's clouds keep their first `points` points (0 = all stored)."""
+    if name not in DATASETS:
         raise DatasetError(f"unknown dataset {name!r}; expected one of {', '.join(DATASETS)}")
+    if is_points(name):
+        return _load_points(name, split, limit, data_dir, precision, points)
     images, labels = _digits_split(split) if name == "digits" else _idx_split(name, split, data_dir)
     if limit:   # a copy, so the full split is freed and does not count in the runner's RSS
         images, labels = images[:limit].copy(), labels[:limit].copy()

@@ -4,15 +4,19 @@ The integer algorithm is specified in docs/int8.md; this module is its reference
 implementation and workloads/cpp/int8.hpp implements the same operations, so the
 two end with identical int8 weights (tested bit for bit).
 
+The engine walks the model description (models.py): conv2d, fc and pointwise layers,
+each requantized with its ReLU if it has one, then its max2x2 or global-max pool.
+
 Exactness: weights, activations and errors are integer-valued float32 tensors, and
 every convolution and matrix product runs on them in the narrowest float type that is
-exact for it (exact_dtype). Every product is at most 127^2 = 16129 and every partial
-sum is an integer, so a sum of n products is exact in float32 while n * 16129 <= 2^24,
-n <= 1040 (all of the forward pass: at most 784 products; the error propagation; FC
-weight gradients for batches up to 1040), and in float64 for n < 5.6e11 (the
-convolutions' weight gradients, B * 28 * 28 products per weight). Requantization
-(round_shift) is exact on such floats too. The integer parts that need bit operations
-(the loss, the softmax error, the rounding of updates) run on int64.
+exact for it (exact_dtype), chosen from its number of terms. Every product is at most
+127^2 = 16129 and every partial sum is an integer, so a sum of n products is exact in
+float32 while n * 16129 <= 2^24, n <= 1040 (LeNet-5's forward pass: at most 784
+products; its error propagation; FC weight gradients for batches up to 1040), and in
+float64 for n < 5.6e11 (the convolutions' weight gradients, B * H * W products per
+weight; the pointwise layers', B * N). Requantization (round_shift) is exact on such
+floats too. The integer parts that need bit operations (the loss, the softmax error, the
+rounding of updates) run on int64.
 """
 from __future__ import annotations
 
@@ -202,23 +206,46 @@ def weights_sha256(q: np.ndarray, exps: list[int]) -> str:
 WINDOW = ((0, 0), (0, 1), (1, 0), (1, 1))     # a 2x2 pooling window in scan order
 
 
+def _even(x: torch.Tensor) -> torch.Tensor:
+    """x without its last row and column where its sides are odd: what a floored 2x2 pool reads."""
+    return x[:, :, :x.shape[2] // 2 * 2, :x.shape[3] // 2 * 2]
+
+
 def max_pool2(x: torch.Tensor) -> torch.Tensor:
-    """2x2 max pooling (the maps here have even sides) as the maximum of the four strided
-    views of a window's corners: F.max_pool2d's values, ten times faster on CPU."""
+    """2x2 max pooling (sides floored) as the maximum of the four strided views of a window's
+    corners: F.max_pool2d's values, ten times faster on CPU."""
+    x = _even(x)
     return torch.maximum(torch.maximum(x[:, :, 0::2, 0::2], x[:, :, 0::2, 1::2]),
                          torch.maximum(x[:, :, 1::2, 0::2], x[:, :, 1::2, 1::2]))
 
 
 def max_unpool2(err: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     """The pooled error routed back to the first maximum of each window of x in scan order,
-    as F.max_unpool2d does with F.max_pool2d's indices (docs/int8.md), in strided views."""
+    as F.max_unpool2d does with F.max_pool2d's indices (docs/int8.md), in strided views; an
+    odd last row or column, which no window reads, gets none."""
     m, out = max_pool2(x), torch.zeros_like(x)
+    x, inner = _even(x), _even(out)     # inner is a view: writing it writes out
     free = torch.ones_like(m, dtype=torch.bool)
     for di, dj in WINDOW:
         hit = (x[:, :, di::2, dj::2] == m) & free
-        out[:, :, di::2, dj::2] = torch.where(hit, err, 0)
+        inner[:, :, di::2, dj::2] = torch.where(hit, err, 0)
         free &= ~hit
     return out
+
+
+def global_max(x: torch.Tensor) -> torch.Tensor:
+    """The max over the points of [B, N, O]."""
+    return x.amax(dim=1)
+
+
+def global_unmax(err: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """The error of the global max [B, O] routed back to the first point holding the maximum
+    of x [B, N, O] (argmax returns the first)."""
+    return torch.zeros_like(x).scatter_(1, x.argmax(dim=1, keepdim=True), err.unsqueeze(1))
+
+
+POOL = {"": lambda x: x, "max2x2": max_pool2, "global-max": global_max}
+UNPOOL = {"": lambda err, x: err, "max2x2": max_unpool2, "global-max": global_unmax}
 
 
 class Int8Engine:
@@ -248,22 +275,22 @@ class Int8Engine:
         return torch.from_numpy(np.asarray(x, dtype=np.float32)), torch.from_numpy(np.asarray(y, dtype=np.int64))
 
     def forward(self, x, keep: bool):
-        """Logits (values, exponent) and, if keep, every layer's input and pre-pool output."""
+        """Logits (values, exponent) and, if keep, every layer's input and pre-pool output.
+        Each layer requantizes its whole output (the ReLU is the clamp from 0), then pools:
+        the pool is taken after the exponent is chosen, as the C++ binary does."""
         a, e, saved = x, INPUT_EXP, []
-        last = len(self.model.layers) - 1
         for i, layer in enumerate(self.model.layers):
             w, dt = self.w(i), exact_dtype(layer.fan_in)
-            if layer.kind == "conv":
-                out, e = requant(F.conv2d(a.to(dt), w.to(dt), padding=layer.padding), e + self.exps[i], relu=True)
-                out = out.float()
-                saved.append((a, out))
-                a = max_pool2(out)
-            else:
-                a = a.flatten(1)
-                out, e = requant(a.to(dt) @ w.T.to(dt), e + self.exps[i], relu=i < last)
-                out = out.float()
-                saved.append((a, out))
-                a = out
+            if layer.kind == "conv2d":
+                acc = F.conv2d(a.to(dt), w.to(dt), padding=layer.padding)
+            else:   # fc on the flattened input; pointwise on the last axis of [B, N, C]
+                if layer.kind == "fc":
+                    a = a.flatten(1)
+                acc = a.to(dt) @ w.T.to(dt)
+            out, e = requant(acc, e + self.exps[i], relu=layer.relu)
+            out = out.float()
+            saved.append((a, out))
+            a = POOL[layer.pool](out)
         return a, e, saved if keep else None
 
     def loss(self, out, y) -> float:
@@ -282,26 +309,27 @@ class Int8Engine:
             for i in range(len(self.model.layers) - 1, self.first_bp - 1, -1):
                 layer, (a, _) = self.model.layers[i], saved[i]
                 w = self.w(i)
-                if layer.kind == "fc":
-                    dt = exact_dtype(len(err))
-                    self.grad[i] += (err.T.to(dt) @ a.to(dt)).flatten()
-                    if i == self.first_bp:
-                        break
-                    dt = exact_dtype(layer.weight_shape[0])
-                    err = requant(err.to(dt) @ w.to(dt), 0)[0].float()
-                else:
+                if layer.kind == "conv2d":
                     dt = exact_dtype(err[:, 0].numel())
                     self.grad[i] += torch.nn.grad.conv2d_weight(a.to(dt), w.shape, err.to(dt),
                                                                 padding=layer.padding).flatten()
                     if i == self.first_bp:
                         break
                     dt = exact_dtype(w[:, 0].numel())
-                    err = requant(F.conv_transpose2d(err.to(dt), w.to(dt), padding=layer.padding), 0)[0].float()
-                prev_out = saved[i - 1][1]
-                if self.model.layers[i - 1].kind == "conv":   # through the max pool to its argmax
-                    err = max_unpool2(err.view(len(err), prev_out.shape[1], *(n // 2 for n in prev_out.shape[2:])),
-                                      prev_out)
-                err = torch.where(prev_out.view(err.shape) > 0, err, 0)
+                    err = F.conv_transpose2d(err.to(dt), w.to(dt), padding=layer.padding)
+                else:   # fc: err [B, O], a [B, I]; pointwise: err [B, N, O], a [B, N, C], summed over B * N
+                    o = layer.outputs
+                    dt = exact_dtype(err.numel() // o)
+                    self.grad[i] += (err.reshape(-1, o).T.to(dt) @ a.reshape(-1, a.shape[-1]).to(dt)).flatten()
+                    if i == self.first_bp:
+                        break
+                    dt = exact_dtype(o)
+                    err = err.to(dt) @ w.to(dt)
+                err = requant(err, 0)[0].float()
+                below, prev_out = self.model.layers[i - 1], saved[i - 1][1]
+                err = UNPOOL[below.pool](err.view(len(err), *self.model.shapes[i - 1].pooled), prev_out)
+                if below.relu:   # the ReLU passes the error where its output is > 0
+                    err = torch.where(prev_out > 0, err, 0)
         self.kept.clear()
 
     def bp_update(self, epoch: int) -> None:

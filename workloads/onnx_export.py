@@ -8,7 +8,11 @@ package on the host. Boards never import this module; they get the file.
 - The trainable weights are graph *inputs* named as in Model.offsets(), not
   initializers: the runner binds its own float32 buffer once and perturbs it in
   place, so the session never holds a second copy of the parameters.
-- The batch dimension is dynamic ("batch").
+- The batch dimension is dynamic ("batch"), and for a point-cloud model the number of
+  points too ("points"): the weights do not depend on it.
+- Each layer is its op (Conv; Gemm on the flattened input for fc; Transpose, MatMul and
+  Add for pointwise, whose input is [batch, points, C]), then Relu if the description
+  says so, then MaxPool (max2x2) or ReduceMax over the points axis (global-max).
 - The graph runs the layers before the partition point and outputs their
   activation, flattened to [batch, features]: for full-zo that is the logits;
   for ElasticZO it is the input of the BP head, which the runner computes in
@@ -38,30 +42,35 @@ def front_layers(model: Model, method: str, bp_layers: int) -> int:
 
 def graph(model: Model, layers: int) -> onnx.ModelProto:
     tensors = model.offsets()[:2 * layers]
-    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", *model.input_shape])]
+    x_shape = ["batch", "points", *model.input_shape[1:]] if model.points else ["batch", *model.input_shape]
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, x_shape)]
     inputs += [helper.make_tensor_value_info(name, TensorProto.FLOAT, list(shape)) for name, _, shape in tensors]
-    nodes, x, spatial = [], "x", True
-    for i, layer in enumerate(model.layers[:layers]):
+    nodes, x = [], "x"
+
+    def node(op: str, args: list, out: str, **attrs) -> str:
+        nodes.append(helper.make_node(op, args, [out], **attrs))
+        return out
+
+    for layer, shapes in zip(model.layers[:layers], model.shapes):
         w, b, n = f"{layer.name}.weight", f"{layer.name}.bias", layer.name
-        last = i == len(model.layers) - 1
-        if layer.kind == "conv":
-            p = layer.padding
-            nodes += [helper.make_node("Conv", [x, w, b], [f"{n}.conv"], pads=[p] * 4,
-                                       kernel_shape=list(layer.weight_shape[2:])),
-                      helper.make_node("Relu", [f"{n}.conv"], [f"{n}.relu"]),
-                      helper.make_node("MaxPool", [f"{n}.relu"], [f"{n}.out"], kernel_shape=[2, 2], strides=[2, 2])]
-        else:
-            if spatial:
-                nodes.append(helper.make_node("Flatten", [x], [f"{n}.in"], axis=1))
-                x, spatial = f"{n}.in", False
-            nodes.append(helper.make_node("Gemm", [x, w, b], [f"{n}.gemm" if not last else f"{n}.out"], transB=1))
-            if not last:
-                nodes.append(helper.make_node("Relu", [f"{n}.gemm"], [f"{n}.out"]))
-        x = f"{n}.out"
-    if spatial:
-        nodes.append(helper.make_node("Flatten", [x], [OUTPUT], axis=1))
-    else:
-        nodes.append(helper.make_node("Identity", [x], [OUTPUT]))
+        if layer.kind == "conv2d":
+            x = node("Conv", [x, w, b], f"{n}.conv", pads=[layer.padding] * 4,
+                     kernel_shape=list(layer.weight_shape[2:]))
+        elif layer.kind == "fc":
+            if len(shapes.input) > 1:
+                x = node("Flatten", [x], f"{n}.in", axis=1)
+            x = node("Gemm", [x, w, b], f"{n}.gemm", transB=1)
+        else:   # [batch, points, C] @ W^T + b: Gemm takes 2-D inputs only
+            wt = node("Transpose", [w], f"{n}.weight_t", perm=[1, 0])
+            x = node("Add", [node("MatMul", [x, wt], f"{n}.matmul"), b], f"{n}.add")
+        if layer.relu:
+            x = node("Relu", [x], f"{n}.relu")
+        if layer.pool == "max2x2":
+            x = node("MaxPool", [x], f"{n}.pool", kernel_shape=[2, 2], strides=[2, 2])
+        elif layer.pool == "global-max":
+            x = node("ReduceMax", [x], f"{n}.pool", axes=[1], keepdims=0)
+    flat = len(model.shapes[layers - 1].pooled if layers else model.input_shape) == 1
+    node("Identity" if flat else "Flatten", [x], OUTPUT, **({} if flat else {"axis": 1}))
     out = helper.make_tensor_value_info(OUTPUT, TensorProto.FLOAT, ["batch", None])
     g = helper.make_graph(nodes, f"{model.name}-front{layers}", inputs, [out])
     proto = helper.make_model(g, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="zobench")

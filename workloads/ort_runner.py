@@ -14,9 +14,10 @@ nothing else: this module imports neither torch nor the harness (tested).
   into one n_zo scratch vector and applies it three times (+eps, -2 eps,
   eps - lr g). That scratch (4 bytes per ZO parameter) is the one buffer this
   runner holds that the C++ binary does not.
-- ElasticZO's BP head (1-3 FC layers, ReLU, softmax cross-entropy) runs
-  forward and backward in numpy on the graph's output, keeping the
-  activations of both perturbed passes as methods.py prescribes.
+- ElasticZO's BP head (the model's last FC layers, each followed by a ReLU
+  where the description says so, then softmax cross-entropy) runs forward and
+  backward in numpy on the graph's output, keeping the activations of both
+  perturbed passes as methods.py prescribes.
 """
 from __future__ import annotations
 
@@ -44,7 +45,7 @@ class Head:
 
     def __init__(self, model, first: int, views: list, grad_views: list):
         self.layers = list(range(first, len(model.layers)))
-        self.last = len(model.layers) - 1
+        self.relu = [layer.relu for layer in model.layers]
         self.views, self.grad_views = views, grad_views
 
     def forward(self, a: np.ndarray) -> tuple[np.ndarray, list]:
@@ -54,7 +55,7 @@ class Head:
             inputs.append(a)
             w, b = self.views[2 * i], self.views[2 * i + 1]
             a = a @ w.T + b
-            if i < self.last:
+            if self.relu[i]:
                 np.maximum(a, 0, out=a)
         return a, inputs
 
@@ -65,7 +66,9 @@ class Head:
             gw += d.T @ a
             gb += d.sum(axis=0)
             if i > self.layers[0]:
-                d = (d @ self.views[2 * i]) * (a > 0)
+                d = d @ self.views[2 * i]
+                if self.relu[i - 1]:    # a is that ReLU's output: > 0 exactly where it passes the error
+                    d *= a > 0
 
 
 class OrtEngine(Engine):

@@ -20,7 +20,6 @@ from . import datasets, envinfo, memory
 from .jsonfile import write_atomic
 from .clock import PhaseClock
 from .loop import TrainState, emit, train
-from .models import MODELS
 from .spec import JobSpec, SpecError
 
 SCHEMA = 1
@@ -52,11 +51,12 @@ def main(make_engine, packages: tuple[str, ...], argv=None) -> int:
             result["job"] = json.load(f)
         spec = JobSpec.from_dict(result["job"])
         result["env"]["harness_commit"] = spec.harness_commit
-        model = MODELS[spec.workload.model]
+        model = spec.model()
+        points = model.input_shape[0] if model.points else 0     # a point model's clouds keep this many
         train_split = datasets.load(spec.workload.dataset, "train", spec.hyper.train_samples,
-                                    spec.workload.data_dir, spec.precision)
+                                    spec.workload.data_dir, spec.precision, points)
         test_split = datasets.load(spec.workload.dataset, "test", spec.hyper.test_samples,
-                                   spec.workload.data_dir, spec.precision)
+                                   spec.workload.data_dir, spec.precision, points)
         init = None     # an int8 engine draws its integer init from the seed itself (int8.init_weights)
         if spec.precision != "int8":
             init = (read_init_weights(spec.init_weights, model) if spec.init_weights

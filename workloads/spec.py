@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from . import vocab
 from .datasets import DATASETS
-from .models import MODELS
+from .models import MODELS, Model, ModelError
 
 
 class SpecError(ValueError):
@@ -67,6 +67,7 @@ class Hyper:
     test_samples: int = 0         # first N test samples (0 = all)
     zo_scale: int = 8             # int8: the perturbation z is uniform on [-zo_scale, zo_scale]
     trace_steps: int = 0          # record losses and projected gradient of the first N steps
+    points: int = 0               # point-cloud models: points per cloud (0 = the model's, 1,024 for PointNet)
     fault: str = ""               # test-only fault injection: KIND[@METHOD_KEY], KIND in hang, crash, oom
     inject_slowdown: float = 0.0  # test-only: busy-wait this fraction of every step (0.2 = 20% slower)
 
@@ -80,7 +81,7 @@ class Hyper:
         "lr_decay": Bounds(0, 1.0, open_lo=True), "lr_decay_every": Bounds(1, INT32_MAX),
         "eps": Bounds(0, open_lo=True), "zo_grad_clip": Bounds(0), "train_samples": Bounds(0, INT32_MAX),
         "test_samples": Bounds(0, INT32_MAX), "zo_scale": Bounds(1, 127), "trace_steps": Bounds(0, INT32_MAX),
-        "inject_slowdown": Bounds(0)}
+        "points": Bounds(0, 1 << 16), "inject_slowdown": Bounds(0)}
 
 
 @dataclass
@@ -88,8 +89,26 @@ class Workload:
     model: str = "lenet5"
     dataset: str = "fashion-mnist"
     data_dir: str = ""            # searched before $ZOBENCH_DATA and /usr/share/datasets
+    # the network as data (models.Model.to_dict()); empty = models.MODELS[model]. The harness
+    # always fills it, so a runner (the C++ binary too) executes the description it is given.
+    architecture: dict = field(default_factory=dict)
 
-    CHOICES: typing.ClassVar[dict] = {"model": tuple(MODELS), "dataset": DATASETS}
+    CHOICES: typing.ClassVar[dict] = {"dataset": DATASETS}
+
+    def resolve(self) -> Model:
+        """The model this workload trains; SpecError names what is wrong with it."""
+        if not self.architecture:
+            if self.model not in MODELS:
+                raise SpecError(f"workload.model: expected one of {', '.join(map(repr, MODELS))} "
+                                f"(or an architecture), got {self.model!r}")
+            return MODELS[self.model]
+        try:
+            m = Model.from_dict(self.architecture)
+        except ModelError as e:
+            raise SpecError(f"workload.architecture: {e}") from None
+        if m.name != self.model:
+            raise SpecError(f"workload.architecture: describes {m.name!r}, not workload.model {self.model!r}")
+        return m
 
 
 @dataclass
@@ -125,14 +144,22 @@ class JobSpec:
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 
+    def model(self) -> Model:
+        """The network this job runs, on the spec's number of points for a point-cloud model."""
+        m = self.workload.resolve()
+        return m.with_points(self.hyper.points) if m.points and self.hyper.points else m
+
     @classmethod
     def from_dict(cls, d: dict) -> "JobSpec":
         spec = from_dict(cls, d)
+        model = spec.model()
+        if spec.hyper.points and not model.points:
+            raise SpecError(f"hyper.points: {model.name} does not take point clouds")
         if spec.method == "elastic-zo":
             if spec.bp_layers < 1:
                 raise SpecError(f"bp_layers: expected >= 1 for elastic-zo, got {spec.bp_layers}")
             try:
-                MODELS[spec.workload.model].first_bp_layer(spec.method, spec.bp_layers)
+                model.first_bp_layer(spec.method, spec.bp_layers)
             except ValueError as e:
                 raise SpecError(f"bp_layers: {e}") from None
         elif spec.bp_layers:

@@ -47,15 +47,20 @@ class TorchEngine(Engine):
                 torch.from_numpy(y).to(self.device, non_blocking=True))
 
     def _layers(self, x, lo: int, hi: int):
+        """Layers lo..hi-1 of the description: the layer, then its ReLU, then its pool."""
         for i in range(lo, hi):
             layer = self.model.layers[i]
             w, b = self.views[2 * i], self.views[2 * i + 1]
-            if layer.kind == "conv":
-                x = F.max_pool2d(F.relu(F.conv2d(x, w, b, padding=layer.padding)), 2)
-            else:
-                x = F.linear(x.flatten(1), w, b)
-                if i < len(self.model.layers) - 1:
-                    x = F.relu(x)
+            if layer.kind == "conv2d":
+                x = F.conv2d(x, w, b, padding=layer.padding)
+            else:   # fc flattens its input; pointwise is the same product on every point of [B, N, C]
+                x = F.linear(x.flatten(1) if layer.kind == "fc" else x, w, b)
+            if layer.relu:
+                x = F.relu(x)
+            if layer.pool == "max2x2":
+                x = F.max_pool2d(x, 2)
+            elif layer.pool == "global-max":
+                x = x.amax(dim=1)
         return x
 
     def forward(self, x, keep: bool):

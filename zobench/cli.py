@@ -11,6 +11,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from workloads import jsonfile
+from workloads.models import MODELS, ModelError
 from workloads.spec import Bounds, Hyper, JobSpec, SpecError
 
 from harness import inventory, paths, plan, suites
@@ -108,7 +109,9 @@ def build_parser() -> Parser:
     p.add_argument("--out", type=Path, help="write here instead of stdout")
 
     p = sub.add_parser("memory", help="the paper's analytic memory model (Eqs. 2-5, 13-15) from layer shapes")
-    p.add_argument("--model", default="lenet5", help="model name (workloads/models.py)")
+    p.add_argument("--model", default="lenet5", choices=tuple(MODELS), help="the network (workloads/models.py)")
+    p.add_argument("--points", type=number(int, Bounds(1)),
+                   help="a point-cloud model: the number of points per cloud (default: the model's own)")
     p.add_argument("--batch", type=number(int, Hyper.BOUNDS["batch_size"]), required=True, help="batch size")
     p.add_argument("--precision", choices=("fp32", "int8"), default="fp32")
     p.add_argument("--method", choices=("full-bp", "full-zo", "elastic-zo"), help="one method (default: all four)")
@@ -287,15 +290,16 @@ def cmd_export(args) -> int:
 
 
 def cmd_memory(args) -> int:
-    from workloads.models import MODELS
-
     from harness import memory_model
 
-    if args.model not in MODELS:
-        raise UserError(f"memory --model {args.model!r}: expected one of {', '.join(MODELS)}")
     if args.bp_layers is not None and args.method != "elastic-zo":
         raise UserError("memory --bp-layers: only with --method elastic-zo")
     model = MODELS[args.model]
+    if args.points is not None:
+        try:
+            model = model.with_points(args.points)
+        except ModelError as e:
+            raise UserError(f"memory --points: {e}") from None
     try:
         rows = [memory_model.breakdown(model, m, args.batch, args.precision, k, args.optimizer)
                 for m, k in memory_model.configurations(model, args.method, args.bp_layers)]

@@ -1,6 +1,6 @@
-// What the C++ runner's parts share: the spec, the data split, the phase clock, and what the
-// FP32 and INT8 networks have in common (LeNet-5's shape, the BP/ZO split, the FC head's
-// buffers, batch loading and scoring).
+// What the C++ runner's parts share: the spec, the model's layer list (parsed once, with its
+// shapes), the data split, the phase clock, and what the FP32 and INT8 networks have in common
+// (the BP/ZO split, the per-layer buffer plan, batch loading and scoring).
 #pragma once
 #include <algorithm>
 #include <chrono>
@@ -24,24 +24,59 @@ struct SpecError : std::runtime_error {
 
 struct Hyper {
     int epochs = 5, batch_size = 32, lr_decay_every = 10, train_samples = 0, test_samples = 0, trace_steps = 0;
+    int points = 0;  // points per cloud taken from each sample (0 = the model's input_shape[0])
     int zo_scale = 8;
     double inject_slowdown = 0;  // test-only: busy-wait this fraction of every step
     double lr_bp = 0.05, lr_zo = 1e-3, lr_decay = 0.8, eps = 1e-3, zo_grad_clip = 5.0;
     std::string fault;
 };
 
+// ---- the model: workloads/models.py's description, as the spec carries it ----
+enum Kind { CONV2D, FC, POINTWISE };
+enum Pool { NO_POOL, MAX2X2, GLOBAL_MAX };
+
+// One trainable layer and its per-sample shapes. conv2d: input [C][H][W] (stored padded by
+// `pad` on every side) -> [O][OH][OW]; pointwise: [N][C] -> [N][O] (N = rows); fc: I = C
+// values -> O. Pooling leaves `pooled` values per sample: the next layer's input.
+struct Layer {
+    std::string name;
+    Kind kind = FC;
+    Pool pool = NO_POOL;
+    bool relu = false;
+    int O = 0, C = 0, KH = 1, KW = 1, pad = 0;
+    int H = 1, W = 1, OH = 1, OW = 1;  // conv2d's input and output planes
+    int rows = 1;                      // pointwise: the points N
+    size_t w_size() const { return size_t(O) * C * KH * KW; }
+    int fan_in() const { return C * KH * KW; }
+    size_t in_size() const { return size_t(rows) * C * H * W; }
+    size_t in_padded() const { return size_t(rows) * C * (H + 2 * pad) * (W + 2 * pad); }
+    size_t out_size() const { return size_t(rows) * O * OH * OW; }
+    size_t pooled_size() const { return pool == MAX2X2 ? size_t(O) * (OH / 2) * (OW / 2) : pool == GLOBAL_MAX ? O : out_size(); }
+};
+
+struct Arch {
+    std::string name;
+    std::vector<int> input_shape;
+    int classes = 0;
+    bool he_init = false;  // init "he": weights U(-sqrt(6/fan_in), +); else (and biases) PyTorch's 1/sqrt(fan_in)
+    std::vector<Layer> layers;
+    bool points() const { return layers[0].kind == POINTWISE; }
+    int n() const { return int(layers.size()); }
+    // how many layers at the end are fc: the most ElasticZO trains by BP
+    int head_layers() const {
+        int k = 0;
+        while (k < n() && layers[n() - 1 - k].kind == FC) ++k;
+        return k;
+    }
+};
+
 struct Spec {
     json raw;
+    Arch arch;
     std::string job_id, method, dataset = "fashion-mnist", data_dir, init_weights, precision = "fp32", zo_loss = "float";
     int bp_layers = 0, threads = 0;
     uint64_t seed = 0;
     Hyper h;
-};
-
-struct Split {
-    std::vector<uint8_t> images;  // [N, 784]
-    std::vector<int> labels;
-    int n = 0;
 };
 
 struct PhaseClock {
@@ -72,13 +107,97 @@ inline size_t bytes_of(const V&... v) {
 }
 
 // ---- the networks' common parts ----
-constexpr int NLAYERS = 5, NCLASSES = 10;
-// per trainable layer, the size of its weight (conv1, conv2, fc1, fc2, fc3)
-constexpr int W_SIZE[NLAYERS] = {6 * 1 * 25, 16 * 6 * 25, 120 * 784, 84 * 120, 10 * 84};
+constexpr int MAX_CLASSES = 1024;  // the losses keep a row of per-class terms on the stack
 
-// index of the first layer trained by BP (NLAYERS: none)
+// The spec's workload.architecture -> the layer list with every layer's shapes, checked as
+// workloads/models.py checks it plus what this binary cannot run (a conv2d padding wider than
+// kernel - 1: its input gradient is a convolution of the error padded by kernel - 1 - padding).
+// The input is [C, H, W] images or [N, 3] clouds; `points` (> 0) takes that many per cloud.
+inline Arch parse_arch(const json& j, int points) {
+    auto bad = [](const std::string& what) { return SpecError("workload.architecture: " + what); };
+    Arch a;
+    try {
+        a.name = j.at("name").get<std::string>();
+        a.input_shape = j.at("input_shape").get<std::vector<int>>();
+        a.classes = j.at("classes").get<int>();
+        const std::string init = j.value("init", std::string("pytorch"));
+        if (init != "pytorch" && init != "he") throw bad("init '" + init + "' is not one this binary draws (pytorch, he)");
+        a.he_init = init == "he";
+        for (const json& l : j.at("layers")) {
+            Layer L;
+            L.name = l.at("name").get<std::string>();
+            const std::string kind = l.at("kind").get<std::string>(), pool = l.value("pool", std::string());
+            const auto w = l.at("weight_shape").get<std::vector<int>>();
+            L.kind = kind == "conv2d" ? CONV2D : kind == "fc" ? FC : kind == "pointwise" ? POINTWISE : throw bad(
+                "layer " + L.name + ": kind '" + kind + "' is not one this binary runs (conv2d, fc, pointwise)");
+            L.pool = pool.empty() ? NO_POOL : pool == "max2x2" ? MAX2X2 : pool == "global-max" ? GLOBAL_MAX : throw bad(
+                "layer " + L.name + ": pool '" + pool + "' is not one this binary runs ('', max2x2, global-max)");
+            L.relu = l.value("relu", false);
+            L.pad = l.value("padding", 0);
+            if (w.size() != (L.kind == CONV2D ? 4u : 2u) || *std::min_element(w.begin(), w.end()) < 1)
+                throw bad("layer " + L.name + ": weight_shape does not fit its kind");
+            L.O = w[0], L.C = w[1];
+            if (L.kind == CONV2D) L.KH = w[2], L.KW = w[3];
+            a.layers.push_back(L);
+        }
+    } catch (const json::exception& e) {
+        throw bad(std::string("not a model description (") + e.what() + ")");
+    }
+    if (a.layers.empty()) throw bad("no layers");
+    if (a.classes < 2 || a.classes > MAX_CLASSES) throw bad("classes: expected 2.." + std::to_string(MAX_CLASSES));
+    std::vector<int> shape = a.input_shape;
+    if (a.points()) {
+        if (shape.size() != 2) throw bad("a point-cloud model's input_shape is [N, C]");
+        if (points > 0) shape[0] = points;
+    } else if (points > 0) {
+        throw bad("hyper.points: " + a.name + " does not take point clouds");
+    }
+    for (Layer& L : a.layers) {
+        const std::string where = "layer " + L.name + ": ";
+        if (L.kind == CONV2D) {
+            if (shape.size() != 3 || shape[0] != L.C) throw bad(where + "a conv2d needs an input [C, H, W] of its C");
+            if (L.pad < 0 || L.pad > L.KH - 1 || L.pad > L.KW - 1)
+                throw bad(where + "this binary runs a conv2d padding of 0 to kernel - 1");
+            L.H = shape[1], L.W = shape[2];
+            L.OH = L.H + 2 * L.pad - L.KH + 1, L.OW = L.W + 2 * L.pad - L.KW + 1;
+            if (L.OH < 1 || L.OW < 1) throw bad(where + "the kernel does not fit the input");
+            shape = {L.O, L.OH, L.OW};
+        } else if (L.pad) {
+            throw bad(where + "only a conv2d takes padding");
+        } else if (L.kind == POINTWISE) {
+            if (shape.size() != 2 || shape[1] != L.C) throw bad(where + "a pointwise layer needs an input [N, C] of its C");
+            L.rows = shape[0];
+            shape = {L.rows, L.O};
+        } else {
+            size_t n = 1;
+            for (int d : shape) n *= size_t(d);
+            if (n != size_t(L.C)) throw bad(where + "an fc weight [O, I] needs I = the flattened input's size");
+            shape = {L.O};
+        }
+        if (L.pool == MAX2X2 && (L.kind != CONV2D || L.OH < 2 || L.OW < 2))
+            throw bad(where + "max2x2 pools a conv2d output of at least 2x2");
+        if (L.pool == GLOBAL_MAX && L.kind != POINTWISE) throw bad(where + "global-max pools a pointwise output");
+        if (L.pool == MAX2X2) shape = {L.O, L.OH / 2, L.OW / 2};
+        if (L.pool == GLOBAL_MAX) shape = {L.O};
+    }
+    const Layer& last = a.layers.back();
+    if (last.kind != FC || last.relu || shape != std::vector<int>{a.classes})
+        throw bad("the last layer must be an fc layer without ReLU giving the class logits");
+    for (size_t i = 1; i < a.layers.size(); ++i)
+        if (a.layers[i].kind == POINTWISE && a.layers[i - 1].kind != POINTWISE)
+            throw bad("layer " + a.layers[i].name + ": a pointwise layer follows the input or another pointwise layer");
+    if (a.points() && a.layers[0].C != 3) throw bad("a point cloud's points have 3 coordinates");
+    return a;
+}
+
+// index of the first layer trained by BP (n: none); ElasticZO trains the last bp_layers fc layers
 inline int first_bp_layer(const Spec& s) {
-    return s.method == "full-bp" ? 0 : s.method == "full-zo" ? NLAYERS : NLAYERS - s.bp_layers;
+    const int n = s.arch.n();
+    if (s.method == "full-bp") return 0;
+    if (s.method == "full-zo") return n;
+    if (s.bp_layers < 1 || s.bp_layers > s.arch.head_layers())
+        throw SpecError("bp_layers: expected 1.." + std::to_string(s.arch.head_layers()) + " for " + s.arch.name);
+    return n - s.bp_layers;
 }
 
 // What one step measured: the trace's record of it (without the step number). Grad is the
@@ -98,51 +217,97 @@ struct StepRecord {
     }
 };
 
-// One forward pass's FC-head activations: pool2's output and fc1..fc3's outputs.
-template <class Act, class Logit>
-struct HeadBuffers {
-    std::vector<Act> p2, h1, h2;  // [B,784], [B,120], [B,84]
-    std::vector<Logit> logits;    // [B,10]
+// One data split: images as uint8 pixels, or point clouds as float32 coordinates, `size`
+// values a sample.
+struct Split {
+    std::vector<uint8_t> pixels;
+    std::vector<float> points;
+    std::vector<int> labels;
+    int n = 0;
+    size_t size = 0;
 };
 
-// ElasticZO keeps two heads, one per perturbed pass, for its BP update; the second has its own
-// p2 only if fc1 is trained by BP (the only reader of p2 after the pass). Returns how many.
-template <class Head>
-inline int alloc_heads(Head (&head)[2], const Spec& s, int first_bp, int B) {
-    const int n = s.method == "elastic-zo" ? 2 : 1;
-    for (int k = 0; k < n; ++k) {
-        if (k == 0 || first_bp <= 2) head[k].p2.assign(size_t(B) * 784, 0);
-        head[k].h1.assign(size_t(B) * 120, 0);
-        head[k].h2.assign(size_t(B) * 84, 0);
-        head[k].logits.assign(size_t(B) * NCLASSES, 0);
+// The activation buffers of a network, one plan for FP32 and INT8. Layer l reads in(l) (its
+// input, padded by its `pad` for a conv2d, with a zero border written once) and writes its
+// activation out(l) (after the ReLU, before the pool); a pooling layer pools into in(l + 1).
+// out(l) has a buffer of its own only where it is not in(l + 1) itself: before a pool, or
+// before a padded conv2d (copied into its interior). ElasticZO keeps the BP head's inputs and
+// the logits of both perturbed passes for its backward (pass k = 0, 1); the other buffers are
+// shared. T: the activation type; L: the logits'.
+template <class T>
+struct Activations {
+    std::vector<T> in[2];        // per layer l, both passes (pass 1 empty: shared with pass 0)
+    std::vector<T> own_out;      // out(l) where it is not in(l + 1)
+};
+
+template <class T, class Logit>
+struct ActivationPlan {
+    std::vector<Activations<T>> layer;
+    std::vector<Logit> logits[2];
+
+    // slack: bytes a kernel may read past a buffer's end (INT8's VNNI convolution)
+    void alloc(const Arch& a, int B, int first_bp, bool two, size_t slack = 0) {
+        layer.assign(a.n(), {});
+        for (int l = 0; l < a.n(); ++l) {
+            const Layer& L = a.layers[l];
+            layer[l].in[0].assign(size_t(B) * L.in_padded() + slack, T(0));
+            if (two && l >= first_bp) layer[l].in[1].assign(layer[l].in[0].size(), T(0));
+            const bool own = l + 1 < a.n() && (L.pool != NO_POOL || a.layers[l + 1].pad > 0);
+            if (own) layer[l].own_out.assign(size_t(B) * L.out_size(), T(0));
+        }
+        logits[0].assign(size_t(B) * a.classes, Logit(0));
+        if (two) logits[1].assign(logits[0].size(), Logit(0));
     }
-    return n;
+    T* in(int l, int k) { return (layer[l].in[k].empty() ? layer[l].in[0] : layer[l].in[k]).data(); }
+    size_t bytes() const {
+        size_t n = 0;
+        for (const auto& a : layer) n += bytes_of(a.in[0], a.in[1], a.own_out);
+        return n + bytes_of(logits[0], logits[1]);
+    }
+};
+
+// [BC][H][W] -> the interior of [BC][H + 2ph][W + 2pw], whose border stays as it is: zero, in
+// buffers allocated zeroed whose interior only is ever written
+template <class T>
+inline void pad_rect(T* dst, const T* src, int BC, int H, int W, int ph, int pw) {
+    const int HP = H + 2 * ph, WP = W + 2 * pw;
+    for (int bc = 0; bc < BC; ++bc)
+        for (int h = 0; h < H; ++h)
+            std::copy(src + (size_t(bc) * H + h) * W, src + (size_t(bc) * H + h + 1) * W,
+                      dst + (size_t(bc) * HP + h + ph) * WP + pw);
 }
 
-// pass k's p2: its own, or pass 0's where it has none
-template <class Head>
-inline auto* p2_of(Head (&head)[2], int k) { return (head[k].p2.empty() ? head[0] : head[k]).p2.data(); }
-
-// images idx[0..b) into the interior of a [B][32][32] input whose 2-pixel border stays zero,
-// each pixel through `pixel`; their labels into labels[0..b)
-template <class T, class Pixel>
-inline void load_batch(T* xpad, int* labels, const Split& split, const int* idx, int b, Pixel pixel) {
+// samples idx[0..b) into the first layer's input (images into the interior of its padded
+// planes, each value through `value`), their labels into labels[0..b)
+template <class T, class Pixel, class Coord>
+inline void load_batch(T* x, int* labels, const Layer& first, const Split& split, const int* idx, int b, Pixel pixel,
+                       Coord coord) {
+    const int p = first.pad, HP = first.H + 2 * p, WP = first.W + 2 * p;
     for (int i = 0; i < b; ++i) {
-        const uint8_t* img = split.images.data() + size_t(idx[i]) * 784;
-        T* dst = xpad + size_t(i) * 32 * 32;
-        for (int h = 0; h < 28; ++h)
-            for (int x = 0; x < 28; ++x) dst[(h + 2) * 32 + x + 2] = pixel(img[h * 28 + x]);
+        const size_t at = size_t(idx[i]) * split.size;
+        if (!split.points.empty()) {
+            const float* src = split.points.data() + at;
+            T* dst = x + size_t(i) * split.size;
+            for (size_t j = 0; j < split.size; ++j) dst[j] = coord(src[j]);
+        } else {
+            const uint8_t* img = split.pixels.data() + at;
+            T* dst = x + size_t(i) * first.in_padded();
+            for (int c = 0; c < first.C; ++c)
+                for (int h = 0; h < first.H; ++h)
+                    for (int w = 0; w < first.W; ++w)
+                        dst[(size_t(c) * HP + h + p) * WP + w + p] = pixel(img[(size_t(c) * first.H + h) * first.W + w]);
+        }
         labels[i] = split.labels[idx[i]];
     }
 }
 
 // how many of the first b samples' logits have their first maximum at the label
 template <class L>
-inline long count_correct(const L* logits, const int* labels, int b) {
+inline long count_correct(const L* logits, const int* labels, int b, int classes) {
     long correct = 0;
     for (int i = 0; i < b; ++i) {
-        const L* l = logits + size_t(i) * NCLASSES;
-        correct += int(std::max_element(l, l + NCLASSES) - l) == labels[i];
+        const L* l = logits + size_t(i) * classes;
+        correct += int(std::max_element(l, l + classes) - l) == labels[i];
     }
     return correct;
 }

@@ -1,4 +1,9 @@
-// The FP32 network of zobench-train: LeNet-5 in the llm.c style (lenet5.hpp's kernels).
+// The FP32 network of zobench-train, in the llm.c style: one contiguous parameter buffer, one
+// gradient buffer for the BP part only, and per layer explicit activation and error buffers
+// sized from the batch, all allocated once, up front (the activations and errors the ElasticZO
+// paper's Eqs. 2-4 count, with ReLU fused into the layer it follows, plus the padded inputs and
+// repacked weights the kernels read). The layers are the spec's (common.hpp parse_arch); each
+// kind has one forward and one backward step here, on fp32_kernels.hpp's kernels.
 #pragma once
 #include <algorithm>
 #include <cstddef>
@@ -7,109 +12,129 @@
 #include <vector>
 
 #include "common.hpp"
-#include "lenet5.hpp"
+#include "fp32_kernels.hpp"
 #include "pool.hpp"
 #include "sha256.hpp"
 #include "zrng.hpp"
 
 namespace fp32 {
-using namespace lenet5;
-
-// The FC head's activations of one forward pass (alloc_heads: twice for ElasticZO), and the
-// softmax of its logits.
-struct Head : HeadBuffers<float, float> {
-    std::vector<float> probs;  // [B,10]
-};
+using namespace fp32k;
 
 using StepResult = StepRecord<double>;
 
 struct Net {
-    int B;
-    int first_bp;         // index of the first layer trained by BP (NLAYERS: none)
+    const Arch& a;
+    int B, n, first_bp;
     size_t n_zo, n_bp;
-    std::vector<float> params;   // NPARAMS
+    std::vector<size_t> off;     // per layer, its weight's offset (its bias follows the weight)
+    std::vector<float> params;   // the flat vector of workloads/models.py
     std::vector<float> grads;    // n_bp: the BP part only
-    // activations (one pass); pool1 writes straight into p1pad's interior
-    std::vector<float> xpad, c1, p1pad, c2;
-    std::vector<float> w2t;  // conv2's weights as [6][5][5][16] for conv_forward_oc
-    std::vector<float> w2f;  // conv2's weights flipped as [6][16][5][5] for its input gradient (full-bp)
-    Head head[2];
+    ActivationPlan<float, float> act;
+    std::vector<float> probs[2];
+    std::vector<float> wk;       // repacked weights (transposed, flipped): the largest a layer needs
     std::vector<int> labels;
-    // errors for the BP part
-    std::vector<float> dlogits, dh2, dh1, dp2, dc2, dc2pad, dp1, dc1;
-
-    std::vector<float> lut;  // pixel -> normalised value (datasets.py's table)
+    // errors for the BP part: per BP layer, of its activation out(l); of a pooled output where a
+    // pool follows; and a conv2d's error padded for its input gradient (the largest one)
+    std::vector<std::vector<float>> err, dpooled;
+    std::vector<float> errpad;
+    std::vector<float> lut;      // pixel -> normalised value (datasets.py's table)
 
     Net(int batch, const Spec& s, const std::vector<float>& init, std::vector<float> table)
-        : B(batch), params(init), lut(std::move(table)) {
+        : a(s.arch), B(batch), n(s.arch.n()), params(init), lut(std::move(table)) {
         first_bp = first_bp_layer(s);
-        n_zo = size_t(layer_offset(first_bp));
-        n_bp = NPARAMS - n_zo;
+        size_t o = 0;
+        for (const Layer& L : a.layers) off.push_back(o), o += L.w_size() + L.O;
+        n_zo = first_bp < n ? off[first_bp] : params.size();
+        n_bp = params.size() - n_zo;
         grads.assign(n_bp, 0.f);
-        xpad.assign(size_t(B) * 32 * 32, 0.f);
-        c1.assign(size_t(B) * 6 * 28 * 28, 0.f);
-        p1pad.assign(size_t(B) * 6 * 18 * 18, 0.f);
-        c2.assign(size_t(B) * 16 * 14 * 14, 0.f);
-        w2t.assign(W_SIZE[1], 0.f);
-        for (int k = 0, n = alloc_heads(head, s, first_bp, B); k < n; ++k) head[k].probs.assign(size_t(B) * 10, 0.f);
+        const bool two = s.method == "elastic-zo";  // two perturbed passes feed BP
+        act.alloc(a, B, first_bp, two);
+        // a global max pooled outside BP is fused into its pointwise layer (pointwise_forward)
+        for (int l = 0; l < first_bp && l < n; ++l)
+            if (a.layers[l].pool == GLOBAL_MAX) std::vector<float>().swap(act.layer[l].own_out);
+        for (int k = 0; k < (two ? 2 : 1); ++k) probs[k].assign(size_t(B) * a.classes, 0.f);
         labels.assign(B, 0);
-        if (n_bp) dlogits.assign(size_t(B) * 10, 0.f);
-        if (first_bp <= 3) dh2.assign(size_t(B) * 84, 0.f);
-        if (first_bp <= 2) dh1.assign(size_t(B) * 120, 0.f);
-        if (first_bp <= 1) {
-            dp2.assign(size_t(B) * 784, 0.f);
-            dc2.assign(size_t(B) * 16 * 14 * 14, 0.f);
+        err.resize(n), dpooled.resize(n);
+        size_t wk_size = 0, pad_size = 0;
+        for (int l = 0; l < n; ++l) {
+            const Layer& L = a.layers[l];
+            if (L.kind == CONV2D && (L.O >= 16 || l > first_bp)) wk_size = std::max(wk_size, L.w_size());
+            if (L.kind == POINTWISE) wk_size = std::max(wk_size, L.w_size());
+            if (l < first_bp) continue;
+            err[l].assign(size_t(B) * L.out_size(), 0.f);
+            if (l == first_bp) continue;
+            if (a.layers[l - 1].pool != NO_POOL) dpooled[l].assign(size_t(B) * L.in_size(), 0.f);
+            if (L.kind == CONV2D)
+                pad_size = std::max(pad_size, size_t(B) * L.O * (L.OH + 2 * (L.KH - 1 - L.pad)) * (L.OW + 2 * (L.KW - 1 - L.pad)));
         }
-        if (first_bp == 0) {
-            dc2pad.assign(size_t(B) * 16 * 18 * 18, 0.f);
-            w2f.assign(W_SIZE[1], 0.f);
-            dp1.assign(size_t(B) * 6 * 14 * 14, 0.f);
-            dc1.assign(size_t(B) * 6 * 28 * 28, 0.f);
-        }
+        wk.assign(wk_size, 0.f);
+        errpad.assign(pad_size, 0.f);
     }
 
-    float* W(int l) { return params.data() + layer_offset(l); }
-    float* Bias(int l) { return W(l) + W_SIZE[l]; }
-    float* dW(int l) { return grads.data() + (layer_offset(l) - n_zo); }
-    float* dBias(int l) { return dW(l) + W_SIZE[l]; }
+    float* Wt(int l) { return params.data() + off[l]; }
+    float* Bias(int l) { return Wt(l) + a.layers[l].w_size(); }
+    float* dW(int l) { return grads.data() + (off[l] - n_zo); }
+    float* dBias(int l) { return dW(l) + a.layers[l].w_size(); }
+    // the BP layers read pass k's inputs; the ZO part's are shared
+    float* in(int l, int k) { return act.in(l, l > 0 && l >= first_bp ? k : 0); }
+    float* logits(int k) { return act.logits[k].data(); }
 
-    // x: [b, 784] normalised images (b <= B); writes head[k]
+    // the first b samples loaded; writes pass k's activations
     void forward(int b, int k) {
-        Head& hd = head[k];
-        conv_forward<1, 6, 28, 28>(c1.data(), xpad.data(), W(0), Bias(0), b);
-        maxpool_forward(p1pad.data(), 2, c1.data(), b * 6, 28, 28);
-        transpose_conv_weights<6, 16>(w2t.data(), W(1));
-        conv_forward_oc<6, 16, 14, 14>(c2.data(), p1pad.data(), w2t.data(), Bias(1), b);
-        float* p2 = p2_of(head, k);
-        maxpool_forward(p2, 0, c2.data(), b * 16, 14, 14);
-        fc_forward(hd.h1.data(), p2, W(2), Bias(2), b, 784, 120, true);
-        fc_forward(hd.h2.data(), hd.h1.data(), W(3), Bias(3), b, 120, 84, true);
-        fc_forward(hd.logits.data(), hd.h2.data(), W(4), Bias(4), b, 84, 10, false);
+        for (int l = 0; l < n; ++l) {
+            const Layer& L = a.layers[l];
+            const bool last = l + 1 == n;
+            float* next = last ? logits(k) : in(l + 1, k);
+            float* out = act.layer[l].own_out.empty() ? next : act.layer[l].own_out.data();
+            // a global max that BP does not go through is taken inside the layer's kernel
+            const bool fused = L.pool == GLOBAL_MAX && act.layer[l].own_out.empty();
+            if (L.kind == CONV2D) {
+                conv(out, in(l, k), Wt(l), Bias(l), wk.data(), b, L.C, L.O, L.OH, L.OW, L.KH, L.KW, L.relu);
+            } else if (L.kind == POINTWISE) {
+                transpose(wk.data(), Wt(l), L.O, L.C);
+                pointwise_forward(out, fused ? next : nullptr, in(l, k), wk.data(), Bias(l), b, L.rows, L.C, L.O, L.relu);
+            } else {
+                fc_forward(out, in(l, k), Wt(l), Bias(l), b, L.C, L.O, L.relu);
+            }
+            if (last) break;
+            const Layer& N = a.layers[l + 1];
+            if (L.pool == MAX2X2) maxpool_forward(next, N.pad, out, b * L.O, L.OH, L.OW);
+            else if (L.pool == GLOBAL_MAX && !fused) global_max_forward(next, out, b, L.rows, L.O);
+            else if (N.pad > 0) pad_rect(next, out, b * L.O, L.OH, L.OW, N.pad, N.pad);
+        }
     }
 
-    double loss(int b, int k) { return softmax_ce_forward(head[k].probs.data(), head[k].logits.data(), labels.data(), b); }
+    double loss(int b, int k) { return softmax_ce_forward(probs[k].data(), logits(k), labels.data(), b, a.classes); }
 
     // BP through the layers >= first_bp for pass k, gradients scaled by `scale` and accumulated
     void backward(int k, float scale) {
-        Head& hd = head[k];
-        softmax_ce_backward(dlogits.data(), hd.probs.data(), labels.data(), B, scale);
-        fc_backward(first_bp <= 3 ? dh2.data() : nullptr, dW(4), dBias(4), dlogits.data(), hd.h2.data(), W(4), B, 84, 10);
-        if (first_bp > 3) return;
-        relu_backward(dh2.data(), hd.h2.data(), dh2.size());
-        fc_backward(first_bp <= 2 ? dh1.data() : nullptr, dW(3), dBias(3), dh2.data(), hd.h1.data(), W(3), B, 120, 84);
-        if (first_bp > 2) return;
-        relu_backward(dh1.data(), hd.h1.data(), dh1.size());
-        fc_backward(first_bp <= 1 ? dp2.data() : nullptr, dW(2), dBias(2), dh1.data(), p2_of(head, k), W(2), B, 784, 120);
-        if (first_bp > 1) return;
-        // c2 is conv2's ReLU output: the error passes where the window's maximum is > 0
-        maxpool_backward(dc2.data(), c2.data(), B * 16, 14, 14, [&](size_t o, float v) { return v > 0.f ? dp2[o] : 0.f; });
-        conv_weight_grad<6, 16, 14, 14>(dW(1), dBias(1), dc2.data(), p1pad.data(), B);
-        if (first_bp > 0) return;
-        pad2(dc2pad.data(), dc2.data(), B * 16, 14, 14);
-        flip_conv_weights<6, 16>(w2f.data(), W(1));
-        conv_forward<16, 6, 14, 14, false>(dp1.data(), dc2pad.data(), w2f.data(), nullptr, B);
-        maxpool_backward(dc1.data(), c1.data(), B * 6, 28, 28, [&](size_t o, float v) { return v > 0.f ? dp1[o] : 0.f; });
-        conv_weight_grad<1, 6, 28, 28>(dW(0), dBias(0), dc1.data(), xpad.data(), B);
+        softmax_ce_backward(err[n - 1].data(), probs[k].data(), labels.data(), B, a.classes, scale);
+        for (int l = n - 1; l >= first_bp; --l) {
+            const Layer& L = a.layers[l];
+            float* d = err[l].data();
+            const float* x = in(l, k);
+            // din: the error of this layer's input (of the previous layer's pooled output)
+            float* din = l == first_bp ? nullptr : dpooled[l].empty() ? err[l - 1].data() : dpooled[l].data();
+            if (L.kind == CONV2D) {
+                conv_weight_grad(dW(l), dBias(l), d, x, B, L.C, L.O, L.OH, L.OW, L.KH, L.KW);
+                if (din) {  // a convolution of the error padded by kernel - 1 - padding, weights flipped
+                    const int ph = L.KH - 1 - L.pad, pw = L.KW - 1 - L.pad;
+                    pad_rect(errpad.data(), d, B * L.O, L.OH, L.OW, ph, pw);
+                    flip_weights(wk.data(), Wt(l), L.C, L.O, L.KH, L.KW);
+                    conv(din, errpad.data(), wk.data(), nullptr, nullptr, B, L.O, L.C, L.H, L.W, L.KH, L.KW, false);
+                }
+            } else {  // fc, or pointwise as an fc over the B*N rows
+                fc_backward(din, dW(l), dBias(l), d, x, Wt(l), B * L.rows, L.C * L.H * L.W, L.O);
+            }
+            if (!din) break;
+            const Layer& P = a.layers[l - 1];
+            float* dp = err[l - 1].data();
+            const float* out = act.layer[l - 1].own_out.empty() ? x : act.layer[l - 1].own_out.data();
+            auto pass = [&](size_t o, float v) { return !P.relu || v > 0.f ? din[o] : 0.f; };
+            if (P.pool == MAX2X2) maxpool_backward(dp, out, B * P.O, P.OH, P.OW, pass);
+            else if (P.pool == GLOBAL_MAX) global_max_backward(dp, out, B, P.rows, P.O, pass);
+            else if (P.relu) relu_backward(dp, out, size_t(B) * P.out_size());
+        }
     }
 
     void bp_update(float lr) {
@@ -131,7 +156,8 @@ struct Net {
 
     // ---- the interface train() drives (int8_net.hpp has the same) ----
     void load(const Split& split, const int* idx, int b) {
-        load_batch(xpad.data(), labels.data(), split, idx, b, [this](uint8_t v) { return lut[v]; });
+        load_batch(in(0, 0), labels.data(), a.layers[0], split, idx, b, [this](uint8_t v) { return lut[v]; },
+                   [](float v) { return v; });
     }
 
     // one optimizer step on the loaded batch (workloads/methods.py bp_step / zo_step)
@@ -178,20 +204,18 @@ struct Net {
     void eval(int b, double& loss_sum, long& correct) {
         forward(b, 0);
         loss_sum += loss(b, 0) * b;
-        correct += count_correct(head[0].logits.data(), labels.data(), b);
+        correct += count_correct(logits(0), labels.data(), b, a.classes);
     }
 
-    size_t params_total() const { return NPARAMS; }
+    size_t params_total() const { return params.size(); }
     size_t buffer_bytes() const {
-        size_t n = bytes_of(params, grads, xpad, c1, p1pad, c2, w2t, w2f, labels, dlogits, dh2, dh1, dp2, dc2,
-                            dc2pad, dp1, dc1);
-        for (const Head& h : head) n += bytes_of(h.p2, h.h1, h.h2, h.logits, h.probs);
-        return n;
+        size_t bytes = act.bytes() + bytes_of(params, grads, probs[0], probs[1], wk, labels, errpad);
+        for (int l = 0; l < n; ++l) bytes += bytes_of(err[l], dpooled[l]);
+        return bytes;
     }
     std::string weights_sha256() const {
-        return sha256_hex(reinterpret_cast<const uint8_t*>(params.data()), sizeof(float) * NPARAMS);
+        return sha256_hex(reinterpret_cast<const uint8_t*>(params.data()), sizeof(float) * params.size());
     }
 };
-
 
 }  // namespace fp32

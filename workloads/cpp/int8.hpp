@@ -25,6 +25,7 @@
 #include <arm_neon.h>  // armv8-a: vmull_s8 / vpadalq_s16, no dot-product instructions
 #endif
 
+#include "common.hpp"
 #include "zrng.hpp"
 
 namespace int8 {
@@ -165,7 +166,7 @@ inline int64_t log2_fixed(uint64_t v) {
 inline int64_t integer_loss(const int8_t* q, int e, const int* labels, int B, int C) {
     int64_t total = 0;
     for (int b = 0; b < B; ++b) {
-        int64_t s[16];
+        int64_t s[MAX_CLASSES];
         int64_t m = INT64_MIN;
         for (int k = 0; k < C; ++k) m = std::max(m, s[k] = base2_logit(q[b * C + k], e + LOSS_FRAC_BITS));
         uint64_t acc = 0;
@@ -182,7 +183,7 @@ inline int64_t integer_loss(const int8_t* q, int e, const int* labels, int B, in
 // NITI's integer cross-entropy gradient dL/dlogits as int8 values (int8.py ce_error)
 inline void ce_error(int8_t* err, const int8_t* q, int e, const int* labels, int B, int C) {
     for (int b = 0; b < B; ++b) {
-        int64_t s[16], p[16];
+        int64_t s[MAX_CLASSES], p[MAX_CLASSES];
         int64_t m = INT64_MIN, sum = 0, scaled = 0;
         for (int k = 0; k < C; ++k) m = std::max(m, s[k] = base2_logit(q[b * C + k], e));
         for (int k = 0; k < C; ++k) {

@@ -27,11 +27,6 @@
 
 namespace int8 {
 
-constexpr int FAN_IN[NLAYERS] = {25, 150, 784, 120, 84}, FAN_OUT[NLAYERS] = {150, 400, 120, 84, 10};
-constexpr int offset(int l) { return l == 0 ? 0 : offset(l - 1) + W_SIZE[l - 1]; }
-constexpr int NWEIGHTS = offset(NLAYERS);
-static_assert(NWEIGHTS == 107550, "LeNet-5 without biases");
-
 constexpr int padded(int k) { return (k + 15) / 16 * 16; }
 
 // ---- convolution 5x5, stride 1, padding 2 (input pre-padded): one im2col row of patches
@@ -167,6 +162,14 @@ inline void flip_weights(int8_t* wf, const int8_t* w, int C, int OC) {
             for (int t = 0; t < 25; ++t) wf[ic * KP + oc * 25 + 24 - t] = w[(oc * C + ic) * 25 + t];
 }
 
+// [OC][C][KH][KW] -> [C][OC][KH][KW] flipped: the runtime-sized input-gradient convolution's weights
+inline void flip_weights_any(int8_t* wf, const int8_t* w, int C, int OC, int KH, int KW) {
+    const int T = KH * KW;
+    for (int oc = 0; oc < OC; ++oc)
+        for (int ic = 0; ic < C; ++ic)
+            for (int t = 0; t < T; ++t) wf[(size_t(ic) * OC + oc) * T + T - 1 - t] = w[(size_t(oc) * C + ic) * T + t];
+}
+
 // requantize a conv output, ReLU, and 2x2 max-pool into `pooled` (pad = its zero border);
 // `out` (the pre-pool activation, which only BP through the layer needs) may be null.
 // Requantization and ReLU are monotonic, so the pool takes the max of the accumulators.
@@ -209,17 +212,18 @@ inline void fc_forward(int32_t* acc, const uint8_t* in, const int8_t* w, int B, 
         }
 }
 
-// dw[o][i] += sum_b err[b][o] * in[b][i]
-inline void fc_weight_grad(int32_t* dw, const int8_t* err, const uint8_t* in, int B, int I, int O) {
+// dw[o][i] += sum_b err[b][o] * in[b][i]; G: int32, or int64 where B counts points
+template <class G, class A>
+inline void fc_weight_grad(G* dw, const int8_t* err, const A* in, int B, int I, int O) {
 #pragma omp parallel for schedule(static)
     for (int o = 0; o < O; ++o)
         for (int b = 0; b < B; ++b) {
             const int32_t e = err[size_t(b) * O + o];
             if (e == 0) continue;
-            const uint8_t* x = in + size_t(b) * I;
-            int32_t* row = dw + size_t(o) * I;
+            const A* x = in + size_t(b) * I;
+            G* row = dw + size_t(o) * I;
 #pragma omp simd
-            for (int i = 0; i < I; ++i) row[i] += e * int32_t(x[i]);
+            for (int i = 0; i < I; ++i) row[i] += G(e * int32_t(x[i]));
         }
 }
 
@@ -295,10 +299,147 @@ inline void conv_weight_grad(int64_t* dw, const int8_t* err, const uint8_t* inpa
     }
 }
 
-// The FC head's activations of one forward pass (alloc_heads: twice for ElasticZO).
-struct Head : HeadBuffers<uint8_t, int8_t> {
-    int exp = 0;  // the logits' exponent
-};
+// ---- the runtime-sized kernels, for shapes without a fast path ----
+// a convolution's accumulators, input given padded (planes of (H + KH - 1) x (W + KW - 1)):
+// one output row accumulated over every tap; A: uint8 activations or int8 errors
+template <class A>
+inline void conv_forward_any(int32_t* acc, const A* inpad, const int8_t* w, int B, int C, int OC, int H, int W, int KH,
+                             int KW) {
+    const int HP = H + KH - 1, WP = W + KW - 1;
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int b = 0; b < B; ++b)
+        for (int oc = 0; oc < OC; ++oc)
+            for (int h = 0; h < H; ++h) {
+                int32_t* o = acc + ((size_t(b) * OC + oc) * H + h) * W;
+                std::fill(o, o + W, 0);
+                for (int ic = 0; ic < C; ++ic)
+                    for (int kh = 0; kh < KH; ++kh) {
+                        const A* row = inpad + ((size_t(b) * C + ic) * HP + h + kh) * WP;
+                        for (int kw = 0; kw < KW; ++kw) {
+                            const int32_t wv = w[((size_t(oc) * C + ic) * KH + kh) * KW + kw];
+#pragma omp simd
+                            for (int x = 0; x < W; ++x) o[x] += wv * int32_t(row[x + kw]);
+                        }
+                    }
+            }
+}
+
+// dw[oc][ic][kh][kw] += sum_{b,h,x} err[b][oc][h][x] * inpad[b][ic][h+kh][x+kw]; int32 per row
+template <class A>
+inline void conv_weight_grad_any(int64_t* dw, const int8_t* err, const A* inpad, int B, int C, int OC, int H, int W,
+                                 int KH, int KW) {
+    const int HP = H + KH - 1, WP = W + KW - 1;
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int oc = 0; oc < OC; ++oc)
+        for (int ic = 0; ic < C; ++ic)
+            for (int kh = 0; kh < KH; ++kh)
+                for (int kw = 0; kw < KW; ++kw) {
+                    int64_t s = 0;
+                    for (int b = 0; b < B; ++b)
+                        for (int h = 0; h < H; ++h) {
+                            const int8_t* e = err + ((size_t(b) * OC + oc) * H + h) * W;
+                            const A* ip = inpad + ((size_t(b) * C + ic) * HP + h + kh) * WP + kw;
+                            int32_t r = 0;
+#pragma omp simd reduction(+ : r)
+                            for (int x = 0; x < W; ++x) r += int32_t(e[x]) * int32_t(ip[x]);
+                            s += r;
+                        }
+                    dw[((size_t(oc) * C + ic) * KH + kh) * KW + kw] += s;
+                }
+}
+
+// acc[r][o] = in[r] . w[o] for signed inputs (a point cloud's few coordinates): each input
+// value times a row of wt, w transposed to [I][O] (I * O bytes), the output channels as SIMD lanes
+inline void rows_forward_signed(int32_t* acc, const int8_t* in, int8_t* wt, const int8_t* w, long R, int I, int O) {
+    for (int o = 0; o < O; ++o)
+        for (int c = 0; c < I; ++c) wt[size_t(c) * O + o] = w[size_t(o) * I + c];
+#pragma omp parallel for schedule(static)
+    for (long r = 0; r < R; ++r) {
+        int32_t* a = acc + size_t(r) * O;
+        std::fill(a, a + O, 0);
+        for (int c = 0; c < I; ++c) {
+            const int32_t v = in[size_t(r) * I + c];
+            const int8_t* wr = wt + size_t(c) * O;
+#pragma omp simd
+            for (int o = 0; o < O; ++o) a[o] += v * int32_t(wr[o]);
+        }
+    }
+}
+
+// acc[r][o] = in[r] . w[o] for the R rows of a pointwise layer (uint8 activations). With VNNI,
+// a GEMM whose output channels are the lanes: per group of four inputs, each row's four bytes
+// are broadcast against wq, the weights packed [C/4][O][4] (zero past C), and vpdpbusd adds
+// the four products into each of 32 output channels (two zmm) of 6 rows held in registers;
+// elsewhere (and for O not a multiple of 32) fc_forward's dot products. wq: pointwise_packed_size.
+constexpr int PW_MR = 6, PW_NR = 32;
+inline size_t pointwise_packed_size(int C, int O) { return size_t(C + 3) / 4 * 4 * O; }
+
+inline void pointwise_forward(int32_t* acc, const uint8_t* in, int8_t* wq, const int8_t* w, long R, int C, int O) {
+#if ZOBENCH_VNNI
+    if (O % PW_NR == 0) {
+        const int CQ = (C + 3) / 4;
+        for (int q = 0; q < CQ; ++q)
+            for (int o = 0; o < O; ++o)
+                for (int k = 0; k < 4; ++k) wq[(size_t(q) * O + o) * 4 + k] = 4 * q + k < C ? w[size_t(o) * C + 4 * q + k] : 0;
+        const long RB = (R + PW_MR - 1) / PW_MR;
+        const int OB = O / PW_NR;
+#pragma omp parallel for collapse(2) schedule(static)
+        for (long rb = 0; rb < RB; ++rb)
+            for (int ob = 0; ob < OB; ++ob) {
+                const long r0 = rb * PW_MR;
+                const int mr = int(std::min<long>(PW_MR, R - r0));
+                const uint8_t* x[PW_MR];
+                for (int i = 0; i < PW_MR; ++i) x[i] = in + size_t(r0 + std::min(i, mr - 1)) * C;  // a short block repeats its last row
+                __m512i a[PW_MR][2];
+                for (int i = 0; i < PW_MR; ++i) a[i][0] = a[i][1] = _mm512_setzero_si512();
+                for (int q = 0; q < CQ; ++q) {  // bytes past C (the next row, or the buffer's slack) meet zero weights
+                    const int8_t* wv = wq + (size_t(q) * O + size_t(ob) * PW_NR) * 4;
+                    const __m512i w0 = _mm512_loadu_si512(wv), w1 = _mm512_loadu_si512(wv + 64);
+                    for (int i = 0; i < PW_MR; ++i) {
+                        uint32_t x4;
+                        std::memcpy(&x4, x[i] + 4 * q, 4);
+                        const __m512i v = _mm512_set1_epi32(int(x4));
+                        a[i][0] = _mm512_dpbusd_epi32(a[i][0], v, w0);
+                        a[i][1] = _mm512_dpbusd_epi32(a[i][1], v, w1);
+                    }
+                }
+                for (int i = 0; i < mr; ++i) {
+                    int32_t* out = acc + size_t(r0 + i) * O + size_t(ob) * PW_NR;
+                    _mm512_storeu_si512(out, a[i][0]);
+                    _mm512_storeu_si512(out + 16, a[i][1]);
+                }
+            }
+        return;
+    }
+#endif
+    fc_forward(acc, in, w, int(R), C, O);
+}
+
+// requantize a pointwise output, ReLU, and take the max over the N points into `pooled`; `out`
+// (which only BP through the layer reads) may be null. Returns the exponent increment.
+inline int requant_relu_gmax(uint8_t* out, uint8_t* pooled, const int32_t* acc, int B, int N, int O) {
+    const int s = requant_shift(acc, size_t(B) * N * O);
+    auto act = [s](int32_t a) { const int v = requant_value(a, s); return uint8_t(v > 0 ? v : 0); };
+    if (out) {
+#pragma omp parallel for schedule(static)
+        for (size_t i = 0; i < size_t(B) * N * O; ++i) out[i] = act(acc[i]);
+    }
+    constexpr int CB = 256;  // the running maxima of CB channels, while the rows stream past in order
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int b = 0; b < B; ++b)
+        for (int c0 = 0; c0 < O; c0 += CB) {
+            const int nc = std::min(CB, O - c0);
+            int32_t m[CB];
+            std::copy(acc + size_t(b) * N * O + c0, acc + size_t(b) * N * O + c0 + nc, m);
+            for (int n = 1; n < N; ++n) {
+                const int32_t* row = acc + (size_t(b) * N + n) * O + c0;
+#pragma omp simd
+                for (int c = 0; c < nc; ++c) m[c] = std::max(m[c], row[c]);
+            }
+            for (int c = 0; c < nc; ++c) pooled[size_t(b) * O + c0 + c] = act(m[c]);
+        }
+    return std::max(s, 0);
+}
 
 // the signs of both losses' differences beside the one the update used
 struct StepResult : StepRecord<int> {
@@ -312,128 +453,178 @@ struct StepResult : StepRecord<int> {
 };
 
 struct Net {
-    int B, first_bp, scale;
+    const Arch& a;
+    int B, n, first_bp, scale;
     size_t n_zo, n_bp;
     std::string zo_loss;
-    std::vector<int8_t> q;  // NWEIGHTS
-    int exps[NLAYERS];
-    // activations and their int32 accumulators
-    std::vector<uint8_t> xpad, c1, p1pad, c2;
-    std::vector<int32_t> acc1, acc2, acc3, acc4, acc5;
-    std::vector<int8_t> wp0, wp1, w1f;  // conv weights padded to 16 / flipped (full-bp)
-    Head head[2];
+    std::vector<size_t> off;      // per layer, its weight's offset in q
+    std::vector<int8_t> q;        // every layer's weights, no biases
+    std::vector<int> exps;        // per layer, its weights' exponent
+    int logit_exp[2] = {};        // each pass's logits' exponent
+    ActivationPlan<uint8_t, int8_t> act;
+    std::vector<std::vector<int32_t>> acc;  // per layer, the int32 accumulators its activation is requantized from
+    std::vector<int8_t> wk, wflip;          // a convolution's or pointwise layer's repacked weights, a convolution's flipped (the largest)
     std::vector<int> labels;
-    // the BP part: gradient accumulators, errors and theirs
-    std::vector<int32_t> g_fc[NLAYERS];
-    std::vector<int64_t> g_conv[2];
-    std::vector<int8_t> err5, err4, err3, dc2, dc2pad, dc1;
-    std::vector<int32_t> eacc4, eacc3, eacc2, eacc1;
-    // conv_weight_grad's per-thread scratch (BP through conv2), for grad_threads threads
+    // the BP part: gradient accumulators (int64 where a weight sums over points or pixels),
+    // errors of each BP layer's activation, their int32 accumulators at its input, and a
+    // conv2d's error padded for its input gradient
+    std::vector<std::vector<int32_t>> g32, eacc;
+    std::vector<std::vector<int64_t>> g64;
+    std::vector<std::vector<int8_t>> err;
+    std::vector<int8_t> errpad;
+    // conv_weight_grad's per-thread scratch (fast-path convolutions trained by BP)
     int grad_threads = 0;
     size_t planes_stride = 0, sums_stride = 0;
     std::vector<uint8_t> grad_planes;
     std::vector<int64_t> grad_sums;
 
-    Net(int batch, const Spec& s) : B(batch), scale(s.h.zo_scale), zo_loss(s.zo_loss), q(NWEIGHTS) {
-        first_bp = first_bp_layer(s);
-        n_zo = size_t(offset(first_bp));
-        n_bp = NWEIGHTS - n_zo;
-        const uint64_t key = zrng::stream_key(s.seed, zrng::STREAM_INIT, 1);
-        for (int i = 0; i < NWEIGHTS; ++i)
-            q[i] = int8_t(int((((zrng::bits(key, uint64_t(i)) & 0xFFFFFFFFull) * 255ull) >> 32)) - 127);
-        for (int l = 0; l < NLAYERS; ++l) exps[l] = init_exponent(FAN_IN[l], FAN_OUT[l]);
-        xpad.assign(size_t(B) * 32 * 32 + 64, 0);   // + slack: the VNNI kernel reads 3 bytes past a row
-        c1.assign(size_t(B) * 6 * 28 * 28, 0);
-        p1pad.assign(size_t(B) * 6 * 18 * 18 + 64, 0);
-        c2.assign(size_t(B) * 16 * 14 * 14, 0);
-        acc1.assign(c1.size(), 0);
-        acc2.assign(c2.size(), 0);
-        acc3.assign(size_t(B) * 120, 0);
-        acc4.assign(size_t(B) * 84, 0);
-        acc5.assign(size_t(B) * 10, 0);
-        wp0.assign(conv_packed_size(1, 6), 0);
-        wp1.assign(conv_packed_size(6, 16), 0);
-        alloc_heads(head, s, first_bp, B);
-        labels.assign(B, 0);
-        for (int l = std::max(first_bp, 2); l < NLAYERS; ++l) g_fc[l].assign(W_SIZE[l], 0);
-        for (int l = first_bp; l < 2; ++l) g_conv[l].assign(W_SIZE[l], 0);
-        if (n_bp) err5.assign(size_t(B) * 10, 0);
-        if (first_bp <= 3) eacc4.assign(size_t(B) * 84, 0), err4.assign(size_t(B) * 84, 0);
-        if (first_bp <= 2) eacc3.assign(size_t(B) * 120, 0), err3.assign(size_t(B) * 120, 0);
-        if (first_bp <= 1) eacc2.assign(size_t(B) * 784, 0), dc2.assign(c2.size(), 0);
-        if (first_bp == 0) {
-            dc2pad.assign(size_t(B) * 16 * 18 * 18, 0);
-            eacc1.assign(size_t(B) * 6 * 14 * 14, 0);
-            dc1.assign(c1.size(), 0);
-            w1f.assign(6 * padded(16 * 25), 0);
-        }
-        if (first_bp <= 1) {
-            grad_threads = omp_get_max_threads();
-            planes_stride = conv_grad_planes(6, 14, 14);
-            sums_stride = conv_grad_sums(6, 16);
-            if (first_bp == 0) {
-                planes_stride = std::max(planes_stride, conv_grad_planes(1, 28, 28));
-                sums_stride = std::max(sums_stride, conv_grad_sums(1, 6));
-            }
-            grad_planes.assign(grad_threads * planes_stride, 0);
-            grad_sums.assign(grad_threads * sums_stride, 0);
-        }
+    // LeNet-5's convolutions run shape-specialised kernels (int8.hpp); every other shape the
+    // runtime-sized ones
+    static bool fast(const Layer& L) {
+        return L.kind == CONV2D && L.KH == 5 && L.KW == 5 && L.pad == 2 &&
+               ((L.C == 1 && L.O == 6 && L.OH == 28 && L.OW == 28) || (L.C == 6 && L.O == 16 && L.OH == 14 && L.OW == 14));
     }
 
-    int8_t* W(int l) { return q.data() + offset(l); }
-    // conv layer l's weight gradient, accumulated into g_conv[l] (with the Net's scratch)
-    template <int C, int OC, int H, int W>
-    void conv_grad(int l, const int8_t* err, const uint8_t* inpad) {
-        conv_weight_grad<C, OC, H, W>(g_conv[l].data(), err, inpad, B, grad_planes.data(), planes_stride,
-                                      grad_sums.data(), sums_stride, grad_threads);
+    Net(int batch, const Spec& s) : a(s.arch), B(batch), n(s.arch.n()), scale(s.h.zo_scale), zo_loss(s.zo_loss) {
+        first_bp = first_bp_layer(s);
+        size_t total = 0;
+        for (const Layer& L : a.layers) off.push_back(total), total += L.w_size();
+        n_zo = first_bp < n ? off[first_bp] : total;
+        n_bp = total - n_zo;
+        q.resize(total);
+        const uint64_t key = zrng::stream_key(s.seed, zrng::STREAM_INIT, 1);
+        for (size_t i = 0; i < total; ++i)
+            q[i] = int8_t(int((((zrng::bits(key, uint64_t(i)) & 0xFFFFFFFFull) * 255ull) >> 32)) - 127);
+        for (const Layer& L : a.layers) exps.push_back(init_exponent(L.fan_in(), L.O * L.KH * L.KW));
+        const bool two = s.method == "elastic-zo";
+        act.alloc(a, B, first_bp, two, 64);  // + slack: the VNNI kernel reads 3 bytes past a row
+        // a pooled activation is kept only where BP reads it: requant_relu_pool pools the accumulators
+        for (int l = 0; l < first_bp && l < n; ++l)
+            if (a.layers[l].pool != NO_POOL) std::vector<uint8_t>().swap(act.layer[l].own_out);
+        labels.assign(B, 0);
+        acc.resize(n), g32.resize(n), g64.resize(n), eacc.resize(n), err.resize(n);
+        size_t wk_size = 0, flip_size = 0, pad_size = 0;
+        for (int l = 0; l < n; ++l) {
+            const Layer& L = a.layers[l];
+            acc[l].assign(size_t(B) * L.out_size(), 0);
+            if (fast(L)) wk_size = std::max(wk_size, size_t(conv_packed_size(L.C, L.O)));
+            if (L.kind == POINTWISE) wk_size = std::max(wk_size, l > 0 ? pointwise_packed_size(L.C, L.O) : L.w_size());
+            if (l < first_bp) continue;
+            if (L.kind == FC) g32[l].assign(L.w_size(), 0);
+            else g64[l].assign(L.w_size(), 0);
+            err[l].assign(size_t(B) * L.out_size(), 0);
+            if (fast(L) && l <= 1 + first_bp) {
+                grad_threads = omp_get_max_threads();
+                planes_stride = std::max(planes_stride, conv_grad_planes(L.C, L.OH, L.OW));
+                sums_stride = std::max(sums_stride, conv_grad_sums(L.C, L.O));
+            }
+            if (l == first_bp) continue;
+            eacc[l].assign(size_t(B) * L.in_size(), 0);
+            if (L.kind == CONV2D) {
+                flip_size = std::max(flip_size, fast(L) ? size_t(L.C) * padded(L.O * 25) : L.w_size());
+                pad_size = std::max(pad_size, size_t(B) * L.O * (L.OH + 2 * (L.KH - 1 - L.pad)) * (L.OW + 2 * (L.KW - 1 - L.pad)));
+            }
+        }
+        wk.assign(wk_size, 0);
+        wflip.assign(flip_size, 0);
+        errpad.assign(pad_size, 0);
+        grad_planes.assign(grad_threads * planes_stride, 0);
+        grad_sums.assign(grad_threads * sums_stride, 0);
     }
+
+    int8_t* Wt(int l) { return q.data() + off[l]; }
+    uint8_t* in(int l, int k) { return act.in(l, l > 0 && l >= first_bp ? k : 0); }
+    uint8_t* own_out(int l) { return act.layer[l].own_out.empty() ? nullptr : act.layer[l].own_out.data(); }
+    int8_t* logits(int k) { return act.logits[k].data(); }
 
     void forward(int b, int k) {
-        Head& hd = head[k];
-        conv_forward_packed<1, 6, 28, 28>(acc1.data(), xpad.data(), wp0.data(), W(0), b);
-        int e = INPUT_EXP + exps[0];
-        const bool conv_bp = first_bp <= 1;   // only BP through conv2 reads c1 and c2
-        e += requant_relu_pool(conv_bp ? c1.data() : nullptr, p1pad.data(), 2, acc1.data(), b * 6, 28, 28);
-        conv_forward_packed<6, 16, 14, 14>(acc2.data(), p1pad.data(), wp1.data(), W(1), b);
-        e += exps[1] + requant_relu_pool(conv_bp ? c2.data() : nullptr, p2_of(head, k), 0, acc2.data(), b * 16, 14, 14);
-        fc_forward(acc3.data(), p2_of(head, k), W(2), b, 784, 120);
-        e += exps[2] + requant_to(hd.h1.data(), acc3.data(), size_t(b) * 120, true);
-        fc_forward(acc4.data(), hd.h1.data(), W(3), b, 120, 84);
-        e += exps[3] + requant_to(hd.h2.data(), acc4.data(), size_t(b) * 84, true);
-        fc_forward(acc5.data(), hd.h2.data(), W(4), b, 84, 10);
-        hd.exp = e + exps[4] + requant_to(hd.logits.data(), acc5.data(), size_t(b) * 10, false);
+        int e = INPUT_EXP;
+        for (int l = 0; l < n; ++l) {
+            const Layer& L = a.layers[l];
+            const bool last = l + 1 == n;
+            int32_t* ac = acc[l].data();
+            uint8_t* x = in(l, k);
+            if (L.kind == CONV2D) {
+                if (fast(L) && L.C == 1) conv_forward_packed<1, 6, 28, 28>(ac, x, wk.data(), Wt(l), b);
+                else if (fast(L)) conv_forward_packed<6, 16, 14, 14>(ac, x, wk.data(), Wt(l), b);
+                else conv_forward_any(ac, x, Wt(l), b, L.C, L.O, L.OH, L.OW, L.KH, L.KW);
+            } else if (L.kind == POINTWISE && l == 0) {  // a cloud's coordinates are signed
+                rows_forward_signed(ac, reinterpret_cast<const int8_t*>(x), wk.data(), Wt(l), long(b) * L.rows, L.C, L.O);
+            } else if (L.kind == POINTWISE) {
+                pointwise_forward(ac, x, wk.data(), Wt(l), long(b) * L.rows, L.C, L.O);
+            } else {
+                fc_forward(ac, x, Wt(l), b, L.C, L.O);
+            }
+            e += exps[l];
+            const size_t count = size_t(b) * L.out_size();
+            if (last) {
+                logit_exp[k] = e + requant_to(logits(k), ac, count, false);
+                break;
+            }
+            const Layer& N = a.layers[l + 1];
+            uint8_t* next = in(l + 1, k);
+            if (L.pool == MAX2X2) e += requant_relu_pool(own_out(l), next, N.pad, ac, b * L.O, L.OH, L.OW);
+            else if (L.pool == GLOBAL_MAX) e += requant_relu_gmax(own_out(l), next, ac, b, L.rows, L.O);
+            else if (N.pad > 0) {
+                e += requant_to(own_out(l), ac, count, L.relu);
+                pad_rect(next, own_out(l), b * L.O, L.OH, L.OW, N.pad, N.pad);
+            } else {
+                e += requant_to(next, ac, count, L.relu);
+            }
+        }
     }
 
     // accumulate the BP layers' gradients for pass k (NITI's backward; int8.py Int8Engine.backward)
     void backward(int k) {
-        Head& hd = head[k];
-        ce_error(err5.data(), hd.logits.data(), hd.exp, labels.data(), B, 10);
-        fc_weight_grad(g_fc[4].data(), err5.data(), hd.h2.data(), B, 84, 10);
-        if (first_bp > 3) return;
-        fc_input_grad(eacc4.data(), err5.data(), W(4), B, 84, 10);
-        error_through_relu(err4.data(), eacc4.data(), hd.h2.data(), eacc4.size());
-        fc_weight_grad(g_fc[3].data(), err4.data(), hd.h1.data(), B, 120, 84);
-        if (first_bp > 2) return;
-        fc_input_grad(eacc3.data(), err4.data(), W(3), B, 120, 84);
-        error_through_relu(err3.data(), eacc3.data(), hd.h1.data(), eacc3.size());
-        fc_weight_grad(g_fc[2].data(), err3.data(), p2_of(head, k), B, 784, 120);
-        if (first_bp > 1) return;
-        fc_input_grad(eacc2.data(), err3.data(), W(2), B, 784, 120);
-        error_through_pool(dc2.data(), eacc2.data(), c2.data(), B * 16, 14, 14);
-        conv_grad<6, 16, 14, 14>(1, dc2.data(), p1pad.data());
-        if (first_bp > 0) return;
-        pad2(dc2pad.data(), dc2.data(), B * 16, 14, 14);
-        flip_weights(w1f.data(), W(1), 6, 16);
-        conv_forward<16, 6, 14, 14>(eacc1.data(), dc2pad.data(), w1f.data(), B);
-        error_through_pool(dc1.data(), eacc1.data(), c1.data(), B * 6, 28, 28);
-        conv_grad<1, 6, 28, 28>(0, dc1.data(), xpad.data());
+        ce_error(err[n - 1].data(), logits(k), logit_exp[k], labels.data(), B, a.classes);
+        for (int l = n - 1; l >= first_bp; --l) {
+            const Layer& L = a.layers[l];
+            const int8_t* d = err[l].data();
+            const uint8_t* x = in(l, k);
+            if (L.kind == CONV2D && fast(L)) {
+                auto grad = L.C == 1 ? conv_weight_grad<1, 6, 28, 28> : conv_weight_grad<6, 16, 14, 14>;
+                grad(g64[l].data(), d, x, B, grad_planes.data(), planes_stride, grad_sums.data(), sums_stride, grad_threads);
+            } else if (L.kind == CONV2D) {
+                conv_weight_grad_any(g64[l].data(), d, x, B, L.C, L.O, L.OH, L.OW, L.KH, L.KW);
+            } else if (L.kind == POINTWISE && l == 0) {
+                fc_weight_grad(g64[l].data(), d, reinterpret_cast<const int8_t*>(x), B * L.rows, L.C, L.O);
+            } else if (L.kind == POINTWISE) {
+                fc_weight_grad(g64[l].data(), d, x, B * L.rows, L.C, L.O);
+            } else {
+                fc_weight_grad(g32[l].data(), d, x, B, L.C, L.O);
+            }
+            if (l == first_bp) break;
+            int32_t* ea = eacc[l].data();
+            if (L.kind == CONV2D) {  // a convolution of the error padded by kernel - 1 - padding, weights flipped
+                pad_rect(errpad.data(), d, B * L.O, L.OH, L.OW, L.KH - 1 - L.pad, L.KW - 1 - L.pad);
+                if (fast(L) && L.C == 6) {
+                    flip_weights(wflip.data(), Wt(l), L.C, L.O);
+                    conv_forward<16, 6, 14, 14>(ea, errpad.data(), wflip.data(), B);
+                } else {
+                    flip_weights_any(wflip.data(), Wt(l), L.C, L.O, L.KH, L.KW);
+                    conv_forward_any(ea, errpad.data(), wflip.data(), B, L.O, L.C, L.H, L.W, L.KH, L.KW);
+                }
+            } else {
+                fc_input_grad(ea, d, Wt(l), B * L.rows, L.C, L.O);
+            }
+            const Layer& P = a.layers[l - 1];
+            int8_t* dp = err[l - 1].data();
+            const uint8_t* out = own_out(l - 1) ? own_out(l - 1) : x;
+            const size_t count = size_t(B) * L.in_size();
+            const int s = requant_shift(ea, count);
+            auto pass = [&](size_t o, uint8_t v) { return !P.relu || v > 0 ? int8_t(requant_value(ea[o], s)) : int8_t(0); };
+            if (P.pool == MAX2X2) maxpool_backward(dp, out, B * P.O, P.OH, P.OW, pass);
+            else if (P.pool == GLOBAL_MAX) global_max_backward(dp, out, B, P.rows, P.O, pass);
+            else
+                for (size_t i = 0; i < count; ++i) dp[i] = pass(i, out[i]);
+        }
     }
 
     void bp_update(int epoch) {
         const int bits = grad_bits(epoch);
-        for (int l = first_bp; l < NLAYERS; ++l) {
-            if (l < 2) apply_gradient(W(l), g_conv[l].data(), W_SIZE[l], bits);
-            else apply_gradient(W(l), g_fc[l].data(), W_SIZE[l], bits);
+        for (int l = first_bp; l < n; ++l) {
+            if (!g64[l].empty()) apply_gradient(Wt(l), g64[l].data(), g64[l].size(), bits);
+            else apply_gradient(Wt(l), g32[l].data(), g32[l].size(), bits);
         }
     }
 
@@ -459,7 +650,9 @@ struct Net {
 
     // ---- the interface train() drives (fp32_net.hpp has the same) ----
     void load(const Split& split, const int* idx, int b) {
-        load_batch(xpad.data(), labels.data(), split, idx, b, [](uint8_t v) { return uint8_t(v >> 1); });
+        // pixels >> 1 (in [0, 127]); coordinates to int8 at exponent -7 (int8.py quantize_points)
+        load_batch(in(0, 0), labels.data(), a.layers[0], split, idx, b, [](uint8_t v) { return uint8_t(v >> 1); },
+                   [](float v) { return uint8_t(int8_t(std::min(127.f, std::max(-127.f, std::floor(v * 128.f + 0.5f))))); });
     }
 
     static int sign(double v) { return (v > 0) - (v < 0); }
@@ -469,7 +662,7 @@ struct Net {
         if (n_zo == 0) {
             forward(B, 0);
             clock.lap(FORWARD);
-            const double loss = float_loss(head[0].logits.data(), head[0].exp, labels.data(), B, 10);
+            const double loss = float_loss(logits(0), logit_exp[0], labels.data(), B, a.classes);
             clock.lap(LOSS);
             backward(0);
             clock.lap(BACKWARD);
@@ -486,8 +679,8 @@ struct Net {
             const int k = bp ? j : 0;
             forward(B, k);
             clock.lap(FORWARD);
-            lf[j] = float_loss(head[k].logits.data(), head[k].exp, labels.data(), B, 10);
-            li[j] = integer_loss(head[k].logits.data(), head[k].exp, labels.data(), B, 10);
+            lf[j] = float_loss(logits(k), logit_exp[k], labels.data(), B, a.classes);
+            li[j] = integer_loss(logits(k), logit_exp[k], labels.data(), B, a.classes);
             clock.lap(LOSS);
         }
         const int sf = sign(lf[0] - lf[1]), si = sign(double(li[0] - li[1]));
@@ -506,18 +699,15 @@ struct Net {
 
     void eval(int b, double& loss_sum, long& correct) {
         forward(b, 0);
-        loss_sum += float_loss(head[0].logits.data(), head[0].exp, labels.data(), b, 10) * b;
-        correct += count_correct(head[0].logits.data(), labels.data(), b);
+        loss_sum += float_loss(logits(0), logit_exp[0], labels.data(), b, a.classes) * b;
+        correct += count_correct(logits(0), labels.data(), b, a.classes);
     }
 
-    size_t params_total() const { return NWEIGHTS; }
+    size_t params_total() const { return q.size(); }
     size_t buffer_bytes() const {
-        size_t n = bytes_of(q, xpad, c1, p1pad, c2, acc1, acc2, acc3, acc4, acc5, wp0, wp1, w1f, labels, err5, err4,
-                            err3, dc2, dc2pad, dc1, eacc4, eacc3, eacc2, eacc1, g_conv[0], g_conv[1], grad_planes,
-                            grad_sums);
-        for (const auto& g : g_fc) n += bytes_of(g);
-        for (const Head& h : head) n += bytes_of(h.p2, h.h1, h.h2, h.logits);
-        return n;
+        size_t bytes = act.bytes() + bytes_of(q, wk, wflip, labels, errpad, grad_planes, grad_sums);
+        for (int l = 0; l < n; ++l) bytes += bytes_of(acc[l], g32[l], g64[l], eacc[l], err[l]);
+        return bytes;
     }
     std::string weights_sha256() const {  // int8 weights, then each layer's exponent as int32 LE
         std::vector<uint8_t> bytes(q.begin(), q.end());

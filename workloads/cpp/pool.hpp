@@ -1,7 +1,7 @@
-// 2x2 max pooling's backward pass and zero-padding by 2, shared by the FP32 and INT8 networks.
+// The pools' backward passes (and the global max's forward), shared by the FP32 and INT8 networks.
 #pragma once
 #include <cstddef>
-#include <cstring>
+#include <algorithm>
 
 // Each pooled output's error goes to the first maximum of its window (as PyTorch routes it)
 // and every other input of the window gets 0. The windows tile the input, so every din
@@ -25,12 +25,30 @@ inline void maxpool_backward(T* din, const In* in, int BC, int H, int W, ErrOf e
             }
 }
 
-// [BC,H,W] -> the interior of [BC,H+4,W+4]. Only the interior is written: the border of dst
-// must be zero already (it is, in buffers allocated zeroed and only ever written here).
+// ---- global max over the N points: [B][N][O] -> [B][O]; backward routes each error to the
+// first maximum, as PyTorch does, where that (ReLU) value passes `keep` ----
 template <class T>
-inline void pad2(T* dst, const T* src, int BC, int H, int W) {
-    const int HP = H + 4, WP = W + 4;
-    for (int bc = 0; bc < BC; ++bc)
-        for (int h = 0; h < H; ++h)
-            std::memcpy(dst + (size_t(bc) * HP + h + 2) * WP + 2, src + (size_t(bc) * H + h) * W, sizeof(T) * W);
+inline void global_max_forward(T* out, const T* in, int B, int N, int O) {
+#pragma omp parallel for schedule(static)
+    for (int b = 0; b < B; ++b) {
+        T* o = out + size_t(b) * O;
+        std::copy(in + size_t(b) * N * O, in + (size_t(b) * N + 1) * O, o);
+        for (int n = 1; n < N; ++n) {
+            const T* row = in + (size_t(b) * N + n) * O;
+            for (int c = 0; c < O; ++c) o[c] = row[c] > o[c] ? row[c] : o[c];
+        }
+    }
+}
+
+template <class D, class T, class ErrOf>
+inline void global_max_backward(D* din, const T* in, int B, int N, int O, ErrOf err_of) {
+#pragma omp parallel for schedule(static)
+    for (int b = 0; b < B; ++b)
+        for (int c = 0; c < O; ++c) {
+            int best = 0;
+            for (int n = 1; n < N; ++n)
+                if (in[(size_t(b) * N + n) * O + c] > in[(size_t(b) * N + best) * O + c]) best = n;
+            const D d = err_of(size_t(b) * O + c, in[(size_t(b) * N + best) * O + c]);
+            for (int n = 0; n < N; ++n) din[(size_t(b) * N + n) * O + c] = n == best ? d : D(0);
+        }
 }

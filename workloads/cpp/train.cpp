@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <ctime>
 #include <fstream>
 #include <iostream>
@@ -60,18 +61,20 @@ static Spec read_spec(const std::string& path) {
         take(j["workload"], "dataset", s.dataset);
         take(j["workload"], "data_dir", s.data_dir);
     }
+    if (!j.contains("workload") || !j["workload"].contains("architecture"))
+        throw SpecError("workload.architecture: missing (the model's layer list, which this binary runs)");
     if (j.contains("hyper")) {
         const json& h = j["hyper"];
 #define TAKE(field) take(h, #field, s.h.field)
         TAKE(epochs); TAKE(batch_size); TAKE(lr_bp); TAKE(lr_zo); TAKE(lr_decay); TAKE(lr_decay_every);
         TAKE(eps); TAKE(zo_grad_clip); TAKE(train_samples); TAKE(test_samples); TAKE(trace_steps); TAKE(fault);
-        TAKE(zo_scale); TAKE(inject_slowdown);
+        TAKE(zo_scale); TAKE(inject_slowdown); TAKE(points);
 #undef TAKE
     }
     if (s.method != "full-bp" && s.method != "full-zo" && s.method != "elastic-zo")
         throw SpecError("method: expected full-bp, full-zo or elastic-zo, got " + s.method);
-    if (s.method == "elastic-zo" && (s.bp_layers < 1 || s.bp_layers > 3))
-        throw SpecError("bp_layers: expected 1..3 for elastic-zo");
+    s.arch = parse_arch(j["workload"]["architecture"], s.h.points);
+    first_bp_layer(s);  // checks bp_layers against the model's fc head
     if (s.precision != "fp32" && s.precision != "int8") throw SpecError("precision: expected fp32 or int8, got " + s.precision);
     if (s.zo_loss != "float" && s.zo_loss != "integer") throw SpecError("zo_loss: expected float or integer, got " + s.zo_loss);
     if (s.precision == "int8" && !s.init_weights.empty())
@@ -81,51 +84,88 @@ static Spec read_spec(const std::string& path) {
 }
 
 // ---------------------------------------------------------------- data
-static std::vector<uint8_t> read_idx(const std::string& path, std::vector<uint32_t>& dims) {
-    std::ifstream f(path, std::ios::binary);
-    if (!f) return {};
-    uint8_t head[4];
-    f.read(reinterpret_cast<char*>(head), 4);
-    if (!f || head[0] || head[1] || head[2] != 0x08) throw SpecError(path + ": not an unsigned-byte IDX file");
-    dims.assign(head[3], 0);
-    size_t total = 1;
-    for (auto& d : dims) {
+// An IDX file (big-endian header: 0, 0, type, rank, then the dims) opened at its first item.
+// type 0x08: unsigned bytes, 0x0D: float32 (big-endian, swapped on reading).
+struct Idx {
+    std::ifstream f;
+    int type = 0;
+    std::vector<uint32_t> dims;
+    size_t item = 1;  // values per item (the product of the dims after the first)
+
+    Idx(const std::string& path) : f(path, std::ios::binary) {
+        if (!f) return;
+        uint8_t head[4];
+        f.read(reinterpret_cast<char*>(head), 4);
+        if (!f || head[0] || head[1] || (head[2] != 0x08 && head[2] != 0x0D) || head[3] < 1)
+            throw SpecError(path + ": not an IDX file of unsigned bytes or float32");
+        type = head[2];
+        dims.assign(head[3], 0);
+        for (auto& d : dims) d = read_u32();
+        for (size_t i = 1; i < dims.size(); ++i) item *= dims[i];
+        if (!f) throw SpecError(path + ": shorter than its header");
+    }
+    uint32_t read_u32() {
         uint8_t b[4];
         f.read(reinterpret_cast<char*>(b), 4);
-        d = uint32_t(b[0]) << 24 | uint32_t(b[1]) << 16 | uint32_t(b[2]) << 8 | b[3];
-        total *= d;
+        return uint32_t(b[0]) << 24 | uint32_t(b[1]) << 16 | uint32_t(b[2]) << 8 | b[3];
     }
-    std::vector<uint8_t> body(total);
-    f.read(reinterpret_cast<char*>(body.data()), std::streamsize(total));
-    if (size_t(f.gcount()) != total) throw SpecError(path + ": shorter than its header says");
-    return body;
-}
+    // the first `take` values of each of the first n items (only those are read)
+    template <class T>
+    std::vector<T> read(int n, size_t take, const std::string& path) {
+        const size_t width = type == 0x0D ? 4 : 1;
+        if (width != sizeof(T)) throw SpecError(path + ": not the type this model reads");
+        std::vector<T> out(size_t(n) * take);
+        const std::streamoff start = f.tellg();
+        for (int i = 0; i < n; ++i) {
+            f.seekg(start + std::streamoff(size_t(i) * item * width));
+            f.read(reinterpret_cast<char*>(out.data() + size_t(i) * take), std::streamsize(take * width));
+        }
+        if (!f) throw SpecError(path + ": shorter than its header says");
+        if (width == 4)
+            for (T& v : out) {
+                uint32_t u;
+                std::memcpy(&u, &v, 4);
+                u = __builtin_bswap32(u);
+                std::memcpy(&v, &u, 4);
+            }
+        return out;
+    }
+};
 
+// The first `limit` samples (0: all) of a split: images [N][C][H][W] as the model's input
+// shape, or the first `points` of each cloud [N][P][3]; only what is used is read.
 static Split load_split(const Spec& s, bool train, int limit) {
     std::vector<std::string> dirs;
     if (!s.data_dir.empty()) dirs.push_back(s.data_dir + "/" + s.dataset);
     if (const char* env = std::getenv("ZOBENCH_DATA")) dirs.push_back(std::string(env) + "/" + s.dataset);
     dirs.push_back("/usr/share/datasets/" + s.dataset);
     const std::string prefix = train ? "train" : "t10k";
+    const bool points = s.arch.points();
+    const std::string data_name = prefix + (points ? "-points-idx3-float" : "-images-idx3-ubyte");
+    const Layer& first = s.arch.layers[0];
+    const size_t size = points ? first.in_size() : size_t(first.C) * first.H * first.W;
     for (const auto& d : dirs) {
-        std::vector<uint32_t> idims, ldims;
-        auto img = read_idx(d + "/" + prefix + "-images-idx3-ubyte", idims);
-        if (img.empty()) continue;
-        auto lab = read_idx(d + "/" + prefix + "-labels-idx1-ubyte", ldims);
-        if (lab.empty() || idims.size() != 3 || idims[1] * idims[2] != 784 || ldims[0] != idims[0])
-            throw SpecError(d + ": images and labels do not match");
+        Idx data(d + "/" + data_name);
+        if (data.dims.empty()) continue;
+        Idx lab(d + "/" + prefix + "-labels-idx1-ubyte");
+        if (lab.dims.size() != 1 || lab.dims[0] != data.dims[0]) throw SpecError(d + ": data and labels do not match");
+        const bool fits = points ? data.dims.size() == 3 && data.dims[2] == 3 && data.dims[1] >= uint32_t(first.rows)
+                                 : data.item == size;
+        if (!fits) throw SpecError(d + "/" + data_name + ": its samples are not the model's input " + s.arch.name + " takes");
         Split out;
-        out.n = limit ? std::min<int>(limit, int(idims[0])) : int(idims[0]);
-        img.resize(size_t(out.n) * 784);  // all of it: no copy; a prefix: copied, the file's freed
-        img.shrink_to_fit();
-        out.images = std::move(img);
-        out.labels.assign(lab.begin(), lab.begin() + out.n);
+        out.n = limit ? std::min<int>(limit, int(data.dims[0])) : int(data.dims[0]);
+        out.size = size;
+        if (points) out.points = data.read<float>(out.n, size, d + "/" + data_name);
+        else out.pixels = data.read<uint8_t>(out.n, size, d + "/" + data_name);
+        for (uint8_t v : lab.read<uint8_t>(out.n, 1, d + "/" + prefix + "-labels-idx1-ubyte")) out.labels.push_back(v);
+        for (int y : out.labels)
+            if (y >= s.arch.classes) throw SpecError(d + ": a label is not below the model's " + std::to_string(s.arch.classes) + " classes");
         return out;
     }
     std::string where;
     for (const auto& d : dirs) where += (where.empty() ? "" : ", ") + d;
-    throw SpecError("dataset '" + s.dataset + "': uncompressed " + prefix + "-images-idx3-ubyte not found in " +
-                    where + " (the harness deploys them; gunzip the IDX files to run by hand)");
+    throw SpecError("dataset '" + s.dataset + "': uncompressed " + data_name + " not found in " + where +
+                    " (the harness deploys them; gunzip the IDX files to run by hand)");
 }
 
 // (v/255 - mean)/std in double, rounded once to float: the same table as workloads/datasets.py
@@ -324,31 +364,33 @@ static void write_atomic(const std::string& path, const json& j) {
 }
 
 // the fp32 initial weights: the harness's file, or the documented default drawn from zobench-z
+// (the architecture's init, U(-b, b) per layer: models.py init_weights)
 static std::vector<float> initial_weights(const Spec& s) {
-    using namespace lenet5;
-    std::vector<float> init(NPARAMS);
+    size_t total = 0;
+    for (const Layer& L : s.arch.layers) total += L.w_size() + L.O;
+    std::vector<float> init(total);
     if (!s.init_weights.empty()) {
         std::ifstream f(s.init_weights, std::ios::binary | std::ios::ate);
-        if (!f || f.tellg() != std::streamoff(sizeof(float) * NPARAMS))
-            throw SpecError("init_weights: " + s.init_weights + " must hold " + std::to_string(NPARAMS) +
-                            " float32 values");
+        if (!f || f.tellg() != std::streamoff(sizeof(float) * total))
+            throw SpecError("init_weights: " + s.init_weights + " must hold " + std::to_string(total) + " float32 values");
         f.seekg(0);
-        f.read(reinterpret_cast<char*>(init.data()), sizeof(float) * NPARAMS);
+        f.read(reinterpret_cast<char*>(init.data()), std::streamsize(sizeof(float) * total));
         return init;
     }
     const uint64_t key = zrng::stream_key(s.seed, zrng::STREAM_INIT, 0);
-    for (int l = 0; l < NLAYERS; ++l) {
-        const int fan_in = W_SIZE[l] / B_SIZE[l];
-        const float bound = float(1.0 / std::sqrt(double(fan_in)));
-        for (int i = layer_offset(l); i < layer_offset(l + 1); ++i)
-            init[i] = (zrng::uniform(key, uint64_t(i)) * 2.0f - 1.0f) * bound;
+    size_t i = 0;
+    for (const Layer& L : s.arch.layers) {
+        const float bias_bound = float(1.0 / std::sqrt(double(L.fan_in())));
+        const float bound = s.arch.he_init ? float(std::sqrt(6.0 / L.fan_in())) : bias_bound;
+        for (const size_t end = i + L.w_size(); i < end; ++i) init[i] = (zrng::uniform(key, uint64_t(i)) * 2.0f - 1.0f) * bound;
+        for (const size_t end = i + L.O; i < end; ++i) init[i] = (zrng::uniform(key, uint64_t(i)) * 2.0f - 1.0f) * bias_bound;
     }
     return init;
 }
 
 template <class NetT>
-static json model_facts(const NetT& net) {
-    return {{"name", "lenet5"}, {"params_total", net.params_total()}, {"params_zo", net.n_zo},
+static json model_facts(const Spec& s, const NetT& net) {
+    return {{"name", s.arch.name}, {"params_total", net.params_total()}, {"params_zo", net.n_zo},
             {"params_bp", net.n_bp}, {"weights_sha256", net.weights_sha256()}};
 }
 
@@ -394,7 +436,8 @@ int main(int argc, char** argv) {
             started();
             train(s, *net8, tr, te, clock, st);
         } else {
-            net32 = std::make_unique<fp32::Net>(s.h.batch_size, s, initial_weights(s), lookup_table(s.dataset));
+            net32 = std::make_unique<fp32::Net>(s.h.batch_size, s, initial_weights(s),
+                                                s.arch.points() ? std::vector<float>() : lookup_table(s.dataset));
             started();
             train(s, *net32, tr, te, clock, st);
         }
@@ -406,8 +449,8 @@ int main(int argc, char** argv) {
         result["error"] = e.what();
     }
     if (result["job"].is_null()) result["job"] = {{"job_id", s.job_id}};
-    if (net32) result["model"] = model_facts(*net32), result["memory"]["buffers_bytes"] = net32->buffer_bytes();
-    if (net8) result["model"] = model_facts(*net8), result["memory"]["buffers_bytes"] = net8->buffer_bytes();
+    if (net32) result["model"] = model_facts(s, *net32), result["memory"]["buffers_bytes"] = net32->buffer_bytes();
+    if (net8) result["model"] = model_facts(s, *net8), result["memory"]["buffers_bytes"] = net8->buffer_bytes();
     if (net32 || net8) result["phases"] = clock.as_json();
     result["steps"] = st.steps;
     result["train_seconds"] = st.train_seconds;

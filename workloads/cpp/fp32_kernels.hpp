@@ -1,11 +1,6 @@
-// LeNet-5 in the llm.c style: one contiguous parameter buffer, one gradient buffer for
-// the BP part only, explicit activation buffers sized from the batch, and one forward
-// and one backward function per layer. Every buffer is allocated once, up front (the
-// activations and errors the ElasticZO paper's Eqs. 2-4 count, with ReLU fused into the layer
-// it follows, plus the padded inputs and repacked weights the kernels read).
-//
-// Layout (workloads/models.py): conv1.w [6,1,5,5], conv1.b, conv2.w [16,6,5,5], conv2.b,
-// fc1.w [120,784], fc1.b, fc2.w [84,120], fc2.b, fc3.w [10,84], fc3.b -- 107,786 floats.
+// The FP32 network's kernels: one forward and one backward function per layer kind, each with
+// runtime sizes, and fast paths for the shapes LeNet-5 runs (templates on C/OC/H/W, so the loops
+// unroll into whole SIMD registers), chosen at run time where a layer's shape is one of them.
 #pragma once
 #include <algorithm>
 #include <cmath>
@@ -16,7 +11,7 @@
 #include <arm_neon.h>  // armv8-a Advanced SIMD only: FMA and vaddvq, no dot-product instructions
 #endif
 
-namespace lenet5 {
+namespace fp32k {
 
 // acc[0..n) += wv * in[0..n): the inner loop of every convolution tap
 __attribute__((always_inline)) inline void axpy(float* __restrict acc, float wv, const float* __restrict in, int n) {
@@ -55,13 +50,6 @@ __attribute__((always_inline)) inline void dot4(float out[4], const float* __res
     }
     out[0] = s0, out[1] = s1, out[2] = s2, out[3] = s3;
 }
-
-// per trainable layer: its bias size (W_SIZE, common.hpp: its weight's), and the offset of its
-// weight in the flat vector
-constexpr int B_SIZE[NLAYERS] = {6, 16, 120, 84, 10};
-constexpr int layer_offset(int l) { return l == 0 ? 0 : layer_offset(l - 1) + W_SIZE[l - 1] + B_SIZE[l - 1]; }
-constexpr int NPARAMS = layer_offset(NLAYERS);
-static_assert(NPARAMS == 107786, "the paper's LeNet-5 has 107,786 parameters");
 
 // ---- convolution 5x5, stride 1, padding 2 (input given pre-padded), ReLU fused ----
 // out[b][oc][h][w] = relu(bias[oc] + sum_{ic,kh,kw} w[oc][ic][kh][kw] * inpad[b][ic][h+kh][w+kw])
@@ -189,6 +177,168 @@ inline void flip_conv_weights(float* wf, const float* w) {
             for (int t = 0; t < 25; ++t) wf[(ic * OC + oc) * 25 + 24 - t] = w[(oc * C + ic) * 25 + t];
 }
 
+// ---- any convolution, stride 1, input given padded (planes of (H + KH - 1) x (W + KW - 1)) ----
+// The runtime-sized twin of conv_forward: one output row accumulated in place over all taps.
+inline void conv_forward_any(float* out, const float* inpad, const float* w, const float* bias, int B, int C, int OC,
+                             int H, int W, int KH, int KW, bool relu) {
+    const int HP = H + KH - 1, WP = W + KW - 1;
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int b = 0; b < B; ++b)
+        for (int oc = 0; oc < OC; ++oc)
+            for (int h = 0; h < H; ++h) {
+                float* o = out + ((size_t(b) * OC + oc) * H + h) * W;
+                for (int x = 0; x < W; ++x) o[x] = bias ? bias[oc] : 0.f;
+                for (int ic = 0; ic < C; ++ic)
+                    for (int kh = 0; kh < KH; ++kh) {
+                        const float* irow = inpad + ((size_t(b) * C + ic) * HP + h + kh) * WP;
+                        for (int kw = 0; kw < KW; ++kw) axpy(o, w[((size_t(oc) * C + ic) * KH + kh) * KW + kw], irow + kw, W);
+                    }
+                if (relu)
+                    for (int x = 0; x < W; ++x) o[x] = o[x] > 0.f ? o[x] : 0.f;
+            }
+}
+
+inline void conv_weight_grad_any(float* dw, float* db, const float* dout, const float* inpad, int B, int C, int OC,
+                                 int H, int W, int KH, int KW) {
+    const int HP = H + KH - 1, WP = W + KW - 1;
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int oc = 0; oc < OC; ++oc)
+        for (int ic = 0; ic < C; ++ic)
+            for (int kh = 0; kh < KH; ++kh)
+                for (int kw = 0; kw < KW; ++kw) {
+                    float s = 0.f;
+                    for (int b = 0; b < B; ++b)
+                        for (int h = 0; h < H; ++h) {
+                            const float* d = dout + ((size_t(b) * OC + oc) * H + h) * W;
+                            const float* ip = inpad + ((size_t(b) * C + ic) * HP + h + kh) * WP + kw;
+#pragma omp simd reduction(+ : s)
+                            for (int x = 0; x < W; ++x) s += d[x] * ip[x];
+                        }
+                    dw[((size_t(oc) * C + ic) * KH + kh) * KW + kw] += s;
+                }
+#pragma omp parallel for schedule(static)
+    for (int oc = 0; oc < OC; ++oc) {
+        float s = 0.f;
+        for (int b = 0; b < B; ++b) {
+            const float* d = dout + (size_t(b) * OC + oc) * H * W;
+#pragma omp simd reduction(+ : s)
+            for (int i = 0; i < H * W; ++i) s += d[i];
+        }
+        db[oc] += s;
+    }
+}
+
+// wf[ic][oc][KH-1-kh][KW-1-kw] = w[oc][ic][kh][kw]: the weights of the input-gradient convolution
+inline void flip_weights(float* wf, const float* w, int C, int OC, int KH, int KW) {
+    const int T = KH * KW;
+    for (int oc = 0; oc < OC; ++oc)
+        for (int ic = 0; ic < C; ++ic)
+            for (int t = 0; t < T; ++t) wf[(size_t(ic) * OC + oc) * T + T - 1 - t] = w[(size_t(oc) * C + ic) * T + t];
+}
+
+// The shapes with fast paths: 5x5 kernels on LeNet-5's (C, OC, output H, W). The forward picks
+// the output-channel-lane kernel for 16 or more output channels, the row kernel otherwise; wk:
+// scratch for the repacked weights (C * OC * KH * KW floats).
+#define ZOBENCH_FP32_CONV_SHAPES(X) X(1, 6, 28, 28) X(6, 16, 14, 14) X(16, 6, 14, 14)
+
+inline void conv(float* out, const float* inpad, const float* w, const float* bias, float* wk, int B, int C, int OC,
+                 int H, int W, int KH, int KW, bool relu) {
+    if (KH == 5 && KW == 5) {
+#define FAST(c, oc, h, w_)                                                                         \
+    if (C == c && OC == oc && H == h && W == w_) {                                                 \
+        if constexpr (oc >= 16) {                                                                  \
+            if (relu && bias) {                                                                    \
+                transpose_conv_weights<c, oc>(wk, w);                                              \
+                return conv_forward_oc<c, oc, h, w_>(out, inpad, wk, bias, B);                     \
+            }                                                                                      \
+        }                                                                                          \
+        return relu ? conv_forward<c, oc, h, w_, true>(out, inpad, w, bias, B)                     \
+                    : conv_forward<c, oc, h, w_, false>(out, inpad, w, bias, B);                   \
+    }
+        ZOBENCH_FP32_CONV_SHAPES(FAST)
+#undef FAST
+    }
+    conv_forward_any(out, inpad, w, bias, B, C, OC, H, W, KH, KW, relu);
+}
+
+inline void conv_weight_grad(float* dw, float* db, const float* dout, const float* inpad, int B, int C, int OC, int H,
+                             int W, int KH, int KW) {
+    if (KH == 5 && KW == 5) {
+#define FAST(c, oc, h, w_) \
+    if (C == c && OC == oc && H == h && W == w_) return conv_weight_grad<c, oc, h, w_>(dw, db, dout, inpad, B);
+        ZOBENCH_FP32_CONV_SHAPES(FAST)
+#undef FAST
+    }
+    conv_weight_grad_any(dw, db, dout, inpad, B, C, OC, H, W, KH, KW);
+}
+
+// ---- pointwise: the shared FC over every point, out[r][o] = bias[o] + in[r] . w[o] for the
+// N rows of each of B clouds, a GEMM [B*N, C] x [C, O]. Register-tiled: an MR x NR block of
+// outputs stays in registers (two SIMD vectors of output channels per row) while the C
+// products stream through it, one input value broadcast against NR output channels of wt = w
+// transposed to [C][O]. With `pooled`, the block's rows are max-reduced into each cloud's
+// global max [B][O] instead of being stored (out unused): the [B*N, O] activation, which only
+// BP through the layer reads, is never written.
+inline void transpose(float* wt, const float* w, int O, int C) {
+    for (int o = 0; o < O; ++o)
+        for (int c = 0; c < C; ++c) wt[size_t(c) * O + o] = w[size_t(o) * C + c];
+}
+
+#if defined(__AVX512F__)
+constexpr int PW_NR = 32;
+#else
+constexpr int PW_NR = 16;
+#endif
+
+inline void pointwise_forward(float* out, float* pooled, const float* in, const float* wt, const float* bias, int B,
+                              int N, int C, int O, bool relu) {
+    constexpr int MR = 6, NR = PW_NR;
+    const int OB = (O + NR - 1) / NR;
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int b = 0; b < B; ++b)
+        for (int ob = 0; ob < OB; ++ob) {
+            const int o0 = ob * NR, nr = std::min(NR, O - o0);
+            float best[NR];
+            std::fill(best, best + NR, -INFINITY);
+            for (int n0 = 0; n0 < N; n0 += MR) {
+                const size_t r0 = size_t(b) * N + n0;
+                const int mr = std::min(MR, N - n0);
+                const float* x[MR];
+                for (int i = 0; i < MR; ++i) x[i] = in + (r0 + std::min(i, mr - 1)) * C;  // a short block repeats its last row
+                float acc[MR][NR];
+                for (int i = 0; i < MR; ++i)
+                    for (int j = 0; j < NR; ++j) acc[i][j] = j < nr ? bias[o0 + j] : 0.f;
+                if (nr == NR) {
+                    for (int c = 0; c < C; ++c) {
+                        const float* wv = wt + size_t(c) * O + o0;
+                        for (int i = 0; i < MR; ++i) {
+                            const float v = x[i][c];
+#pragma omp simd
+                            for (int j = 0; j < NR; ++j) acc[i][j] += v * wv[j];
+                        }
+                    }
+                } else {
+                    for (int c = 0; c < C; ++c)
+                        for (int i = 0; i < MR; ++i)
+                            for (int j = 0; j < nr; ++j) acc[i][j] += x[i][c] * wt[size_t(c) * O + o0 + j];
+                }
+                if (pooled) {
+                    for (int i = 0; i < mr; ++i)
+#pragma omp simd
+                        for (int j = 0; j < NR; ++j) best[j] = std::max(best[j], acc[i][j]);
+                } else {
+                    for (int i = 0; i < mr; ++i)
+                        for (int j = 0; j < nr; ++j) {
+                            const float v = acc[i][j];
+                            out[(r0 + i) * O + o0 + j] = relu && !(v > 0.f) ? 0.f : v;
+                        }
+                }
+            }
+            if (pooled)  // the ReLU commutes with the max
+                for (int j = 0; j < nr; ++j) pooled[size_t(b) * O + o0 + j] = relu && !(best[j] > 0.f) ? 0.f : best[j];
+        }
+}
+
 // ---- 2x2 max pooling into `out` with a border of `pad` (left as it is: zero from allocation),
 // so it can feed the next convolution directly; backward (pool.hpp) routes to the first
 // maximum, as PyTorch does ----
@@ -255,26 +405,27 @@ inline void relu_backward(float* d, const float* act, size_t n) {
 }
 
 // ---- softmax cross-entropy: returns the mean loss, leaves probabilities in probs ----
-inline double softmax_ce_forward(float* probs, const float* logits, const int* labels, int B) {
+inline double softmax_ce_forward(float* probs, const float* logits, const int* labels, int B, int classes) {
     double total = 0.0;
     for (int b = 0; b < B; ++b) {
-        const float* l = logits + b * NCLASSES;
-        float* p = probs + b * NCLASSES;
+        const float* l = logits + b * classes;
+        float* p = probs + b * classes;
         float m = l[0];
-        for (int k = 1; k < NCLASSES; ++k) m = std::max(m, l[k]);
+        for (int k = 1; k < classes; ++k) m = std::max(m, l[k]);
         float s = 0.f;
-        for (int k = 0; k < NCLASSES; ++k) s += (p[k] = std::exp(l[k] - m));
-        for (int k = 0; k < NCLASSES; ++k) p[k] /= s;
+        for (int k = 0; k < classes; ++k) s += (p[k] = std::exp(l[k] - m));
+        for (int k = 0; k < classes; ++k) p[k] /= s;
         total += double(std::log(s) + m - l[labels[b]]);
     }
     return total / B;
 }
 
 // dlogits = scale * (probs - onehot) / B
-inline void softmax_ce_backward(float* dlogits, const float* probs, const int* labels, int B, float scale) {
+inline void softmax_ce_backward(float* dlogits, const float* probs, const int* labels, int B, int classes,
+                                float scale) {
     for (int b = 0; b < B; ++b)
-        for (int k = 0; k < NCLASSES; ++k)
-            dlogits[b * NCLASSES + k] = scale * (probs[b * NCLASSES + k] - (k == labels[b] ? 1.f : 0.f)) / B;
+        for (int k = 0; k < classes; ++k)
+            dlogits[b * classes + k] = scale * (probs[b * classes + k] - (k == labels[b] ? 1.f : 0.f)) / B;
 }
 
-}  // namespace lenet5
+}  // namespace fp32k
