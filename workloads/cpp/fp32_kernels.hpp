@@ -6,7 +6,10 @@
 #include <cmath>
 #include <cstddef>
 
+#include <omp.h>
+
 #include "common.hpp"
+#include "conv_grad.hpp"
 #if defined(__aarch64__)
 #include <arm_neon.h>  // armv8-a Advanced SIMD only: FMA and vaddvq, no dot-product instructions
 #endif
@@ -129,6 +132,20 @@ inline void conv_forward_oc(float* out, const float* inpad, const float* wt, con
         }
 }
 
+// db[oc] += the sum of dout[b][oc] over the batch and its HW pixels
+inline void conv_bias_grad(float* db, const float* dout, int B, int OC, int HW) {
+#pragma omp parallel for schedule(static)
+    for (int oc = 0; oc < OC; ++oc) {
+        float s = 0.f;
+        for (int b = 0; b < B; ++b) {
+            const float* d = dout + (size_t(b) * OC + oc) * HW;
+#pragma omp simd reduction(+ : s)
+            for (int i = 0; i < HW; ++i) s += d[i];
+        }
+        db[oc] += s;
+    }
+}
+
 // Backward of conv_forward, in two kernels:
 // - the weight gradient, dw[oc][ic][kh][kw] += sum_{b,h,x} dout[b][oc][h][x] * inpad[b][ic][h+kh][x+kw],
 //   keeps the five kw taps of one (oc, ic, kh) as five accumulator rows over the batch, so each
@@ -157,16 +174,7 @@ inline void conv_weight_grad(float* dw, float* db, const float* dout, const floa
                     dw[((oc * C + ic) * 5 + kh) * 5 + kw] += s;
                 }
             }
-#pragma omp parallel for schedule(static)
-    for (int oc = 0; oc < OC; ++oc) {
-        float s = 0.f;
-        for (int b = 0; b < B; ++b) {
-            const float* d = dout + (size_t(b) * OC + oc) * H * W;
-#pragma omp simd reduction(+ : s)
-            for (int i = 0; i < H * W; ++i) s += d[i];
-        }
-        db[oc] += s;
-    }
+    conv_bias_grad(db, dout, B, OC, H * W);
 }
 
 // wf[ic][oc][kh][kw] = w[oc][ic][4-kh][4-kw]: the weights of the input-gradient convolution
@@ -196,36 +204,6 @@ inline void conv_forward_any(float* out, const float* inpad, const float* w, con
                 if (relu)
                     for (int x = 0; x < W; ++x) o[x] = o[x] > 0.f ? o[x] : 0.f;
             }
-}
-
-inline void conv_weight_grad_any(float* dw, float* db, const float* dout, const float* inpad, int B, int C, int OC,
-                                 int H, int W, int KH, int KW) {
-    const int HP = H + KH - 1, WP = W + KW - 1;
-#pragma omp parallel for collapse(2) schedule(static)
-    for (int oc = 0; oc < OC; ++oc)
-        for (int ic = 0; ic < C; ++ic)
-            for (int kh = 0; kh < KH; ++kh)
-                for (int kw = 0; kw < KW; ++kw) {
-                    float s = 0.f;
-                    for (int b = 0; b < B; ++b)
-                        for (int h = 0; h < H; ++h) {
-                            const float* d = dout + ((size_t(b) * OC + oc) * H + h) * W;
-                            const float* ip = inpad + ((size_t(b) * C + ic) * HP + h + kh) * WP + kw;
-#pragma omp simd reduction(+ : s)
-                            for (int x = 0; x < W; ++x) s += d[x] * ip[x];
-                        }
-                    dw[((size_t(oc) * C + ic) * KH + kh) * KW + kw] += s;
-                }
-#pragma omp parallel for schedule(static)
-    for (int oc = 0; oc < OC; ++oc) {
-        float s = 0.f;
-        for (int b = 0; b < B; ++b) {
-            const float* d = dout + (size_t(b) * OC + oc) * H * W;
-#pragma omp simd reduction(+ : s)
-            for (int i = 0; i < H * W; ++i) s += d[i];
-        }
-        db[oc] += s;
-    }
 }
 
 // wf[ic][oc][KH-1-kh][KW-1-kw] = w[oc][ic][kh][kw]: the weights of the input-gradient convolution
@@ -269,7 +247,8 @@ inline void conv_weight_grad(float* dw, float* db, const float* dout, const floa
         ZOBENCH_FP32_CONV_SHAPES(FAST)
 #undef FAST
     }
-    conv_weight_grad_any(dw, db, dout, inpad, B, C, OC, H, W, KH, KW);
+    conv_weight_grad_any<float, float>(dw, dout, inpad, B, C, OC, H, W, KH, KW);
+    conv_bias_grad(db, dout, B, OC, H * W);
 }
 
 // ---- pointwise: the shared FC over every point, out[r][o] = bias[o] + in[r] . w[o] for the
@@ -277,8 +256,10 @@ inline void conv_weight_grad(float* dw, float* db, const float* dout, const floa
 // outputs stays in registers (two SIMD vectors of output channels per row) while the C
 // products stream through it, one input value broadcast against NR output channels of wt = w
 // transposed to [C][O]. With `pooled`, the block's rows are max-reduced into each cloud's
-// global max [B][O] instead of being stored (out unused): the [B*N, O] activation, which only
-// BP through the layer reads, is never written.
+// global max [B][O] instead of being stored (out unused): the [B*N, O] activation is never
+// written; BP through the max needs only each maximum's point, which `argmax` (may be null)
+// receives, the first maximum as PyTorch routes it. bias may be null (no bias): the kernel is
+// also the input gradient of a pointwise layer, din[r] = sum_o d[r][o] w[o], with wt = w as it is.
 inline void transpose(float* wt, const float* w, int O, int C) {
     for (int o = 0; o < O; ++o)
         for (int c = 0; c < C; ++c) wt[size_t(c) * O + o] = w[size_t(o) * C + c];
@@ -290,8 +271,8 @@ constexpr int PW_NR = 32;
 constexpr int PW_NR = 16;
 #endif
 
-inline void pointwise_forward(float* out, float* pooled, const float* in, const float* wt, const float* bias, int B,
-                              int N, int C, int O, bool relu) {
+inline void pointwise_forward(float* out, float* pooled, int* argmax, const float* in, const float* wt,
+                              const float* bias, int B, int N, int C, int O, bool relu) {
     constexpr int MR = 6, NR = PW_NR;
     const int OB = (O + NR - 1) / NR;
 #pragma omp parallel for collapse(2) schedule(static)
@@ -299,6 +280,7 @@ inline void pointwise_forward(float* out, float* pooled, const float* in, const 
         for (int ob = 0; ob < OB; ++ob) {
             const int o0 = ob * NR, nr = std::min(NR, O - o0);
             float best[NR];
+            int at[NR] = {};
             std::fill(best, best + NR, -INFINITY);
             for (int n0 = 0; n0 < N; n0 += MR) {
                 const size_t r0 = size_t(b) * N + n0;
@@ -307,7 +289,7 @@ inline void pointwise_forward(float* out, float* pooled, const float* in, const 
                 for (int i = 0; i < MR; ++i) x[i] = in + (r0 + std::min(i, mr - 1)) * C;  // a short block repeats its last row
                 float acc[MR][NR];
                 for (int i = 0; i < MR; ++i)
-                    for (int j = 0; j < NR; ++j) acc[i][j] = j < nr ? bias[o0 + j] : 0.f;
+                    for (int j = 0; j < NR; ++j) acc[i][j] = bias && j < nr ? bias[o0 + j] : 0.f;
                 if (nr == NR) {
                     for (int c = 0; c < C; ++c) {
                         const float* wv = wt + size_t(c) * O + o0;
@@ -322,7 +304,15 @@ inline void pointwise_forward(float* out, float* pooled, const float* in, const 
                         for (int i = 0; i < MR; ++i)
                             for (int j = 0; j < nr; ++j) acc[i][j] += x[i][c] * wt[size_t(c) * O + o0 + j];
                 }
-                if (pooled) {
+                if (pooled && argmax) {
+                    for (int i = 0; i < mr; ++i)
+#pragma omp simd
+                        for (int j = 0; j < NR; ++j) {
+                            const bool gt = acc[i][j] > best[j];  // strictly: the first maximum stays
+                            best[j] = gt ? acc[i][j] : best[j];
+                            at[j] = gt ? n0 + i : at[j];
+                        }
+                } else if (pooled) {
                     for (int i = 0; i < mr; ++i)
 #pragma omp simd
                         for (int j = 0; j < NR; ++j) best[j] = std::max(best[j], acc[i][j]);
@@ -335,7 +325,71 @@ inline void pointwise_forward(float* out, float* pooled, const float* in, const 
                 }
             }
             if (pooled)  // the ReLU commutes with the max
-                for (int j = 0; j < nr; ++j) pooled[size_t(b) * O + o0 + j] = relu && !(best[j] > 0.f) ? 0.f : best[j];
+                for (int j = 0; j < nr; ++j) {
+                    pooled[size_t(b) * O + o0 + j] = relu && !(best[j] > 0.f) ? 0.f : best[j];
+                    if (argmax) argmax[size_t(b) * O + o0 + j] = at[j];
+                }
+        }
+}
+
+// The weight gradient of a pointwise layer, dw[o][c] += sum_r d[r][o] in[r][c] and
+// db[o] += sum_r d[r][o], over R = B*N rows: a GEMM whose inner dimension is the rows. The
+// threads split the rows, each summing into its own [C + 1][O] (dw transposed, then db) in
+// `scratch` (threads * (C + 1) * O floats), added up at the end. A thread takes RB rows at a
+// time, which stay in cache while every MR x NR tile of dw^T (NR output channels as SIMD
+// lanes, MR input channels broadcast) sums over them in registers, as pointwise_forward's.
+inline void pointwise_weight_grad(float* dw, float* db, const float* d, const float* in, float* scratch, int threads,
+                                  long R, int C, int O) {
+    constexpr int MR = 6, NR = PW_NR, RB = 256;
+    const size_t stride = size_t(C + 1) * O;
+    const long RBS = (R + RB - 1) / RB;
+#pragma omp parallel num_threads(threads)
+    {
+        float* local = scratch + size_t(omp_get_thread_num()) * stride;
+        std::fill(local, local + stride, 0.f);
+#pragma omp for schedule(static)
+        for (long rb = 0; rb < RBS; ++rb) {
+            const long r0 = rb * RB;
+            const int rn = int(std::min<long>(RB, R - r0));
+            for (int c0 = 0; c0 < C; c0 += MR) {
+                const int mc = std::min(MR, C - c0);
+                int ci[MR];
+                for (int i = 0; i < MR; ++i) ci[i] = c0 + std::min(i, mc - 1);  // a short block repeats its last channel
+                for (int o0 = 0; o0 < O; o0 += NR) {
+                    const int nr = std::min(NR, O - o0);
+                    float acc[MR][NR] = {};
+                    for (int r = 0; r < rn; ++r) {
+                        const float* x = in + size_t(r0 + r) * C;
+                        const float* dv = d + size_t(r0 + r) * O + o0;
+                        if (nr == NR) {
+                            for (int i = 0; i < MR; ++i) {
+                                const float v = x[ci[i]];
+#pragma omp simd
+                                for (int j = 0; j < NR; ++j) acc[i][j] += v * dv[j];
+                            }
+                        } else {
+                            for (int i = 0; i < MR; ++i)
+                                for (int j = 0; j < nr; ++j) acc[i][j] += x[ci[i]] * dv[j];
+                        }
+                    }
+                    for (int i = 0; i < mc; ++i)
+                        for (int j = 0; j < nr; ++j) local[size_t(c0 + i) * O + o0 + j] += acc[i][j];
+                }
+            }
+            float* lb = local + size_t(C) * O;
+            for (int r = 0; r < rn; ++r) {
+                const float* dv = d + size_t(r0 + r) * O;
+#pragma omp simd
+                for (int o = 0; o < O; ++o) lb[o] += dv[o];
+            }
+        }
+    }
+#pragma omp parallel for schedule(static)
+    for (int o = 0; o < O; ++o)
+        for (int t = 0; t < threads; ++t) {
+            const float* local = scratch + size_t(t) * stride;
+            for (int c = 0; c < C; ++c) dw[size_t(o) * C + c] += local[size_t(c) * O + o];
+            db[o] += local[size_t(C) * O + o];
         }
 }
 

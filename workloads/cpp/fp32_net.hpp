@@ -33,10 +33,16 @@ struct Net {
     std::vector<float> probs[2];
     std::vector<float> wk;       // repacked weights (transposed, flipped): the largest a layer needs
     std::vector<int> labels;
-    // errors for the BP part: per BP layer, of its activation out(l); of a pooled output where a
-    // pool follows; and a conv2d's error padded for its input gradient (the largest one)
+    // errors for the BP part: per BP layer, of its activation out(l) (of its global max, where
+    // one follows: pointwise_gmax_backward); of a 2x2-pooled output; and a conv2d's error padded
+    // for its input gradient (the largest one)
     std::vector<std::vector<float>> err, dpooled;
     std::vector<float> errpad;
+    // per BP layer with a global max, per pass, each cloud's and channel's maximum point [B][O]
+    std::vector<std::vector<int>> argmax;
+    // pointwise_weight_grad's per-thread sums, for at most grad_threads
+    int grad_threads = 0;
+    std::vector<float> grad_scratch;
     std::vector<float> lut;      // pixel -> normalised value (datasets.py's table)
 
     Net(int batch, const Spec& s, const std::vector<float>& init, std::vector<float> table)
@@ -49,26 +55,30 @@ struct Net {
         grads.assign(n_bp, 0.f);
         const bool two = s.method == "elastic-zo";  // two perturbed passes feed BP
         act.alloc(a, B, first_bp, two);
-        // a global max pooled outside BP is fused into its pointwise layer (pointwise_forward)
-        for (int l = 0; l < first_bp && l < n; ++l)
+        // a global max is fused into its pointwise layer (pointwise_forward): BP reads its argmax
+        for (int l = 0; l < n; ++l)
             if (a.layers[l].pool == GLOBAL_MAX) std::vector<float>().swap(act.layer[l].own_out);
         for (int k = 0; k < (two ? 2 : 1); ++k) probs[k].assign(size_t(B) * a.classes, 0.f);
         labels.assign(B, 0);
-        err.resize(n), dpooled.resize(n);
-        size_t wk_size = 0, pad_size = 0;
+        err.resize(n), dpooled.resize(n), argmax.resize(n);
+        size_t wk_size = 0, pad_size = 0, scratch_size = 0;
         for (int l = 0; l < n; ++l) {
             const Layer& L = a.layers[l];
             if (L.kind == CONV2D && (L.O >= 16 || l > first_bp)) wk_size = std::max(wk_size, L.w_size());
             if (L.kind == POINTWISE) wk_size = std::max(wk_size, L.w_size());
             if (l < first_bp) continue;
-            err[l].assign(size_t(B) * L.out_size(), 0.f);
+            err[l].assign(size_t(B) * (L.pool == GLOBAL_MAX ? L.O : L.out_size()), 0.f);
+            if (L.pool == GLOBAL_MAX) argmax[l].assign(size_t(two ? 2 : 1) * B * L.O, 0);
+            else if (L.kind == POINTWISE) scratch_size = std::max(scratch_size, size_t(L.C + 1) * L.O);
             if (l == first_bp) continue;
-            if (a.layers[l - 1].pool != NO_POOL) dpooled[l].assign(size_t(B) * L.in_size(), 0.f);
+            if (a.layers[l - 1].pool == MAX2X2) dpooled[l].assign(size_t(B) * L.in_size(), 0.f);
             if (L.kind == CONV2D)
                 pad_size = std::max(pad_size, size_t(B) * L.O * (L.OH + 2 * (L.KH - 1 - L.pad)) * (L.OW + 2 * (L.KW - 1 - L.pad)));
         }
         wk.assign(wk_size, 0.f);
         errpad.assign(pad_size, 0.f);
+        if (scratch_size) grad_threads = omp_get_max_threads();
+        grad_scratch.assign(grad_threads * scratch_size, 0.f);
     }
 
     float* Wt(int l) { return params.data() + off[l]; }
@@ -78,6 +88,7 @@ struct Net {
     // the BP layers read pass k's inputs; the ZO part's are shared
     float* in(int l, int k) { return act.in(l, l > 0 && l >= first_bp ? k : 0); }
     float* logits(int k) { return act.logits[k].data(); }
+    int* Argmax(int l, int k) { return argmax[l].empty() ? nullptr : argmax[l].data() + size_t(k) * B * a.layers[l].O; }
 
     // the first b samples loaded; writes pass k's activations
     void forward(int b, int k) {
@@ -86,20 +97,19 @@ struct Net {
             const bool last = l + 1 == n;
             float* next = last ? logits(k) : in(l + 1, k);
             float* out = act.layer[l].own_out.empty() ? next : act.layer[l].own_out.data();
-            // a global max that BP does not go through is taken inside the layer's kernel
-            const bool fused = L.pool == GLOBAL_MAX && act.layer[l].own_out.empty();
             if (L.kind == CONV2D) {
                 conv(out, in(l, k), Wt(l), Bias(l), wk.data(), b, L.C, L.O, L.OH, L.OW, L.KH, L.KW, L.relu);
             } else if (L.kind == POINTWISE) {
                 transpose(wk.data(), Wt(l), L.O, L.C);
-                pointwise_forward(out, fused ? next : nullptr, in(l, k), wk.data(), Bias(l), b, L.rows, L.C, L.O, L.relu);
+                const bool pooled = L.pool == GLOBAL_MAX;
+                pointwise_forward(out, pooled ? next : nullptr, pooled ? Argmax(l, k) : nullptr, in(l, k), wk.data(),
+                                  Bias(l), b, L.rows, L.C, L.O, L.relu);
             } else {
                 fc_forward(out, in(l, k), Wt(l), Bias(l), b, L.C, L.O, L.relu);
             }
             if (last) break;
             const Layer& N = a.layers[l + 1];
             if (L.pool == MAX2X2) maxpool_forward(next, N.pad, out, b * L.O, L.OH, L.OW);
-            else if (L.pool == GLOBAL_MAX && !fused) global_max_forward(next, out, b, L.rows, L.O);
             else if (N.pad > 0) pad_rect(next, out, b * L.O, L.OH, L.OW, N.pad, N.pad);
         }
     }
@@ -115,6 +125,7 @@ struct Net {
             const float* x = in(l, k);
             // din: the error of this layer's input (of the previous layer's pooled output)
             float* din = l == first_bp ? nullptr : dpooled[l].empty() ? err[l - 1].data() : dpooled[l].data();
+            const int R = B * L.rows;
             if (L.kind == CONV2D) {
                 conv_weight_grad(dW(l), dBias(l), d, x, B, L.C, L.O, L.OH, L.OW, L.KH, L.KW);
                 if (din) {  // a convolution of the error padded by kernel - 1 - padding, weights flipped
@@ -123,8 +134,13 @@ struct Net {
                     flip_weights(wk.data(), Wt(l), L.C, L.O, L.KH, L.KW);
                     conv(din, errpad.data(), wk.data(), nullptr, nullptr, B, L.O, L.C, L.H, L.W, L.KH, L.KW, false);
                 }
-            } else {  // fc, or pointwise as an fc over the B*N rows
-                fc_backward(din, dW(l), dBias(l), d, x, Wt(l), B * L.rows, L.C * L.H * L.W, L.O);
+            } else if (L.kind == POINTWISE && L.pool == GLOBAL_MAX) {
+                pointwise_gmax_backward(din, dW(l), dBias(l), d, Argmax(l, k), x, Wt(l), B, L.rows, L.C, L.O);
+            } else if (L.kind == POINTWISE) {  // din = d w: pointwise_forward with w as the transposed weights
+                pointwise_weight_grad(dW(l), dBias(l), d, x, grad_scratch.data(), grad_threads, R, L.C, L.O);
+                if (din) pointwise_forward(din, nullptr, nullptr, d, Wt(l), nullptr, B, L.rows, L.O, L.C, false);
+            } else {
+                fc_backward(din, dW(l), dBias(l), d, x, Wt(l), B, L.C * L.H * L.W, L.O);
             }
             if (!din) break;
             const Layer& P = a.layers[l - 1];
@@ -132,8 +148,7 @@ struct Net {
             const float* out = act.layer[l - 1].own_out.empty() ? x : act.layer[l - 1].own_out.data();
             auto pass = [&](size_t o, float v) { return !P.relu || v > 0.f ? din[o] : 0.f; };
             if (P.pool == MAX2X2) maxpool_backward(dp, out, B * P.O, P.OH, P.OW, pass);
-            else if (P.pool == GLOBAL_MAX) global_max_backward(dp, out, B, P.rows, P.O, pass);
-            else if (P.relu) relu_backward(dp, out, size_t(B) * P.out_size());
+            else if (P.relu) relu_backward(dp, out, size_t(B) * P.pooled_size());  // a global max's: of its output, x
         }
     }
 
@@ -209,8 +224,8 @@ struct Net {
 
     size_t params_total() const { return params.size(); }
     size_t buffer_bytes() const {
-        size_t bytes = act.bytes() + bytes_of(params, grads, probs[0], probs[1], wk, labels, errpad);
-        for (int l = 0; l < n; ++l) bytes += bytes_of(err[l], dpooled[l]);
+        size_t bytes = act.bytes() + bytes_of(params, grads, probs[0], probs[1], wk, labels, errpad, grad_scratch);
+        for (int l = 0; l < n; ++l) bytes += bytes_of(err[l], dpooled[l], argmax[l]);
         return bytes;
     }
     std::string weights_sha256() const {

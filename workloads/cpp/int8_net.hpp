@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "common.hpp"
+#include "conv_grad.hpp"
 #include "int8.hpp"
 #include "pool.hpp"
 #include "sha256.hpp"
@@ -324,30 +325,6 @@ inline void conv_forward_any(int32_t* acc, const A* inpad, const int8_t* w, int 
             }
 }
 
-// dw[oc][ic][kh][kw] += sum_{b,h,x} err[b][oc][h][x] * inpad[b][ic][h+kh][x+kw]; int32 per row
-template <class A>
-inline void conv_weight_grad_any(int64_t* dw, const int8_t* err, const A* inpad, int B, int C, int OC, int H, int W,
-                                 int KH, int KW) {
-    const int HP = H + KH - 1, WP = W + KW - 1;
-#pragma omp parallel for collapse(2) schedule(static)
-    for (int oc = 0; oc < OC; ++oc)
-        for (int ic = 0; ic < C; ++ic)
-            for (int kh = 0; kh < KH; ++kh)
-                for (int kw = 0; kw < KW; ++kw) {
-                    int64_t s = 0;
-                    for (int b = 0; b < B; ++b)
-                        for (int h = 0; h < H; ++h) {
-                            const int8_t* e = err + ((size_t(b) * OC + oc) * H + h) * W;
-                            const A* ip = inpad + ((size_t(b) * C + ic) * HP + h + kh) * WP + kw;
-                            int32_t r = 0;
-#pragma omp simd reduction(+ : r)
-                            for (int x = 0; x < W; ++x) r += int32_t(e[x]) * int32_t(ip[x]);
-                            s += r;
-                        }
-                    dw[((size_t(oc) * C + ic) * KH + kh) * KW + kw] += s;
-                }
-}
-
 // acc[r][o] = in[r] . w[o] for signed inputs (a point cloud's few coordinates): each input
 // value times a row of wt, w transposed to [I][O] (I * O bytes), the output channels as SIMD lanes
 inline void rows_forward_signed(int32_t* acc, const int8_t* in, int8_t* wt, const int8_t* w, long R, int I, int O) {
@@ -415,28 +392,47 @@ inline void pointwise_forward(int32_t* acc, const uint8_t* in, int8_t* wq, const
     fc_forward(acc, in, w, int(R), C, O);
 }
 
-// requantize a pointwise output, ReLU, and take the max over the N points into `pooled`; `out`
-// (which only BP through the layer reads) may be null. Returns the exponent increment.
-inline int requant_relu_gmax(uint8_t* out, uint8_t* pooled, const int32_t* acc, int B, int N, int O) {
+// requantize a pointwise output, ReLU, and take the max over the N points into `pooled`.
+// Requantization and ReLU are monotonic, so the max of the accumulators gives the pooled
+// value; BP through the max needs each maximum's point, which `argmax` (may be null)
+// receives: the first maximum of the requantized values (ties there are not ties of the
+// accumulators), as the reference routes it. Returns the exponent increment.
+inline int requant_relu_gmax(uint8_t* pooled, int* argmax, const int32_t* acc, int B, int N, int O) {
     const int s = requant_shift(acc, size_t(B) * N * O);
     auto act = [s](int32_t a) { const int v = requant_value(a, s); return uint8_t(v > 0 ? v : 0); };
-    if (out) {
-#pragma omp parallel for schedule(static)
-        for (size_t i = 0; i < size_t(B) * N * O; ++i) out[i] = act(acc[i]);
-    }
     constexpr int CB = 256;  // the running maxima of CB channels, while the rows stream past in order
 #pragma omp parallel for collapse(2) schedule(static)
     for (int b = 0; b < B; ++b)
         for (int c0 = 0; c0 < O; c0 += CB) {
             const int nc = std::min(CB, O - c0);
-            int32_t m[CB];
-            std::copy(acc + size_t(b) * N * O + c0, acc + size_t(b) * N * O + c0 + nc, m);
-            for (int n = 1; n < N; ++n) {
-                const int32_t* row = acc + (size_t(b) * N + n) * O + c0;
+            const int32_t* first = acc + size_t(b) * N * O + c0;
+            uint8_t* p = pooled + size_t(b) * O + c0;
+            if (argmax) {
+                uint8_t m[CB];
+                int at[CB] = {};
+                for (int c = 0; c < nc; ++c) m[c] = act(first[c]);
+                for (int n = 1; n < N; ++n) {
+                    const int32_t* row = first + size_t(n) * O;
 #pragma omp simd
-                for (int c = 0; c < nc; ++c) m[c] = std::max(m[c], row[c]);
+                    for (int c = 0; c < nc; ++c) {
+                        const uint8_t v = act(row[c]);
+                        const bool gt = v > m[c];
+                        m[c] = gt ? v : m[c];
+                        at[c] = gt ? n : at[c];
+                    }
+                }
+                std::copy(m, m + nc, p);
+                std::copy(at, at + nc, argmax + size_t(b) * O + c0);
+            } else {
+                int32_t m[CB];
+                std::copy(first, first + nc, m);
+                for (int n = 1; n < N; ++n) {
+                    const int32_t* row = first + size_t(n) * O;
+#pragma omp simd
+                    for (int c = 0; c < nc; ++c) m[c] = std::max(m[c], row[c]);
+                }
+                for (int c = 0; c < nc; ++c) p[c] = act(m[c]);
             }
-            for (int c = 0; c < nc; ++c) pooled[size_t(b) * O + c0 + c] = act(m[c]);
         }
     return std::max(s, 0);
 }
@@ -470,7 +466,8 @@ struct Net {
     // conv2d's error padded for its input gradient
     std::vector<std::vector<int32_t>> g32, eacc;
     std::vector<std::vector<int64_t>> g64;
-    std::vector<std::vector<int8_t>> err;
+    std::vector<std::vector<int8_t>> err;   // of a global max's output where one follows (pointwise_gmax_backward)
+    std::vector<std::vector<int>> argmax;   // per BP layer with a global max, per pass, each cloud's and channel's maximum point [B][O]
     std::vector<int8_t> errpad;
     // conv_weight_grad's per-thread scratch (fast-path convolutions trained by BP)
     int grad_threads = 0;
@@ -498,11 +495,13 @@ struct Net {
         for (const Layer& L : a.layers) exps.push_back(init_exponent(L.fan_in(), L.O * L.KH * L.KW));
         const bool two = s.method == "elastic-zo";
         act.alloc(a, B, first_bp, two, 64);  // + slack: the VNNI kernel reads 3 bytes past a row
-        // a pooled activation is kept only where BP reads it: requant_relu_pool pools the accumulators
-        for (int l = 0; l < first_bp && l < n; ++l)
-            if (a.layers[l].pool != NO_POOL) std::vector<uint8_t>().swap(act.layer[l].own_out);
+        // a pooled activation is kept only where BP reads it: requant_relu_pool pools the
+        // accumulators; BP through a global max reads its argmax instead
+        for (int l = 0; l < n; ++l)
+            if ((l < first_bp && a.layers[l].pool != NO_POOL) || a.layers[l].pool == GLOBAL_MAX)
+                std::vector<uint8_t>().swap(act.layer[l].own_out);
         labels.assign(B, 0);
-        acc.resize(n), g32.resize(n), g64.resize(n), eacc.resize(n), err.resize(n);
+        acc.resize(n), g32.resize(n), g64.resize(n), eacc.resize(n), err.resize(n), argmax.resize(n);
         size_t wk_size = 0, flip_size = 0, pad_size = 0;
         for (int l = 0; l < n; ++l) {
             const Layer& L = a.layers[l];
@@ -512,7 +511,8 @@ struct Net {
             if (l < first_bp) continue;
             if (L.kind == FC) g32[l].assign(L.w_size(), 0);
             else g64[l].assign(L.w_size(), 0);
-            err[l].assign(size_t(B) * L.out_size(), 0);
+            err[l].assign(size_t(B) * (L.pool == GLOBAL_MAX ? L.O : L.out_size()), 0);
+            if (L.pool == GLOBAL_MAX) argmax[l].assign(size_t(two ? 2 : 1) * B * L.O, 0);
             if (fast(L) && l <= 1 + first_bp) {
                 grad_threads = omp_get_max_threads();
                 planes_stride = std::max(planes_stride, conv_grad_planes(L.C, L.OH, L.OW));
@@ -536,6 +536,7 @@ struct Net {
     uint8_t* in(int l, int k) { return act.in(l, l > 0 && l >= first_bp ? k : 0); }
     uint8_t* own_out(int l) { return act.layer[l].own_out.empty() ? nullptr : act.layer[l].own_out.data(); }
     int8_t* logits(int k) { return act.logits[k].data(); }
+    int* Argmax(int l, int k) { return argmax[l].empty() ? nullptr : argmax[l].data() + size_t(k) * B * a.layers[l].O; }
 
     void forward(int b, int k) {
         int e = INPUT_EXP;
@@ -564,7 +565,7 @@ struct Net {
             const Layer& N = a.layers[l + 1];
             uint8_t* next = in(l + 1, k);
             if (L.pool == MAX2X2) e += requant_relu_pool(own_out(l), next, N.pad, ac, b * L.O, L.OH, L.OW);
-            else if (L.pool == GLOBAL_MAX) e += requant_relu_gmax(own_out(l), next, ac, b, L.rows, L.O);
+            else if (L.pool == GLOBAL_MAX) e += requant_relu_gmax(next, Argmax(l, k), ac, b, L.rows, L.O);
             else if (N.pad > 0) {
                 e += requant_to(own_out(l), ac, count, L.relu);
                 pad_rect(next, own_out(l), b * L.O, L.OH, L.OW, N.pad, N.pad);
@@ -585,7 +586,14 @@ struct Net {
                 auto grad = L.C == 1 ? conv_weight_grad<1, 6, 28, 28> : conv_weight_grad<6, 16, 14, 14>;
                 grad(g64[l].data(), d, x, B, grad_planes.data(), planes_stride, grad_sums.data(), sums_stride, grad_threads);
             } else if (L.kind == CONV2D) {
-                conv_weight_grad_any(g64[l].data(), d, x, B, L.C, L.O, L.OH, L.OW, L.KH, L.KW);
+                conv_weight_grad_any<int32_t, int64_t>(g64[l].data(), d, x, B, L.C, L.O, L.OH, L.OW, L.KH, L.KW);
+            } else if (L.kind == POINTWISE && L.pool == GLOBAL_MAX) {
+                int32_t* din = l == first_bp ? nullptr : eacc[l].data();
+                if (l == 0)
+                    pointwise_gmax_backward(din, g64[l].data(), static_cast<int64_t*>(nullptr), d, Argmax(l, k),
+                                            reinterpret_cast<const int8_t*>(x), Wt(l), B, L.rows, L.C, L.O);
+                else
+                    pointwise_gmax_backward(din, g64[l].data(), static_cast<int64_t*>(nullptr), d, Argmax(l, k), x, Wt(l), B, L.rows, L.C, L.O);
             } else if (L.kind == POINTWISE && l == 0) {
                 fc_weight_grad(g64[l].data(), d, reinterpret_cast<const int8_t*>(x), B * L.rows, L.C, L.O);
             } else if (L.kind == POINTWISE) {
@@ -604,7 +612,7 @@ struct Net {
                     flip_weights_any(wflip.data(), Wt(l), L.C, L.O, L.KH, L.KW);
                     conv_forward_any(ea, errpad.data(), wflip.data(), B, L.O, L.C, L.H, L.W, L.KH, L.KW);
                 }
-            } else {
+            } else if (L.pool != GLOBAL_MAX) {  // pointwise_gmax_backward made a global max's
                 fc_input_grad(ea, d, Wt(l), B * L.rows, L.C, L.O);
             }
             const Layer& P = a.layers[l - 1];
@@ -614,8 +622,7 @@ struct Net {
             const int s = requant_shift(ea, count);
             auto pass = [&](size_t o, uint8_t v) { return !P.relu || v > 0 ? int8_t(requant_value(ea[o], s)) : int8_t(0); };
             if (P.pool == MAX2X2) maxpool_backward(dp, out, B * P.O, P.OH, P.OW, pass);
-            else if (P.pool == GLOBAL_MAX) global_max_backward(dp, out, B, P.rows, P.O, pass);
-            else
+            else  // a global max's: of its output, x
                 for (size_t i = 0; i < count; ++i) dp[i] = pass(i, out[i]);
         }
     }
@@ -706,7 +713,7 @@ struct Net {
     size_t params_total() const { return q.size(); }
     size_t buffer_bytes() const {
         size_t bytes = act.bytes() + bytes_of(q, wk, wflip, labels, errpad, grad_planes, grad_sums);
-        for (int l = 0; l < n; ++l) bytes += bytes_of(acc[l], g32[l], g64[l], eacc[l], err[l]);
+        for (int l = 0; l < n; ++l) bytes += bytes_of(acc[l], g32[l], g64[l], eacc[l], err[l], argmax[l]);
         return bytes;
     }
     std::string weights_sha256() const {  // int8 weights, then each layer's exponent as int32 LE

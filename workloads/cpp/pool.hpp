@@ -1,4 +1,4 @@
-// The pools' backward passes (and the global max's forward), shared by the FP32 and INT8 networks.
+// The pools' backward passes, shared by the FP32 and INT8 networks.
 #pragma once
 #include <cstddef>
 #include <algorithm>
@@ -25,30 +25,37 @@ inline void maxpool_backward(T* din, const In* in, int BC, int H, int W, ErrOf e
             }
 }
 
-// ---- global max over the N points: [B][N][O] -> [B][O]; backward routes each error to the
-// first maximum, as PyTorch does, where that (ReLU) value passes `keep` ----
-template <class T>
-inline void global_max_forward(T* out, const T* in, int B, int N, int O) {
+// BP through a pointwise layer whose global max over the N points feeds the next layer. The
+// layer's error is the pooled one, e[b][o], and reaches only the maximum's point argmax[b][o]
+// of each cloud and channel (the first maximum, as PyTorch routes it; every other point's
+// error is zero): the weight gradient dw[o] (db may be null: no bias) sums B rows per output
+// channel, and the input gradient din (may be null) is zero but for one row of w per nonzero
+// error, scattered into the rows of its own cloud, so the clouds run in parallel.
+template <class D, class G, class E, class A, class Wt>
+inline void pointwise_gmax_backward(D* din, G* dw, G* db, const E* e, const int* argmax, const A* in, const Wt* w,
+                                    int B, int N, int C, int O) {
+#pragma omp parallel for schedule(static)
+    for (int o = 0; o < O; ++o)
+        for (int b = 0; b < B; ++b) {
+            const auto v = e[size_t(b) * O + o];
+            if (v == E(0)) continue;
+            if (db) db[o] += G(v);
+            const A* x = in + (size_t(b) * N + argmax[size_t(b) * O + o]) * C;
+            G* row = dw + size_t(o) * C;
+#pragma omp simd
+            for (int c = 0; c < C; ++c) row[c] += G(v * x[c]);
+        }
+    if (!din) return;
 #pragma omp parallel for schedule(static)
     for (int b = 0; b < B; ++b) {
-        T* o = out + size_t(b) * O;
-        std::copy(in + size_t(b) * N * O, in + (size_t(b) * N + 1) * O, o);
-        for (int n = 1; n < N; ++n) {
-            const T* row = in + (size_t(b) * N + n) * O;
-            for (int c = 0; c < O; ++c) o[c] = row[c] > o[c] ? row[c] : o[c];
+        std::fill(din + size_t(b) * N * C, din + size_t(b + 1) * N * C, D(0));
+        for (int o = 0; o < O; ++o) {
+            const auto v = e[size_t(b) * O + o];
+            if (v == E(0)) continue;
+            D* row = din + (size_t(b) * N + argmax[size_t(b) * O + o]) * C;
+            const Wt* wr = w + size_t(o) * C;
+#pragma omp simd
+            for (int c = 0; c < C; ++c) row[c] += D(v * wr[c]);
         }
     }
-}
-
-template <class D, class T, class ErrOf>
-inline void global_max_backward(D* din, const T* in, int B, int N, int O, ErrOf err_of) {
-#pragma omp parallel for schedule(static)
-    for (int b = 0; b < B; ++b)
-        for (int c = 0; c < O; ++c) {
-            int best = 0;
-            for (int n = 1; n < N; ++n)
-                if (in[(size_t(b) * N + n) * O + c] > in[(size_t(b) * N + best) * O + c]) best = n;
-            const D d = err_of(size_t(b) * O + c, in[(size_t(b) * N + best) * O + c]);
-            for (int n = 0; n < N; ++n) din[(size_t(b) * N + n) * O + c] = n == best ? d : D(0);
-        }
 }

@@ -1,0 +1,31 @@
+// The weight gradient of a convolution of any kernel size, shared by the FP32 and INT8
+// networks (their fast paths are the 5x5 templates of LeNet-5's shapes).
+#pragma once
+#include <cstddef>
+
+// dw[oc][ic][kh][kw] += sum_{b,h,x} err[b][oc][h][x] * inpad[b][ic][h+kh][x+kw], the input
+// already padded so that HP = H + KH - 1 and WP = W + KW - 1. Each row's products are summed in
+// Row, then added in Sum: float and float for FP32; int32 (a row of 127^2 * W fits) and int64
+// (over the batch) for INT8.
+template <class Row, class Sum, class G, class E, class A>
+inline void conv_weight_grad_any(G* dw, const E* err, const A* inpad, int B, int C, int OC, int H, int W, int KH,
+                                 int KW) {
+    const int HP = H + KH - 1, WP = W + KW - 1;
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int oc = 0; oc < OC; ++oc)
+        for (int ic = 0; ic < C; ++ic)
+            for (int kh = 0; kh < KH; ++kh)
+                for (int kw = 0; kw < KW; ++kw) {
+                    Sum s = 0;
+                    for (int b = 0; b < B; ++b)
+                        for (int h = 0; h < H; ++h) {
+                            const E* e = err + ((size_t(b) * OC + oc) * H + h) * W;
+                            const A* ip = inpad + ((size_t(b) * C + ic) * HP + h + kh) * WP + kw;
+                            Row r = 0;
+#pragma omp simd reduction(+ : r)
+                            for (int x = 0; x < W; ++x) r += Row(e[x]) * Row(ip[x]);
+                            s += r;
+                        }
+                    dw[((size_t(oc) * C + ic) * KH + kh) * KW + kw] += s;
+                }
+}
