@@ -128,7 +128,9 @@ def memory(ok: pd.DataFrame, palette: dict, models: dict) -> Figure:
                            color=PART_COLORS[part], edgecolor="0.4", linewidth=0.4)
                     bottom = [b + v for b, v in zip(bottom, vals)]
             for x, r in enumerate(rows):
-                extra = "" if r.method == "full-zo" else f"\n{(r.total_bytes - zo) / KIB:+,.1f} KiB\nvs Full ZO"
+                delta = r.total_bytes - zo
+                size = f"{delta / KIB:+,.1f} KiB" if abs(delta) < MIB else f"{delta / MIB:+,.2f} MiB"
+                extra = "" if r.method == "full-zo" else f"\n{size}\nvs Full ZO"
                 ax.annotate(f"{r.total_bytes / MIB:.2f} MiB{extra}", (x - 0.15, r.total_bytes / MIB), xytext=(0, 3),
                             textcoords="offset points", ha="center", va="bottom", fontsize=7)
             cpp = ok[(ok["runtime"] == "cpp") & (ok["precision"] == precision) & ok["buffers_mib"].notna()

@@ -68,6 +68,9 @@ inline T psto_shift(T x, int s) {
 
 inline int clamp127(int64_t v) { return int(std::min<int64_t>(127, std::max<int64_t>(-127, v))); }
 
+// the requantization shift of a tensor whose largest |value| is m
+inline int shift_of_max(uint32_t m) { return ceil_log2(m) - ACT_BITS; }
+
 // max |acc| over a whole tensor: the requantization shift of the layer
 inline int requant_shift(const int32_t* acc, size_t n) {
     uint32_t m = 0;
@@ -76,7 +79,7 @@ inline int requant_shift(const int32_t* acc, size_t n) {
         const uint32_t a = uint32_t(acc[i] < 0 ? -acc[i] : acc[i]);
         m = a > m ? a : m;
     }
-    return ceil_log2(m) - ACT_BITS;
+    return shift_of_max(m);
 }
 
 inline int requant_value(int32_t a, int s) { return clamp127(s > 0 ? round_shift(a, s) : a); }

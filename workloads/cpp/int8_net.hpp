@@ -2,11 +2,15 @@
 // int8 weights, activations and errors and one power-of-two exponent per tensor
 // (docs/int8.md; workloads/int8.py is the reference it agrees with bit for bit).
 //
-// Buffers are what the paper's Eqs. 13-15 count: int8 parameters; per layer an int8
-// activation and the int32 accumulator it is requantized from; for the BP part an int32
+// Buffers are what the paper's Eqs. 13-15 count, but for one accumulator: int8 parameters; per layer an int8
+// activation, and the int32 accumulator it is requantized from, shared by the layers (each is
+// requantized before the next runs, so the largest is all they need); for the BP part an int32
 // gradient accumulator per weight (int64 for the convolutions, summed over B*H*W), and int8
 // errors with their int32 accumulators. The kernels add padded inputs and errors, repacked
-// weights and, for BP through the convolutions, per-thread scratch of their weight gradient.
+// weights and, for BP through the convolutions (and pointwise layers), per-thread scratch of
+// their weight gradient. A pointwise layer's global max is fused into the layer: its
+// accumulators are never stored, only each cloud's and channel's maximum (and, for BP, that
+// of every block of points).
 // All are allocated once, in the constructor, and buffer_bytes counts them all. Each
 // activation is uint8: it is a ReLU output or pixel >> 1, so in [0, 127].
 #pragma once
@@ -351,37 +355,50 @@ inline void rows_forward_signed(int32_t* acc, const int8_t* in, int8_t* wt, cons
 constexpr int PW_MR = 6, PW_NR = 32;
 inline size_t pointwise_packed_size(int C, int O) { return size_t(C + 3) / 4 * 4 * O; }
 
+#if ZOBENCH_VNNI
+// a[i][0..1] = sum_q sum_k x[i][q * step + k] * wq[(q * O + o0 + j) * 4 + k] for the PW_NR
+// lanes j: the register tile of the pointwise forward (rows x output channels, step 4) and of
+// its weight gradient (input channels x output channels, four rows a group; step 4 * C)
+__attribute__((always_inline)) inline void vnni_tile(__m512i a[PW_MR][2], const uint8_t* const x[PW_MR], size_t step,
+                                                     const int8_t* wq, int O, int o0, int CQ) {
+    for (int i = 0; i < PW_MR; ++i) a[i][0] = a[i][1] = _mm512_setzero_si512();
+    for (int q = 0; q < CQ; ++q) {
+        const int8_t* wv = wq + (size_t(q) * O + o0) * 4;
+        const __m512i w0 = _mm512_loadu_si512(wv), w1 = _mm512_loadu_si512(wv + 64);
+        for (int i = 0; i < PW_MR; ++i) {
+            uint32_t x4;
+            std::memcpy(&x4, x[i] + q * step, 4);
+            const __m512i v = _mm512_set1_epi32(int(x4));
+            a[i][0] = _mm512_dpbusd_epi32(a[i][0], v, w0);
+            a[i][1] = _mm512_dpbusd_epi32(a[i][1], v, w1);
+        }
+    }
+}
+
+// w [O][C] -> wq [C/4][O][4], zero past C
+inline void pack_quads(int8_t* wq, const int8_t* w, int C, int O) {
+    for (int q = 0; q < (C + 3) / 4; ++q)
+        for (int o = 0; o < O; ++o)
+            for (int k = 0; k < 4; ++k) wq[(size_t(q) * O + o) * 4 + k] = 4 * q + k < C ? w[size_t(o) * C + 4 * q + k] : 0;
+}
+#endif
+
 inline void pointwise_forward(int32_t* acc, const uint8_t* in, int8_t* wq, const int8_t* w, long R, int C, int O) {
 #if ZOBENCH_VNNI
     if (O % PW_NR == 0) {
-        const int CQ = (C + 3) / 4;
-        for (int q = 0; q < CQ; ++q)
-            for (int o = 0; o < O; ++o)
-                for (int k = 0; k < 4; ++k) wq[(size_t(q) * O + o) * 4 + k] = 4 * q + k < C ? w[size_t(o) * C + 4 * q + k] : 0;
+        pack_quads(wq, w, C, O);
         const long RB = (R + PW_MR - 1) / PW_MR;
-        const int OB = O / PW_NR;
 #pragma omp parallel for collapse(2) schedule(static)
         for (long rb = 0; rb < RB; ++rb)
-            for (int ob = 0; ob < OB; ++ob) {
+            for (int o0 = 0; o0 < O; o0 += PW_NR) {
                 const long r0 = rb * PW_MR;
                 const int mr = int(std::min<long>(PW_MR, R - r0));
                 const uint8_t* x[PW_MR];
                 for (int i = 0; i < PW_MR; ++i) x[i] = in + size_t(r0 + std::min(i, mr - 1)) * C;  // a short block repeats its last row
-                __m512i a[PW_MR][2];
-                for (int i = 0; i < PW_MR; ++i) a[i][0] = a[i][1] = _mm512_setzero_si512();
-                for (int q = 0; q < CQ; ++q) {  // bytes past C (the next row, or the buffer's slack) meet zero weights
-                    const int8_t* wv = wq + (size_t(q) * O + size_t(ob) * PW_NR) * 4;
-                    const __m512i w0 = _mm512_loadu_si512(wv), w1 = _mm512_loadu_si512(wv + 64);
-                    for (int i = 0; i < PW_MR; ++i) {
-                        uint32_t x4;
-                        std::memcpy(&x4, x[i] + 4 * q, 4);
-                        const __m512i v = _mm512_set1_epi32(int(x4));
-                        a[i][0] = _mm512_dpbusd_epi32(a[i][0], v, w0);
-                        a[i][1] = _mm512_dpbusd_epi32(a[i][1], v, w1);
-                    }
-                }
+                __m512i a[PW_MR][2];  // bytes past C (the next row, or the buffer's slack) meet zero weights
+                vnni_tile(a, x, 4, wq, O, o0, (C + 3) / 4);
                 for (int i = 0; i < mr; ++i) {
-                    int32_t* out = acc + size_t(r0 + i) * O + size_t(ob) * PW_NR;
+                    int32_t* out = acc + size_t(r0 + i) * O + o0;
                     _mm512_storeu_si512(out, a[i][0]);
                     _mm512_storeu_si512(out + 16, a[i][1]);
                 }
@@ -390,6 +407,155 @@ inline void pointwise_forward(int32_t* acc, const uint8_t* in, int8_t* wq, const
     }
 #endif
     fc_forward(acc, in, w, int(R), C, O);
+}
+
+// dw[o][c] += sum_r d[r][o] in[r][c] over the R = B*N rows of a pointwise layer. With VNNI,
+// pointwise_forward's GEMM with the rows as its inner dimension: the threads split the rows,
+// PW_RB at a time, packed four rows a group (the inputs to xq [PW_RB/4][C][4], the errors to
+// dq [PW_RB/4][O][4], zero past the last row), and vnni_tile sums each tile of PW_MR input x
+// PW_NR output channels over them in int32, exact as PW_RB * 127^2 < 2^31, into the thread's
+// int64 sums [C][O], added up at the end. Scratch per thread: pointwise_grad_pack bytes and
+// C * O int64, for at most `threads`. Elsewhere fc_weight_grad.
+constexpr int PW_RB = 256;
+inline size_t pointwise_grad_pack(int C, int O) { return size_t(PW_RB) * (C + O); }
+
+inline void pointwise_weight_grad(int64_t* dw, const int8_t* d, const uint8_t* in, uint8_t* pack_scratch,
+                                  size_t pack_stride, int64_t* sums_scratch, size_t sums_stride, int threads, long R,
+                                  int C, int O) {
+#if ZOBENCH_VNNI
+    if (O % PW_NR == 0) {
+        const long NB = (R + PW_RB - 1) / PW_RB;
+#pragma omp parallel num_threads(threads)
+        {
+            uint8_t* xq = pack_scratch + size_t(omp_get_thread_num()) * pack_stride;
+            int8_t* dq = reinterpret_cast<int8_t*>(xq + size_t(PW_RB) * C);
+            int64_t* local = sums_scratch + size_t(omp_get_thread_num()) * sums_stride;
+            std::fill(local, local + size_t(C) * O, int64_t(0));
+#pragma omp for schedule(static)
+            for (long nb = 0; nb < NB; ++nb) {
+                const long r0 = nb * PW_RB;
+                const int rn = int(std::min<long>(PW_RB, R - r0)), QN = (rn + 3) / 4;
+                for (int r = 0; r < 4 * QN; ++r) {
+                    const int q = r / 4, k = r % 4;
+                    for (int c = 0; c < C; ++c) xq[(size_t(q) * C + c) * 4 + k] = r < rn ? in[size_t(r0 + r) * C + c] : 0;
+                    for (int o = 0; o < O; ++o) dq[(size_t(q) * O + o) * 4 + k] = r < rn ? d[size_t(r0 + r) * O + o] : 0;
+                }
+                for (int c0 = 0; c0 < C; c0 += PW_MR) {
+                    const int mc = std::min(PW_MR, C - c0);
+                    const uint8_t* x[PW_MR];
+                    for (int i = 0; i < PW_MR; ++i) x[i] = xq + size_t(c0 + std::min(i, mc - 1)) * 4;  // a short block repeats its last channel
+                    for (int o0 = 0; o0 < O; o0 += PW_NR) {
+                        __m512i a[PW_MR][2];
+                        vnni_tile(a, x, size_t(4) * C, dq, O, o0, QN);
+                        for (int i = 0; i < mc; ++i) {
+                            int64_t* row = local + size_t(c0 + i) * O + o0;
+                            for (int h = 0; h < 4; ++h) {
+                                const __m256i part = h % 2 ? _mm512_extracti64x4_epi64(a[i][h / 2], 1) : _mm512_castsi512_si256(a[i][h / 2]);
+                                _mm512_storeu_si512(row + 8 * h, _mm512_add_epi64(_mm512_loadu_si512(row + 8 * h), _mm512_cvtepi32_epi64(part)));
+                            }
+                        }
+                    }
+                }
+            }
+        }
+#pragma omp parallel for schedule(static)
+        for (int o = 0; o < O; ++o)
+            for (int t = 0; t < threads; ++t)
+                for (int c = 0; c < C; ++c) dw[size_t(o) * C + c] += sums_scratch[size_t(t) * sums_stride + size_t(c) * O + o];
+        return;
+    }
+#endif
+    fc_weight_grad(dw, d, in, int(R), C, O);
+}
+
+// A pointwise layer and its global max, fused: its [B*N, O] accumulators are never stored,
+// only each cloud's and channel's largest, mx [B][O], and the whole tensor's range, which sets
+// the shift exactly as requant_shift would. Requantization and ReLU are monotonic, so the
+// pooled value is that of the largest accumulator. BP through the max needs each maximum's
+// point, which `argmax` (may be null) receives: the first point whose requantized value is
+// the maximum, as the reference routes it, which may come before the first largest
+// accumulator (requantization maps neighbours to one value). So the kernel also keeps the
+// largest accumulator of every PW_GB points, `blocks` [B][O][gmax_blocks(N)]; once the shift
+// is known, the first block reaching the maximum is recomputed point by point up to the
+// first that does. Returns the exponent increment.
+constexpr int PW_GB = 8 * PW_MR;
+inline int gmax_blocks(int N) { return (N + PW_GB - 1) / PW_GB; }
+
+inline int pointwise_gmax_forward(uint8_t* pooled, int* argmax, int32_t* mx, int32_t* blocks, const uint8_t* in,
+                                  int8_t* wq, const int8_t* w, int B, int N, int C, int O) {
+    const int NG = gmax_blocks(N);
+    int32_t lo = INT32_MAX, hi = INT32_MIN;
+#if ZOBENCH_VNNI
+    if (O % PW_NR == 0) {
+        pack_quads(wq, w, C, O);
+#pragma omp parallel for collapse(2) schedule(static) reduction(min : lo) reduction(max : hi)
+        for (int b = 0; b < B; ++b)
+            for (int o0 = 0; o0 < O; o0 += PW_NR) {
+                __m512i top[2] = {_mm512_set1_epi32(INT32_MIN), _mm512_set1_epi32(INT32_MIN)}, bot[2];
+                bot[0] = bot[1] = _mm512_set1_epi32(INT32_MAX);
+                for (int g = 0; g < NG; ++g) {
+                    __m512i blk[2] = {_mm512_set1_epi32(INT32_MIN), _mm512_set1_epi32(INT32_MIN)};
+                    for (int n0 = g * PW_GB; n0 < std::min(N, (g + 1) * PW_GB); n0 += PW_MR) {
+                        const int mr = std::min(PW_MR, N - n0);
+                        const uint8_t* x[PW_MR];  // a short block repeats its last row: max and min are unchanged
+                        for (int i = 0; i < PW_MR; ++i) x[i] = in + (size_t(b) * N + n0 + std::min(i, mr - 1)) * C;
+                        __m512i a[PW_MR][2];
+                        vnni_tile(a, x, 4, wq, O, o0, (C + 3) / 4);
+                        for (int i = 0; i < PW_MR; ++i)
+                            for (int h = 0; h < 2; ++h) {
+                                blk[h] = _mm512_max_epi32(blk[h], a[i][h]);
+                                bot[h] = _mm512_min_epi32(bot[h], a[i][h]);
+                            }
+                    }
+                    for (int h = 0; h < 2; ++h) {
+                        top[h] = _mm512_max_epi32(top[h], blk[h]);
+                        if (blocks) {
+                            alignas(64) int32_t t[16];
+                            _mm512_store_si512(t, blk[h]);
+                            for (int j = 0; j < 16; ++j) blocks[(size_t(b) * O + o0 + 16 * h + j) * NG + g] = t[j];
+                        }
+                    }
+                }
+                _mm512_storeu_si512(mx + size_t(b) * O + o0, top[0]);
+                _mm512_storeu_si512(mx + size_t(b) * O + o0 + 16, top[1]);
+                hi = std::max(hi, _mm512_reduce_max_epi32(_mm512_max_epi32(top[0], top[1])));
+                lo = std::min(lo, _mm512_reduce_min_epi32(_mm512_min_epi32(bot[0], bot[1])));
+            }
+    } else
+#endif
+    {
+#pragma omp parallel for collapse(2) schedule(static) reduction(min : lo) reduction(max : hi)
+        for (int b = 0; b < B; ++b)
+            for (int o = 0; o < O; ++o) {
+                int32_t top = INT32_MIN;
+                for (int g = 0; g < NG; ++g) {
+                    int32_t blk = INT32_MIN;
+                    for (int p = g * PW_GB; p < std::min(N, (g + 1) * PW_GB); ++p) {
+                        const int32_t v = dot(in + (size_t(b) * N + p) * C, w + size_t(o) * C, C);
+                        blk = std::max(blk, v);
+                        lo = std::min(lo, v);
+                    }
+                    if (blocks) blocks[(size_t(b) * O + o) * NG + g] = blk;
+                    top = std::max(top, blk);
+                }
+                mx[size_t(b) * O + o] = top;
+                hi = std::max(hi, top);
+            }
+    }
+    const int s = shift_of_max(uint32_t(std::max<int64_t>(hi, -int64_t(lo))));
+    auto act = [s](int32_t a) { const int v = requant_value(a, s); return uint8_t(v > 0 ? v : 0); };
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < size_t(B) * O; ++i) {
+        const uint8_t m = pooled[i] = act(mx[i]);
+        if (!argmax) continue;
+        const int32_t* blk = blocks + i * NG;
+        const int g = int(std::find_if(blk, blk + NG, [&](int32_t v) { return act(v) == m; }) - blk);
+        const size_t b = i / O, o = i % O;
+        int p = g * PW_GB;
+        while (act(dot(in + (b * N + p) * C, w + o * C, C)) != m) ++p;
+        argmax[i] = p;
+    }
+    return std::max(s, 0);
 }
 
 // requantize a pointwise output, ReLU, and take the max over the N points into `pooled`.
@@ -458,7 +624,9 @@ struct Net {
     std::vector<int> exps;        // per layer, its weights' exponent
     int logit_exp[2] = {};        // each pass's logits' exponent
     ActivationPlan<uint8_t, int8_t> act;
-    std::vector<std::vector<int32_t>> acc;  // per layer, the int32 accumulators its activation is requantized from
+    // the int32 accumulators a layer's activation is requantized from (only their pooled maxima
+    // where fused_gmax): one buffer for every layer, as each is requantized before the next runs
+    std::vector<int32_t> acc;
     std::vector<int8_t> wk, wflip;          // a convolution's or pointwise layer's repacked weights, a convolution's flipped (the largest)
     std::vector<int> labels;
     // the BP part: gradient accumulators (int64 where a weight sums over points or pixels),
@@ -469,7 +637,9 @@ struct Net {
     std::vector<std::vector<int8_t>> err;   // of a global max's output where one follows (pointwise_gmax_backward)
     std::vector<std::vector<int>> argmax;   // per BP layer with a global max, per pass, each cloud's and channel's maximum point [B][O]
     std::vector<int8_t> errpad;
-    // conv_weight_grad's per-thread scratch (fast-path convolutions trained by BP)
+    std::vector<int32_t> gmax_max;          // a fused global max's block maxima, where BP reads its argmax
+    // conv_weight_grad's and pointwise_weight_grad's per-thread scratch (fast-path convolutions
+    // and, with VNNI, pointwise layers without a pool trained by BP): planes or packed rows, and sums
     int grad_threads = 0;
     size_t planes_stride = 0, sums_stride = 0;
     std::vector<uint8_t> grad_planes;
@@ -480,6 +650,12 @@ struct Net {
     static bool fast(const Layer& L) {
         return L.kind == CONV2D && L.KH == 5 && L.KW == 5 && L.pad == 2 &&
                ((L.C == 1 && L.O == 6 && L.OH == 28 && L.OW == 28) || (L.C == 6 && L.O == 16 && L.OH == 14 && L.OW == 14));
+    }
+
+    // a pointwise layer with a global max, on uint8 inputs: pointwise_gmax_forward
+    bool fused_gmax(int l) const {
+        const Layer& L = a.layers[l];
+        return L.kind == POINTWISE && L.pool == GLOBAL_MAX && l > 0;
     }
 
     Net(int batch, const Spec& s) : a(s.arch), B(batch), n(s.arch.n()), scale(s.h.zo_scale), zo_loss(s.zo_loss) {
@@ -501,11 +677,11 @@ struct Net {
             if ((l < first_bp && a.layers[l].pool != NO_POOL) || a.layers[l].pool == GLOBAL_MAX)
                 std::vector<uint8_t>().swap(act.layer[l].own_out);
         labels.assign(B, 0);
-        acc.resize(n), g32.resize(n), g64.resize(n), eacc.resize(n), err.resize(n), argmax.resize(n);
-        size_t wk_size = 0, flip_size = 0, pad_size = 0;
+        g32.resize(n), g64.resize(n), eacc.resize(n), err.resize(n), argmax.resize(n);
+        size_t acc_size = 0, wk_size = 0, flip_size = 0, pad_size = 0;
         for (int l = 0; l < n; ++l) {
             const Layer& L = a.layers[l];
-            acc[l].assign(size_t(B) * L.out_size(), 0);
+            acc_size = std::max(acc_size, size_t(B) * (fused_gmax(l) ? L.O : L.out_size()));
             if (fast(L)) wk_size = std::max(wk_size, size_t(conv_packed_size(L.C, L.O)));
             if (L.kind == POINTWISE) wk_size = std::max(wk_size, l > 0 ? pointwise_packed_size(L.C, L.O) : L.w_size());
             if (l < first_bp) continue;
@@ -513,6 +689,12 @@ struct Net {
             else g64[l].assign(L.w_size(), 0);
             err[l].assign(size_t(B) * (L.pool == GLOBAL_MAX ? L.O : L.out_size()), 0);
             if (L.pool == GLOBAL_MAX) argmax[l].assign(size_t(two ? 2 : 1) * B * L.O, 0);
+            if (fused_gmax(l)) gmax_max.assign(size_t(B) * L.O * gmax_blocks(L.rows), 0);
+            if (VNNI && L.kind == POINTWISE && l > 0 && L.pool == NO_POOL && L.O % PW_NR == 0) {
+                grad_threads = omp_get_max_threads();
+                planes_stride = std::max(planes_stride, pointwise_grad_pack(L.C, L.O));
+                sums_stride = std::max(sums_stride, size_t(L.C) * L.O);
+            }
             if (fast(L) && l <= 1 + first_bp) {
                 grad_threads = omp_get_max_threads();
                 planes_stride = std::max(planes_stride, conv_grad_planes(L.C, L.OH, L.OW));
@@ -525,6 +707,7 @@ struct Net {
                 pad_size = std::max(pad_size, size_t(B) * L.O * (L.OH + 2 * (L.KH - 1 - L.pad)) * (L.OW + 2 * (L.KW - 1 - L.pad)));
             }
         }
+        acc.assign(acc_size, 0);
         wk.assign(wk_size, 0);
         wflip.assign(flip_size, 0);
         errpad.assign(pad_size, 0);
@@ -543,7 +726,7 @@ struct Net {
         for (int l = 0; l < n; ++l) {
             const Layer& L = a.layers[l];
             const bool last = l + 1 == n;
-            int32_t* ac = acc[l].data();
+            int32_t* ac = acc.data();
             uint8_t* x = in(l, k);
             if (L.kind == CONV2D) {
                 if (fast(L) && L.C == 1) conv_forward_packed<1, 6, 28, 28>(ac, x, wk.data(), Wt(l), b);
@@ -551,6 +734,11 @@ struct Net {
                 else conv_forward_any(ac, x, Wt(l), b, L.C, L.O, L.OH, L.OW, L.KH, L.KW);
             } else if (L.kind == POINTWISE && l == 0) {  // a cloud's coordinates are signed
                 rows_forward_signed(ac, reinterpret_cast<const int8_t*>(x), wk.data(), Wt(l), long(b) * L.rows, L.C, L.O);
+            } else if (fused_gmax(l)) {
+                int32_t* blocks = gmax_max.empty() ? nullptr : gmax_max.data();
+                e += exps[l] + pointwise_gmax_forward(in(l + 1, k), Argmax(l, k), ac, blocks, x, wk.data(), Wt(l), b, L.rows,
+                                                      L.C, L.O);
+                continue;
             } else if (L.kind == POINTWISE) {
                 pointwise_forward(ac, x, wk.data(), Wt(l), long(b) * L.rows, L.C, L.O);
             } else {
@@ -597,7 +785,8 @@ struct Net {
             } else if (L.kind == POINTWISE && l == 0) {
                 fc_weight_grad(g64[l].data(), d, reinterpret_cast<const int8_t*>(x), B * L.rows, L.C, L.O);
             } else if (L.kind == POINTWISE) {
-                fc_weight_grad(g64[l].data(), d, x, B * L.rows, L.C, L.O);
+                pointwise_weight_grad(g64[l].data(), d, x, grad_planes.data(), planes_stride, grad_sums.data(), sums_stride,
+                                      grad_threads, long(B) * L.rows, L.C, L.O);
             } else {
                 fc_weight_grad(g32[l].data(), d, x, B, L.C, L.O);
             }
@@ -712,8 +901,8 @@ struct Net {
 
     size_t params_total() const { return q.size(); }
     size_t buffer_bytes() const {
-        size_t bytes = act.bytes() + bytes_of(q, wk, wflip, labels, errpad, grad_planes, grad_sums);
-        for (int l = 0; l < n; ++l) bytes += bytes_of(acc[l], g32[l], g64[l], eacc[l], err[l], argmax[l]);
+        size_t bytes = act.bytes() + bytes_of(q, acc, gmax_max, wk, wflip, labels, errpad, grad_planes, grad_sums);
+        for (int l = 0; l < n; ++l) bytes += bytes_of(g32[l], g64[l], eacc[l], err[l], argmax[l]);
         return bytes;
     }
     std::string weights_sha256() const {  // int8 weights, then each layer's exponent as int32 LE
