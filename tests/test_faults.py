@@ -137,3 +137,24 @@ def test_a_local_command_past_its_timeout_is_a_transport_error_and_leaves_nothin
     with pytest.raises(TransportError, match=r"^this machine: `sleep .*` did not end within 1 s; its process group was killed$"):
         LocalTransport().exec(f"sleep {marker} & sleep {marker}; echo never", timeout=1)
     assert processes_mentioning(f"sleep {marker}") == []
+
+
+def test_a_cuda_target_without_cuda_fails_its_jobs_with_the_reason_and_the_others_run(tmp_path):
+    import torch
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA: nothing to refuse")
+    inv = tmp_path / "inventory.toml"
+    inv.write_text('[targets.gpu]\ntransport = "local"\ndevice = "cuda"\nruntimes = ["torch"]\n')
+    out = zobench("run", "--results", tmp_path / "res", "--inventory", inv, "--no-report", "--target", "gpu",
+                  "--target", "local", "--method", "full-zo", *TINY)
+    assert out.returncode == 1, out.stderr
+    store = Store(tmp_path / "res")
+    r = {x["job"]["target"]: x for x in store.results(store.latest())}
+    assert r["local"]["status"] == "ok" and r["local"]["steps"] == 10
+    why = f"device: CUDA not available on gpu: torch {torch.__version__}"
+    assert r["gpu"]["status"] == "failed" and r["gpu"]["error"] == why and r["gpu"]["steps"] == 0
+    assert "Traceback" not in out.stderr
+    work = store.runs / store.latest() / "work" / "gpu.torch.full-zo.fp32.r0"
+    logs = sorted(work.glob("*.log"))
+    assert [p.name for p in logs] == ["stderr.log", "stdout.log"]
+    assert "Traceback" not in "".join(p.read_text() for p in logs)

@@ -1,7 +1,14 @@
 """zobench-z v1: known answers (docs/zrng.md) and the statistics SPSA relies on."""
 import numpy as np
+import pytest
 
-from workloads import zrng
+from workloads import methods, zrng, zrng_torch
+from workloads.clock import PhaseClock
+from workloads.models import weights_sha256
+from workloads.spec import JobSpec
+from workloads.torch_runner import TorchEngine
+
+from testkit.runners import job_spec
 
 
 def test_known_answers_match_the_documented_spec():
@@ -49,3 +56,39 @@ def test_uniform_in_unit_interval_and_permutation_is_a_permutation():
     p = zrng.permutation(3, 2, 60_000)
     assert np.array_equal(np.sort(p), np.arange(60_000))
     assert not np.array_equal(p, zrng.permutation(3, 3, 60_000))
+
+
+# ---- the torch generator (zrng_torch): the same bits, drawn where the weights are ----
+
+@pytest.mark.parametrize("start,count", [
+    (0, 1), (1, 1), (5, 3), (zrng_torch.CHUNKS["cpu"] - 3, 7),      # across a chunk boundary
+    (12_345, 3 * zrng_torch.CHUNKS["cpu"] + 11),                     # whole chunks and a partial last one
+    (2**40 + 1, 1000), (2**62, 2),                                   # indices past 32 bits
+])
+def test_torch_generator_equals_the_numpy_reference_bit_for_bit(start, count):
+    for seed, stream, counter in ((0, zrng.STREAM_ZO, 0), (2**64 - 1, zrng.STREAM_ZO, 10**9), (7, zrng.STREAM_INIT, 0)):
+        key = zrng.stream_key(seed, stream, counter)
+        assert np.array_equal(zrng_torch.bits(key, start, count, "cpu").numpy().view(np.uint64),
+                              zrng.bits(key, start, count))
+        z = np.concatenate([z.numpy() for _, z in zrng_torch.normal_chunks(key, start, count, "cpu")])
+        assert np.array_equal(z.view(np.uint32), zrng.normal(key, start, count).view(np.uint32))
+
+
+@pytest.mark.parametrize("method,k", [("full-zo", 0), ("elastic-zo", 1)])
+def test_training_with_z_drawn_by_torch_is_step_for_step_the_numpy_run(method, k):
+    """The torch runner's two generators (numpy on the host, torch on the weights' device, the
+    GPU's path) leave bit-identical weights after every step of a real ZO training loop."""
+    spec = JobSpec.from_dict(job_spec(method, k, seed=3, steps=5, threads=1))
+    model = spec.model()
+    engines = [TorchEngine(spec, model, model.init_weights(spec.seed), z_on_device=d) for d in (False, True)]
+    x = np.random.default_rng(0).normal(size=(8, *model.input_shape)).astype(np.float32)
+    y = np.arange(8) % model.classes
+    seen = {weights_sha256(engines[0].weights())}
+    for t in range(5):
+        for e in engines:
+            clock = PhaseClock()
+            clock.start()
+            methods.step(e, spec, *e.load_batch(x, y), t, 0, 1e-2, 0.05, clock)
+        a, b = (weights_sha256(e.weights()) for e in engines)
+        assert a == b and a not in seen, t           # the same step, and a step that moved the weights
+        seen.add(a)
