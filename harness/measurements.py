@@ -17,14 +17,14 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from workloads import vocab
+from workloads import gpuinfo, vocab
 from workloads.spec import Hyper
 
 from .errors import UserError
 from .schema import step_seconds
 from .store import Store
 
-FINGERPRINT = ("cpu_model", "cores", "governor", "kernel", "versions")
+FINGERPRINT = ("cpu_model", "cores", "governor", "kernel", "versions", "gpu")
 # What pooled repeats must share besides the fingerprint: the same build of the same code.
 BUILD = ("binary_sha256", "harness_commit")
 # inject_slowdown and fault exist so that a test can run the same job slower or failing; a key
@@ -67,7 +67,9 @@ def job_key(job: dict) -> tuple[str, dict]:
 
 
 def fingerprint(env: dict) -> dict:
-    return {k: env.get(k) for k in FINGERPRINT}
+    """What must be the same for two results to be compared: the machine, and its GPU's
+    identity for a GPU job (not its clocks of the moment)."""
+    return {**{k: env.get(k) for k in FINGERPRINT}, "gpu": gpuinfo.fingerprint(env.get("gpu"))}
 
 
 def from_results(results: list[tuple[str, dict]]) -> dict[str, Measurement]:

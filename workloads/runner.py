@@ -16,7 +16,7 @@ from datetime import datetime, timezone
 
 import numpy as np
 
-from . import datasets, envinfo, memory
+from . import datasets, envinfo, gpuinfo, memory
 from .jsonfile import write_atomic
 from .clock import PhaseClock
 from .loop import TrainState, emit, train
@@ -51,6 +51,7 @@ def main(make_engine, packages: tuple[str, ...], argv=None) -> int:
             result["job"] = json.load(f)
         spec = JobSpec.from_dict(result["job"])
         result["env"]["harness_commit"] = spec.harness_commit
+        result["env"]["gpu"] = gpuinfo.facts(spec.device)
         model = spec.model()
         points = model.input_shape[0] if model.points else 0     # a point model's clouds keep this many
         train_split = datasets.load(spec.workload.dataset, "train", spec.hyper.train_samples,
