@@ -82,8 +82,7 @@ def test_fail_on_change_also_fails_on_an_improvement(tmp_path):
 
 
 def test_every_result_records_the_machines_load_during_its_job(runs):
-    """The load fields hold together: the runner's CPU time and other work's fit in the
-    cores x wall time between the samples, which cover the runner's own wall time."""
+    """Every job of a real run has its load record, of this machine, and the runner's own CPU time."""
     results = Store(runs["root"]).results(runs["base"].split(",")[0])
     assert len(results) == 5
     for r in results:
@@ -91,11 +90,31 @@ def test_every_result_records_the_machines_load_during_its_job(runs):
         assert set(load) == {"wall_seconds", "cores", "loadavg_1m_start", "loadavg_1m_end",
                              "cpu_seconds_other", "steal_seconds"}
         assert load["cores"] == os.sysconf("SC_NPROCESSORS_ONLN")
-        assert load["wall_seconds"] >= r["wall_seconds"] - 0.02       # uptime ticks in 10 ms
         assert 0 < r["cpu_seconds"] and 0 <= load["cpu_seconds_other"]
-        assert r["cpu_seconds"] + load["cpu_seconds_other"] <= 1.05 * load["cores"] * load["wall_seconds"] + 0.05
         assert load["steal_seconds"] is None or load["steal_seconds"] >= 0
         assert min(load["loadavg_1m_start"], load["loadavg_1m_end"]) >= 0
+
+
+# Two PROBE outputs of a two-core guest, 4 s apart (USER_HZ 100): the fields of /proc/stat's cpu
+# line are user nice system idle iowait irq softirq steal guest guest_nice
+BEFORE = ("1000.00 500.00\n0.50 0.40 0.30 1/200 4242\n"
+          "cpu  10000 100 2000 50000 300 40 60 70 0 0\ncpu0 5000 50 1000 25000 150 20 30 35 0 0\n"
+          "cpu1 5000 50 1000 25000 150 20 30 35 0 0\n100\n")
+AFTER = ("1004.00 501.00\n1.10 0.50 0.30 3/201 4250\n"
+         "cpu  10500 100 2100 50180 300 45 75 90 0 0\ncpu0 5300 50 1050 25050 150 22 37 45 0 0\n"
+         "cpu1 5200 50 1050 25130 150 23 38 45 0 0\n100\n")
+
+
+def test_the_load_record_is_the_difference_of_the_kernels_counters():
+    """busy = user + nice + system + irq + softirq: 500 + 100 + 5 + 15 ticks = 6.2 s over 4 s of
+    two cores; the runner's own 3.5 s of it leave 2.7 s of other work, and steal is 0.2 s."""
+    load = machine_load.during(machine_load.parse(BEFORE), machine_load.parse(AFTER), 3.5)
+    assert load == {"wall_seconds": 4.0, "cores": 2, "loadavg_1m_start": 0.5, "loadavg_1m_end": 1.1,
+                    "cpu_seconds_other": 2.7, "steal_seconds": 0.2}
+    assert machine_load.contention(load) == pytest.approx((2.7 + 0.2) / 8)
+    assert machine_load.during(machine_load.parse(BEFORE), machine_load.parse(AFTER), None)["cpu_seconds_other"] is None
+    assert machine_load.during(machine_load.parse(AFTER), machine_load.parse(BEFORE), 3.5) is None   # not later
+    assert machine_load.parse("no /proc here\n") is None
 
 
 def test_a_job_beside_a_cpu_hog_records_the_hogs_cpu_as_other_work(tmp_path):
