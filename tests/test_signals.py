@@ -40,6 +40,17 @@ def gone(pid: int) -> None:
         time.sleep(0.01)
 
 
+def assert_interrupted(err: str, results: Path, signame: str, ended: int) -> str:
+    """The run's last line says what the signal left (one job interrupted, one never started)
+    and how to finish it, with no traceback; returns the run id."""
+    run_id = Store(results).latest()
+    assert err.strip().splitlines()[-1] == (
+        f"run {run_id}: interrupted by {signame}: {ended} jobs ended, 1 interrupted, 1 not started; "
+        f"finish it with: zobench run --resume {run_id} --results {results}")
+    assert "Traceback" not in err
+    return run_id
+
+
 def by_method(store: Store, run_id: str) -> dict:
     return {r["job"]["method"]: r for r in store.results(run_id)}
 
@@ -49,12 +60,8 @@ def test_ctrl_c_kills_the_running_job_keeps_the_rest_and_resume_finishes_it(tmp_
                  "--method", "elastic-zo:1", *TINY)
     launched(tmp_path, "*.full-zo.*", proc, "launch")                # its runner is up (loading torch)
     rc, err = stopped(proc, signal.SIGINT)
-    store = Store(tmp_path)
-    run_id = store.latest()
     assert rc == 130
-    assert err.strip().splitlines()[-1] == (f"run {run_id}: interrupted by SIGINT: 1 jobs ended, 1 interrupted, 1 not started; "
-                                           f"finish it with: zobench run --resume {run_id} --results {tmp_path}")
-    assert "Traceback" not in err
+    store, run_id = Store(tmp_path), assert_interrupted(err, tmp_path, "SIGINT", ended=1)
     r = by_method(store, run_id)
     assert r["full-bp"]["status"] == "ok"
     assert r["full-zo"]["status"] == "interrupted"
@@ -78,12 +85,8 @@ def test_sigterm_then_a_second_signal_kill_a_hung_runner_and_exit_143(tmp_path):
     proc.send_signal(signal.SIGTERM)
     gone(launch["pid"])
     rc, err = stopped(proc, signal.SIGINT)                           # a second signal, during the shutdown
-    store = Store(tmp_path)
-    run_id = store.latest()
     assert rc == 143
-    assert err.strip().splitlines()[-1] == (f"run {run_id}: interrupted by SIGTERM: 0 jobs ended, 1 interrupted, 1 not started; "
-                                           f"finish it with: zobench run --resume {run_id} --results {tmp_path}")
-    assert "Traceback" not in err
+    store, run_id = Store(tmp_path), assert_interrupted(err, tmp_path, "SIGTERM", ended=0)
     (r,) = store.results(run_id)
     assert r["job"]["method"] == "full-zo" and r["status"] == "interrupted"
     assert r["error"] == "interrupted by SIGTERM; the runner's process group was killed"
