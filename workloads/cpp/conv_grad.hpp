@@ -1,5 +1,6 @@
-// The weight gradient of a convolution of any kernel size, shared by the FP32 and INT8
-// networks (their fast paths are the 5x5 templates of LeNet-5's shapes).
+// What the FP32 and INT8 networks share for a convolution of any kernel size (their fast paths
+// are the 5x5 templates of LeNet-5's shapes): its weight gradient, and the repacking of its
+// weights for the input gradient and for kernels that want output channels innermost.
 #pragma once
 #include <cstddef>
 
@@ -28,4 +29,20 @@ inline void conv_weight_grad_any(G* dw, const E* err, const A* inpad, int B, int
                         }
                     dw[((size_t(oc) * C + ic) * KH + kh) * KW + kw] += s;
                 }
+}
+
+// wt[c][o] = w[o][c]: a weight [O][C] with its output channels innermost
+template <class T>
+inline void transpose(T* wt, const T* w, int O, int C) {
+    for (int o = 0; o < O; ++o)
+        for (int c = 0; c < C; ++c) wt[size_t(c) * O + o] = w[size_t(o) * C + c];
+}
+
+// wf[ic][oc][KH-1-kh][KW-1-kw] = w[oc][ic][kh][kw]: the weights of the input-gradient convolution
+template <class T>
+inline void flip_weights(T* wf, const T* w, int C, int OC, int KH, int KW) {
+    const int T_ = KH * KW;
+    for (int oc = 0; oc < OC; ++oc)
+        for (int ic = 0; ic < C; ++ic)
+            for (int t = 0; t < T_; ++t) wf[(size_t(ic) * OC + oc) * T_ + T_ - 1 - t] = w[(size_t(oc) * C + ic) * T_ + t];
 }

@@ -88,13 +88,7 @@ inline void conv_forward(float* out, const float* inpad, const float* w, const f
 // The same convolution for layers with many output channels (conv2: 16): the output
 // channels are the SIMD lanes, so every tap is one broadcast input value times one weight
 // vector, for P neighbouring pixels at once (P*OC accumulators stay in registers). wt holds
-// the weights transposed to [C][5][5][OC] (transpose_conv_weights), made once per forward.
-template <int C, int OC>
-inline void transpose_conv_weights(float* wt, const float* w) {
-    for (int oc = 0; oc < OC; ++oc)
-        for (int t = 0; t < C * 25; ++t) wt[t * OC + oc] = w[oc * C * 25 + t];
-}
-
+// the weights transposed to [C][5][5][OC] (transpose), made once per forward.
 template <int C, int OC, int H, int W, int P>
 __attribute__((always_inline)) inline void conv_tile(float* out, const float* inpad, const float* __restrict wt,
                                                      const float* bias, int h, int x0) {
@@ -151,7 +145,7 @@ inline void conv_bias_grad(float* db, const float* dout, int B, int OC, int HW) 
 //   keeps the five kw taps of one (oc, ic, kh) as five accumulator rows over the batch, so each
 //   row of dout is loaded once for five taps (the register-row scheme of conv_forward);
 // - the input gradient is itself a convolution: of dout padded by 2 with the weights flipped
-//   and transposed (flip_conv_weights), i.e. conv_forward<OC, C, H, W, false>.
+//   and transposed (flip_weights), run by conv().
 template <int C, int OC, int H, int W>
 inline void conv_weight_grad(float* dw, float* db, const float* dout, const float* inpad, int B) {
     constexpr int HP = H + 4, WP = W + 4;
@@ -177,14 +171,6 @@ inline void conv_weight_grad(float* dw, float* db, const float* dout, const floa
     conv_bias_grad(db, dout, B, OC, H * W);
 }
 
-// wf[ic][oc][kh][kw] = w[oc][ic][4-kh][4-kw]: the weights of the input-gradient convolution
-template <int C, int OC>
-inline void flip_conv_weights(float* wf, const float* w) {
-    for (int oc = 0; oc < OC; ++oc)
-        for (int ic = 0; ic < C; ++ic)
-            for (int t = 0; t < 25; ++t) wf[(ic * OC + oc) * 25 + 24 - t] = w[(oc * C + ic) * 25 + t];
-}
-
 // ---- any convolution, stride 1, input given padded (planes of (H + KH - 1) x (W + KW - 1)) ----
 // The runtime-sized twin of conv_forward: one output row accumulated in place over all taps.
 inline void conv_forward_any(float* out, const float* inpad, const float* w, const float* bias, int B, int C, int OC,
@@ -206,14 +192,6 @@ inline void conv_forward_any(float* out, const float* inpad, const float* w, con
             }
 }
 
-// wf[ic][oc][KH-1-kh][KW-1-kw] = w[oc][ic][kh][kw]: the weights of the input-gradient convolution
-inline void flip_weights(float* wf, const float* w, int C, int OC, int KH, int KW) {
-    const int T = KH * KW;
-    for (int oc = 0; oc < OC; ++oc)
-        for (int ic = 0; ic < C; ++ic)
-            for (int t = 0; t < T; ++t) wf[(size_t(ic) * OC + oc) * T + T - 1 - t] = w[(size_t(oc) * C + ic) * T + t];
-}
-
 // The shapes with fast paths: 5x5 kernels on LeNet-5's (C, OC, output H, W). The forward picks
 // the output-channel-lane kernel for 16 or more output channels, the row kernel otherwise; wk:
 // scratch for the repacked weights (C * OC * KH * KW floats).
@@ -226,7 +204,7 @@ inline void conv(float* out, const float* inpad, const float* w, const float* bi
     if (C == c && OC == oc && H == h && W == w_) {                                                 \
         if constexpr (oc >= 16) {                                                                  \
             if (relu && bias) {                                                                    \
-                transpose_conv_weights<c, oc>(wk, w);                                              \
+                transpose(wk, w, oc, c * 25);                                                      \
                 return conv_forward_oc<c, oc, h, w_>(out, inpad, wk, bias, B);                     \
             }                                                                                      \
         }                                                                                          \
@@ -260,10 +238,6 @@ inline void conv_weight_grad(float* dw, float* db, const float* dout, const floa
 // written; BP through the max needs only each maximum's point, which `argmax` (may be null)
 // receives, the first maximum as PyTorch routes it. bias may be null (no bias): the kernel is
 // also the input gradient of a pointwise layer, din[r] = sum_o d[r][o] w[o], with wt = w as it is.
-inline void transpose(float* wt, const float* w, int O, int C) {
-    for (int o = 0; o < O; ++o)
-        for (int c = 0; c < C; ++c) wt[size_t(c) * O + o] = w[size_t(o) * C + c];
-}
 
 #if defined(__AVX512F__)
 constexpr int PW_NR = 32;

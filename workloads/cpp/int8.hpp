@@ -83,6 +83,8 @@ inline int requant_shift(const int32_t* acc, size_t n) {
 }
 
 inline int requant_value(int32_t a, int s) { return clamp127(s > 0 ? round_shift(a, s) : a); }
+// the same, then the ReLU: an activation in [0, 127]
+inline uint8_t requant_relu(int32_t a, int s) { return uint8_t(std::max(requant_value(a, s), 0)); }
 
 // ---- the dot product every layer is made of: activations (uint8 in [0, 127], or int8
 // errors) x int8 weights -> int32 ----

@@ -1,4 +1,5 @@
-// The INT8 network of zobench-train: LeNet-5 without biases, trained NITI-style with
+// The INT8 network of zobench-train: any network of the description's layer kinds (models.py),
+// without biases, trained NITI-style with
 // int8 weights, activations and errors and one power-of-two exponent per tensor
 // (docs/int8.md; workloads/int8.py is the reference it agrees with bit for bit).
 //
@@ -12,7 +13,8 @@
 // accumulators are never stored, only each cloud's and channel's maximum (and, for BP, that
 // of every block of points).
 // All are allocated once, in the constructor, and buffer_bytes counts them all. Each
-// activation is uint8: it is a ReLU output or pixel >> 1, so in [0, 127].
+// activation is uint8: a ReLU output or pixel >> 1, so in [0, 127]; only a point cloud's input
+// coordinates are signed int8 held in that buffer (the first layer reads them as such).
 #pragma once
 #include <omp.h>
 
@@ -159,20 +161,12 @@ inline void conv_forward_packed(int32_t* acc, const uint8_t* inpad, int8_t* wk, 
 }
 
 // conv [OC][C][5][5] -> the input-gradient convolution's [C][OC][5][5] flipped, padded
-inline void flip_weights(int8_t* wf, const int8_t* w, int C, int OC) {
+inline void flip_weights_padded(int8_t* wf, const int8_t* w, int C, int OC) {
     const int KP = padded(OC * 25);
     std::memset(wf, 0, size_t(C) * KP);
     for (int oc = 0; oc < OC; ++oc)
         for (int ic = 0; ic < C; ++ic)
             for (int t = 0; t < 25; ++t) wf[ic * KP + oc * 25 + 24 - t] = w[(oc * C + ic) * 25 + t];
-}
-
-// [OC][C][KH][KW] -> [C][OC][KH][KW] flipped: the runtime-sized input-gradient convolution's weights
-inline void flip_weights_any(int8_t* wf, const int8_t* w, int C, int OC, int KH, int KW) {
-    const int T = KH * KW;
-    for (int oc = 0; oc < OC; ++oc)
-        for (int ic = 0; ic < C; ++ic)
-            for (int t = 0; t < T; ++t) wf[(size_t(ic) * OC + oc) * T + T - 1 - t] = w[(size_t(oc) * C + ic) * T + t];
 }
 
 // requantize a conv output, ReLU, and 2x2 max-pool into `pooled` (pad = its zero border);
@@ -182,7 +176,7 @@ inline void flip_weights_any(int8_t* wf, const int8_t* w, int C, int OC, int KH,
 inline int requant_relu_pool(uint8_t* out, uint8_t* pooled, int pad, const int32_t* acc, int BC, int H, int W) {
     const int s = requant_shift(acc, size_t(BC) * H * W);
     const int OH = H / 2, OW = W / 2, PH = OH + 2 * pad, PW = OW + 2 * pad;
-    auto act = [s](int32_t a) { const int v = requant_value(a, s); return uint8_t(v > 0 ? v : 0); };
+    auto act = [s](int32_t a) { return requant_relu(a, s); };
 #pragma omp parallel for schedule(static)
     for (int bc = 0; bc < BC; ++bc) {
         if (out)
@@ -330,21 +324,11 @@ inline void conv_forward_any(int32_t* acc, const A* inpad, const int8_t* w, int 
 }
 
 // acc[r][o] = in[r] . w[o] for signed inputs (a point cloud's few coordinates): each input
-// value times a row of wt, w transposed to [I][O] (I * O bytes), the output channels as SIMD lanes
+// value times a row of wt, w transposed to [I][O] (I * O bytes), the output channels as SIMD
+// lanes -- fc_input_grad's product with wt in place of the error's weights
 inline void rows_forward_signed(int32_t* acc, const int8_t* in, int8_t* wt, const int8_t* w, long R, int I, int O) {
-    for (int o = 0; o < O; ++o)
-        for (int c = 0; c < I; ++c) wt[size_t(c) * O + o] = w[size_t(o) * I + c];
-#pragma omp parallel for schedule(static)
-    for (long r = 0; r < R; ++r) {
-        int32_t* a = acc + size_t(r) * O;
-        std::fill(a, a + O, 0);
-        for (int c = 0; c < I; ++c) {
-            const int32_t v = in[size_t(r) * I + c];
-            const int8_t* wr = wt + size_t(c) * O;
-#pragma omp simd
-            for (int o = 0; o < O; ++o) a[o] += v * int32_t(wr[o]);
-        }
-    }
+    transpose(wt, w, O, I);
+    fc_input_grad(acc, in, wt, int(R), O, I);
 }
 
 // acc[r][o] = in[r] . w[o] for the R rows of a pointwise layer (uint8 activations). With VNNI,
@@ -543,7 +527,7 @@ inline int pointwise_gmax_forward(uint8_t* pooled, int* argmax, int32_t* mx, int
             }
     }
     const int s = shift_of_max(uint32_t(std::max<int64_t>(hi, -int64_t(lo))));
-    auto act = [s](int32_t a) { const int v = requant_value(a, s); return uint8_t(v > 0 ? v : 0); };
+    auto act = [s](int32_t a) { return requant_relu(a, s); };
 #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < size_t(B) * O; ++i) {
         const uint8_t m = pooled[i] = act(mx[i]);
@@ -565,7 +549,7 @@ inline int pointwise_gmax_forward(uint8_t* pooled, int* argmax, int32_t* mx, int
 // accumulators), as the reference routes it. Returns the exponent increment.
 inline int requant_relu_gmax(uint8_t* pooled, int* argmax, const int32_t* acc, int B, int N, int O) {
     const int s = requant_shift(acc, size_t(B) * N * O);
-    auto act = [s](int32_t a) { const int v = requant_value(a, s); return uint8_t(v > 0 ? v : 0); };
+    auto act = [s](int32_t a) { return requant_relu(a, s); };
     constexpr int CB = 256;  // the running maxima of CB channels, while the rows stream past in order
 #pragma omp parallel for collapse(2) schedule(static)
     for (int b = 0; b < B; ++b)
@@ -645,7 +629,7 @@ struct Net {
     std::vector<uint8_t> grad_planes;
     std::vector<int64_t> grad_sums;
 
-    // LeNet-5's convolutions run shape-specialised kernels (int8.hpp); every other shape the
+    // LeNet-5's convolutions run shape-specialised kernels (above); every other shape the
     // runtime-sized ones
     static bool fast(const Layer& L) {
         return L.kind == CONV2D && L.KH == 5 && L.KW == 5 && L.pad == 2 &&
@@ -795,10 +779,10 @@ struct Net {
             if (L.kind == CONV2D) {  // a convolution of the error padded by kernel - 1 - padding, weights flipped
                 pad_rect(errpad.data(), d, B * L.O, L.OH, L.OW, L.KH - 1 - L.pad, L.KW - 1 - L.pad);
                 if (fast(L) && L.C == 6) {
-                    flip_weights(wflip.data(), Wt(l), L.C, L.O);
+                    flip_weights_padded(wflip.data(), Wt(l), L.C, L.O);
                     conv_forward<16, 6, 14, 14>(ea, errpad.data(), wflip.data(), B);
                 } else {
-                    flip_weights_any(wflip.data(), Wt(l), L.C, L.O, L.KH, L.KW);
+                    flip_weights(wflip.data(), Wt(l), L.C, L.O, L.KH, L.KW);
                     conv_forward_any(ea, errpad.data(), wflip.data(), B, L.O, L.C, L.H, L.W, L.KH, L.KW);
                 }
             } else if (L.pool != GLOBAL_MAX) {  // pointwise_gmax_backward made a global max's
