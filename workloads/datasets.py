@@ -241,8 +241,11 @@ def load(name: str, split: str, limit: int = 0, data_dir: str | None = None, pre
         raise DatasetError(f"unknown dataset {name!r}; expected one of {', '.join(DATASETS)}")
     if is_points(name):
         return _load_points(name, split, limit, data_dir, precision, points)
-    images, labels = _digits_split(split) if name == "digits" else _idx_split(name, split, data_dir)
-    if limit:   # a copy, so the full split is freed and does not count in the runner's RSS
-        images, labels = images[:limit].copy(), labels[:limit].copy()
+    if name == "digits":
+        images, labels = _digits_split(split)
+        if limit:   # a copy, so the full split is freed and does not count in the runner's RSS
+            images, labels = images[:limit].copy(), labels[:limit].copy()
+    else:           # read_idx copies only the first `limit` records out of the file
+        images, labels = _idx_split(name, split, data_dir, limit)
     lut = (np.arange(256) >> 1).astype(np.int8) if precision == "int8" else lookup_table(name)
     return Split(np.ascontiguousarray(images), labels.astype(np.int64), lut)
