@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from harness import compare, machine_load, measurements  # noqa: E402
 from harness.store import Store  # noqa: E402
-from testkit.compare_runs import run  # noqa: E402
+from testkit.compare_runs import COMPARE_SIDES, run  # noqa: E402
 
 ESTIMATORS = ("min", "median")
 
@@ -80,8 +80,7 @@ def measure(trials: int, narrow: list[str], keep: Path | None) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         store = Store(keep or Path(tmp))
         for _ in range(trials):
-            tally.trial(store, *(run(store, ["--suite", "ci", *narrow, *extra])
-                                 for extra in ([], [], ["--set", "inject_slowdown=0.2"])))
+            tally.trial(store, *(run(store, ["--suite", "ci", *narrow, *extra]) for _, extra in COMPARE_SIDES))
     tally.totals()
     print(f"{time.perf_counter() - t0:.0f} s for {3 * trials} runs")
 
@@ -95,7 +94,8 @@ def evaluate(folder: Path) -> None:
     tally = Tally()
     for i in range(0, len(ids) - 2, 3):
         slowdowns = [store.results(r)[0]["job"]["hyper"].get("inject_slowdown", 0) for r in ids[i:i + 3]]
-        assert slowdowns == [0, 0, 0.2], f"{ids[i:i + 3]} are not a trial (inject_slowdown {slowdowns})"
+        expected = [float(extra[-1].partition("=")[2]) if extra else 0 for _, extra in COMPARE_SIDES]
+        assert slowdowns == expected, f"{ids[i:i + 3]} are not a trial (inject_slowdown {slowdowns})"
         tally.trial(store, *ids[i:i + 3])
     tally.totals()
 

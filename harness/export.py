@@ -54,9 +54,8 @@ def check(source: str, measurements: dict[str, Measurement]) -> None:
 
 def pytest_benchmark(source: str, measurements: dict[str, Measurement]) -> str:
     check(source, measurements)
-    first = next(iter(measurements.values()), None)
-    fp = first.fingerprint if first else {}
-    commit = first.harness_commit if first else ""
+    first = next(iter(measurements.values()))     # check() refused a run with none
+    fp, commit = first.fingerprint, first.harness_commit
     doc = {
         "machine_info": {"node": "", "processor": "", "machine": platform.machine(),
                          "python_implementation": platform.python_implementation(),
