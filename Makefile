@@ -35,6 +35,7 @@ bench: setup-test
 	$(BIN)/python benchmarks/int8.py --model pointnet --steps 6 --repeats 3
 	$(BIN)/python benchmarks/farm_parallel.py
 	$(BIN)/python benchmarks/compare_noise.py
+	$(BIN)/python benchmarks/gpu.py
 
 clean:
 	rm -rf $(VENV) results .pytest_cache

@@ -1,7 +1,8 @@
 """`zobench compare BASELINE CURRENT`: a regression gate that ignores noise.
 
-The gate works per job key (measurements.py), on the per-step time and on the peak memory.
-A change counts only when it passes both tests:
+The gate works per job key (measurements.py), on the per-step time, the peak memory (the GPU's
+peak allocation for a cuda job, the process's peak RSS otherwise) and, where a power meter
+measured it on both sides, the energy per step. A change counts only when it passes both tests:
 - it is significant by a two-sided Mann-Whitney U test over the repeats (alpha 0.05), and
 - it is larger than a relative threshold (default 5%) between the two sides' estimates.
 
@@ -16,7 +17,8 @@ The statistical test alone flags tiny but consistent shifts. A bare percentage a
 false alarms on noisy runners. And when other work kept the machine busy through every
 repeat of a side, even its fastest repeat is slow: each job records the machine's load
 (machine_load.py), and a key whose step time the load kept from measuring the code is "noisy"
-rather than regressed, improved or unchanged. Each key ends up in one of these states
+rather than regressed, improved or unchanged (its energy too: a step that takes longer draws
+the device's idle power longer). Each key ends up in one of these states
 (docs/compare.md):
 - improved, regressed or unchanged;
 - noisy: a side ran under load it did not cause, enough to make or hide a change;
@@ -41,7 +43,6 @@ from .measurements import FINGERPRINT, Measurement
 
 ALPHA = 0.05
 ESTIMATORS = {"min": min, "median": statistics.median}
-METRICS = (("step_time", "step_s", "ms/step", 1e3), ("peak_memory", "peak_rss", "MiB", 2 ** -20))
 STATUSES = ("regressed", "improved", "noisy", "unchanged", "not comparable", "missing")
 COMPARED = ("regressed", "improved", "unchanged")
 # A key's step time is judged only when the load let it measure the code (docs/compare.md):
@@ -53,6 +54,25 @@ EXIT_CODES = ("exit codes: 0 no regression; 1 a key regressed (--fail-on-change:
               "2 bad input; 3 no key was compared (every key missing, not comparable or noisy)")
 
 
+@dataclass(frozen=True)
+class Metric:
+    """A quantity the gate judges. Its samples are those of the first of `sources` that both
+    sides measured; a key where no source is shared is not judged on it (no meter, no GPU)."""
+    name: str                  # its key in a verdict's metrics
+    title: str                 # its column in the table
+    unit: str
+    scale: float               # from the samples' unit (s, bytes, J) to `unit`
+    loaded: bool               # a neighbour's CPU load moves it: not judged on a noisy key
+    sources: tuple             # (Measurement attribute, what it measures), preferred first
+
+
+METRICS = (Metric("step_time", "step time", "ms/step", 1e3, True, (("step_s", ""),)),
+           # a GPU's own allocation: the process's RSS of a cuda job is mostly CUDA's libraries
+           Metric("peak_memory", "peak memory", "MiB", 2 ** -20, False,
+                  (("device_peak", "device"), ("peak_rss", "host RSS"))),
+           Metric("energy", "energy", "J/step", 1.0, True, (("joules_per_step", ""),)))
+
+
 @dataclass
 class MetricChange:
     baseline: float            # the estimate (min or median), in the metric's unit
@@ -60,6 +80,7 @@ class MetricChange:
     change: float              # relative: current / baseline - 1
     p_value: float
     significant: bool          # p < alpha and |change| > threshold
+    measures: str = ""         # which source both sides had, where a metric has several
 
 
 @dataclass
@@ -134,6 +155,33 @@ def noise(b: Measurement, c: Measurement, step: MetricChange, estimate, threshol
                           else f"unknown in {other})"))
 
 
+def judged(b: Measurement, c: Measurement, estimate, threshold: float) -> tuple[dict, list[str]]:
+    """Each metric's change where both sides measured it, and a note for each that one side
+    measured alone (a power meter added since the baseline): not judged, and not a failure."""
+    metrics, notes = {}, []
+    for metric in METRICS:
+        change = judge(metric, b, c, estimate, threshold)
+        if change is not None:
+            metrics[metric.name] = change
+        elif lone := [side for side, m in (("baseline", b), ("current", c))
+                      if any(getattr(m, attr) for attr, _ in metric.sources)]:
+            notes.append(f"{metric.title} measured in {lone[0]} only: not judged")
+    return metrics, notes
+
+
+def judge(metric: Metric, b: Measurement, c: Measurement, estimate, threshold: float) -> MetricChange | None:
+    """The change of a metric between the two sides' estimates; None where they share no source."""
+    for attr, what in metric.sources:
+        xb, xc = getattr(b, attr), getattr(c, attr)
+        if xb and xc:
+            mb, mc = estimate(xb), estimate(xc)
+            change = mc / mb - 1 if mb else 0.0
+            p = mann_whitney_p(xb, xc)
+            return MetricChange(mb * metric.scale, mc * metric.scale, change, p,
+                                p < ALPHA and abs(change) > threshold, what)
+    return None
+
+
 def compare(base: dict[str, Measurement], cur: dict[str, Measurement], threshold: float,
             estimator: str) -> list[Verdict]:
     estimate, out = ESTIMATORS[estimator], []
@@ -154,15 +202,11 @@ def compare(base: dict[str, Measurement], cur: dict[str, Measurement], threshold
                 f"{k} {was[k]!r} -> {now[k]!r}" for k in changed)))
             continue
         v, notes = Verdict(key, "unchanged"), []
-        for name, attr, _, scale in METRICS:
-            xb, xc = getattr(b, attr), getattr(c, attr)
-            mb, mc = estimate(xb), estimate(xc)
-            change = mc / mb - 1 if mb else 0.0
-            p = mann_whitney_p(xb, xc)
-            v.metrics[name] = MetricChange(mb * scale, mc * scale, change, p, p < ALPHA and abs(change) > threshold)
+        v.metrics, unjudged = judged(b, c, estimate, threshold)
         noisy = noise(b, c, v.metrics["step_time"], estimate, threshold)
         # peak memory does not grow with a neighbour's CPU load: its verdict stands either way
-        decisive = [m for name, m in v.metrics.items() if m.significant and not (noisy and name == "step_time")]
+        loaded = {m.name for m in METRICS if m.loaded}
+        decisive = [m for name, m in v.metrics.items() if m.significant and not (noisy and name in loaded)]
         if any(m.change > 0 for m in decisive):
             v.status = "regressed"
         elif decisive:
@@ -176,7 +220,7 @@ def compare(base: dict[str, Measurement], cur: dict[str, Measurement], threshold
             notes.append("one repeat: epochs used as samples (correlated)")
         elif n < 4:
             notes.append(f"only {n} repeats: too few for the test to find a change")
-        v.reason = "; ".join(notes)
+        v.reason = "; ".join(notes + unjudged)
         out.append(v)
     return out
 
@@ -206,10 +250,11 @@ def exit_code(verdicts: list[Verdict], fail_on_change: bool) -> tuple[int, str]:
     return 0, ""
 
 
-def _cells(v: Verdict) -> list[str]:
+def _cells(v: Verdict, shown: list[Metric]) -> list[str]:
     cells = []
-    for name, _, unit, _ in METRICS:
-        m = v.metrics.get(name)
+    for metric in shown:
+        m = v.metrics.get(metric.name)
+        unit = f"{metric.unit} {m.measures}".rstrip() if m else ""
         cells.append(f"{m.baseline:.3f} -> {m.current:.3f} {unit} ({100 * m.change:+.1f}%, p={m.p_value:.3f})"
                      if m else "")
     return cells
@@ -221,8 +266,9 @@ def render(verdicts: list[Verdict], fmt: str, base_name: str, cur_name: str, thr
         return jsonfile.dumps({"baseline": base_name, "current": cur_name, "threshold": threshold, "alpha": ALPHA,
                                "estimator": estimator,
                                "summary": counts(verdicts), "verdicts": [asdict(v) for v in verdicts]})
-    head = ["job key", "status", "step time", "peak memory", "note"]
-    rows = [[v.key, v.status, *_cells(v), v.reason] for v in verdicts]
+    shown = [m for m in METRICS if any(m.name in v.metrics for v in verdicts)]     # energy: where a meter was
+    head = ["job key", "status", *(m.title for m in shown), "note"]
+    rows = [[v.key, v.status, *_cells(v, shown), v.reason] for v in verdicts]
     title = (f"zobench compare {base_name} -> {cur_name}: {summary(verdicts)} "
              f"(Mann-Whitney U, alpha {ALPHA}, threshold {100 * threshold:g}% between the {estimator}s)")
     if fmt == "markdown":

@@ -4,8 +4,8 @@
   One round is one repeat's mean step time, in seconds. `stats.data` holds the rounds, so
   pytest-benchmark's `compare` and any other reader of that format work on it. Under
   `extra_info.zobench` it also carries what `zobench compare` needs to read the file back as
-  a baseline: the key, the peak RSS and the machine's load of each repeat, and the target's
-  fingerprint.
+  a baseline: the key, each repeat's peak RSS, GPU peak allocation (cuda jobs), energy per step
+  (where measured) and machine's load, and the target's fingerprint.
 - csv: one row per job key, with medians, for spreadsheets.
 
 A run with no ok result, or one whose repeats disagree on the fingerprint (resumed after an
@@ -68,6 +68,7 @@ def pytest_benchmark(source: str, measurements: dict[str, Measurement]) -> str:
             "group": m.facts["workload"], "name": m.key, "fullname": f"zobench::{source}::{m.key}",
             "params": m.facts, "param": m.key,
             "extra_info": {"zobench": {"key": m.key, "facts": m.facts, "peak_rss_bytes": m.peak_rss,
+                                       "device_peak_bytes": m.device_peak, "joules_per_step": m.joules_per_step,
                                        "per_epoch": m.per_epoch, "load": m.load, "fingerprint": m.fingerprint,
                                        "binary_sha256": m.binary_sha256, "harness_commit": m.harness_commit}},
             "options": {"disable_gc": False, "timer": "time.perf_counter", "min_rounds": len(m.step_s),
@@ -85,12 +86,15 @@ def csv_text(source: str, measurements: dict[str, Measurement]) -> str:
     out = io.StringIO()
     w = csv.writer(out)
     w.writerow(["workload", "method", "precision", "runtime", "target", "threads", "hyper", "repeats", "median_ms_per_step",
-                "min_ms_per_step", "max_ms_per_step", "median_peak_rss_mib", "cpu_model", "harness_commit"])
+                "min_ms_per_step", "max_ms_per_step", "median_peak_rss_mib", "median_device_peak_mib",
+                "median_joules_per_step", "cpu_model", "harness_commit"])
     for m in measurements.values():
         f = m.facts
         w.writerow([f["workload"], f["method"], f["precision"], f["runtime"], f["target"], f["threads"], f["hyper"],
                     len(m.peak_rss),
                     f"{1000 * statistics.median(m.step_s):.4f}", f"{1000 * min(m.step_s):.4f}",
                     f"{1000 * max(m.step_s):.4f}", f"{statistics.median(m.peak_rss) / 2 ** 20:.2f}",
+                    f"{statistics.median(m.device_peak) / 2 ** 20:.2f}" if m.device_peak else "",
+                    f"{statistics.median(m.joules_per_step):.6g}" if m.joules_per_step else "",
                     m.fingerprint.get("cpu_model") or "", m.harness_commit])
     return out.getvalue()

@@ -4,10 +4,11 @@
 file back through it as well. A key is everything that sets the work a job does: workload,
 method, precision, runtime, target, thread count and the hyperparameters that differ from
 their defaults (so a batch-size change is a new key, never a "regression"); only the
-test-only knobs that make a job slower or fail on purpose stay out of it. Its samples are the
-per-step time and the peak RSS of each repeat, with the machine's load during each repeat.
-A single repeat falls back to its per-epoch step times: they are correlated, so a comparison
-says when it used them.
+test-only knobs that make a job slower or fail on purpose stay out of it. Its samples are, per
+repeat, the per-step time, the peak RSS, the GPU's peak allocation (a cuda job) and the energy
+per step (where a meter measured it), with the machine's load during each repeat. A single
+repeat falls back to its per-epoch step times (and per-epoch energy): they are correlated, so a
+comparison says when it used them.
 """
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from workloads import gpuinfo, vocab
 from workloads.spec import Hyper
 
 from .errors import UserError
-from .schema import step_seconds
+from .schema import joules_per_step, step_seconds
 from .store import Store
 
 FINGERPRINT = ("cpu_model", "cores", "governor", "kernel", "versions", "gpu")
@@ -46,13 +47,18 @@ class Measurement:
     harness_commit: str = ""
     load: list = field(default_factory=list)      # each repeat's result["load"] (None where unknown)
     disagreement: str = ""                        # how its repeats' fingerprints differ ("" = they agree)
+    device_peak: list = field(default_factory=list)      # bytes torch allocated at most, per cuda repeat
+    joules_per_step: list = field(default_factory=list)  # J, per repeat (or epoch) a meter measured
 
 
-def hyper_key(hyper: dict) -> str:
-    """The hyperparameters that differ from workloads.spec.Hyper's defaults, in its field order."""
+def hyper_key(hyper: dict, device: str = "cpu") -> str:
+    """The hyperparameters that differ from their defaults, in workloads.spec.Hyper's field
+    order. The spec resolves the warm-up to its device's default, which is a default still: a
+    result from before there was a warm-up (none in its hyper) keeps the key it had."""
+    defaults = {**HYPER_DEFAULTS, "warmup_steps": vocab.WARMUP_STEPS[device]}
     order = {k: i for i, k in enumerate(HYPER_DEFAULTS)}
     return " ".join(f"{k}={v}" for k, v in sorted(hyper.items(), key=lambda kv: (order.get(kv[0], len(order)), kv[0]))
-                    if k not in KEY_IGNORES and (k not in HYPER_DEFAULTS or v != HYPER_DEFAULTS[k]))
+                    if k not in KEY_IGNORES and (k not in defaults or v != defaults[k]))
 
 
 def job_key(job: dict) -> tuple[str, dict]:
@@ -61,7 +67,8 @@ def job_key(job: dict) -> tuple[str, dict]:
     facts = {"workload": f"{w.get('model', 'lenet5')}/{w.get('dataset', 'fashion-mnist')}",
              "method": vocab.method_key(job["method"], job.get("bp_layers", 0)), "precision": precision,
              "runtime": job.get("runtime", "torch"), "target": job.get("target", ""),
-             "threads": job.get("threads", 0), "hyper": hyper_key(job.get("hyper") or {})}
+             "threads": job.get("threads", 0),
+             "hyper": hyper_key(job.get("hyper") or {}, job.get("device", "cpu"))}
     words = [*list(facts.values())[:5], f"threads={facts['threads'] or 'auto'}", facts["hyper"]]
     return " ".join(w for w in words if w), facts
 
@@ -91,14 +98,20 @@ def from_results(results: list[tuple[str, dict]]) -> dict[str, Measurement]:
         if not m.disagreement:      # pooled runs, or a run resumed after an upgrade
             m.disagreement = "; ".join(f"{k} {id0[k]!r} ({where0}) vs {identity[k]!r} ({where})"
                                        for k in identity if identity[k] != id0[k])
+        memory = r.get("memory") or {}
         m.step_s.append(step_seconds(r))
-        m.peak_rss.append((r.get("memory") or {}).get("peak_rss_bytes") or 0)
+        m.peak_rss.append(memory.get("peak_rss_bytes") or 0)
+        for samples, x in ((m.device_peak, memory.get("device_peak_bytes")), (m.joules_per_step, joules_per_step(r))):
+            if x is not None:       # no GPU, no meter, or a result from before either was measured
+                samples.append(x)
         m.load.append(r.get("load"))
-        epochs[key] = [(e["seconds"], r["steps"] / len(r["epochs"])) for e in r.get("epochs") or []]
+        epochs[key] = [(e["seconds"], e.get("joules"), r["steps"] / len(r["epochs"])) for e in r.get("epochs") or []]
     for key, m in out.items():
         if len(m.step_s) == 1 and len(epochs[key]) > 1:
-            m.step_s = [seconds / steps for seconds, steps in epochs[key]]
+            m.step_s = [seconds / steps for seconds, _, steps in epochs[key]]
             m.per_epoch = True
+            if m.joules_per_step and all(joules is not None for _, joules, _ in epochs[key]):
+                m.joules_per_step = [joules / steps for _, joules, steps in epochs[key]]
     return out
 
 
@@ -172,6 +185,10 @@ def from_benchmark(b: dict) -> Measurement:
         for k, v in (rec or {}).items():
             if v is not None:
                 number(v, f"{where}extra_info.zobench.load[{j}].{k}", positive=False)
+    # an export from before zobench measured a GPU's memory or energy has neither: unknown
+    optional = {attr: numbers(z[name], f"{where}extra_info.zobench.{name}", positive=False)
+                if z.get(name) not in (None, []) else []
+                for attr, name in (("device_peak", "device_peak_bytes"), ("joules_per_step", "joules_per_step"))}
     return Measurement(z["key"], z["facts"], numbers(b["stats"]["data"], f"{where}stats.data", positive=True),
                        numbers(z["peak_rss_bytes"], f"{where}extra_info.zobench.peak_rss_bytes", positive=False),
-                       z["per_epoch"], z["fingerprint"], z["binary_sha256"], z["harness_commit"], load)
+                       z["per_epoch"], z["fingerprint"], z["binary_sha256"], z["harness_commit"], load, **optional)

@@ -22,10 +22,10 @@ else:  # pragma: no cover
 
 # What each runtime implements: per precision the devices it trains on, the methods and the data
 # sets it reads; every other combination is left out of a plan, with the reason. (The int8
-# reference computes on CPU tensors; the C++ binary reads the data sets stored as IDX files, not
-# scikit-learn's digits, which are made on the board.)
+# reference computes on the job's device, exactly on a GPU too; the C++ binary reads the data sets
+# stored as IDX files, not scikit-learn's digits, which are made on the board.)
 SUPPORT = {
-    "torch": {"devices": {"fp32": ("cpu", "cuda"), "int8": ("cpu",)}, "methods": vocab.METHODS,
+    "torch": {"devices": {"fp32": ("cpu", "cuda"), "int8": ("cpu", "cuda")}, "methods": vocab.METHODS,
               "datasets": datasets.DATASETS},
     "cpp": {"devices": {"fp32": ("cpu",), "int8": ("cpu",)}, "methods": vocab.METHODS,
             "datasets": tuple(d for d in datasets.DATASETS if d != "digits")},

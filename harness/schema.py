@@ -1,6 +1,6 @@
 """What a result file and a run's plan hold: the checks that a result follows schema 1
 (docs/results.md) before it enters the store and whenever it is read back from it, and the
-one derived number every table, chart and gate reads, ms/step.
+derived numbers every table, chart and gate reads: ms/step and J/step.
 
 A loss that is not finite (the runners write it as null, named under "nonfinite") leaves a
 result valid and its status ok: the job did all its steps and its timing and memory are real
@@ -8,6 +8,7 @@ measurements; the divergence is the run's outcome, shown in the tables, not an e
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import re
 
@@ -25,6 +26,13 @@ REQUIRED = {
 JOB = {"job_id": str, "method": str, "runtime": str, "target": str, "bp_layers": int, "workload": dict}
 # A job id names files (RESULTS/runs/<run>/<job_id>.json): no separator, no leading dot.
 JOB_ID = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*")
+# The meters a result's energy can come from (workloads/energy.py, docs/results.md); null when
+# none was read.
+ENERGY_SOURCES = ("nvml", "rapl", "ina3221", "tegrastats")
+# The optional figures a runner adds, null where it could not measure them (an older result
+# lacks them: unknown). A GPU's memory only on a cuda job.
+DEVICE_MEMORY = ("device_peak_bytes", "device_reserved_peak_bytes", "device_used_bytes")
+ENERGY_FIGURES = ("joules", "joules_per_step", "avg_power_w")
 
 
 def problems(r) -> list[str]:
@@ -57,12 +65,53 @@ def problems(r) -> list[str]:
     for key in ("peak_rss_bytes", "baseline_rss_bytes"):
         if not isinstance(r["memory"].get(key), int):
             out.append(f"memory.{key} must be an integer")
-    for e in r["epochs"]:
+    for key in DEVICE_MEMORY:
+        out += _amount(r["memory"].get(key), f"memory.{key}", int)
+    for i, e in enumerate(r["epochs"]):
         if not isinstance(e, dict) or not {"epoch", "seconds", "train_loss"} <= set(e):
             out.append("an epoch record lacks epoch, seconds or train_loss")
             break
+        out += _amount(e.get("joules"), f"epochs[{i}].joules", NUMBER)
+    out += _warmup(r.get("warmup")) + _energy(r.get("energy"))
     if r["status"] == "ok" and not isinstance(r.get("model"), dict):
         out.append("an ok result needs model")
+    return out
+
+
+def _amount(x, where: str, kind) -> list[str]:
+    """What is wrong with x as an optional measured amount: null (unknown) or a finite number >= 0."""
+    if x is None:
+        return []
+    if isinstance(x, bool) or not isinstance(x, kind) or not math.isfinite(x) or x < 0:
+        return [f"{where}: {json.dumps(x)[:40]} is not {'an integer' if kind is int else 'a finite number'} >= 0"]
+    return []
+
+
+def _warmup(w) -> list[str]:
+    """The untimed warm-up before training: absent or null in a result written before there was one."""
+    if w is None:
+        return []
+    if not isinstance(w, dict) or not isinstance(w.get("steps"), int) or not isinstance(w.get("seconds"), NUMBER):
+        return ["warmup needs steps (an integer) and seconds"]
+    return _amount(w["steps"], "warmup.steps", int) + _amount(w["seconds"], "warmup.seconds", NUMBER)
+
+
+def _energy(e) -> list[str]:
+    """The timed loop's energy: absent or null in a result written before zobench measured it; a
+    figure may be null only where `unavailable` says why, and a number needs the meter it came from."""
+    if e is None:
+        return []
+    if not isinstance(e, dict):
+        return ["energy must be an object"]
+    out = [p for key in ENERGY_FIGURES for p in _amount(e.get(key), f"energy.{key}", NUMBER)]
+    if e.get("source") is not None and e["source"] not in ENERGY_SOURCES:
+        out.append(f"energy.source {e['source']!r} is not null or one of {', '.join(ENERGY_SOURCES)}")
+    if not (e.get("unavailable") is None or isinstance(e["unavailable"], str)):
+        out.append("energy.unavailable must be null or a string")
+    elif e.get("joules") is None and not e.get("unavailable"):
+        out.append("energy.joules is null and energy.unavailable gives no reason")
+    elif e.get("joules") is not None and e.get("source") is None:
+        out.append("energy.joules needs its source")
     return out
 
 
@@ -100,3 +149,9 @@ def step_seconds(r: dict) -> float | None:
     that failed or timed out before its runner reported a training time): unknown, not 0."""
     steps, seconds = r.get("steps") or 0, r.get("train_seconds") or 0.0
     return seconds / steps if steps > 0 and seconds > 0 else None
+
+
+def joules_per_step(r: dict) -> float | None:
+    """Energy of the timed training loop per optimizer step; None where no meter measured it
+    (a CPU job, the C++ runner, a result written before zobench measured energy): unknown."""
+    return (r.get("energy") or {}).get("joules_per_step")

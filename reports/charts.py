@@ -2,7 +2,7 @@
 
 Each chart takes `ok`: one row per job group that ended ok (report._chart_groups), with
 its method label, precision, panel (runtime and target, plus workload when there are
-several), phase times, memory and loss curves. A method keeps one colour in every chart,
+several), phase times, memory, energy and loss curves. A method keeps one colour in every chart,
 and a phase keeps one colour in every report. Every axis is labelled with its unit.
 """
 from __future__ import annotations
@@ -157,24 +157,72 @@ def memory(ok: pd.DataFrame, palette: dict, models: dict) -> Figure:
     return fig
 
 
-def peak_rss(ok: pd.DataFrame, palette: dict) -> Figure:
-    """The measured peak RSS: the runtime's baseline (grey) plus what training adds (method colour)."""
+def peak_memory(ok: pd.DataFrame, palette: dict) -> Figure:
+    """The measured peak memory, one panel per runtime and target: a CPU job's RSS, and a cuda
+    job's GPU memory (its panel says so), each drawn as a whole (grey) and the part that is the
+    method's (its colour)."""
     fig, axes, panels = panel_axes(ok, height=3.4)
+    kinds = set()
     for ax, panel, g in panels:
-        x = range(len(g))
-        ax.bar(x, g["baseline_mib"], width=0.6, color="0.85", edgecolor="0.5")
-        ax.bar(x, g["peak_mib"] - g["baseline_mib"], bottom=g["baseline_mib"], width=0.6,
-               color=[palette[m] for m in g["mlabel"]], edgecolor="0.3")
-        for i, peak in enumerate(g["peak_mib"]):
-            ax.annotate(f"{peak:.1f}", (i, peak), xytext=(0, 2), textcoords="offset points", ha="center",
-                        va="bottom", fontsize=7)
+        gpu = g["device_peak_mib"].notna().any()
+        (_gpu_bars if gpu else _rss_bars)(ax, g, palette)
+        ax.set(title=f"{panel}: GPU memory" if gpu else panel,
+               ylabel="peak GPU memory (MiB)" if gpu else "peak resident memory (MiB)")
         label_bars(ax, g, palette)
-        ax.set(title=panel, ylabel="peak resident memory (MiB)")
-        ax.set_ylim(0, 1.15 * g["peak_mib"].max())
-    axes.flat[-1].legend(handles=[Patch(facecolor="0.85", edgecolor="0.5", label="RSS before training\n(runtime + data)"),
-                                  Patch(facecolor="white", edgecolor="0.3", label="training increment\n(method colour)")],
+        kinds.add(gpu)
+    legend = {False: [Patch(facecolor="0.85", edgecolor="0.5", label="RSS before training\n(runtime + data)"),
+                      Patch(facecolor="white", edgecolor="0.3", label="training increment\n(method colour)")],
+              True: [Patch(facecolor="0.85", edgecolor="0.5", hatch="..",
+                           label="GPU: NVML used, as nvidia-smi\nshows it (context, caches)"),
+                     Patch(facecolor="white", edgecolor="0.3", hatch="//",
+                           label="GPU: torch's peak allocation\n(method colour)")]}
+    axes.flat[-1].legend(handles=[h for gpu in (False, True) if gpu in kinds for h in legend[gpu]],
                          loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False, fontsize=8)
-    fig.suptitle("Measured peak RSS; bar labels in MiB")
+    fig.suptitle("Measured peak memory: host RSS for CPU jobs, GPU memory for cuda jobs; bar labels in MiB")
+    return fig
+
+
+def _rss_bars(ax, g: pd.DataFrame, palette: dict) -> None:
+    """The runtime's baseline RSS (grey) plus what training adds (method colour)."""
+    x = range(len(g))
+    ax.bar(x, g["baseline_mib"], width=0.6, color="0.85", edgecolor="0.5")
+    ax.bar(x, g["peak_mib"] - g["baseline_mib"], bottom=g["baseline_mib"], width=0.6,
+           color=[palette[m] for m in g["mlabel"]], edgecolor="0.3")
+    _annotate(ax, g["peak_mib"], "{:.1f}")
+    ax.set_ylim(0, 1.15 * g["peak_mib"].max())
+
+
+def _gpu_bars(ax, g: pd.DataFrame, palette: dict) -> None:
+    """NVML's used memory (grey, where the runner read it: the CUDA context and torch's cache
+    included, what the MeZO paper reports) behind torch's peak allocation (method colour)."""
+    x = range(len(g))
+    ax.bar(x, g["device_used_mib"].fillna(0), width=0.6, color="0.85", edgecolor="0.5", hatch="..")
+    ax.bar(x, g["device_peak_mib"], width=0.4, color=[palette[m] for m in g["mlabel"]], edgecolor="0.3", hatch="//")
+    _annotate(ax, g["device_used_mib"], "{:.0f}")
+    _annotate(ax, g["device_peak_mib"], "{:.1f}")
+    ax.set_ylim(0, 1.15 * g[["device_used_mib", "device_peak_mib"]].max().max())
+
+
+def _annotate(ax, values: pd.Series, fmt: str) -> None:
+    """Each known value above its bar."""
+    for i, v in enumerate(values):
+        if pd.notna(v):
+            ax.annotate(fmt.format(v), (i, v), xytext=(0, 2), textcoords="offset points", ha="center",
+                        va="bottom", fontsize=7)
+
+
+def energy(metered: pd.DataFrame, palette: dict) -> Figure:
+    """Energy per optimizer step of the timed training loop (eval excluded), one bar per method
+    and precision, one panel per runtime and target (with its meter), like the step time's."""
+    fig, axes, panels = panel_axes(metered, height=3.4)
+    for ax, panel, g in panels:
+        ax.bar(range(len(g)), g["j_step"], width=0.6, color=[palette[m] for m in g["mlabel"]], edgecolor="0.3")
+        _annotate(ax, g["j_step"], "{:.3g}")
+        ax.set_ylim(0, 1.15 * g["j_step"].max())
+        label_bars(ax, g, palette)
+        meters = ", ".join(dict.fromkeys(g["energy_source"].dropna()))
+        ax.set(title=f"{panel} (meter: {meters})", ylabel="energy per optimizer step (J)")
+    fig.suptitle("Energy per optimizer step of the timed training loop (eval excluded); bar labels in J")
     return fig
 
 

@@ -4,6 +4,8 @@ Everything comes from one DataFrame with a row per result, so the tables and
 the charts cannot disagree about what a number means. Only jobs that ended ok
 are charted (a failed job has no phases or epochs to draw), but every job is in
 the table, with its error, so a bar missing from a chart is always explained.
+Likewise a job without a power meter is left out of the energy chart and table
+with the reason its result gives.
 """
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ from matplotlib.figure import Figure
 
 from harness import memory_model
 from harness.errors import UserError
-from harness.schema import step_seconds
+from harness.schema import joules_per_step, step_seconds
 from workloads.spec import JobSpec
 from workloads.vocab import METHODS, PAPER_CONFIGS, TRAIN_PHASES, method_label, precision_key
 
@@ -35,7 +37,10 @@ KNOWN = [method_label(m, k) for m, k in PAPER_CONFIGS]
 CHARTS = {"time_breakdown": "Training time per optimizer step, by phase, per runtime and target (Fig. 7 shape)",
           "cross_device": "Step time normalised per board to its Full ZO FP32, for comparing boards",
           "memory": "Analytic memory by method and part (Figs. 4-5 shape), with the measured training increment",
-          "peak_rss": "Measured peak resident memory: RSS before training plus the training increment",
+          "peak_memory": "Measured peak memory: a CPU job's RSS (before training plus the training increment), a "
+                         "cuda job's GPU memory (torch's peak allocation, and NVML's used memory as nvidia-smi shows it)",
+          "energy": "Energy per optimizer step of the timed training loop, per method and precision "
+                    "(jobs with a power meter)",
           "loss": "Train and test loss per epoch, per precision (Figs. 2-3 shape)",
           "int8_ratios": "INT8 vs FP32: speed-up and memory ratio, measured and analytic"}
 CSS = """body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}
@@ -43,9 +48,11 @@ table{border-collapse:collapse;margin:1em 0;font-size:.9em}th,td{border:1px soli
 th{background:#f0f0f0}td{text-align:right}img{max-width:100%}figcaption{color:#555;font-size:.9em}"""
 
 
-def build(store, run_ids: list[str], out: Path | None = None, targets=(), methods=()) -> Path:
+def build(store, run_ids: list[str], out: Path | None = None, targets=(), methods=(),
+          accuracy: float | None = None) -> Path:
     """The report of the runs' results, of only the given targets and methods when named
-    (a method as full-zo, elastic-zo or elastic-zo:K)."""
+    (a method as full-zo, elastic-zo or elastic-zo:K); `accuracy` (%) is the test accuracy the
+    energy-to-accuracy table counts up to (default: per workload, what every charted job reaches)."""
     plans = [store.run_plan(r) for r in run_ids]    # first: an unknown run makes no folder
     df = _load(store, run_ids, plans)
     if targets:
@@ -64,16 +71,19 @@ def build(store, run_ids: list[str], out: Path | None = None, targets=(), method
     draw = {"time_breakdown": lambda: charts.time_breakdown(ok, palette),
             "cross_device": lambda: charts.cross_device(ok, palette),
             "memory": lambda: charts.memory(ok, palette, models),
-            "peak_rss": lambda: charts.peak_rss(ok, palette),
+            "peak_memory": lambda: charts.peak_memory(ok, palette),
+            "energy": lambda: charts.energy(ok[ok["j_step"].notna()], palette),
             "loss": lambda: charts.loss_curves(ok, palette),
             "int8_ratios": lambda: charts.int8_ratios(ratios, palette)}
+    if not ok["j_step"].notna().any():      # the report says why in a line instead of an empty chart
+        del draw["energy"]
     with sns.axes_style("whitegrid"), sns.plotting_context("notebook", font_scale=0.85):
         for name, make in draw.items():
             fig = make() if len(ok) else _nothing_to_chart()
             fig.tight_layout()
             for ext in ("png", "svg"):
                 fig.savefig(out / f"{name}.{ext}", dpi=120, bbox_inches="tight")
-    blocks = _blocks(run_ids, plans, df, ok, ratios)
+    blocks = _blocks(run_ids, plans, df, ok, ratios, accuracy) + [("img", name) for name in draw]
     (out / "report.md").write_text(_markdown(blocks))
     (out / "report.html").write_text(_html(blocks, out, f"zobench report: {', '.join(run_ids)}"))
     return out / "report.html"
@@ -110,6 +120,7 @@ def _load(store, run_ids: list[str], plans: list[dict]) -> pd.DataFrame:
         for r in store.results(run_id, plan):
             job, steps, mem = r["job"], r.get("steps") or 0, r.get("memory") or {}
             phases, last = r.get("phases") or {}, (r.get("epochs") or [{}])[-1]
+            energy = r.get("energy") or {}
             rows.append({
                 "run_id": run_id, "job_id": job["job_id"], "repeat": job.get("repeat", 0),
                 **{k: job[k] for k in ("method", "bp_layers", "runtime", "target")},
@@ -125,12 +136,19 @@ def _load(store, run_ids: list[str], plans: list[dict]) -> pd.DataFrame:
                 "peak_mib": (mem.get("peak_rss_bytes") or math.nan) / MIB,
                 "baseline_mib": (mem.get("baseline_rss_bytes") or math.nan) / MIB,
                 "buffers_mib": (mem.get("buffers_bytes") or math.nan) / MIB,
+                # a cuda job's GPU memory: torch's peak allocation, and NVML's used (nvidia-smi's figure)
+                "device_peak_mib": _nan(mem.get("device_peak_bytes")) / MIB,
+                "device_used_mib": _nan(mem.get("device_used_bytes")) / MIB,
+                "j_step": _nan(joules_per_step(r)), "energy_source": energy.get("source"),
+                "no_energy": energy.get("unavailable") or "its result records no energy (written before zobench "
+                                                          "measured it)",
+                "steps_per_epoch": steps / len(r["epochs"]) if r.get("epochs") else math.nan,
                 **{p: 1000 * phases[p]["seconds"] / steps if steps and p in phases else math.nan
                    for p in TRAIN_PHASES},
                 "train_loss": _nan(last.get("train_loss")), "test_loss": _nan(last.get("test_loss")),
                 "test_acc": 100 * _nan(last.get("test_accuracy")),
-                "epochs": [{**e, **{k: _nan(e.get(k)) for k in ("train_loss", "test_loss")}}
-                           for e in r.get("epochs") or []],
+                "epochs": [{**e, **{k: _nan(e.get(k)) for k in ("train_loss", "test_loss", "joules")},
+                            "test_acc": 100 * _nan(e.get("test_accuracy"))} for e in r.get("epochs") or []],
                 "env": r.get("env") or {},
             })
     if not rows:
@@ -151,11 +169,14 @@ def _chart_groups(df: pd.DataFrame) -> pd.DataFrame:
     """The ok jobs, one row per group (the label names the group uniquely)."""
     ok = df[df["status"] == "ok"]
     means = ok.groupby("label", sort=False)[["ms_step", "peak_mib", "baseline_mib", "buffers_mib", "test_acc",
+                                             "device_peak_mib", "device_used_mib", "j_step", "steps_per_epoch",
                                              *TRAIN_PHASES]].mean()
     firsts = ok.groupby("label", sort=False)[["mlabel", "method", "bp_layers", "precision", "runtime", "target",
-                                              "workload", "panel", "variant", "batch", "model", "network"]].first()
-    curves = pd.Series({label: pd.DataFrame([e for es in s for e in es]).groupby("epoch")[["train_loss", "test_loss"]]
-                        .mean() for label, s in ok.groupby("label", sort=False)["epochs"]}, name="curve", dtype=object)
+                                              "workload", "panel", "variant", "batch", "model", "network",
+                                              "energy_source", "no_energy"]].first()
+    curves = pd.Series({label: pd.DataFrame([e for es in s for e in es]).groupby("epoch")[
+        ["train_loss", "test_loss", "test_acc", "joules"]].mean()
+        for label, s in ok.groupby("label", sort=False)["epochs"]}, name="curve", dtype=object)
     return pd.concat([firsts, means, curves], axis=1).rename_axis("label").reset_index()
 
 
@@ -170,12 +191,14 @@ def _int8_ratios(ok: pd.DataFrame) -> pd.DataFrame:
         f, i = f.iloc[0], i.iloc[0]
         analytic = [memory_model.breakdown(f["network"], f["method"], int(f["batch"]), p, int(f["bp_layers"]))
                     .total_bytes for p in ("fp32", "int8")]
-        # the binary reports its exact allocation; a Python runtime only its whole process's peak RSS
-        col = "buffers_mib" if pd.notna(f["buffers_mib"]) and pd.notna(i["buffers_mib"]) else "peak_mib"
+        # the binary reports its exact allocation, a cuda job its GPU's; a Python runtime on a CPU
+        # only its whole process's peak RSS
+        col = next((c for c in ("buffers_mib", "device_peak_mib") if pd.notna(f[c]) and pd.notna(i[c])), "peak_mib")
         name = label.split(" (")[0].replace("ElasticZO ", "ElasticZO\n")
         rows.append({"mlabel": label, "config": f"{name}\n{panel}", "panel": panel,
                      "fp32_ms": f["ms_step"], "int8_ms": i["ms_step"], "speedup": f["ms_step"] / i["ms_step"],
-                     "memory": "allocated buffers" if col == "buffers_mib" else "peak RSS",
+                     "memory": {"buffers_mib": "allocated buffers", "device_peak_mib": "GPU peak allocation",
+                                "peak_mib": "peak RSS"}[col],
                      "fp32_mib": f[col], "int8_mib": i[col], "memory_ratio": f[col] / i[col],
                      "analytic_ratio": analytic[0] / analytic[1]})
     return pd.DataFrame(rows)
@@ -191,8 +214,9 @@ def _nothing_to_chart() -> Figure:
 
 
 def _blocks(run_ids: list[str], plans: list[dict], df: pd.DataFrame, ok: pd.DataFrame,
-            ratios: pd.DataFrame) -> list[tuple[str, object]]:
-    """The report as a list of (kind, content), rendered once as Markdown and once as HTML."""
+            ratios: pd.DataFrame, accuracy: float | None) -> list[tuple[str, object]]:
+    """The report up to its charts as a list of (kind, content), rendered once as Markdown and
+    once as HTML."""
     runs = pd.DataFrame({"run": run_ids, "suite": [p.get("suite") for p in plans],
                          "created": [p.get("created_at") for p in plans],
                          "jobs": [len(p["jobs"]) for p in plans],
@@ -220,13 +244,62 @@ def _blocks(run_ids: list[str], plans: list[dict], df: pd.DataFrame, ok: pd.Data
             t[col] = t[col].map(lambda v: f"{v:.2f}")
         blocks += [("h2", "INT8 vs FP32"),
                    ("p", "Measured step time and memory: for the C++ binary its exact allocation "
-                         "(memory.buffers_bytes), for a Python runtime its whole process's peak RSS, most of "
-                         "which is the framework; and the analytic memory ratio of Eqs. 2-4 over 13-15."),
+                         "(memory.buffers_bytes), for a cuda job torch's peak allocation on the GPU "
+                         "(memory.device_peak_bytes), for a Python runtime on a CPU its whole process's peak RSS, "
+                         "most of which is the framework; and the analytic memory ratio of Eqs. 2-4 over 13-15."),
                    ("table", t.rename(columns={"mlabel": "method", "panel": "runtime · target", "fp32_ms": "FP32 ms/step",
                                                "int8_ms": "INT8 ms/step", "speedup": "speed-up x",
                                                "fp32_mib": "FP32 MiB", "int8_mib": "INT8 MiB",
                                                "memory_ratio": "memory x", "analytic_ratio": "analytic memory x"}))]
-    return blocks + [("h2", "Charts")] + [("img", name) for name in CHARTS]
+    return blocks + (_energy_blocks(ok, accuracy) if len(ok) else []) + [("h2", "Charts")]
+
+
+def _energy_blocks(ok: pd.DataFrame, accuracy: float | None) -> list[tuple[str, object]]:
+    """The energy section: the energy-to-accuracy table of the jobs a power meter measured, and
+    in one line the jobs it leaves out, each with its result's reason."""
+    unmetered = ok[ok["j_step"].isna()]
+    why = "; ".join(f"on {target} ({', '.join(dict.fromkeys(g['runtime']))}), {reason}"
+                    for (target, reason), g in unmetered.groupby(["target", "no_energy"], sort=False))
+    if len(unmetered) == len(ok):
+        return [("h2", "Energy"), ("p", f"No job measured its energy, so there is no energy chart: {why}.")]
+    goals = _accuracy_goals(ok, accuracy)
+    how = ("--energy-accuracy" if accuracy is not None else
+           "the lowest final test accuracy among its charted jobs, which every one of them reaches")
+    caption = ("Energy of the timed training loop (eval excluded) until the first epoch whose test accuracy "
+               "reached X: the sum of the epochs' measured joules, or J/step x steps per epoch x epochs where "
+               "a job measured none per epoch; - where it never did. X = "
+               + ", ".join(f"{x:.1f}% for {w}" for w, x in goals.items()) + f" ({how}).")
+    left_out = [("p", f"Left out of the energy chart and table: {why}.")] if why else []
+    return [("h2", "Energy"), ("p", caption), ("table", _energy_to_accuracy(ok, goals)), *left_out]
+
+
+def _accuracy_goals(ok: pd.DataFrame, accuracy: float | None) -> dict:
+    """Per workload with a metered job, the test accuracy (%) its energy is counted up to:
+    `accuracy`, or the lowest final test accuracy among the workload's charted groups, which
+    every method reaches, so that the table compares what each spent to get equally far."""
+    goals = {}
+    for workload, g in ok.groupby("workload", sort=False):
+        if g["j_step"].notna().any():
+            finals = [c["test_acc"].dropna().iloc[-1] for c in g["curve"] if c["test_acc"].notna().any()]
+            goals[workload] = accuracy if accuracy is not None else min(finals, default=math.nan)
+    return goals
+
+
+def _energy_to_accuracy(ok: pd.DataFrame, goals: dict) -> pd.DataFrame:
+    """Per metered job group: the energy its timed training spent up to its first epoch whose
+    test accuracy reached its workload's goal."""
+    rows = []
+    for _, g in ok[ok["j_step"].notna()].iterrows():
+        c = g["curve"]
+        # the epochs' own measurements where the runner took them, else the loop's mean per step
+        spent = (c["joules"].cumsum() if c["joules"].notna().all()
+                 else g["j_step"] * g["steps_per_epoch"] * pd.Series(range(1, len(c) + 1), index=c.index))
+        reached = c.index[c["test_acc"] >= goals[g["workload"]]]
+        rows.append({"method": g["mlabel"], "runtime · target": g["panel"], "precision": g["precision"],
+                     "epoch reached": str(reached[0]) if len(reached) else "-",
+                     "energy to reach J": f"{spent[reached[0]]:.2f}" if len(reached) else "-",
+                     "J/step": f"{g['j_step']:.4g}", "meter": g["energy_source"]})
+    return pd.DataFrame(rows)
 
 
 def _accuracy_table(ok: pd.DataFrame) -> pd.DataFrame:
@@ -248,15 +321,19 @@ def _machine(df: pd.DataFrame) -> tuple[str, object]:
 def _results_table(df: pd.DataFrame) -> pd.DataFrame:
     t = (df.groupby(["mlabel", *GROUP[2:], "status", "error"], sort=False)
          .agg(n=("job_id", "size"), steps=("steps", "mean"), ms_step=("ms_step", "mean"), train_s=("train_s", "mean"),
-              peak_mib=("peak_mib", "mean"), train_loss=("train_loss", "mean"), test_loss=("test_loss", "mean"),
-              test_acc=("test_acc", "mean"))
+              peak_mib=("peak_mib", "mean"), device_peak_mib=("device_peak_mib", "mean"), j_step=("j_step", "mean"),
+              train_loss=("train_loss", "mean"), test_loss=("test_loss", "mean"), test_acc=("test_acc", "mean"))
          .reset_index())
-    formats = {"steps": ".0f", "ms_step": ".2f", "train_s": ".2f", "peak_mib": ".1f",
-               "train_loss": ".3f", "test_loss": ".3f", "test_acc": ".1f"}
+    # a GPU's memory and the energy only where some job measured them: a CPU-only report keeps its shape
+    t = t.drop(columns=[c for c in ("device_peak_mib", "j_step") if t[c].isna().all()])
+    formats = {"steps": ".0f", "ms_step": ".2f", "train_s": ".2f", "peak_mib": ".1f", "device_peak_mib": ".1f",
+               "j_step": ".4g", "train_loss": ".3f", "test_loss": ".3f", "test_acc": ".1f"}
     for col, f in formats.items():
-        t[col] = t[col].map(lambda v: "-" if pd.isna(v) else format(v, f))
+        if col in t:
+            t[col] = t[col].map(lambda v: "-" if pd.isna(v) else format(v, f))
     return t.rename(columns={"mlabel": "method", "ms_step": "ms/step", "train_s": "train s",
-                             "peak_mib": "peak RSS MiB", "train_loss": "final train loss",
+                             "peak_mib": "peak RSS MiB", "device_peak_mib": "GPU peak MiB", "j_step": "J/step",
+                             "train_loss": "final train loss",
                              "test_loss": "final test loss", "test_acc": "test accuracy %"})
 
 

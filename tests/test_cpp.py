@@ -1,4 +1,5 @@
 """The C++ binary against the torch runner, natively and as the aarch64 build under qemu."""
+import copy
 import struct
 
 import numpy as np
@@ -6,7 +7,7 @@ import pytest
 
 from harness import schema
 from harness.artifacts import raw_idx
-from workloads.models import POINTNET
+from workloads.models import LENET5, POINTNET
 from workloads.vocab import PAPER_CONFIGS
 
 from testkit.agreement import assert_same_fp32_steps, assert_same_int8_run
@@ -42,6 +43,12 @@ def test_binary_result_follows_the_schema(native, data_dir, tmp_path):
     assert train == pytest.approx(r["train_seconds"], rel=0.02)
     assert r["phases"]["backward"]["calls"] == r["steps"] == 20
     assert r["memory"]["peak_rss_bytes"] >= r["memory"]["baseline_rss_bytes"] > 0
+    assert r["warmup"] == {"steps": 0, "seconds": 0.0}      # no hyper.warmup_steps: none
+    assert r["energy"] == NO_ENERGY
+
+
+NO_ENERGY = {"source": None, "joules": None, "joules_per_step": None, "avg_power_w": None,
+             "unavailable": "the C++ runner reads no power meter"}
 
 
 def test_binary_reports_a_missing_dataset_in_its_result(native, tmp_path):
@@ -131,7 +138,8 @@ def test_aarch64_build_runs_pointnet_under_qemu_cortex_a53(aarch64, points_dir, 
     assert arm["env"]["arch"] == "aarch64" and schema.problems(arm) == []
     assert_same_fp32_steps(run_runner(s, tmp_path / "torch"), arm, 6)
     s = small_spec(POINTNET, "elastic-zo", 2, points_dir, "int8", "integer")
-    assert_same_int8_run(run_runner(s, tmp_path / "torch8"), run_runner(s, tmp_path / "arm8", [*QEMU_A53, aarch64]))
+    warm = with_warmup(s, 2)       # the warm-up restores the weights on the aarch64 build too
+    assert_same_int8_run(run_runner(s, tmp_path / "torch8"), run_runner(warm, tmp_path / "arm8", [*QEMU_A53, aarch64]))
 
 
 @pytest.mark.parametrize("change,error", [
@@ -147,3 +155,61 @@ def test_binary_refuses_a_spec_without_a_model_it_can_run(native, data_dir, tmp_
     r = run_runner(s, tmp_path, native)
     assert r["status"] == "failed" and r["error"].startswith(error), r["error"]
     assert r["steps"] == 0 and r["model"] is None
+
+
+# ---- untimed warm-up steps (hyper.warmup_steps): outside every number, the weights restored ----
+
+def with_warmup(s: dict, n: int) -> dict:
+    s = copy.deepcopy(s)
+    s["hyper"]["warmup_steps"] = n
+    return s
+
+
+def expected_calls(method: str, steps: int) -> dict:
+    """Each phase's laps in one epoch of `steps` steps: two perturbed passes a ZO step, one a BP step."""
+    zo, bp = method != "full-bp", method != "full-zo"
+    passes = 2 if zo else 1
+    return {"data": steps, "zo_perturb": 2 * steps * zo, "forward": passes * steps, "loss": passes * steps,
+            "backward": steps * bp, "zo_update": steps * zo, "bp_update": steps * bp, "eval": 1}
+
+
+WARMUP_CONFIGS = [(LENET5, "fp32", "full-zo", 0, "float"), (LENET5, "fp32", "elastic-zo", 1, "float"),
+                  (LENET5, "fp32", "full-bp", 0, "float"), (LENET5, "int8", "full-bp", 0, "float"),
+                  (LENET5, "int8", "elastic-zo", 2, "integer"), (POINTNET, "int8", "elastic-zo", 1, "float"),
+                  (POINTNET, "fp32", "elastic-zo", 2, "float")]
+
+
+@pytest.mark.parametrize("model,precision,method,k,zo_loss", WARMUP_CONFIGS,
+                         ids=lambda c: getattr(c, "name", str(c)))
+def test_warmup_leaves_the_training_bit_identical(native, data_dir, points_dir, tmp_path, model, precision, method, k,
+                                                  zo_loss):
+    """Three warm-up steps on epoch 0's first batch, then the saved weights restored: the same
+    trace and final weights to the bit as without them, and none of it in the phases or steps."""
+    if model is LENET5:
+        s = job_spec(method, k, seed=3, steps=5, test_samples=32, data_dir=data_dir, precision=precision,
+                     zo_loss=zo_loss)
+    else:
+        s = small_spec(model, method, k, points_dir, precision, zo_loss)
+    steps = s["hyper"]["trace_steps"]
+    cold = run_runner(with_warmup(s, 0), tmp_path / "cold", native, check=True)
+    warm = run_runner(with_warmup(s, 3), tmp_path / "warm", native, check=True)
+    assert schema.problems(warm) == []
+    assert warm["model"]["weights_sha256"] == cold["model"]["weights_sha256"]
+    assert warm["trace"] == cold["trace"] and len(warm["trace"]) == steps    # losses, gradients, signs: exactly
+    for key in ("train_loss", "test_loss", "test_accuracy"):
+        assert warm["epochs"][0][key] == cold["epochs"][0][key]
+    assert cold["warmup"] == {"steps": 0, "seconds": 0.0}
+    assert warm["warmup"]["steps"] == 3 and warm["warmup"]["seconds"] > 0 and set(warm["warmup"]) == {"steps", "seconds"}
+    assert warm["steps"] == cold["steps"] == steps
+    for r in (cold, warm):
+        assert {name: p["calls"] for name, p in r["phases"].items()} == expected_calls(method, steps)
+        assert {name: p["calls"] for name, p in r["epochs"][0]["phases"].items()} == expected_calls(method, steps)
+        assert r["energy"] == NO_ENERGY
+
+
+@pytest.mark.parametrize("value", [-1, -5])
+def test_binary_refuses_a_negative_warmup(native, data_dir, tmp_path, value):
+    r = run_runner(with_warmup(spec("full-zo", 0, data_dir, steps=5), value), tmp_path, native)
+    assert r["status"] == "failed" and r["error"] == "hyper.warmup_steps: expected >= 0", r["error"]
+    assert r["steps"] == 0 and r["model"] is None and "warmup" not in r
+    assert r["energy"] == NO_ENERGY

@@ -1,6 +1,7 @@
 """zobench-z v1: known answers (docs/zrng.md) and the statistics SPSA relies on."""
 import numpy as np
 import pytest
+import torch
 
 from workloads import methods, zrng, zrng_torch
 from workloads.clock import PhaseClock
@@ -92,3 +93,26 @@ def test_training_with_z_drawn_by_torch_is_step_for_step_the_numpy_run(method, k
         a, b = (weights_sha256(e.weights()) for e in engines)
         assert a == b and a not in seen, t           # the same step, and a step that moved the weights
         seen.add(a)
+
+
+@pytest.mark.parametrize("start,count", [(0, 1), (3, zrng_torch.CHUNKS["cpu"] + 5)])
+def test_the_gpu_perturbation_adds_zobench_z_from_device_scalars(start, count):
+    """The perturbation a GPU runs (zrng_torch.perturb_, the key and alpha read from device
+    scalars as in a CUDA graph), run on CPU torch: w + 1.0 * z is z's bits exactly."""
+    key = zrng.stream_key(5, zrng.STREAM_ZO, 9)
+    w = torch.zeros(count)
+    zrng_torch.perturb_(w, torch.tensor(zrng_torch._int64(key)), torch.tensor(1.0, dtype=torch.float64), start)
+    assert np.array_equal(w.numpy().view(np.uint32), zrng.normal(key, start, count).view(np.uint32))
+
+
+def test_the_triton_perturbation_draws_zobench_z_on_the_gpu():
+    """Where Triton and a GPU are (not in CI: benchmarks/gpu.py checks it too), the fused kernel
+    adds the same z, over an awkward length and offset."""
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA")
+    from workloads import zrng_triton
+    key, n, start = zrng.stream_key(2**64 - 1, zrng.STREAM_ZO, 7), 1_000_003, 2**33 + 5
+    w = torch.zeros(n, device="cuda")
+    zrng_triton.perturb_(w, torch.tensor(zrng_torch._int64(key), device="cuda"),
+                         torch.tensor(1.0, device="cuda"), start)
+    assert np.array_equal(w.cpu().numpy().view(np.uint32), zrng.normal(key, start, n).view(np.uint32))

@@ -77,6 +77,34 @@ def _nvml_reader(index: int):
     return read
 
 
+def used_bytes(index: int) -> int | None:
+    """NVML's "used" memory of GPU `index` (what nvidia-smi shows); None where NVML is not."""
+    try:
+        return int(_nvml_reader(index)("nvmlDeviceGetMemoryInfo", "device").used)
+    except Exception:  # no NVML (a Jetson, or nvidia-ml-py not installed): unknown
+        return None
+
+
+def reset_peak(device) -> None:
+    """A cuda job's memory peaks from here on: training's, not warm-up's transient ones (what
+    warm-up left allocated, a CUDA graph's pool, still counts)."""
+    if device.type == "cuda":
+        import torch
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+def device_memory(device) -> dict:
+    """A cuda job's device memory: torch's peaks (allocated by tensors; reserved by the caching
+    allocator) and NVML's "used", the whole process's, context included (what nvidia-smi and
+    the MeZO paper report), read when training ends. Empty for a CPU job."""
+    if device.type != "cuda":
+        return {}
+    import torch
+    return {"device_peak_bytes": torch.cuda.max_memory_allocated(device),
+            "device_reserved_peak_bytes": torch.cuda.max_memory_reserved(device),
+            "device_used_bytes": used_bytes(device.index or 0)}
+
+
 def fingerprint(gpu: dict | None) -> dict | None:
     return None if gpu is None else {k: gpu.get(k) for k in FINGERPRINT}
 

@@ -15,7 +15,9 @@ float32 while n * 16129 <= 2^24, n <= 1040 (LeNet-5's forward pass: at most 784
 products; its error propagation; FC weight gradients for batches up to 1040), and in
 float64 for n < 5.6e11 (the convolutions' weight gradients, B * H * W products per
 weight; the pointwise layers', B * N). Requantization (round_shift) is exact on such
-floats too. The integer parts that need bit operations (the loss, the softmax error, the
+floats too. The same holds on a GPU as long as each product and sum is a plain float one:
+the runner turns cuDNN (Winograd and FFT convolutions are not exact) and TF32 off for an
+int8 job on cuda, and every tensor of the engine lives on the job's device. The integer parts that need bit operations (the loss, the softmax error, the
 rounding of updates) run on int64.
 """
 from __future__ import annotations
@@ -27,7 +29,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from . import zrng
+from . import gpuinfo, zrng, zrng_torch
 
 ACT_BITS = 7              # activations and errors are requantized to 7 bits + sign
 INPUT_EXP = -7            # the input is pixel >> 1 with exponent -7: [0, 1)
@@ -121,7 +123,7 @@ def ce_error(q: torch.Tensor, exp: int, y: torch.Tensor) -> torch.Tensor:
     d = (s - s.max(dim=1, keepdim=True).values + CE_OFFSET).clamp(min=0)
     p = (torch.ones_like(d) << d) - 1
     p = (p << ERR_BITS_IN) // p.sum(dim=1, keepdim=True)
-    rows = torch.arange(len(y))
+    rows = torch.arange(len(y), device=y.device)
     p[rows, y] -= p.sum(dim=1)
     return round_shift(p, 4).clamp(-127, 127)
 
@@ -129,7 +131,6 @@ def ce_error(q: torch.Tensor, exp: int, y: torch.Tensor) -> torch.Tensor:
 # 2^(f/64) in Q30 for f = 0..63: the fractional powers of two of the integer loss
 POW2_Q30 = tuple(round(2 ** (f / 64) * 2 ** 30) for f in range(64))
 LOSS_FRAC_BITS = 6
-_POW2_Q30 = torch.tensor(POW2_Q30)
 
 
 def integer_loss(q: torch.Tensor, exp: int, y: torch.Tensor) -> int:
@@ -143,7 +144,8 @@ def integer_loss(q: torch.Tensor, exp: int, y: torch.Tensor) -> int:
     m = s.max(dim=1, keepdim=True).values
     d = s - m
     ip = -(d >> LOSS_FRAC_BITS)
-    terms = torch.where(ip <= 30, _POW2_Q30[d & 63] >> ip.clamp(max=30), 0)   # below 2^-30 of the max: dropped
+    pow2 = torch.tensor(POW2_Q30, device=q.device)
+    terms = torch.where(ip <= 30, pow2[d & 63] >> ip.clamp(max=30), 0)   # below 2^-30 of the max: dropped
     acc = terms.sum(dim=1).tolist()
     return (sum(map(log2_fixed, acc)) - len(acc) * (30 << LOSS_FRAC_BITS) +
             int(m.sum()) - int(s.gather(1, y.view(-1, 1)).sum()))
@@ -168,14 +170,13 @@ def float_loss(q: torch.Tensor, exp: int, y: torch.Tensor) -> float:
     return float(F.cross_entropy(q.double() * 2.0 ** exp, y))
 
 
-def zo_noise(key: int, start: int, count: int, scale: int, threshold: int) -> np.ndarray:
-    """The sparse uniform perturbation z[i], int64: 0 with probability threshold/65536, else
-    uniform on [-scale, scale]; both from the 64 bits of zobench-z at index i."""
-    b = zrng.bits(key, start, count)
-    u = ((b & np.uint64(0xFFFFFFFF)) * np.uint64(2 * scale + 1)) >> np.uint64(32)
-    z = u.astype(np.int64) - scale
-    z[(b >> np.uint64(48)) < np.uint64(threshold)] = 0
-    return z
+def zo_noise(key: int, start: int, count: int, scale: int, threshold: int, device="cpu") -> torch.Tensor:
+    """The sparse uniform perturbation z[i], int64, drawn on `device`: 0 with probability
+    threshold/65536, else uniform on [-scale, scale]; both from the 64 bits of zobench-z at
+    index i (int64 bits: the low word is masked, the top 16 bits shifted and masked)."""
+    b = zrng_torch.bits(key, start, count, device)
+    z = (b & 0xFFFFFFFF).mul_(2 * scale + 1).bitwise_right_shift_(32).sub_(scale)
+    return z.masked_fill_(b.bitwise_right_shift(48).bitwise_and_(0xFFFF) < threshold, 0)
 
 
 def zo_update_shift(scale: int) -> int:
@@ -254,25 +255,29 @@ class Int8Engine:
 
     def __init__(self, spec, model):
         self.model = model
+        self.device = torch.device(spec.device)
         q, self.exps = init_weights(model, spec.seed)
-        self.q = torch.from_numpy(q.astype(np.float32))
+        self.q = torch.from_numpy(q.astype(np.float32)).to(self.device)
         self.sizes = [math.prod(l.weight_shape) for l in model.layers]
         self.offsets = [sum(self.sizes[:i]) for i in range(len(self.sizes))]
         self.first_bp = model.first_bp_layer(spec.method, spec.bp_layers)
         self.n_zo = sum(self.sizes[:self.first_bp])
         self.n_bp = sum(self.sizes) - self.n_zo
         self.scale = spec.hyper.zo_scale
-        self.grad = {i: torch.zeros(self.sizes[i], dtype=torch.float64)     # exact integer sums
+        self.grad = {i: torch.zeros(self.sizes[i], dtype=torch.float64, device=self.device)     # exact integer sums
                      for i in range(self.first_bp, len(model.layers))}
         self.kept = []
         self.z, self.z_key = None, None   # this step's z, drawn once for its three uses
+        if self.device.type == "cuda":
+            self.sync = torch.cuda.synchronize
 
     def w(self, i: int) -> torch.Tensor:
         o = self.offsets[i]
         return self.q[o:o + self.sizes[i]].view(self.model.layers[i].weight_shape)
 
     def load_batch(self, x, y):
-        return torch.from_numpy(np.asarray(x, dtype=np.float32)), torch.from_numpy(np.asarray(y, dtype=np.int64))
+        return (torch.from_numpy(np.asarray(x, dtype=np.float32)).to(self.device),
+                torch.from_numpy(np.asarray(y, dtype=np.int64)).to(self.device))
 
     def forward(self, x, keep: bool):
         """Logits (values, exponent) and, if keep, every layer's input and pre-pool output.
@@ -345,7 +350,7 @@ class Int8Engine:
         as the ONNX Runtime runner does: drawing it costs about as much as applying it."""
         if self.z_key != (key, epoch):
             self.z = None      # free the last step's z before drawing this one's
-            self.z = torch.from_numpy(zo_noise(key, 0, self.n_zo, self.scale, sparsity_threshold(epoch)))
+            self.z = zo_noise(key, 0, self.n_zo, self.scale, sparsity_threshold(epoch), self.device)
             self.z_key = (key, epoch)
         return self.z
 
@@ -355,7 +360,7 @@ class Int8Engine:
     def zo_update(self, key: int, g: int, epoch: int) -> None:
         """Restore (+z) and update (-round(g z)) in one pass. A weight's change depends only
         on its z, one of 2 scale + 1 values, so it is computed for each value and looked up."""
-        v = torch.arange(-self.scale, self.scale + 1)
+        v = torch.arange(-self.scale, self.scale + 1, device=self.device)
         s = zo_update_shift(self.scale)
         delta = psto_shift(g * v, s) if s >= 1 else g * v
         change = (v - delta.clamp(-1, 1)).float()
@@ -366,7 +371,19 @@ class Int8Engine:
         return float_loss(q, e, y) * len(y), int((q.argmax(dim=1) == y).sum())
 
     def weights(self) -> np.ndarray:
-        return self.q.numpy().astype(np.int8)
+        return self.q.cpu().numpy().astype(np.int8)
+
+    def save(self):
+        return self.q.clone()
+
+    def restore(self, saved) -> None:
+        self.q.copy_(saved)
+
+    def reset_device_peak(self) -> None:
+        gpuinfo.reset_peak(self.device)
+
+    def device_memory(self) -> dict:
+        return gpuinfo.device_memory(self.device)
 
     def weights_sha256(self) -> str:
         return weights_sha256(self.weights(), self.exps)

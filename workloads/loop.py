@@ -1,4 +1,5 @@
-"""The epoch loop every Python runtime shares: data order, lr schedule, eval, progress."""
+"""The epoch loop every Python runtime shares: data order, lr schedule, warm-up, eval, energy,
+progress."""
 from __future__ import annotations
 
 import os
@@ -9,6 +10,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import methods, vocab, zrng
+from .clock import NullClock
 from .jsonfile import dumps
 from .spec import SpecError
 
@@ -29,6 +31,14 @@ class TrainState:
     train_seconds: float = 0.0
     epochs: list = field(default_factory=list)
     trace: list = field(default_factory=list)
+    warmup: dict | None = None
+    joules: float | None = 0.0    # the timed loops' energy; None once an epoch had no reading
+
+
+def host(value):
+    """A step's number as a Python number: a GPU step leaves its losses and projected gradient
+    on the device, so reading one synchronizes, and is done only where a number is shown."""
+    return value.item() if hasattr(value, "item") else value
 
 
 def inject_fault(fault: str, method_key: str) -> None:
@@ -55,12 +65,36 @@ def evaluate(engine, split, batch_size: int) -> tuple[float, float]:
     return loss_sum / len(split), correct / len(split)
 
 
-def train(engine, spec, train_split, test_split, clock, state: TrainState) -> None:
+def stepper(engine):
+    """How engine takes a step: a GPU engine replays its CUDA graph, the others run methods.step."""
+    return getattr(engine, "run_step", methods.step)
+
+
+def warm_up(engine, spec, train_split) -> dict:
+    """hyper.warmup_steps whole steps on epoch 0's first batch, untimed, then the trainable state
+    put back exactly: caches, thread pools, a GPU's kernels and its CUDA graph are ready before
+    the clock starts, and the run trains from the same weights, step for step, as without."""
+    h, t0 = spec.hyper, time.perf_counter()
+    if h.warmup_steps:
+        saved = engine.save()
+        order = zrng.permutation(spec.seed, 0, len(train_split))
+        x, y = engine.load_batch(*train_split.batch(order[:h.batch_size]))
+        clock, run_step = NullClock(), stepper(engine)
+        for t in range(h.warmup_steps):
+            run_step(engine, spec, x, y, t, 0, h.lr_zo, h.lr_bp, clock)
+        engine.restore(saved)
+        getattr(engine, "sync", lambda: None)()     # a GPU's queue drained: all of it was warm-up
+    return {"steps": h.warmup_steps, "seconds": time.perf_counter() - t0}
+
+
+def train(engine, spec, train_split, test_split, clock, state: TrainState, meter) -> None:
+    """The timed epochs. clock times the phases; meter measures each epoch's timed loop's energy."""
     h = spec.hyper
     n, batch = len(train_split), h.batch_size
     steps_per_epoch = n // batch   # the last partial batch is dropped: every step has shape [batch, ...]
     if steps_per_epoch == 0:
         raise SpecError(f"hyper.batch_size: {batch} is larger than the {n} training samples")
+    run_step = stepper(engine)
     emit("start", job_id=spec.job_id, epochs=h.epochs, steps_total=h.epochs * steps_per_epoch)
     last_emit = time.perf_counter()
     for epoch in range(h.epochs):
@@ -69,13 +103,15 @@ def train(engine, spec, train_split, test_split, clock, state: TrainState) -> No
         order = zrng.permutation(spec.seed, epoch, n)
         snap = clock.snapshot()
         loss_sum = 0.0
+        meter.begin()
         clock.start()
         t0 = time.perf_counter()
         for b in range(steps_per_epoch):
             step_t0 = time.perf_counter()
             x, y = engine.load_batch(*train_split.batch(order[b * batch:(b + 1) * batch]))
             clock.lap("data")
-            r = methods.step(engine, spec, x, y, state.steps, epoch, lr_zo, lr_bp, clock)
+            clock.step_end()    # a GPU's last step is read here: loading this batch overlapped it
+            r = run_step(engine, spec, x, y, state.steps, epoch, lr_zo, lr_bp, clock)
             if h.inject_slowdown:     # test-only: a real, CPU-bound slowdown for the regression gate
                 spin_until = time.perf_counter() + h.inject_slowdown * (time.perf_counter() - step_t0)
                 while time.perf_counter() < spin_until:
@@ -83,22 +119,26 @@ def train(engine, spec, train_split, test_split, clock, state: TrainState) -> No
                 clock.lap("data")
             loss_sum += r["loss"]
             if state.steps < h.trace_steps:
-                state.trace.append({"step": state.steps, **r})
+                state.trace.append({"step": state.steps, **{k: host(v) for k, v in r.items()}})
             state.steps += 1
             if h.fault:
                 inject_fault(h.fault, vocab.method_key(spec.method, spec.bp_layers))
             if time.perf_counter() - last_emit > EMIT_EVERY_S:
                 last_emit = time.perf_counter()
-                emit("step", step=state.steps, loss=r["loss"])
+                emit("step", step=state.steps, loss=host(r["loss"]))
+        clock.step_end()
         seconds = time.perf_counter() - t0
+        joules = meter.end(seconds)
         state.train_seconds += seconds
+        state.joules = None if joules is None or state.joules is None else state.joules + joules
         clock.start()
         # in training-sized batches, for every precision and runtime: int8 requantizes by each
         # tensor's batch-wide max, and the C++ binary sizes its activation buffers from the batch
         test_loss, test_acc = evaluate(engine, test_split, h.batch_size)
         clock.lap("eval")
+        clock.step_end()
         record = {"epoch": epoch + 1, "seconds": seconds, "phases": clock.since(snap),
-                  "train_loss": loss_sum / steps_per_epoch, "test_loss": test_loss,
-                  "test_accuracy": test_acc}
+                  "train_loss": host(loss_sum) / steps_per_epoch, "test_loss": test_loss,
+                  "test_accuracy": test_acc, "joules": joules}
         state.epochs.append(record)
         emit("epoch", step=state.steps, **{k: v for k, v in record.items() if k != "phases"})

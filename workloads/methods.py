@@ -38,6 +38,8 @@ class Engine(Protocol):
     def bp_update(self, lr: float) -> None: ...
     def evaluate(self, x, y) -> tuple[float, int]: ...         # (sum of losses, correct)
     def weights(self): ...                                     # flat float32 numpy copy
+    def save(self): ...                                        # the trainable state, for warm-up ...
+    def restore(self, saved) -> None: ...                      # ... to put back exactly
 
     def weights_sha256(self) -> str:
         return models.weights_sha256(self.weights())
@@ -60,6 +62,8 @@ class Int8Engine(Protocol):
     def bp_update(self, epoch: int) -> None: ...
     def evaluate(self, x, y) -> tuple[float, int]: ...
     def weights_sha256(self) -> str: ...
+    def save(self): ...
+    def restore(self, saved) -> None: ...
 
 
 def bp_step(engine, x, y, update, clock) -> dict:
@@ -91,8 +95,7 @@ def zo_step(engine: Engine, x, y, key: int, eps: float, clip: float,
     clock.lap("forward")
     loss_minus = engine.loss(out, y)
     clock.lap("loss")
-    grad = (loss_plus - loss_minus) / (2.0 * eps)
-    grad = min(max(grad, -clip), clip)
+    grad = _clip((loss_plus - loss_minus) / (2.0 * eps), clip)
     engine.perturb(key, eps - lr_zo * grad)
     clock.lap("zo_update")
     if head:
@@ -102,6 +105,12 @@ def zo_step(engine: Engine, x, y, key: int, eps: float, clip: float,
         clock.lap("bp_update")
     return {"loss": 0.5 * (loss_plus + loss_minus), "loss_plus": loss_plus,
             "loss_minus": loss_minus, "grad": grad}
+
+
+def _clip(v, c: float):
+    """v clipped to [-c, c]: a float, or a device scalar that a GPU step keeps on the device
+    (comparing it on the host would synchronize, and cannot be captured in a CUDA graph)."""
+    return v.clamp(-c, c) if hasattr(v, "clamp") else min(max(v, -c), c)
 
 
 def _sign(v: float) -> int:
@@ -135,9 +144,12 @@ def int8_zo_step(engine: Int8Engine, x, y, key: int, zo_loss: str, epoch: int, c
             "sign_float": sign_float, "sign_integer": sign_integer}
 
 
-def step(engine, spec, x, y, t: int, epoch: int, lr_zo: float, lr_bp: float, clock) -> dict:
-    """Optimizer step t (0-based, global across epochs) of the spec's method and precision."""
-    key = zrng.stream_key(spec.seed, zrng.STREAM_ZO, t)
+def step(engine, spec, x, y, t: int, epoch: int, lr_zo, lr_bp, clock, key=None) -> dict:
+    """Optimizer step t (0-based, global across epochs) of the spec's method and precision.
+    key: z's key when the caller holds it elsewhere (a CUDA graph reads it from the device, as
+    it does the rates), else the step's own."""
+    if key is None:
+        key = zrng.stream_key(spec.seed, zrng.STREAM_ZO, t)
     if spec.precision == "int8":
         if spec.method == "full-bp":
             return bp_step(engine, x, y, epoch, clock)

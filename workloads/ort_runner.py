@@ -184,6 +184,12 @@ class OrtEngine(Engine):
     def weights(self) -> np.ndarray:
         return self.flat.copy()
 
+    def save(self) -> np.ndarray:
+        return self.flat.copy()
+
+    def restore(self, saved: np.ndarray) -> None:
+        self.flat[:] = saved    # in place: the session's bound inputs are views of this buffer
+
 
 if __name__ == "__main__":
     sys.exit(main(OrtEngine, ("numpy", "onnxruntime")))

@@ -16,10 +16,10 @@ from datetime import datetime, timezone
 
 import numpy as np
 
-from . import datasets, envinfo, gpuinfo, memory
+from . import datasets, energy, envinfo, gpuinfo, memory
 from .jsonfile import write_atomic
-from .clock import PhaseClock
-from .loop import TrainState, emit, train
+from .clock import EventClock, PhaseClock
+from .loop import TrainState, emit, train, warm_up
 from .spec import JobSpec, SpecError
 
 SCHEMA = 1
@@ -33,6 +33,16 @@ def read_init_weights(path: str, model) -> np.ndarray:
     return w.astype(np.float32)
 
 
+def energy_record(meter, state: TrainState) -> dict:
+    """The timed loops' energy, its rate per step and the mean power; nulls with the reason."""
+    joules = state.joules if state.epochs else None
+    per = lambda d: joules / d if joules is not None and d else None     # noqa: E731
+    return {"source": meter.source if joules is not None else None, "joules": joules,
+            "joules_per_step": per(state.steps), "avg_power_w": per(state.train_seconds),
+            "unavailable": None if joules is not None else
+            meter.unavailable or f"{meter.source}: no reading in a timed loop"}
+
+
 def main(make_engine, packages: tuple[str, ...], argv=None) -> int:
     ap = argparse.ArgumentParser(description="Run one zobench training job.")
     ap.add_argument("--spec", required=True, help="job spec (JSON)")
@@ -43,9 +53,10 @@ def main(make_engine, packages: tuple[str, ...], argv=None) -> int:
     result = {"schema": SCHEMA, "job": None, "status": "failed", "error": None,
               "started_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
               "wall_seconds": 0.0, "train_seconds": 0.0, "steps": 0, "phases": {}, "epochs": [],
-              "memory": {"peak_rss_bytes": 0, "baseline_rss_bytes": 0, "device_peak_bytes": None},
+              "memory": {"peak_rss_bytes": 0, "baseline_rss_bytes": 0, "device_peak_bytes": None,
+                         "device_reserved_peak_bytes": None, "device_used_bytes": None},
               "model": None, "env": envinfo.facts(*packages)}
-    state, engine, clock = TrainState(), None, None
+    state, engine, clock, meter = TrainState(), None, None, None
     try:
         with open(args.spec) as f:
             result["job"] = json.load(f)
@@ -63,10 +74,13 @@ def main(make_engine, packages: tuple[str, ...], argv=None) -> int:
             init = (read_init_weights(spec.init_weights, model) if spec.init_weights
                     else model.init_weights(spec.seed))
         engine = make_engine(spec, model, init)
+        state.warmup = warm_up(engine, spec, train_split)
         result["memory"]["baseline_rss_bytes"] = memory.rss_bytes()
         memory.reset_peak()
-        clock = PhaseClock(getattr(engine, "sync", None))
-        train(engine, spec, train_split, test_split, clock, state)
+        getattr(engine, "reset_device_peak", lambda: None)()
+        clock = EventClock() if spec.device.startswith("cuda") else PhaseClock()
+        meter = energy.meter(spec.device)
+        train(engine, spec, train_split, test_split, clock, state, meter)
         result["status"] = "ok"
     except MemoryError as e:
         result.update(status="oom", error=f"MemoryError: {e}".strip().rstrip(":"))
@@ -80,7 +94,12 @@ def main(make_engine, packages: tuple[str, ...], argv=None) -> int:
             result["model"] = {"name": spec.workload.model, "params_total": engine.n_zo + engine.n_bp,
                                "params_zo": engine.n_zo, "params_bp": engine.n_bp,
                                "weights_sha256": engine.weights_sha256()}
-            result["memory"]["device_peak_bytes"] = getattr(engine, "device_peak_bytes", lambda: None)()
+            result["memory"].update(getattr(engine, "device_memory", dict)())
+        if state.warmup is not None:
+            result["warmup"] = state.warmup
+        if meter is not None:
+            meter.close()
+            result["energy"] = energy_record(meter, state)
         if clock is not None:
             result["phases"] = clock.as_result()
         result.update(steps=state.steps, train_seconds=state.train_seconds, epochs=state.epochs)

@@ -68,6 +68,7 @@ class Hyper:
     zo_scale: int = 8             # int8: the perturbation z is uniform on [-zo_scale, zo_scale]
     trace_steps: int = 0          # record losses and projected gradient of the first N steps
     points: int = 0               # point-cloud models: points per cloud (0 = the model's, 1,024 for PointNet)
+    warmup_steps: int = -1        # untimed steps before training, weights restored after (-1 = the device's default)
     fault: str = ""               # test-only fault injection: KIND[@METHOD_KEY], KIND in hang, crash, oom
     inject_slowdown: float = 0.0  # test-only: busy-wait this fraction of every step (0.2 = 20% slower)
 
@@ -81,7 +82,8 @@ class Hyper:
         "lr_decay": Bounds(0, 1.0, open_lo=True), "lr_decay_every": Bounds(1, INT32_MAX),
         "eps": Bounds(0, open_lo=True), "zo_grad_clip": Bounds(0), "train_samples": Bounds(0, INT32_MAX),
         "test_samples": Bounds(0, INT32_MAX), "zo_scale": Bounds(1, 127), "trace_steps": Bounds(0, INT32_MAX),
-        "points": Bounds(0, 1 << 16), "inject_slowdown": Bounds(0)}
+        "points": Bounds(0, 1 << 16), "inject_slowdown": Bounds(0),
+        "warmup_steps": Bounds(-1, 10_000)}
 
 
 @dataclass
@@ -153,6 +155,8 @@ class JobSpec:
     def from_dict(cls, d: dict) -> "JobSpec":
         spec = from_dict(cls, d)
         model = spec.model()
+        if spec.hyper.warmup_steps < 0:     # resolved here, so every spec a runner reads has the number
+            spec.hyper.warmup_steps = vocab.WARMUP_STEPS[spec.device]
         if spec.hyper.points and not model.points:
             raise SpecError(f"hyper.points: {model.name} does not take point clouds")
         if spec.method == "elastic-zo":

@@ -14,19 +14,22 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from . import zrng, zrng_torch
+from . import gpuinfo, methods, zrng, zrng_torch
+from .clock import cuda_event
 from .methods import Engine
 from .runner import main
 from .spec import SpecError
 
 
 class TorchEngine(Engine):
-    def __init__(self, spec, model, init: np.ndarray, z_on_device: bool | None = None):
+    def __init__(self, spec, model, init: np.ndarray, z_on_device: bool | None = None, graphed: bool = True):
         """z_on_device: draw zobench-z with torch ops where the weights are (zrng_torch) rather
         than with numpy on the host; the same bits either way. Default: on a GPU, where it saves
-        a host-to-device copy per chunk; on the CPU numpy is ~1.2x faster at it."""
+        a host-to-device copy per chunk; on the CPU numpy is ~1.2x faster at it.
+        graphed: on a GPU, replay each step as a CUDA graph (GraphStep)."""
         self.device = torch.device(spec.device)
-        on_device = self.device.type != "cpu" if z_on_device is None else z_on_device
+        self.cuda = self.device.type == "cuda"
+        on_device = self.cuda if z_on_device is None else z_on_device
         self.z_chunks = (lambda key, n: zrng_torch.normal_chunks(key, 0, n, self.device)) if on_device else \
             (lambda key, n: ((off, torch.from_numpy(z)) for off, z in zrng.normal_chunks(key, 0, n)))
         self.model = model
@@ -40,7 +43,15 @@ class TorchEngine(Engine):
         for p in self.bp_params:
             p.requires_grad_(True)
         self.kept = []
-        self.sync = torch.cuda.synchronize if self.device.type == "cuda" else None
+        if self.cuda:
+            self.sync = torch.cuda.synchronize
+            # the step's key and perturbation scale as device scalars: the perturbation kernel
+            # reads them there, so a CUDA graph replays it with each step's values
+            self.key = torch.zeros((), dtype=torch.int64, device=self.device)
+            self.alpha = torch.zeros((), dtype=self.flat.dtype, device=self.device)
+            self.fused_perturb = fused_perturb()
+            if graphed:
+                self.run_step = GraphStep(self)
 
     def _alias(self, offset: int, shape: tuple):
         """A tensor over flat[offset:...] with its own version counter: plain views share
@@ -78,26 +89,41 @@ class TorchEngine(Engine):
             h = self._layers(x, 0, self.first_bp)
         return self._layers(h, self.first_bp, len(self.model.layers))
 
-    def loss(self, out, y) -> float:
+    def loss(self, out, y):
+        """The mean loss: a float on the CPU; on a GPU a float64 device scalar, so the projected
+        gradient is formed on the device and the step never waits for the host."""
         loss = F.cross_entropy(out, y)
         if out.requires_grad:
             self.kept.append(loss)
-        return loss.item()
+        return loss.detach().double() if self.cuda else loss.item()
 
     def backward(self) -> None:
         (sum(self.kept) / len(self.kept)).backward()
         self.kept.clear()
 
-    def bp_update(self, lr: float) -> None:
+    def bp_update(self, lr) -> None:
+        """SGD on the BP part; lr a float, or a device scalar in a CUDA graph."""
         with torch.no_grad():
             for p in self.bp_params:
-                p.add_(p.grad, alpha=-lr)
+                if isinstance(lr, torch.Tensor):
+                    p.sub_(p.grad * lr)
+                else:
+                    p.add_(p.grad, alpha=-lr)
                 p.grad = None
 
     @torch.no_grad()
-    def perturb(self, key: int, alpha: float) -> None:
+    def perturb(self, key, alpha) -> None:
+        """theta[:n_zo] += alpha z(key). On a GPU one fused pass over the prefix with the key and
+        alpha as device scalars (alpha may already be one: eps - lr g, never read on the host)."""
+        if self.cuda:
+            if not isinstance(key, torch.Tensor):
+                key = self.key.fill_(zrng_torch._int64(key))
+            if not isinstance(alpha, torch.Tensor):
+                alpha = self.alpha.fill_(alpha)
+            self.fused_perturb(self.flat[:self.n_zo], key, alpha)
+            return
         for off, z in self.z_chunks(key, self.n_zo):
-            self.flat[off:off + len(z)].add_(z.to(self.device), alpha=alpha)
+            self.flat[off:off + len(z)].add_(z, alpha=alpha)
 
     @torch.no_grad()
     def evaluate(self, x, y) -> tuple[float, int]:
@@ -108,8 +134,88 @@ class TorchEngine(Engine):
     def weights(self) -> np.ndarray:
         return self.flat.detach().cpu().numpy().copy()
 
-    def device_peak_bytes(self):
-        return torch.cuda.max_memory_allocated(self.device) if self.device.type == "cuda" else None
+    def save(self):
+        return self.flat.detach().clone()
+
+    def restore(self, saved) -> None:
+        with torch.no_grad():
+            self.flat.copy_(saved)
+
+    def reset_device_peak(self) -> None:
+        gpuinfo.reset_peak(self.device)
+
+    def device_memory(self) -> dict:
+        return gpuinfo.device_memory(self.device)
+
+
+def fused_perturb():
+    """The GPU's perturbation: one Triton kernel where Triton is installed, else the same z from
+    torch ops (zrng_torch), unfused."""
+    try:
+        from . import zrng_triton
+        return zrng_triton.perturb_
+    except ImportError:
+        return zrng_torch.perturb_
+
+
+class GraphStep:
+    """A GPU's optimizer step as one CUDA graph: the first EAGER steps run eagerly on a side
+    stream (kernels loaded, cuDNN's choices made, the fused perturbation compiled), the next is
+    captured, and every step after replays it with the batch, key and rates copied into its
+    static inputs. methods.step is what is captured: the algorithm stays written once. The
+    phases are CUDA events captured in the graph, read by the EventClock after the replay."""
+    EAGER = 3
+
+    def __init__(self, engine: "TorchEngine"):
+        self.graph, self.calls = None, 0
+        self.stream = torch.cuda.Stream(engine.device)
+        dev, dt = engine.device, engine.flat.dtype
+        self.lr_zo, self.lr_bp = (torch.zeros((), dtype=dt, device=dev) for _ in range(2))
+        self.x = self.y = self.out = self.rates = None
+        self.laps = []
+
+    def __call__(self, engine, spec, x, y, t, epoch, lr_zo, lr_bp, clock) -> dict:
+        if self.graph is None and self.calls < self.EAGER:
+            self.calls += 1
+            return self._on_side_stream(lambda: methods.step(engine, spec, x, y, t, epoch, lr_zo, lr_bp, clock))
+        engine.key.fill_(zrng_torch._int64(zrng.stream_key(spec.seed, zrng.STREAM_ZO, t)))
+        if self.rates != (lr_zo, lr_bp):     # they change once an epoch at most
+            self.rates = (lr_zo, lr_bp)
+            self.lr_zo.fill_(lr_zo)
+            self.lr_bp.fill_(lr_bp)
+        if self.graph is None:
+            self.x, self.y = x.clone(), y.clone()
+            self.graph = torch.cuda.CUDAGraph()
+            laps = _Laps()
+            with torch.cuda.graph(self.graph, stream=self.stream):
+                self.out = methods.step(engine, spec, self.x, self.y, t, epoch, self.lr_zo, self.lr_bp,
+                                        laps, key=engine.key)
+            self.laps = laps.laps
+        self.x.copy_(x)
+        self.y.copy_(y)
+        clock.lap("data", call=False)    # the copies into the graph's inputs are the batch's too
+        self.graph.replay()
+        getattr(clock, "replayed", lambda laps: None)(self.laps)
+        return self.out
+
+    def _on_side_stream(self, fn):
+        self.stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(self.stream):
+            out = fn()
+        torch.cuda.current_stream().wait_stream(self.stream)
+        return out
+
+
+class _Laps:
+    """The clock a step is captured with: each lap becomes an event node of the graph."""
+
+    def __init__(self):
+        self.laps = []
+
+    def lap(self, phase: str, call: bool = True) -> None:
+        ev = cuda_event()
+        ev.record()
+        self.laps.append((phase, ev))
 
 
 def make_engine(spec, model, init: np.ndarray | None):
@@ -120,6 +226,11 @@ def make_engine(spec, model, init: np.ndarray | None):
         torch.set_num_threads(spec.threads)
     if spec.precision == "int8":
         from .int8 import Int8Engine
+        if torch.device(spec.device).type == "cuda":
+            # exact integer sums need plain float products: cuDNN may pick Winograd or FFT
+            # convolutions (not exact) and TF32 keeps 10 bits of mantissa (docs/int8.md)
+            torch.backends.cudnn.enabled = False
+            torch.backends.cuda.matmul.allow_tf32 = False
         return Int8Engine(spec, model)
     return TorchEngine(spec, model, init)
 

@@ -10,6 +10,9 @@ PRECISIONS = ("fp32", "int8")
 ZO_LOSSES = ("float", "integer")
 RUNTIMES = ("torch", "ort", "cpp")
 DEVICES = ("cpu", "cuda")
+# Untimed warm-up steps by device (hyper.warmup_steps = -1): a CPU needs its caches and thread
+# pool warm; a GPU its context, kernels, cuDNN's algorithm choice and the CUDA graph's capture.
+WARMUP_STEPS = {"cpu": 2, "cuda": 20}
 STATUSES = ("ok", "failed", "timeout", "oom", "lost", "interrupted")
 
 # Training time is the sum of TRAIN_PHASES; eval is timed but reported apart.

@@ -31,22 +31,31 @@ def _xorshift(x: torch.Tensor, s: int) -> torch.Tensor:
     return x.bitwise_xor_(x.bitwise_right_shift(s).bitwise_and_((1 << (64 - s)) - 1))
 
 
-def bits(key: int, start: int, count: int, device) -> torch.Tensor:
-    """mix64(key + (i + 1) * GOLDEN) for i in [start, start + count), as int64 bits."""
+def bits(key, start: int, count: int, device) -> torch.Tensor:
+    """mix64(key + (i + 1) * GOLDEN) for i in [start, start + count), as int64 bits. key: an int,
+    or an int64 scalar tensor on the device (a CUDA graph replays with the step's key in it)."""
     x = torch.arange(start + 1, start + count + 1, dtype=torch.int64, device=device)
-    x.mul_(GOLDEN).add_(_int64(key))
+    x.mul_(GOLDEN).add_(key if isinstance(key, torch.Tensor) else _int64(key))
     _xorshift(x, 30).mul_(M1)
     _xorshift(x, 27).mul_(M2)
     return _xorshift(x, 31)
 
 
-def normal(key: int, start: int, count: int, device) -> torch.Tensor:
-    """z[i] for i in [start, start + count): float32, the four 16-bit lanes' sum scaled."""
+def normal(key, start: int, count: int, device) -> torch.Tensor:
+    """z[i] for i in [start, start + count): float32, the four 16-bit lanes' sum scaled (a float32
+    product, as numpy's)."""
     b = bits(key, start, count, device)
     s = b.bitwise_and(0xFFFF)
     for shift in (16, 32, 48):
         s.add_(b.bitwise_right_shift(shift).bitwise_and_(0xFFFF))
-    return s.sub_(zrng.Z_OFFSET).to(torch.float32).mul_(torch.tensor(zrng.Z_SCALE, device=device))
+    return s.sub_(zrng.Z_OFFSET).to(torch.float32).mul_(zrng.Z_SCALE)
+
+
+def perturb_(w: torch.Tensor, key, alpha, start: int = 0) -> None:
+    """w += alpha * z[start : start + w.numel()] in place, a chunk of z at a time: the GPU's
+    perturbation where Triton is not installed (workloads/zrng_triton.py fuses it)."""
+    for off, z in normal_chunks(key, start, w.numel(), w.device):
+        w[off:off + len(z)].add_(z.mul_(alpha))
 
 
 def normal_chunks(key: int, start: int, count: int, device):

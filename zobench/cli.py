@@ -82,13 +82,17 @@ def build_parser() -> Parser:
     p.add_argument("--target", action="append", default=[], help="only these targets (repeatable)")
     p.add_argument("--method", action="append", default=[], help="only these methods (full-zo, elastic-zo:1, ...)")
     p.add_argument("--out", type=Path, help="output directory (default RESULTS/runs/<run>/report)")
+    p.add_argument("--energy-accuracy", type=number(float, Bounds(0, 100.0)), metavar="PCT",
+                   help="the test accuracy the energy-to-accuracy table counts up to (default: per workload, "
+                        "the lowest final test accuracy of its charted jobs)")
 
     p = sub.add_parser("build", help="build zobench-train for a target (natively, or cross-compiled)")
     _add_results(p)
     p.add_argument("--target", required=True)
     p.add_argument("--inventory", type=Path)
 
-    p = sub.add_parser("compare", help="per job key: significant and large changes in step time and peak memory",
+    p = sub.add_parser("compare",
+                       help="per job key: significant and large changes in step time, peak memory and energy",
                        epilog=f"{EXIT_CODES} (docs/compare.md)")
     _add_results(p)
     p.add_argument("baseline", help="run id, or a file from `zobench export --format pytest-benchmark`")
@@ -242,7 +246,8 @@ def cmd_report(args) -> int:
 
     store = Store(args.results)
     try:
-        print(build_report(store, args.run or [store.latest()], args.out, targets=args.target, methods=args.method))
+        print(build_report(store, args.run or [store.latest()], args.out, targets=args.target, methods=args.method,
+                           accuracy=args.energy_accuracy))
     except OSError as e:    # a read-only results folder or --out: the first write fails, nothing is half-made
         raise UserError(f"report: cannot write {e.filename}: {e.strerror}") from None
     return 0

@@ -26,6 +26,7 @@ struct Hyper {
     int epochs = 5, batch_size = 32, lr_decay_every = 10, train_samples = 0, test_samples = 0, trace_steps = 0;
     int points = 0;  // points per cloud taken from each sample (0 = the model's input_shape[0])
     int zo_scale = 8;
+    int warmup_steps = 0;  // untimed steps before training, the trainable state restored after (train.cpp warm_up)
     double inject_slowdown = 0;  // test-only: busy-wait this fraction of every step
     double lr_bp = 0.05, lr_zo = 1e-3, lr_decay = 0.8, eps = 1e-3, zo_grad_clip = 5.0;
     std::string fault;

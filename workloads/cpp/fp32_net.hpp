@@ -152,6 +152,11 @@ struct Net {
         }
     }
 
+    // The trainable state, as train.cpp's warm_up saves and restores it: the parameter buffer
+    // is all of it. Nothing else outlives a step: grads is zeroed by every bp_update (and empty
+    // without a BP part), and every other buffer is written by a step before it is read.
+    std::vector<float>& trainable() { return params; }
+
     void bp_update(float lr) {
         float* p = params.data() + n_zo;
 #pragma omp parallel for simd schedule(static)

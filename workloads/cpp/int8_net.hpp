@@ -800,6 +800,12 @@ struct Net {
         }
     }
 
+    // The trainable state, as train.cpp's warm_up saves and restores it: the int8 weights are
+    // all of it. The exponents never change after init; the gradient accumulators g32/g64 are
+    // zeroed by every apply_gradient (bp_update ends every step that fills them); logit_exp,
+    // the activations, errors, argmax and scratch are written by a step before it reads them.
+    std::vector<int8_t>& trainable() { return q; }
+
     void bp_update(int epoch) {
         const int bits = grad_bits(epoch);
         for (int l = first_bp; l < n; ++l) {

@@ -27,6 +27,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "common.hpp"
@@ -68,7 +69,7 @@ static Spec read_spec(const std::string& path) {
 #define TAKE(field) take(h, #field, s.h.field)
         TAKE(epochs); TAKE(batch_size); TAKE(lr_bp); TAKE(lr_zo); TAKE(lr_decay); TAKE(lr_decay_every);
         TAKE(eps); TAKE(zo_grad_clip); TAKE(train_samples); TAKE(test_samples); TAKE(trace_steps); TAKE(fault);
-        TAKE(zo_scale); TAKE(inject_slowdown); TAKE(points);
+        TAKE(zo_scale); TAKE(inject_slowdown); TAKE(points); TAKE(warmup_steps);
 #undef TAKE
     }
     if (s.method != "full-bp" && s.method != "full-zo" && s.method != "elastic-zo")
@@ -80,6 +81,8 @@ static Spec read_spec(const std::string& path) {
     if (s.precision == "int8" && !s.init_weights.empty())
         throw SpecError("init_weights: an int8 run starts from the integer init drawn from its seed");
     if (s.h.zo_scale < 1 || s.h.zo_scale > 127) throw SpecError("hyper.zo_scale: expected 1..127");
+    // the host resolves -1 (the device's default) before a runner sees the spec: here it is a count
+    if (s.h.warmup_steps < 0) throw SpecError("hyper.warmup_steps: expected >= 0");
     return s;
 }
 
@@ -264,18 +267,66 @@ struct State {
     long steps = 0;
     double train_seconds = 0;
     json epochs = json::array(), trace = json::array();
+    int warmup_steps = 0;  // the untimed warm-up (warm_up): steps taken, and its wall clock
+    double warmup_seconds = 0;
 };
+
+// full batches an epoch takes (the last partial one is dropped)
+static int batches_per_epoch(const Spec& s, const Split& tr) {
+    const int n = tr.n / s.h.batch_size;
+    if (n == 0) throw SpecError("hyper.batch_size is larger than the training samples");
+    return n;
+}
+
+// an epoch's learning rates (lr_zo, lr_bp): decayed by lr_decay every lr_decay_every epochs
+static std::pair<double, double> epoch_lrs(const Spec& s, int epoch) {
+    const double decay = std::pow(s.h.lr_decay, epoch / s.h.lr_decay_every);
+    return {s.h.lr_zo * decay, s.h.lr_bp * decay};
+}
+
+// The untimed warm-up, as the Python runners do it (workloads/loop.py): hyper.warmup_steps
+// full optimizer steps of the job's method on the first batch of epoch 0, with the step keys
+// of steps 0.. and epoch 0's learning rates, on a throwaway clock (no phase, step, trace row or
+// train_seconds is charged), between a save and an exact restore of the trainable state
+// (the nets' trainable(): all that outlives a step). The training that follows is bit for bit
+// the one without it; the caches, the thread pool and the pages are warm. Its wall clock
+// (save + steps + restore) goes to the result's "warmup".
+//
+// The saved state is one contiguous copy of the trainable buffer, freed when the warm-up ends:
+// no buffer of the net is free during a step to hold it, and it does not exist while training
+// runs, so it is not in buffer_bytes (the training allocation). main() warms up before it resets
+// the peak RSS, so the copy is not in peak_rss_bytes either.
+template <class NetT>
+static void warm_up(const Spec& s, NetT& net, const Split& tr, State& st) {
+    if (s.h.warmup_steps == 0) return;
+    const int B = s.h.batch_size;
+    batches_per_epoch(s, tr);
+    const std::vector<int> order = permutation(s.seed, 0, tr.n);
+    const auto [lr_zo, lr_bp] = epoch_lrs(s, 0);
+    PhaseClock scratch;
+    const auto t0 = Clock::now();
+    {
+        auto& state = net.trainable();
+        const auto saved = state;
+        scratch.start();
+        for (int t = 0; t < s.h.warmup_steps; ++t) {
+            net.load(tr, order.data(), B);
+            net.step(s, zrng::stream_key(s.seed, zrng::STREAM_ZO, uint64_t(t)), 0, lr_zo, lr_bp, scratch);
+        }
+        std::copy(saved.begin(), saved.end(), state.begin());  // in place: the buffer stays where it is
+    }
+    st.warmup_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+    st.warmup_steps = s.h.warmup_steps;
+}
 
 template <class NetT>
 static void train(const Spec& s, NetT& net, const Split& tr, const Split& te, PhaseClock& clock, State& st) {
     const int B = s.h.batch_size;
-    const int steps_per_epoch = tr.n / B;
-    if (steps_per_epoch == 0) throw SpecError("hyper.batch_size is larger than the training samples");
+    const int steps_per_epoch = batches_per_epoch(s, tr);
     emit({{"event", "start"}, {"job_id", s.job_id}, {"epochs", s.h.epochs}, {"steps_total", s.h.epochs * steps_per_epoch}});
     auto last_emit = Clock::now();
     for (int epoch = 0; epoch < s.h.epochs; ++epoch) {
-        const double decay = std::pow(s.h.lr_decay, epoch / s.h.lr_decay_every);
-        const double lr_zo = s.h.lr_zo * decay, lr_bp = s.h.lr_bp * decay;
+        const auto [lr_zo, lr_bp] = epoch_lrs(s, epoch);
         const std::vector<int> order = permutation(s.seed, epoch, tr.n);
         PhaseClock snap = clock;
         double loss_sum = 0;
@@ -410,7 +461,9 @@ int main(int argc, char** argv) {
                    {"started_at", utc_now()}, {"wall_seconds", 0.0}, {"train_seconds", 0.0}, {"steps", 0},
                    {"phases", json::object()}, {"epochs", json::array()},
                    {"memory", {{"peak_rss_bytes", 0}, {"baseline_rss_bytes", 0}, {"device_peak_bytes", nullptr}}},
-                   {"model", nullptr}, {"env", env_facts()}};
+                   {"model", nullptr}, {"env", env_facts()},
+                   {"energy", {{"source", nullptr}, {"joules", nullptr}, {"joules_per_step", nullptr},
+                               {"avg_power_w", nullptr}, {"unavailable", "the C++ runner reads no power meter"}}}};
     State st;
     PhaseClock clock;
     std::unique_ptr<fp32::Net> net32;
@@ -433,11 +486,13 @@ int main(int argc, char** argv) {
         const Split tr = load_split(s, true, s.h.train_samples), te = load_split(s, false, s.h.test_samples);
         if (s.precision == "int8") {
             net8 = std::make_unique<int8::Net>(s.h.batch_size, s);
+            warm_up(s, *net8, tr, st);
             started();
             train(s, *net8, tr, te, clock, st);
         } else {
             net32 = std::make_unique<fp32::Net>(s.h.batch_size, s, initial_weights(s),
                                                 s.arch.points() ? std::vector<float>() : lookup_table(s.dataset));
+            warm_up(s, *net32, tr, st);
             started();
             train(s, *net32, tr, te, clock, st);
         }
@@ -451,7 +506,10 @@ int main(int argc, char** argv) {
     if (result["job"].is_null()) result["job"] = {{"job_id", s.job_id}};
     if (net32) result["model"] = model_facts(s, *net32), result["memory"]["buffers_bytes"] = net32->buffer_bytes();
     if (net8) result["model"] = model_facts(s, *net8), result["memory"]["buffers_bytes"] = net8->buffer_bytes();
-    if (net32 || net8) result["phases"] = clock.as_json();
+    if (net32 || net8) {
+        result["phases"] = clock.as_json();
+        result["warmup"] = {{"steps", st.warmup_steps}, {"seconds", st.warmup_seconds}};
+    }
     result["steps"] = st.steps;
     result["train_seconds"] = st.train_seconds;
     result["epochs"] = st.epochs;
