@@ -74,3 +74,20 @@ def test_another_gpu_or_driver_is_a_changed_fingerprint_but_its_clocks_of_the_mo
     assert compare.fingerprint_changes(m(gpu), m({**gpu, "sm_clock_mhz": 1410})) == []
     assert compare.fingerprint_changes(m(gpu), m({**gpu, "driver": "560.28.03"})) == ["gpu"]
     assert compare.fingerprint_changes(m(None), m(None)) == []
+
+
+def test_the_probe_records_a_jetsons_power_mode_clocks_and_tegrastats(tmp_path, monkeypatch):
+    """On a Jetson (its tools stood in for by scripts printing what JetPack's print): nvpmodel's
+    mode, jetson_clocks' state and where tegrastats is; None on a board without them."""
+    from workloads import envinfo
+
+    tools = {"nvpmodel": "NV Power Mode: 15W\n0", "jetson_clocks": "SOC family:tegra234  Machine:NVIDIA Jetson Orin Nano\n"
+             "cpu0: Online=1 Governor=schedutil MinFreq=729600 MaxFreq=1510400 CurrentFreq=1510400", "tegrastats": ""}
+    for name, text in tools.items():
+        (tmp_path / name).write_text(f"#!/bin/sh\ncat <<'X'\n{text}\nX\n")
+        (tmp_path / name).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
+    p = envinfo.probe()
+    assert p["nvpmodel"] == "NV Power Mode: 15W\n0"
+    assert p["jetson_clocks"].startswith("SOC family:tegra234") and "MaxFreq=1510400" in p["jetson_clocks"]
+    assert p["tegrastats"] == str(tmp_path / "tegrastats")

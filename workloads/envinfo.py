@@ -62,6 +62,12 @@ def _meminfo() -> dict:
     return out
 
 
+def _which(tool: str) -> str | None:
+    import shutil
+
+    return shutil.which(tool)
+
+
 def _command(*argv: str) -> str | None:
     """Output of a board-specific tool (vcgencmd, nvpmodel) where the board has it."""
     import shutil
@@ -91,7 +97,11 @@ def probe(workdir: str = "~") -> dict:
         "cpu_max_khz": int(_read(cpufreq + "cpuinfo_max_freq") or 0) or None,
         "disk_free_bytes": st.f_bavail * st.f_frsize,
         "throttled": _command("vcgencmd", "get_throttled"),
+        # a Jetson: its power mode, whether jetson_clocks pinned the clocks, and whether
+        # tegrastats (the energy meter where its rails are not readable) is there
         "nvpmodel": _command("nvpmodel", "-q"),
+        "jetson_clocks": _command("jetson_clocks", "--show"),
+        "tegrastats": _which("tegrastats"),
     })
     return out
 
