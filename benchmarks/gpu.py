@@ -32,8 +32,8 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from harness.suites import MethodChoice  # noqa: E402
-from workloads import datasets, energy, gpuinfo, zrng  # noqa: E402
-from workloads.clock import EventClock  # noqa: E402
+from workloads import datasets, energy, gpuinfo, methods, zrng, zrng_torch  # noqa: E402
+from workloads.clock import EventClock, NullClock  # noqa: E402
 from workloads.loop import host, stepper, warm_up  # noqa: E402
 from workloads.models import MODELS  # noqa: E402
 from workloads.spec import JobSpec  # noqa: E402
@@ -97,7 +97,7 @@ def timed_loop(engine, spec, split, seconds: float, meter) -> dict:
 def measure(cls, spec, model, init, split, seconds, meter) -> dict:
     engine = cls(spec, model, init)
     warm_up(engine, spec, split)
-    gpuinfo.reset_peak(engine.device)
+    gpuinfo.reset_peak("cuda")
     r = timed_loop(engine, spec, split, seconds, meter)
     r["peak_mib"] = torch.cuda.max_memory_allocated() / 2 ** 20
     del engine
@@ -117,7 +117,7 @@ def check_z(n: int = 1_000_003) -> bool:
     e = TorchEngine(spec, MODELS["lenet5"], np.zeros(MODELS["lenet5"].params_total, np.float32))
     w = torch.zeros(n, device="cuda")
     key = zrng.stream_key(3, zrng.STREAM_ZO, 11)
-    e.fused_perturb(w, e.key.fill_(key - (1 << 64) if key >= 1 << 63 else key), e.alpha.fill_(1.0))
+    e.fused_perturb(w, e.key.fill_(zrng_torch.int64(key)), e.alpha.fill_(1.0))
     return np.array_equal(w.cpu().numpy(), zrng.normal(key, 0, n))
 
 
@@ -129,8 +129,6 @@ def int8_sha(method: str, k: int, device: str, model: str, steps: int) -> str:
     m = spec.model()
     split = datasets.load(DATASET[model], "train", 32 * steps, "", "int8", m.input_shape[0] if m.points else 0)
     engine = make_engine(spec, m, None)
-    from workloads import methods
-    from workloads.clock import NullClock
     order = zrng.permutation(spec.seed, 0, len(split))
     for t in range(steps):
         x, y = engine.load_batch(*split.batch(order[t * 32:(t + 1) * 32]))

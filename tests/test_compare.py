@@ -90,9 +90,11 @@ def test_every_result_records_the_machines_load_during_its_job(runs):
         assert set(load) == {"wall_seconds", "cores", "loadavg_1m_start", "loadavg_1m_end",
                              "cpu_seconds_other", "steal_seconds"}
         assert load["cores"] == os.sysconf("SC_NPROCESSORS_ONLN")
-        assert 0 < r["cpu_seconds"] and 0 <= load["cpu_seconds_other"]
-        assert load["steal_seconds"] is None or load["steal_seconds"] >= 0
-        assert min(load["loadavg_1m_start"], load["loadavg_1m_end"]) >= 0
+        # the record's arithmetic is checked exactly on recorded /proc samples below; here, that a
+        # real job fills every field with a number
+        assert all(isinstance(x, float) for x in (r["cpu_seconds"], load["cpu_seconds_other"],
+                                                  load["loadavg_1m_start"], load["loadavg_1m_end"]))
+        assert load["steal_seconds"] is None or isinstance(load["steal_seconds"], float)
 
 
 # Two PROBE outputs of a two-core guest, 4 s apart (USER_HZ 100): the fields of /proc/stat's cpu

@@ -101,7 +101,7 @@ def test_the_gpu_perturbation_adds_zobench_z_from_device_scalars(start, count):
     scalars as in a CUDA graph), run on CPU torch: w + 1.0 * z is z's bits exactly."""
     key = zrng.stream_key(5, zrng.STREAM_ZO, 9)
     w = torch.zeros(count)
-    zrng_torch.perturb_(w, torch.tensor(zrng_torch._int64(key)), torch.tensor(1.0, dtype=torch.float64), start)
+    zrng_torch.perturb_(w, torch.tensor(zrng_torch.int64(key)), torch.tensor(1.0, dtype=torch.float64), start)
     assert np.array_equal(w.numpy().view(np.uint32), zrng.normal(key, start, count).view(np.uint32))
 
 
@@ -113,6 +113,6 @@ def test_the_triton_perturbation_draws_zobench_z_on_the_gpu():
     from workloads import zrng_triton
     key, n, start = zrng.stream_key(2**64 - 1, zrng.STREAM_ZO, 7), 1_000_003, 2**33 + 5
     w = torch.zeros(n, device="cuda")
-    zrng_triton.perturb_(w, torch.tensor(zrng_torch._int64(key), device="cuda"),
+    zrng_triton.perturb_(w, torch.tensor(zrng_torch.int64(key), device="cuda"),
                          torch.tensor(1.0, device="cuda"), start)
     assert np.array_equal(w.cpu().numpy().view(np.uint32), zrng.normal(key, start, n).view(np.uint32))

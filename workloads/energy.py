@@ -181,6 +181,7 @@ def tegrastats_watts(line: str) -> float | None:
 
 
 def _tegrastats_meter() -> SampledMeter:
+    """tegrastats' lines, read as it prints them; FileNotFoundError where it is not installed."""
     p = subprocess.Popen(["tegrastats", "--interval", str(TEGRASTATS_MS)], stdout=subprocess.PIPE,
                          stderr=subprocess.DEVNULL, text=True)
     return SampledMeter("tegrastats", lambda: tegrastats_watts(p.stdout.readline()), period=0,
@@ -197,7 +198,7 @@ def meter(device: str):
         index = torch.device(device).index or 0
         candidates.append(("NVML", lambda: CounterMeter("nvml", nvml_joules(index))))
     candidates += [("ina3221", lambda: SampledMeter("ina3221", ina3221_watts())),
-                   ("tegrastats", _tegrastats_or_raise)]
+                   ("tegrastats", _tegrastats_meter)]
     if not device.startswith("cuda"):
         candidates.append(("RAPL", lambda: CounterMeter("rapl", rapl_joules(), wait_s=0.01)))
     for name, make in candidates:
@@ -206,11 +207,3 @@ def meter(device: str):
         except Exception as e:  # a missing module, file, permission or NVML error: the next one
             reasons.append(f"{name}: {e}")
     return Unavailable("no power meter: " + "; ".join(reasons))
-
-
-def _tegrastats_or_raise() -> SampledMeter:
-    import shutil
-
-    if not shutil.which("tegrastats"):
-        raise FileNotFoundError("tegrastats is not installed")
-    return _tegrastats_meter()

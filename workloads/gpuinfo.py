@@ -85,24 +85,24 @@ def used_bytes(index: int) -> int | None:
         return None
 
 
-def reset_peak(device) -> None:
+def reset_peak(device: str) -> None:
     """A cuda job's memory peaks from here on: training's, not warm-up's transient ones (what
     warm-up left allocated, a CUDA graph's pool, still counts)."""
-    if device.type == "cuda":
+    if device.startswith("cuda"):
         import torch
         torch.cuda.reset_peak_memory_stats(device)
 
 
-def device_memory(device) -> dict:
+def device_memory(device: str) -> dict:
     """A cuda job's device memory: torch's peaks (allocated by tensors; reserved by the caching
     allocator) and NVML's "used", the whole process's, context included (what nvidia-smi and
     the MeZO paper report), read when training ends. Empty for a CPU job."""
-    if device.type != "cuda":
+    if not device.startswith("cuda"):
         return {}
     import torch
     return {"device_peak_bytes": torch.cuda.max_memory_allocated(device),
             "device_reserved_peak_bytes": torch.cuda.max_memory_reserved(device),
-            "device_used_bytes": used_bytes(device.index or 0)}
+            "device_used_bytes": used_bytes(torch.device(device).index or 0)}
 
 
 def fingerprint(gpu: dict | None) -> dict | None:

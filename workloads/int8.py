@@ -29,7 +29,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from . import gpuinfo, zrng, zrng_torch
+from . import zrng, zrng_torch
 
 ACT_BITS = 7              # activations and errors are requantized to 7 bits + sign
 INPUT_EXP = -7            # the input is pixel >> 1 with exponent -7: [0, 1)
@@ -131,6 +131,7 @@ def ce_error(q: torch.Tensor, exp: int, y: torch.Tensor) -> torch.Tensor:
 # 2^(f/64) in Q30 for f = 0..63: the fractional powers of two of the integer loss
 POW2_Q30 = tuple(round(2 ** (f / 64) * 2 ** 30) for f in range(64))
 LOSS_FRAC_BITS = 6
+_POW2_Q30 = {}     # device -> POW2_Q30 as a tensor there, made once (a copy to a GPU per loss is not free)
 
 
 def integer_loss(q: torch.Tensor, exp: int, y: torch.Tensor) -> int:
@@ -144,7 +145,9 @@ def integer_loss(q: torch.Tensor, exp: int, y: torch.Tensor) -> int:
     m = s.max(dim=1, keepdim=True).values
     d = s - m
     ip = -(d >> LOSS_FRAC_BITS)
-    pow2 = torch.tensor(POW2_Q30, device=q.device)
+    pow2 = _POW2_Q30.get(q.device)
+    if pow2 is None:
+        pow2 = _POW2_Q30[q.device] = torch.tensor(POW2_Q30, device=q.device)
     terms = torch.where(ip <= 30, pow2[d & 63] >> ip.clamp(max=30), 0)   # below 2^-30 of the max: dropped
     acc = terms.sum(dim=1).tolist()
     return (sum(map(log2_fixed, acc)) - len(acc) * (30 << LOSS_FRAC_BITS) +
@@ -378,12 +381,6 @@ class Int8Engine:
 
     def restore(self, saved) -> None:
         self.q.copy_(saved)
-
-    def reset_device_peak(self) -> None:
-        gpuinfo.reset_peak(self.device)
-
-    def device_memory(self) -> dict:
-        return gpuinfo.device_memory(self.device)
 
     def weights_sha256(self) -> str:
         return weights_sha256(self.weights(), self.exps)

@@ -77,7 +77,7 @@ def main(make_engine, packages: tuple[str, ...], argv=None) -> int:
         state.warmup = warm_up(engine, spec, train_split)
         result["memory"]["baseline_rss_bytes"] = memory.rss_bytes()
         memory.reset_peak()
-        getattr(engine, "reset_device_peak", lambda: None)()
+        gpuinfo.reset_peak(spec.device)
         clock = EventClock() if spec.device.startswith("cuda") else PhaseClock()
         meter = energy.meter(spec.device)
         train(engine, spec, train_split, test_split, clock, state, meter)
@@ -94,7 +94,7 @@ def main(make_engine, packages: tuple[str, ...], argv=None) -> int:
             result["model"] = {"name": spec.workload.model, "params_total": engine.n_zo + engine.n_bp,
                                "params_zo": engine.n_zo, "params_bp": engine.n_bp,
                                "weights_sha256": engine.weights_sha256()}
-            result["memory"].update(getattr(engine, "device_memory", dict)())
+            result["memory"].update(gpuinfo.device_memory(spec.device))
         if state.warmup is not None:
             result["warmup"] = state.warmup
         if meter is not None:

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from . import gpuinfo, methods, zrng, zrng_torch
+from . import methods, zrng, zrng_torch
 from .clock import cuda_event
 from .methods import Engine
 from .runner import main
@@ -117,7 +117,7 @@ class TorchEngine(Engine):
         alpha as device scalars (alpha may already be one: eps - lr g, never read on the host)."""
         if self.cuda:
             if not isinstance(key, torch.Tensor):
-                key = self.key.fill_(zrng_torch._int64(key))
+                key = self.key.fill_(zrng_torch.int64(key))
             if not isinstance(alpha, torch.Tensor):
                 alpha = self.alpha.fill_(alpha)
             self.fused_perturb(self.flat[:self.n_zo], key, alpha)
@@ -140,12 +140,6 @@ class TorchEngine(Engine):
     def restore(self, saved) -> None:
         with torch.no_grad():
             self.flat.copy_(saved)
-
-    def reset_device_peak(self) -> None:
-        gpuinfo.reset_peak(self.device)
-
-    def device_memory(self) -> dict:
-        return gpuinfo.device_memory(self.device)
 
 
 def fused_perturb():
@@ -178,7 +172,7 @@ class GraphStep:
         if self.graph is None and self.calls < self.EAGER:
             self.calls += 1
             return self._on_side_stream(lambda: methods.step(engine, spec, x, y, t, epoch, lr_zo, lr_bp, clock))
-        engine.key.fill_(zrng_torch._int64(zrng.stream_key(spec.seed, zrng.STREAM_ZO, t)))
+        engine.key.fill_(zrng_torch.int64(zrng.stream_key(spec.seed, zrng.STREAM_ZO, t)))
         if self.rates != (lr_zo, lr_bp):     # they change once an epoch at most
             self.rates = (lr_zo, lr_bp)
             self.lr_zo.fill_(lr_zo)

@@ -18,12 +18,12 @@ from . import zrng
 CHUNKS = {"cpu": 1 << 16, "cuda": 1 << 22}
 
 
-def _int64(c: int) -> int:
+def int64(c: int) -> int:
     """A 64-bit constant as the int64 with the same bits."""
     return c - (1 << 64) if c >= 1 << 63 else c
 
 
-GOLDEN, M1, M2 = (_int64(int(c)) for c in (zrng.GOLDEN, zrng._M1, zrng._M2))
+GOLDEN, M1, M2 = (int64(int(c)) for c in (zrng.GOLDEN, zrng._M1, zrng._M2))
 
 
 def _xorshift(x: torch.Tensor, s: int) -> torch.Tensor:
@@ -35,7 +35,7 @@ def bits(key, start: int, count: int, device) -> torch.Tensor:
     """mix64(key + (i + 1) * GOLDEN) for i in [start, start + count), as int64 bits. key: an int,
     or an int64 scalar tensor on the device (a CUDA graph replays with the step's key in it)."""
     x = torch.arange(start + 1, start + count + 1, dtype=torch.int64, device=device)
-    x.mul_(GOLDEN).add_(key if isinstance(key, torch.Tensor) else _int64(key))
+    x.mul_(GOLDEN).add_(key if isinstance(key, torch.Tensor) else int64(key))
     _xorshift(x, 30).mul_(M1)
     _xorshift(x, 27).mul_(M2)
     return _xorshift(x, 31)

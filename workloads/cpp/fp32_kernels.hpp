@@ -171,27 +171,6 @@ inline void conv_weight_grad(float* dw, float* db, const float* dout, const floa
     conv_bias_grad(db, dout, B, OC, H * W);
 }
 
-// ---- any convolution, stride 1, input given padded (planes of (H + KH - 1) x (W + KW - 1)) ----
-// The runtime-sized twin of conv_forward: one output row accumulated in place over all taps.
-inline void conv_forward_any(float* out, const float* inpad, const float* w, const float* bias, int B, int C, int OC,
-                             int H, int W, int KH, int KW, bool relu) {
-    const int HP = H + KH - 1, WP = W + KW - 1;
-#pragma omp parallel for collapse(2) schedule(static)
-    for (int b = 0; b < B; ++b)
-        for (int oc = 0; oc < OC; ++oc)
-            for (int h = 0; h < H; ++h) {
-                float* o = out + ((size_t(b) * OC + oc) * H + h) * W;
-                for (int x = 0; x < W; ++x) o[x] = bias ? bias[oc] : 0.f;
-                for (int ic = 0; ic < C; ++ic)
-                    for (int kh = 0; kh < KH; ++kh) {
-                        const float* irow = inpad + ((size_t(b) * C + ic) * HP + h + kh) * WP;
-                        for (int kw = 0; kw < KW; ++kw) axpy(o, w[((size_t(oc) * C + ic) * KH + kh) * KW + kw], irow + kw, W);
-                    }
-                if (relu)
-                    for (int x = 0; x < W; ++x) o[x] = o[x] > 0.f ? o[x] : 0.f;
-            }
-}
-
 // The shapes with fast paths: 5x5 kernels on LeNet-5's (C, OC, output H, W). The forward picks
 // the output-channel-lane kernel for 16 or more output channels, the row kernel otherwise; wk:
 // scratch for the repacked weights (C * OC * KH * KW floats).
@@ -214,7 +193,7 @@ inline void conv(float* out, const float* inpad, const float* w, const float* bi
         ZOBENCH_FP32_CONV_SHAPES(FAST)
 #undef FAST
     }
-    conv_forward_any(out, inpad, w, bias, B, C, OC, H, W, KH, KW, relu);
+    conv_forward_any(out, inpad, w, B, C, OC, H, W, KH, KW, [&](int oc) { return bias ? bias[oc] : 0.f; }, relu);
 }
 
 inline void conv_weight_grad(float* dw, float* db, const float* dout, const float* inpad, int B, int C, int OC, int H,

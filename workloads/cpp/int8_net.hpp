@@ -298,30 +298,7 @@ inline void conv_weight_grad(int64_t* dw, const int8_t* err, const uint8_t* inpa
     }
 }
 
-// ---- the runtime-sized kernels, for shapes without a fast path ----
-// a convolution's accumulators, input given padded (planes of (H + KH - 1) x (W + KW - 1)):
-// one output row accumulated over every tap; A: uint8 activations or int8 errors
-template <class A>
-inline void conv_forward_any(int32_t* acc, const A* inpad, const int8_t* w, int B, int C, int OC, int H, int W, int KH,
-                             int KW) {
-    const int HP = H + KH - 1, WP = W + KW - 1;
-#pragma omp parallel for collapse(2) schedule(static)
-    for (int b = 0; b < B; ++b)
-        for (int oc = 0; oc < OC; ++oc)
-            for (int h = 0; h < H; ++h) {
-                int32_t* o = acc + ((size_t(b) * OC + oc) * H + h) * W;
-                std::fill(o, o + W, 0);
-                for (int ic = 0; ic < C; ++ic)
-                    for (int kh = 0; kh < KH; ++kh) {
-                        const A* row = inpad + ((size_t(b) * C + ic) * HP + h + kh) * WP;
-                        for (int kw = 0; kw < KW; ++kw) {
-                            const int32_t wv = w[((size_t(oc) * C + ic) * KH + kh) * KW + kw];
-#pragma omp simd
-                            for (int x = 0; x < W; ++x) o[x] += wv * int32_t(row[x + kw]);
-                        }
-                    }
-            }
-}
+// ---- the runtime-sized kernels, for shapes without a fast path (conv_forward_any: conv_grad.hpp) ----
 
 // acc[r][o] = in[r] . w[o] for signed inputs (a point cloud's few coordinates): each input
 // value times a row of wt, w transposed to [I][O] (I * O bytes), the output channels as SIMD
@@ -715,7 +692,7 @@ struct Net {
             if (L.kind == CONV2D) {
                 if (fast(L) && L.C == 1) conv_forward_packed<1, 6, 28, 28>(ac, x, wk.data(), Wt(l), b);
                 else if (fast(L)) conv_forward_packed<6, 16, 14, 14>(ac, x, wk.data(), Wt(l), b);
-                else conv_forward_any(ac, x, Wt(l), b, L.C, L.O, L.OH, L.OW, L.KH, L.KW);
+                else conv_forward_any(ac, x, Wt(l), b, L.C, L.O, L.OH, L.OW, L.KH, L.KW, [](int) { return int32_t(0); });
             } else if (L.kind == POINTWISE && l == 0) {  // a cloud's coordinates are signed
                 rows_forward_signed(ac, reinterpret_cast<const int8_t*>(x), wk.data(), Wt(l), long(b) * L.rows, L.C, L.O);
             } else if (fused_gmax(l)) {
@@ -783,7 +760,8 @@ struct Net {
                     conv_forward<16, 6, 14, 14>(ea, errpad.data(), wflip.data(), B);
                 } else {
                     flip_weights(wflip.data(), Wt(l), L.C, L.O, L.KH, L.KW);
-                    conv_forward_any(ea, errpad.data(), wflip.data(), B, L.O, L.C, L.H, L.W, L.KH, L.KW);
+                    conv_forward_any(ea, errpad.data(), wflip.data(), B, L.O, L.C, L.H, L.W, L.KH, L.KW,
+                                     [](int) { return int32_t(0); });
                 }
             } else if (L.pool != GLOBAL_MAX) {  // pointwise_gmax_backward made a global max's
                 fc_input_grad(ea, d, Wt(l), B * L.rows, L.C, L.O);
