@@ -5,7 +5,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: setup setup-test run test test-slow bench clean
+.PHONY: setup setup-test setup-bench run test test-slow bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -19,6 +19,9 @@ setup: $(STAMP)
 setup-test: $(STAMP)
 	@PYTHON=$(PYTHON) scripts/ensure-deps.sh test
 
+setup-bench: $(STAMP)
+	@PYTHON=$(PYTHON) scripts/ensure-deps.sh bench
+
 run: setup
 	$(BIN)/zobench run --suite quick
 
@@ -28,11 +31,13 @@ test: setup-test
 test-slow: setup-test
 	$(BIN)/python -m pytest -m slow
 
-bench: setup-test
+bench: setup-bench
 	$(BIN)/python benchmarks/runtimes.py
 	$(BIN)/python benchmarks/runtimes.py --model pointnet --steps 6
 	$(BIN)/python benchmarks/int8.py
 	$(BIN)/python benchmarks/int8.py --model pointnet --steps 6 --repeats 3
+	$(BIN)/python benchmarks/kernel_paths.py
+	$(BIN)/python benchmarks/a53_estimate.py
 	$(BIN)/python benchmarks/farm_parallel.py
 	$(BIN)/python benchmarks/compare_noise.py
 	$(BIN)/python benchmarks/gpu.py

@@ -1,5 +1,6 @@
-"""Building zobench-train: tuned for this machine for local runs, static and portable
-(cross-compiled where the arch differs) for boards, each in its own build/ folder."""
+"""Building zobench-train: tuned for this machine for local runs, static and built for the
+board's own CPU (harness/cpu.py; cross-compiled where the arch differs) for boards, each
+variant in its own build/ folder."""
 from __future__ import annotations
 
 import hashlib
@@ -11,6 +12,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from . import cpu as cpus
 from . import paths
 from .errors import UserError
 from .inventory import ARCHES
@@ -19,30 +21,52 @@ SOURCE = paths.REPO / "workloads" / "cpp"
 NEEDS = "cmake, g++ and nlohmann-json3-dev (cross: g++-aarch64-linux-gnu)"
 
 
-def variant(target) -> str:
-    """The build folder's name. The arch becomes part of paths (the folder, the toolchain file),
-    so only a known one is taken, whoever made the target."""
-    if target.transport == "local":
-        return "native"
+def variant(target, cpu: str = "") -> str:
+    """The build folder's name: the arch and the CPU (harness/cpu.py; default: native for this
+    machine, the arch's baseline for a board). Both become parts of paths (the folder, the
+    toolchain file), so only known names are taken, whoever made the target."""
+    if target.transport == "local" and cpu in ("", cpus.NATIVE):
+        return cpus.NATIVE
+    check_arch(target)
+    cpu = cpu or cpus.BASELINE[target.arch]
+    if cpu not in cpus.NAMES[target.arch]:
+        raise UserError(f"target {target.name}: cpu: expected one of {', '.join(cpus.NAMES[target.arch])} "
+                        f"for {target.arch}, got {cpu!r}")
+    return f"{target.arch}-{cpu}"
+
+
+def check_arch(target) -> None:
+    """A board's arch names its build folder and toolchain file: only a known one is taken."""
     if target.arch not in ARCHES:
         raise UserError(f"target {target.name}: arch: expected one of {', '.join(ARCHES)}, got {target.arch!r}")
-    return f"{target.arch}-static"
 
 
-def build(target) -> Path:
-    """Configure (once) and build the binary for a target; returns its path. Incremental: cmake
-    rebuilds what a source change touches. Targets of one variant share the binary, so the
-    errors name the variant, not the target."""
-    name = variant(target)      # first: it refuses an arch that would name a path outside build/
-    options, toolchain = ["-DCMAKE_BUILD_TYPE=Release"], None
+def cpu_choice(target, facts: dict | None = None) -> cpus.Choice | None:
+    """The CPU a target's binary is built for: its pin; this machine's own for a local target;
+    else the one its probe's facts name (None before there are facts: a board's binary is
+    built for the board, not for the arch's lowest common CPU)."""
+    if target.cpu:
+        return cpus.choose(target.arch, {}, target.cpu)
     if target.transport == "local":
-        options.append("-DZOBENCH_NATIVE=ON")
-    elif target.arch != platform.machine():
+        return cpus.Choice(cpus.NATIVE, "this machine's own CPU (-march=native)")
+    check_arch(target)
+    return None if facts is None else cpus.choose(target.arch, facts)
+
+
+def build(target, cpu: str = "") -> Path:
+    """Configure (once) and build the binary for a target's CPU; returns its path. Incremental:
+    cmake rebuilds what a source change touches. Targets of one variant share the binary, so
+    the errors name the variant, not the target."""
+    name = variant(target, cpu)     # first: it refuses names that would make a path outside build/
+    chosen = name if name == cpus.NATIVE else name.removeprefix(f"{target.arch}-")
+    options = ["-DCMAKE_BUILD_TYPE=Release", "-DZOBENCH_CPU_FLAGS=" + " ".join(cpus.flags(target.arch, chosen))]
+    toolchain = None
+    if name != cpus.NATIVE and target.arch != platform.machine():
         toolchain = paths.TARGETS_DIR / "toolchains" / f"{target.arch}-linux-gnu.cmake"
         if not toolchain.is_file():
             raise UserError(f"no toolchain for arch {target.arch!r} ({toolchain} is missing)")
         options.append(f"-DCMAKE_TOOLCHAIN_FILE={toolchain}")
-    else:
+    elif name != cpus.NATIVE:       # a board's: one file that runs with nothing installed
         options.append("-DZOBENCH_STATIC=ON")
     out = paths.REPO / "build" / f"{name}-{configuration(options, toolchain)}"
     for step in (["cmake", "-S", str(SOURCE), "-B", str(out), *options], ["cmake", "--build", str(out), "-j", "2"]):
@@ -51,8 +75,8 @@ def build(target) -> Path:
         except FileNotFoundError:
             raise UserError(f"building zobench-train needs {NEEDS}: {step[0]} not found") from None
         if p.returncode != 0:
-            tail = [l for l in (p.stdout + p.stderr).splitlines() if "rror" in l][-3:] or \
-                (p.stdout + p.stderr).splitlines()[-3:]
+            lines = (p.stdout + p.stderr).splitlines()     # the compiler's first errors, not make's last words
+            tail = [l for l in lines if "error:" in l][:3] or [l for l in lines if "rror" in l][-3:] or lines[-3:]
             raise UserError(f"building zobench-train ({name}) failed (needs {NEEDS}): " + " | ".join(tail))
     return out / "zobench-train"
 

@@ -23,8 +23,9 @@ the device's idle power longer). Each key ends up in one of these states
 - improved, regressed or unchanged;
 - noisy: a side ran under load it did not cause, enough to make or hide a change;
 - not comparable: the target's fingerprint changed between the two sides (CPU, cores,
-  governor, kernel, runtime versions, or the binary's hash while the harness commit stayed
-  the same, i.e. the build changed and the code did not), or the repeats of one side (runs
+  governor, kernel, runtime versions, the CPU the C++ binary was built for and its kernel
+  paths, or the binary's hash while the harness commit stayed the same, i.e. the build changed
+  and the code did not), or the repeats of one side (runs
   pooled, or a run resumed after an upgrade) disagree on it. Numbers from different
   machines are not compared;
 - missing: the key is on one side only.
@@ -39,7 +40,7 @@ from dataclasses import asdict, dataclass, field
 from workloads import jsonfile
 
 from .machine_load import contention
-from .measurements import FINGERPRINT, Measurement
+from .measurements import FINGERPRINT, RECORDED_LATER, Measurement
 
 ALPHA = 0.05
 ESTIMATORS = {"min": min, "median": statistics.median}
@@ -100,7 +101,8 @@ def mann_whitney_p(a: list[float], b: list[float]) -> float:
 
 
 def fingerprint_changes(b: Measurement, c: Measurement) -> list[str]:
-    changed = [k for k in FINGERPRINT if b.fingerprint.get(k) != c.fingerprint.get(k)]
+    sides = [(k, b.fingerprint.get(k), c.fingerprint.get(k)) for k in FINGERPRINT]
+    changed = [k for k, was, now in sides if was != now and not (k in RECORDED_LATER and None in (was, now))]
     if b.binary_sha256 != c.binary_sha256 and b.harness_commit == c.harness_commit:
         changed.append("binary_sha256")
     return changed

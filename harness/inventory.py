@@ -16,6 +16,7 @@ from pathlib import Path
 from workloads import vocab
 from workloads.spec import NAME, NAME_TEXT, Bounds, JobSpec
 
+from . import cpu as cpus
 from . import paths, tomlfile
 from .errors import UserError
 
@@ -44,6 +45,7 @@ class Target:
     workdir: str = "~/zobench"
     threads: int = 0
     mem_limit: str = ""
+    cpu: str = ""                     # the CPU zobench-train is built for (harness/cpu.py); "": from the probe
     source: str = ""                  # the file it was defined in
 
 
@@ -54,7 +56,7 @@ def _fields(t: tomlfile.Table, into: dict) -> dict:
         "host": (str, None), "port": (int, None), "user": (str, None), "key": (str, None),
         "host_key": (str, ("strict", "accept-new")), "arch": (str, ARCHES),
         "runtimes": (list, vocab.RUNTIMES), "device": (str, vocab.DEVICES), "python": (str, None),
-        "workdir": (str, None), "threads": (int, None), "mem_limit": (str, None)}
+        "workdir": (str, None), "threads": (int, None), "mem_limit": (str, None), "cpu": (str, None)}
     bounds = {"port": PORT, "threads": JobSpec.BOUNDS["threads"]}
     out = dict(into)
     for key, (kind, choices) in spec.items():
@@ -64,6 +66,10 @@ def _fields(t: tomlfile.Table, into: dict) -> dict:
     t.done()
     if out.get("mem_limit") and not MEM_LIMIT.match(out["mem_limit"]):
         raise t.error("mem_limit", f"expected a size like \"512M\" or \"2G\", got {out['mem_limit']!r}")
+    if out.get("cpu"):     # checked against the arch it is built for, which may come from a profile
+        arch = out.get("arch") or (platform.machine() if out.get("transport") == "local" else "")
+        if cpus.problem(arch, out["cpu"]):
+            raise t.error("cpu", cpus.problem(arch, out["cpu"]))
     return out
 
 

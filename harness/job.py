@@ -198,4 +198,5 @@ def run_job(job: Job, target: Target, site: Site, work: Path, on_event=None) -> 
     result["load"] = machine_load.during(load_before, load_after, result.get("cpu_seconds"))
     if runtime == "cpp":
         result["env"]["binary_sha256"] = site.binary_sha256
+        result["env"]["build_cpu"], result["env"]["build_cpu_reason"] = site.build.cpu, site.build.why
     return result

@@ -25,7 +25,10 @@ from .errors import UserError
 from .schema import joules_per_step, step_seconds
 from .store import Store
 
-FINGERPRINT = ("cpu_model", "cores", "governor", "kernel", "versions", "gpu")
+FINGERPRINT = ("cpu_model", "cores", "governor", "kernel", "versions", "gpu", "build_cpu", "kernels")
+# Facts a result has only since zobench recorded them (the CPU the C++ binary was built for and
+# the kernel path each layer kind ran): a side without one does not know it, which is no change.
+RECORDED_LATER = ("build_cpu", "kernels")
 # What pooled repeats must share besides the fingerprint: the same build of the same code.
 BUILD = ("binary_sha256", "harness_commit")
 # inject_slowdown and fault exist so that a test can run the same job slower or failing; a key
@@ -74,8 +77,9 @@ def job_key(job: dict) -> tuple[str, dict]:
 
 
 def fingerprint(env: dict) -> dict:
-    """What must be the same for two results to be compared: the machine, and its GPU's
-    identity for a GPU job (not its clocks of the moment)."""
+    """What must be the same for two results to be compared: the machine, its GPU's identity
+    for a GPU job (not its clocks of the moment), and for the C++ binary the CPU it was built
+    for and the kernels it ran."""
     return {**{k: env.get(k) for k in FINGERPRINT}, "gpu": gpuinfo.fingerprint(env.get("gpu"))}
 
 

@@ -47,17 +47,23 @@ def execute(store: Store, run_id: str, jobs: list[Job], targets: dict[str, Targe
 
     def run_board(name: str) -> None:
         target, todo, prep = targets[name], by_target[name], prepared[name]
-        if prep.build_error:      # no binary: its cpp jobs say why, the others still run
-            for job in todo:
-                if job.spec["runtime"] == "cpp":
-                    finish(name, failure(job, "failed", prep.build_error))
-            todo = [j for j in todo if j.spec["runtime"] != "cpp"]
         if not todo or stop.is_set():
             return
         with closing(transport_for(target, stop)) as transport:     # closed however the board ends
             facts = probe(transport, target)
             store.save_probe(run_id, name, facts)
-            site = open_site(target, transport, prep, store.runs / run_id / "work", run_id)
+            # the binary for the CPU the probe found (built once a run per CPU, whichever board asks first)
+            binary = prep.binary(target, facts) if prep.binaries else None
+            if stop.is_set():       # stopped while it built (Ctrl-C ends the compiler too): --resume runs its jobs
+                return
+            if binary and binary.error:     # no binary: its cpp jobs say why, the others still run
+                for job in todo:
+                    if job.spec["runtime"] == "cpp":
+                        finish(name, failure(job, "failed", binary.error))
+                todo, binary = [j for j in todo if j.spec["runtime"] != "cpp"], None
+                if not todo:
+                    return
+            site = open_site(target, transport, prep, binary, store.runs / run_id / "work", run_id)
             for job in todo:
                 if stop.is_set():
                     return

@@ -315,7 +315,17 @@ def _machine(df: pd.DataFrame) -> tuple[str, object]:
     m = pd.DataFrame(envs)
     m["versions"] = m["versions"].map(lambda v: ", ".join(f"{k} {x}" for k, x in (v or {}).items()))
     cols = ["target", "hostname", "arch", "cpu_model", "cores", "governor", "kernel", "versions"]
-    return ("table", m[cols].astype(str).drop_duplicates().rename(columns={"cpu_model": "cpu"}))
+    # the C++ binary's build CPU and kernel paths, where some job recorded them (a run without
+    # one keeps the table's shape)
+    if "build_cpu" in m and m["build_cpu"].notna().any():
+        m["build_cpu"] = m["build_cpu"].fillna("-")
+        cols.append("build_cpu")
+    if "kernels" in m and m["kernels"].map(lambda k: isinstance(k, dict)).any():
+        m["kernels"] = m["kernels"].map(lambda k: ", ".join(f"{kind} {path}" for kind, path in k.items())
+                                        if isinstance(k, dict) else "-")
+        cols.append("kernels")
+    return ("table", m[cols].astype(str).drop_duplicates().rename(columns={"cpu_model": "cpu",
+                                                                            "build_cpu": "built for"}))
 
 
 def _results_table(df: pd.DataFrame) -> pd.DataFrame:

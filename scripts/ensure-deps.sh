@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# `ensure-deps.sh run|test`: what `make run` / `make test` need besides the venv. The list, and
+# `ensure-deps.sh run|test|bench`: what `make run` / `make test` / `make bench` need besides the venv. The list, and
 # how each tool is found, is testkit/tools.py. The missing tools' packages are installed with
 # apt where it is usable (on PATH, as root or with passwordless sudo). Otherwise one
 # message names what is missing: `make run` stops, `make test` goes on and the tests that need
 # a missing tool are skipped with its name.
 set -euo pipefail
-level=${1:?usage: ensure-deps.sh run|test}
+level=${1:?usage: ensure-deps.sh run|test|bench}
 cd "$(dirname "$0")/.."
 tools() { "${PYTHON:-python3}" testkit/tools.py "$@"; }
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -93,11 +94,13 @@ def idx_data_dir() -> str:
     return str(raw_idx("fashion-mnist", "").dir)
 
 
-def native_binary() -> str:
-    """The C++ binary built for this machine."""
-    return str(build(Target(name="local", transport="local")))
+def native_binary(cpu: str = "") -> str:
+    """The C++ binary built for this machine, or for one of its arch's CPU names (harness/cpu.py:
+    "x86-64-v3" is the AVX2 build, whose kernels this machine runs whatever else it has)."""
+    return str(build(Target(name="local", transport="local", arch=platform.machine()), cpu))
 
 
-def aarch64_binary() -> str:
-    """The C++ binary cross-built for a Raspberry Pi (static aarch64; runs here under QEMU_A53)."""
-    return str(build(Target(name="pi", transport="ssh", host="pi.invalid", arch="aarch64", runtimes=["cpp"])))
+def aarch64_binary(cpu: str = "cortex-a53") -> str:
+    """The C++ binary cross-built for an Arm board (static aarch64; a Raspberry Pi Zero 2's
+    runs here under QEMU_A53)."""
+    return str(build(Target(name="pi", transport="ssh", host="pi.invalid", arch="aarch64", runtimes=["cpp"]), cpu))

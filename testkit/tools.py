@@ -14,7 +14,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-RUN, TEST = "run", "test"      # `make run` needs the run tools; `make test` also the test tools
+RUN, TEST, BENCH = "run", "test", "bench"   # each `make` target needs its tools and those before it
+LEVELS = (RUN, TEST, BENCH)
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,8 @@ TOOLS = (
     Tool("ssh-keygen", "openssh-client", TEST),
     Tool("aarch64-linux-gnu-g++", "g++-aarch64-linux-gnu", TEST),
     Tool("qemu-aarch64", "qemu-user", TEST),
+    # the Cortex-A53's cycle estimate from its pipeline model (benchmarks/a53_estimate.py)
+    Tool("llvm-mca", "llvm", BENCH),
 )
 BY_NAME = {t.name: t for t in TOOLS}
 
@@ -69,7 +72,7 @@ def which(command: str) -> str | None:
 
 def missing(level: str) -> list[Tool]:
     """The tools `make <level>` needs that are not here."""
-    return [t for t in TOOLS if (level == TEST or t.level == RUN) and not t.found()]
+    return [t for t in TOOLS if LEVELS.index(t.level) <= LEVELS.index(level) and not t.found()]
 
 
 def message(tools: list[Tool]) -> str:

@@ -163,19 +163,22 @@ def test_an_onnx_graph_missing_from_the_cache_is_written_again(home):
 def test_the_build_folder_is_keyed_on_toolchain_compiler_and_flags(tmp_path, monkeypatch):
     toolchain = tmp_path / "aarch64-linux-gnu.cmake"
     shutil.copyfile(REPO / "targets" / "toolchains" / "aarch64-linux-gnu.cmake", toolchain)
-    options = ["-DCMAKE_BUILD_TYPE=Release", f"-DCMAKE_TOOLCHAIN_FILE={toolchain}"]
+    options = ["-DCMAKE_BUILD_TYPE=Release", "-DZOBENCH_CPU_FLAGS=-mcpu=cortex-a53",
+               f"-DCMAKE_TOOLCHAIN_FILE={toolchain}"]
     monkeypatch.delenv("CXXFLAGS", raising=False)
     key = configuration(options, toolchain)
     assert configuration(options, toolchain) == key                   # nothing changed: the same folder
     assert configuration(["-DCMAKE_BUILD_TYPE=Debug", *options[1:]], toolchain) != key
+    assert configuration([options[0], "-DZOBENCH_CPU_FLAGS=-mcpu=cortex-a72", options[2]], toolchain) != key
     monkeypatch.setenv("CXXFLAGS", "-O1")
     assert configuration(options, toolchain) != key
     monkeypatch.delenv("CXXFLAGS")
-    toolchain.write_text(toolchain.read_text().replace("-mcpu=cortex-a53", "-mcpu=cortex-a72"))
+    sysroot = "set(CMAKE_FIND_ROOT_PATH /usr/aarch64-linux-gnu)"
+    toolchain.write_text(toolchain.read_text().replace(sysroot, "set(CMAKE_FIND_ROOT_PATH /opt/sysroot)"))
     assert configuration(options, toolchain) != key
     toolchain.write_text(toolchain.read_text().replace("aarch64-linux-gnu-g++", "g++"))   # another compiler
     other = configuration(options, toolchain)
-    toolchain.write_text(toolchain.read_text().replace("-mcpu=cortex-a72", "-mcpu=cortex-a53"))
+    toolchain.write_text(toolchain.read_text().replace("set(CMAKE_FIND_ROOT_PATH /opt/sysroot)", sysroot))
     assert configuration(options, toolchain) not in (key, other)
 
 

@@ -1,4 +1,4 @@
-"""zobench-z v1: known answers (docs/zrng.md) and the statistics SPSA relies on."""
+"""zobench-z v2: known answers (docs/zrng.md) and the statistics SPSA relies on."""
 import numpy as np
 import pytest
 import torch
@@ -16,13 +16,24 @@ def test_known_answers_match_the_documented_spec():
     key = zrng.stream_key(0, zrng.STREAM_ZO, 0)
     assert key == 0x7AB40E090F363A7D
     assert [int(b) for b in zrng.bits(key, 0, 2)] == [0x4181B152FB77616F, 0x169C646D52269D62]
-    assert zrng.normal(key, 0, 4).tolist() == [0.539442241191864, -1.010988473892212,
-                                               0.8318262696266174, 1.2450964450836182]
+    assert zrng.block_key(key, 0) == 0x48049CE4 and zrng.block_key(key, 1) == 0xDE212E89
+    assert [int(b) for b in zrng.bits32(key, 0, 2)] == [0xFB2C1FB1, 0xE4E4DA1C]
+    assert [int(b) for b in zrng.bits32(key, 2**32, 2)] == [0xEFC226C6, 0xCA13F17A]
+    assert zrng.normal(key, 0, 4).tolist() == [-0.04736112430691719, 1.2990479469299316,
+                                               0.5006747245788574, -1.8267862796783447]
     init = zrng.stream_key(0, zrng.STREAM_INIT, 0)
     assert zrng.uniform(init, 0, 3).tolist() == [0.39645451307296753, 0.27075713872909546,
                                                  0.42573779821395874]
     assert zrng.permutation(0, 0, 10).tolist() == [9, 0, 8, 3, 5, 2, 7, 4, 6, 1]
-    assert zrng.Z_SCALE.view(np.uint32) == 0x37DDB3D7
+    assert zrng.Z_SCALE.view(np.uint32) == 0x3BDDB446
+
+
+def test_pieces_across_a_block_boundary_equal_the_whole():
+    key = zrng.stream_key(4, zrng.STREAM_ZO, 2)
+    whole = zrng.bits32(key, 2**32 - 3, 6)
+    assert np.array_equal(whole[3:], zrng.bits32(key, 2**32, 3))
+    assert np.array_equal(whole[:3], zrng.bits32(key, 2**32 - 3, 3))
+    assert not np.array_equal(whole[3:], zrng.bits32(key, 0, 3))     # the next block has its own key
 
 
 def test_z_is_counter_based_any_slice_equals_the_whole():
@@ -40,7 +51,25 @@ def test_z_has_zero_mean_unit_variance_and_near_gaussian_shape():
     kurt = ((z - z.mean()) ** 4).mean() / z.var() ** 2 - 3.0
     assert abs(kurt - (-0.3)) < 0.02      # Irwin-Hall n=4; a Gaussian has 0, a uniform -1.2
     assert np.abs(z).max() <= 3.4642
+    for lag in (1, 2, 3, 4, 8):          # neighbours (a Weyl sequence's) are uncorrelated, also in z^2
+        assert abs(np.corrcoef(z[:-lag], z[lag:])[0, 1]) < 0.004
+        assert abs(np.corrcoef(z[:-lag] ** 2, z[lag:] ** 2)[0, 1]) < 0.004
 
+
+def test_the_byte_sum_follows_irwin_hall_exactly():
+    """z's 1,021 values are as frequent as the sum of four independent uniform bytes makes them
+    (a chi-square test; a hash whose bytes were correlated fails it)."""
+    z = zrng.normal(zrng.stream_key(2, zrng.STREAM_ZO, 5), 0, 1_000_000)
+    s = np.rint(z.astype(np.float64) / float(zrng.Z_SCALE)).astype(np.int64) + zrng.Z_OFFSET
+    p = np.ones(256)
+    for _ in range(3):
+        p = np.convolve(p, np.ones(256))
+    expected = p / p.sum() * len(s)
+    counts = np.bincount(s, minlength=len(p))
+    m = expected > 5
+    chi2 = (((counts[m] - expected[m]) ** 2) / expected[m]).sum()
+    dof = m.sum() - 1
+    assert chi2 < dof + 5 * np.sqrt(2 * dof)     # 5 sigma: never a flake
 
 def test_steps_and_streams_draw_independent_numbers():
     a = zrng.normal(zrng.stream_key(0, zrng.STREAM_ZO, 0), 0, 100_000)
@@ -64,13 +93,14 @@ def test_uniform_in_unit_interval_and_permutation_is_a_permutation():
 @pytest.mark.parametrize("start,count", [
     (0, 1), (1, 1), (5, 3), (zrng_torch.CHUNKS["cpu"] - 3, 7),      # across a chunk boundary
     (12_345, 3 * zrng_torch.CHUNKS["cpu"] + 11),                     # whole chunks and a partial last one
+    (2**31 - 2, 4), (2**32 - 3, 7),                                  # int32's sign, a block boundary
     (2**40 + 1, 1000), (2**62, 2),                                   # indices past 32 bits
 ])
 def test_torch_generator_equals_the_numpy_reference_bit_for_bit(start, count):
     for seed, stream, counter in ((0, zrng.STREAM_ZO, 0), (2**64 - 1, zrng.STREAM_ZO, 10**9), (7, zrng.STREAM_INIT, 0)):
         key = zrng.stream_key(seed, stream, counter)
-        assert np.array_equal(zrng_torch.bits(key, start, count, "cpu").numpy().view(np.uint64),
-                              zrng.bits(key, start, count))
+        assert np.array_equal(zrng_torch.bits32(key, start, count, "cpu").numpy().view(np.uint32),
+                              zrng.bits32(key, start, count))
         z = np.concatenate([z.numpy() for _, z in zrng_torch.normal_chunks(key, start, count, "cpu")])
         assert np.array_equal(z.view(np.uint32), zrng.normal(key, start, count).view(np.uint32))
 
@@ -101,7 +131,8 @@ def test_the_gpu_perturbation_adds_zobench_z_from_device_scalars(start, count):
     scalars as in a CUDA graph), run on CPU torch: w + 1.0 * z is z's bits exactly."""
     key = zrng.stream_key(5, zrng.STREAM_ZO, 9)
     w = torch.zeros(count)
-    zrng_torch.perturb_(w, torch.tensor(zrng_torch.int64(key)), torch.tensor(1.0, dtype=torch.float64), start)
+    zrng_torch.perturb_(w, torch.tensor(zrng_torch.key32(key), dtype=torch.int32), torch.tensor(1.0, dtype=torch.float64),
+                        start)
     assert np.array_equal(w.numpy().view(np.uint32), zrng.normal(key, start, count).view(np.uint32))
 
 
@@ -111,8 +142,8 @@ def test_the_triton_perturbation_draws_zobench_z_on_the_gpu():
     if not torch.cuda.is_available():
         pytest.skip("no CUDA")
     from workloads import zrng_triton
-    key, n, start = zrng.stream_key(2**64 - 1, zrng.STREAM_ZO, 7), 1_000_003, 2**33 + 5
+    key, n, start = zrng.stream_key(2**64 - 1, zrng.STREAM_ZO, 7), 1_000_003, 2**31 + 5
     w = torch.zeros(n, device="cuda")
-    zrng_triton.perturb_(w, torch.tensor(zrng_torch.int64(key), device="cuda"),
+    zrng_triton.perturb_(w, torch.tensor(zrng_torch.key32(key), dtype=torch.int32, device="cuda"),
                          torch.tensor(1.0, device="cuda"), start)
     assert np.array_equal(w.cpu().numpy().view(np.uint32), zrng.normal(key, start, n).view(np.uint32))

@@ -29,6 +29,21 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+def cpu_facts(cpuinfo: str) -> dict:
+    """What the host picks the binary's CPU from (harness/cpu.py): the feature flags every
+    processor has (x86 "flags", Arm "Features") and, on Arm, each kind of core as
+    "implementer:part" ("0x41:0xd0b"; a big.LITTLE board has two). Empty where cpuinfo says none."""
+    flags, parts = None, set()
+    for block in cpuinfo.split("\n\n"):
+        fields = {key.strip(): value.strip() for key, _, value in (l.partition(":") for l in block.splitlines())}
+        listed = fields.get("flags", fields.get("Features"))
+        if listed is not None:
+            flags = set(listed.split()) if flags is None else flags & set(listed.split())
+        if "CPU implementer" in fields and "CPU part" in fields:
+            parts.add(f"{fields['CPU implementer']}:{fields['CPU part']}")
+    return {"cpu_flags": sorted(flags or ()), "cpu_parts": sorted(parts)}
+
+
 def versions(*packages: str) -> dict:
     out = {"python": platform.python_version()}
     for p in packages:
@@ -83,7 +98,8 @@ def _command(*argv: str) -> str | None:
 
 
 def probe(workdir: str = "~") -> dict:
-    """facts() plus what matters before benchmarking a board: memory, clock, disk, throttling."""
+    """facts() plus what matters before benchmarking a board: memory, clock, disk, throttling,
+    and the CPU's features the host builds its binary for."""
     out = facts("numpy", "torch", "onnxruntime")
     mem = _meminfo()
     cpufreq = "/sys/devices/system/cpu/cpu0/cpufreq/"
@@ -102,6 +118,7 @@ def probe(workdir: str = "~") -> dict:
         "nvpmodel": _command("nvpmodel", "-q"),
         "jetson_clocks": _command("jetson_clocks", "--show"),
         "tegrastats": _which("tegrastats"),
+        **cpu_facts(_read("/proc/cpuinfo")),
     })
     return out
 

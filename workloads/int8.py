@@ -175,11 +175,11 @@ def float_loss(q: torch.Tensor, exp: int, y: torch.Tensor) -> float:
 
 def zo_noise(key: int, start: int, count: int, scale: int, threshold: int, device="cpu") -> torch.Tensor:
     """The sparse uniform perturbation z[i], int64, drawn on `device`: 0 with probability
-    threshold/65536, else uniform on [-scale, scale]; both from the 64 bits of zobench-z at
-    index i (int64 bits: the low word is masked, the top 16 bits shifted and masked)."""
-    b = zrng_torch.bits(key, start, count, device)
-    z = (b & 0xFFFFFFFF).mul_(2 * scale + 1).bitwise_right_shift_(32).sub_(scale)
-    return z.masked_fill_(b.bitwise_right_shift(48).bitwise_and_(0xFFFF) < threshold, 0)
+    threshold/65536, else uniform on [-scale, scale]; the top and the low 16 of the 32 bits of
+    zobench-z at index i (int32 bits: both halves shifted and masked)."""
+    b = zrng_torch.bits32(key, start, count, device).long()
+    z = (b & 0xFFFF).mul_(2 * scale + 1).bitwise_right_shift_(16).sub_(scale)
+    return z.masked_fill_(b.bitwise_right_shift(16).bitwise_and_(0xFFFF) < threshold, 0)
 
 
 def zo_update_shift(scale: int) -> int:

@@ -16,7 +16,7 @@ from datetime import datetime, timezone
 
 import numpy as np
 
-from . import datasets, energy, envinfo, gpuinfo, memory
+from . import datasets, energy, envinfo, gpuinfo, memory, zrng
 from .jsonfile import write_atomic
 from .clock import EventClock, PhaseClock
 from .loop import TrainState, emit, train, warm_up
@@ -55,7 +55,7 @@ def main(make_engine, packages: tuple[str, ...], argv=None) -> int:
               "wall_seconds": 0.0, "train_seconds": 0.0, "steps": 0, "phases": {}, "epochs": [],
               "memory": {"peak_rss_bytes": 0, "baseline_rss_bytes": 0, "device_peak_bytes": None,
                          "device_reserved_peak_bytes": None, "device_used_bytes": None},
-              "model": None, "env": envinfo.facts(*packages)}
+              "model": None, "env": {**envinfo.facts(*packages), "zrng": zrng.VERSION}}
     state, engine, clock, meter = TrainState(), None, None, None
     try:
         with open(args.spec) as f:

@@ -47,7 +47,7 @@ class TorchEngine(Engine):
             self.sync = torch.cuda.synchronize
             # the step's key and perturbation scale as device scalars: the perturbation kernel
             # reads them there, so a CUDA graph replays it with each step's values
-            self.key = torch.zeros((), dtype=torch.int64, device=self.device)
+            self.key = torch.zeros((), dtype=torch.int32, device=self.device)
             self.alpha = torch.zeros((), dtype=self.flat.dtype, device=self.device)
             self.fused_perturb = fused_perturb()
             if graphed:
@@ -117,7 +117,7 @@ class TorchEngine(Engine):
         alpha as device scalars (alpha may already be one: eps - lr g, never read on the host)."""
         if self.cuda:
             if not isinstance(key, torch.Tensor):
-                key = self.key.fill_(zrng_torch.int64(key))
+                key = self.key.fill_(zrng_torch.key32(key))
             if not isinstance(alpha, torch.Tensor):
                 alpha = self.alpha.fill_(alpha)
             self.fused_perturb(self.flat[:self.n_zo], key, alpha)
@@ -172,7 +172,7 @@ class GraphStep:
         if self.graph is None and self.calls < self.EAGER:
             self.calls += 1
             return self._on_side_stream(lambda: methods.step(engine, spec, x, y, t, epoch, lr_zo, lr_bp, clock))
-        engine.key.fill_(zrng_torch.int64(zrng.stream_key(spec.seed, zrng.STREAM_ZO, t)))
+        engine.key.fill_(zrng_torch.key32(zrng.stream_key(spec.seed, zrng.STREAM_ZO, t)))
         if self.rates != (lr_zo, lr_bp):     # they change once an epoch at most
             self.rates = (lr_zo, lr_bp)
             self.lr_zo.fill_(lr_zo)

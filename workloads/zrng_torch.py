@@ -2,10 +2,11 @@
 
 The torch runner perturbs its parameters with z generated on their device: on a GPU no
 host-to-device copy per chunk and no n_zo-sized z buffer, only one chunk at a time, the
-MeZO way. torch has no uint64, so the 64-bit words are int64: + and * wrap modulo 2^64 on
-both, so only the right shift needs care (torch's is arithmetic; masking the sign-filled
-bits makes it logical). The numbers are bit for bit those of workloads/zrng.py, the
-reference (tested on CPU torch, the code path a GPU runs).
+MeZO way. torch has no unsigned 32- or 64-bit arithmetic, so the words are int32 (z's) and
+int64 (the 64-bit keys and v1's bits): + and * wrap as the unsigned ones do, so only the
+right shift needs care (torch's is arithmetic; masking the sign-filled bits makes it
+logical). The numbers are bit for bit those of workloads/zrng.py, the reference (tested on
+CPU torch, the code path a GPU runs).
 """
 from __future__ import annotations
 
@@ -18,36 +19,53 @@ from . import zrng
 CHUNKS = {"cpu": 1 << 16, "cuda": 1 << 22}
 
 
-def int64(c: int) -> int:
-    """A 64-bit constant as the int64 with the same bits."""
-    return c - (1 << 64) if c >= 1 << 63 else c
+def signed(c: int, width: int = 64) -> int:
+    """An unsigned constant of `width` bits as the signed integer with the same bits."""
+    return c - (1 << width) if c >= 1 << (width - 1) else c
 
 
-GOLDEN, M1, M2 = (int64(int(c)) for c in (zrng.GOLDEN, zrng._M1, zrng._M2))
+WEYL, LB1, LB2 = (signed(c, 32) for c in (zrng.WEYL, zrng.LB1, zrng.LB2))
 
 
-def _xorshift(x: torch.Tensor, s: int) -> torch.Tensor:
+def _xorshift(x: torch.Tensor, s: int, width: int) -> torch.Tensor:
     """x ^ (x >> s) with a logical shift, in place."""
-    return x.bitwise_xor_(x.bitwise_right_shift(s).bitwise_and_((1 << (64 - s)) - 1))
+    return x.bitwise_xor_(x.bitwise_right_shift(s).bitwise_and_((1 << (width - s)) - 1))
 
 
-def bits(key, start: int, count: int, device) -> torch.Tensor:
-    """mix64(key + (i + 1) * GOLDEN) for i in [start, start + count), as int64 bits. key: an int,
-    or an int64 scalar tensor on the device (a CUDA graph replays with the step's key in it)."""
-    x = torch.arange(start + 1, start + count + 1, dtype=torch.int64, device=device)
-    x.mul_(GOLDEN).add_(key if isinstance(key, torch.Tensor) else int64(key))
-    _xorshift(x, 30).mul_(M1)
-    _xorshift(x, 27).mul_(M2)
-    return _xorshift(x, 31)
+def key32(key: int) -> int:
+    """The block key of the first 2^32 indices as int32 bits: what a device scalar holds for a
+    CUDA graph's perturbation (every model has fewer parameters)."""
+    return signed(zrng.block_key(key, 0), 32)
+
+
+def bits32(key, start: int, count: int, device) -> torch.Tensor:
+    """lowbias32(k + lo32(i) * WEYL) for i in [start, start + count), as int32 bits, k the
+    block key of i (zrng.bits32). key: the 64-bit key, an int; or key32's value as an int32
+    scalar tensor on the device, for indices below 2^32."""
+    out = torch.empty(count, dtype=torch.int32, device=device)
+    done = 0
+    for block, lo, n in zrng.blocks(start, count):
+        if isinstance(key, torch.Tensor) and block:
+            raise ValueError("a device key covers the first 2^32 indices only")
+        x = out[done:done + n]
+        # lo32(i) as int32 bits: counted from -2^31, the top bit flipped back
+        torch.arange(lo - (1 << 31), lo + n - (1 << 31), dtype=torch.int32, device=device, out=x)
+        x.bitwise_xor_(-(1 << 31)).mul_(WEYL)
+        x.add_(key if isinstance(key, torch.Tensor) else signed(zrng.block_key(key, block), 32))
+        _xorshift(x, 16, 32).mul_(LB1)
+        _xorshift(x, 15, 32).mul_(LB2)
+        _xorshift(x, 16, 32)
+        done += n
+    return out
 
 
 def normal(key, start: int, count: int, device) -> torch.Tensor:
-    """z[i] for i in [start, start + count): float32, the four 16-bit lanes' sum scaled (a float32
+    """z[i] for i in [start, start + count): float32, the four bytes' sum scaled (a float32
     product, as numpy's)."""
-    b = bits(key, start, count, device)
-    s = b.bitwise_and(0xFFFF)
-    for shift in (16, 32, 48):
-        s.add_(b.bitwise_right_shift(shift).bitwise_and_(0xFFFF))
+    b = bits32(key, start, count, device)
+    s = b.bitwise_and(0xFF)
+    for shift in (8, 16, 24):
+        s.add_(b.bitwise_right_shift(shift).bitwise_and_(0xFF))
     return s.sub_(zrng.Z_OFFSET).to(torch.float32).mul_(zrng.Z_SCALE)
 
 

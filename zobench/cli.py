@@ -16,7 +16,7 @@ from workloads.spec import Bounds, Hyper, JobSpec, SpecError
 
 from harness import inventory, paths, plan, suites
 from harness.artifacts import sha256
-from harness.build import build
+from harness.build import build, cpu_choice
 from harness.bundle import prepare
 from harness.compare import EXIT_CODES
 from harness.errors import UserError
@@ -86,7 +86,8 @@ def build_parser() -> Parser:
                    help="the test accuracy the energy-to-accuracy table counts up to (default: per workload, "
                         "the lowest final test accuracy of its charted jobs)")
 
-    p = sub.add_parser("build", help="build zobench-train for a target (natively, or cross-compiled)")
+    p = sub.add_parser("build", help="build zobench-train for a target's CPU: its pin, else this machine's "
+                                     "(local) or the one probing the board finds")
     _add_results(p)
     p.add_argument("--target", required=True)
     p.add_argument("--inventory", type=Path)
@@ -255,8 +256,19 @@ def cmd_report(args) -> int:
 
 def cmd_build(args) -> int:
     (target,) = inventory.resolve([args.target], args.inventory)
-    binary = build(target)
-    print(f"{binary}  sha256 {sha256(binary)}")
+    choice = cpu_choice(target)
+    if choice is None:      # a board whose CPU is not pinned: built for the one its probe finds, as a run does
+        transport = transport_for(target)
+        try:
+            choice = cpu_choice(target, probe(transport, target))
+        except TransportError as e:
+            print(f"zobench: {target.name}: {e}; pin its CPU (cpu = NAME, docs/targets.md) to build without it",
+                  file=sys.stderr)
+            return 1
+        finally:
+            transport.close()
+    binary = build(target, choice.cpu)
+    print(f"{binary}  sha256 {sha256(binary)}  cpu {choice.cpu}: {choice.why}")
     return 0
 
 
@@ -331,7 +343,9 @@ def cmd_targets(args) -> int:
             print(jsonfile.dumps(facts))
         else:
             for key, value in facts.items():
-                print(f"{key:20} {', '.join(f'{k} {v}' for k, v in value.items()) if isinstance(value, dict) else value}")
+                shown = ", ".join(f"{k} {v}" for k, v in value.items()) if isinstance(value, dict) else \
+                    " ".join(value) if isinstance(value, list) else value
+                print(f"{key:20} {shown}")
         return 0
     for t in inventory.load(args.inventory).values():
         where = "this machine" if t.transport == "local" else \

@@ -246,7 +246,7 @@ struct ActivationPlan {
     std::vector<Activations<T>> layer;
     std::vector<Logit> logits[2];
 
-    // slack: bytes a kernel may read past a buffer's end (INT8's VNNI convolution)
+    // slack: bytes a kernel may read past a buffer's end (INT8's convolution tile)
     void alloc(const Arch& a, int B, int first_bp, bool two, size_t slack = 0) {
         layer.assign(a.n(), {});
         for (int l = 0; l < a.n(); ++l) {

@@ -16,6 +16,22 @@
 
 namespace fp32k {
 
+// The vector ISA these kernels are compiled to (env.kernels.conv and .fc): NEON intrinsics on
+// aarch64, elsewhere `omp simd` loops the compiler vectorizes for the binary's -march
+#if defined(__aarch64__)
+constexpr const char* SIMD = "neon";
+#elif defined(__AVX512F__)
+constexpr const char* SIMD = "avx512";
+#elif defined(__AVX2__) && defined(__FMA__)
+constexpr const char* SIMD = "avx2-fma";
+#elif defined(__SSE4_2__)
+constexpr const char* SIMD = "sse4.2";
+#elif defined(__SSE2__)
+constexpr const char* SIMD = "sse2";
+#else
+constexpr const char* SIMD = "scalar";
+#endif
+
 // acc[0..n) += wv * in[0..n): the inner loop of every convolution tap
 __attribute__((always_inline)) inline void axpy(float* __restrict acc, float wv, const float* __restrict in, int n) {
     int x = 0;

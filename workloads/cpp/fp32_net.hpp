@@ -170,8 +170,7 @@ struct Net {
     void perturb(uint64_t key, float alpha) {
         const float scale = zrng::z_scale();
         float* p = params.data();
-#pragma omp parallel for simd schedule(static)
-        for (size_t i = 0; i < n_zo; ++i) p[i] += alpha * zrng::normal(key, i, scale);
+        zrng::each_bits32(key, n_zo, [=](size_t i, uint32_t x) { p[i] += alpha * zrng::normal(x, scale); });
     }
 
     // ---- the interface train() drives (int8_net.hpp has the same) ----

@@ -10,19 +10,14 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 
-// ZOBENCH_VNNI: x86 with AVX-512 VNNI (vpdpbusd: four uint8 x int8 products per int32 lane),
-// with the BW byte loads and the VL 256-bit forms the kernels use; otherwise portable loops
-// (and NEON on aarch64). The integer results are the same on every path.
-#if defined(__AVX512VNNI__) && defined(__AVX512BW__) && defined(__AVX512VL__)
-#define ZOBENCH_VNNI 1
+#if defined(__SSE2__)
 #include <immintrin.h>
-#else
-#define ZOBENCH_VNNI 0
 #endif
 #if defined(__aarch64__)
-#include <arm_neon.h>  // armv8-a: vmull_s8 / vpadalq_s16, no dot-product instructions
+#include <arm_neon.h>
 #endif
 
 #include "common.hpp"
@@ -30,7 +25,208 @@
 
 namespace int8 {
 
-constexpr bool VNNI = ZOBENCH_VNNI;
+// ---- the dot-product instruction every kernel is built on, one per path (env.kernels.int8) ----
+// dp(acc, u, w) adds to each int32 lane of acc the four products of its four bytes of u (uint8
+// activations, in [0, 127]) and of w (int8): x86's vpdpbusd. dps is the same for a signed u (an
+// error). Why no path can saturate: docs/int8.md, "Kernel paths". Vec<L> holds L int32 lanes;
+// WIDEST is the path's widest (0: no dot-product instruction, `dot` alone) and VREGS how many
+// vector registers it has, which the kernels' register tiles are sized for.
+//  - avx512-vnni: vpdpbusd itself, 256- and 512-bit;
+//  - avx512-maddubs, avx2-maddubs, ssse3-maddubs: vpmaddubsw (two products into int16) then
+//    vpmaddwd by 1 (two of those into int32), 512- and 256-bit (AVX-512BW), 256-bit (AVX2) or
+//    128-bit (SSSE3); dps by the sign trick;
+//  - sse2-maddwd: pmaddwd of the even and of the odd bytes, widened to int16, 128-bit;
+//  - neon-dotprod: sdot, 128-bit; an activation <= 127 is the same value read as int8;
+//  - neon-smull (armv8-a, no sdot): smull and smull2 (the low and high eight byte products into
+//    int16), addp (pairs of those, int16: |sum| <= 2 * 127^2), sadalp (pairs of those into
+//    int32), 128-bit;
+//  - generic (omp simd): no kernels of its own.
+#if defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512VNNI__)
+constexpr const char* KERNELS = "avx512-vnni";
+#define ZOBENCH_I8_WIDEST 16
+#define ZOBENCH_I8_VNNI 1
+constexpr int VREGS = 32;
+#elif defined(__AVX512BW__) && defined(__AVX512VL__)
+constexpr const char* KERNELS = "avx512-maddubs";
+#define ZOBENCH_I8_WIDEST 16
+constexpr int VREGS = 32;
+#elif defined(__AVX2__)
+constexpr const char* KERNELS = "avx2-maddubs";
+#define ZOBENCH_I8_WIDEST 8
+constexpr int VREGS = 16;
+#elif defined(__SSSE3__)
+constexpr const char* KERNELS = "ssse3-maddubs";
+#define ZOBENCH_I8_WIDEST 4
+constexpr int VREGS = 16;
+#elif defined(__SSE2__)
+constexpr const char* KERNELS = "sse2-maddwd";
+#define ZOBENCH_I8_WIDEST 4
+constexpr int VREGS = 16;
+#elif defined(__ARM_FEATURE_DOTPROD)
+constexpr const char* KERNELS = "neon-dotprod";
+#define ZOBENCH_I8_WIDEST 4
+constexpr int VREGS = 32;
+#elif defined(__aarch64__)
+constexpr const char* KERNELS = "neon-smull";
+#define ZOBENCH_I8_WIDEST 4
+constexpr int VREGS = 32;
+#else
+constexpr const char* KERNELS = "generic";
+#define ZOBENCH_I8_WIDEST 0
+#endif
+constexpr int WIDEST = ZOBENCH_I8_WIDEST;
+
+// keep_top's masks: 64 zero bytes, then 64 of all ones
+struct TopMask {
+    int8_t m[128];
+};
+constexpr TopMask top_mask() {
+    TopMask t{};
+    for (int i = 64; i < 128; ++i) t.m[i] = -1;
+    return t;
+}
+alignas(64) inline constexpr TopMask TOP_MASK = top_mask();
+
+inline uint32_t load4(const void* p) {
+    uint32_t v;
+    std::memcpy(&v, p, 4);
+    return v;
+}
+
+template <int L>
+struct Vec;
+
+#if defined(__AVX2__)
+template <>
+struct Vec<8> {
+    using A = __m256i;  // int32 lanes
+    using B = __m256i;  // their bytes
+    static constexpr int BYTES = 32;
+    static A zero() { return _mm256_setzero_si256(); }
+    static A set1(int32_t v) { return _mm256_set1_epi32(v); }
+    static B load(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+    static B bcast4(const void* p) { return _mm256_castps_si256(_mm256_broadcast_ss(static_cast<const float*>(p))); }
+    // all but the top r bytes zeroed (0 < r < BYTES)
+    static B keep_top(B v, int r) { return _mm256_and_si256(v, load(TOP_MASK.m + 64 - BYTES + r)); }
+    static A dp(A acc, B u, B w) {
+#if defined(ZOBENCH_I8_VNNI)
+        return _mm256_dpbusd_epi32(acc, u, w);
+#else
+        return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, w), _mm256_set1_epi16(1)));
+#endif
+    }
+    // a * w = |a| * (w with a's sign), exact while w != -128
+    static A dps(A acc, B a, B w) { return dp(acc, _mm256_abs_epi8(a), _mm256_sign_epi8(w, a)); }
+    static A max(A a, A b) { return _mm256_max_epi32(a, b); }
+    static A min(A a, A b) { return _mm256_min_epi32(a, b); }
+    static void store(int32_t* p, A v) { _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), v); }
+    static int32_t sum(A v) {
+        __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+        s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
+        return _mm_cvtsi128_si32(_mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1)));
+    }
+};
+#endif
+
+#if defined(__SSE2__) && !defined(__AVX2__)
+template <>
+struct Vec<4> {
+    using A = __m128i;
+    using B = __m128i;
+    static constexpr int BYTES = 16;
+    static A zero() { return _mm_setzero_si128(); }
+    static A set1(int32_t v) { return _mm_set1_epi32(v); }
+    static B load(const void* p) { return _mm_loadu_si128(static_cast<const __m128i*>(p)); }
+    static B bcast4(const void* p) { return _mm_castps_si128(_mm_load1_ps(static_cast<const float*>(p))); }
+    static B keep_top(B v, int r) { return _mm_and_si128(v, load(TOP_MASK.m + 64 - BYTES + r)); }
+#if defined(__SSSE3__)
+    static A dp(A acc, B u, B w) { return _mm_add_epi32(acc, _mm_madd_epi16(_mm_maddubs_epi16(u, w), _mm_set1_epi16(1))); }
+    static A dps(A acc, B a, B w) { return dp(acc, _mm_abs_epi8(a), _mm_sign_epi8(w, a)); }
+    static A max(A a, A b) { return _mm_max_epi32(a, b); }
+    static A min(A a, A b) { return _mm_min_epi32(a, b); }
+#else
+    // the even bytes of each 16-bit lane and the odd ones, as int16 (sign-extended for int8):
+    // pmaddwd of each pair adds two of a lane's four products, in int32
+    static A dp2(A acc, B even_u, B odd_u, B w) {
+        const B even_w = _mm_srai_epi16(_mm_slli_epi16(w, 8), 8), odd_w = _mm_srai_epi16(w, 8);
+        return _mm_add_epi32(_mm_add_epi32(acc, _mm_madd_epi16(even_u, even_w)), _mm_madd_epi16(odd_u, odd_w));
+    }
+    static A dp(A acc, B u, B w) { return dp2(acc, _mm_and_si128(u, _mm_set1_epi16(0xFF)), _mm_srli_epi16(u, 8), w); }
+    static A dps(A acc, B a, B w) { return dp2(acc, _mm_srai_epi16(_mm_slli_epi16(a, 8), 8), _mm_srai_epi16(a, 8), w); }
+    static A max(A a, A b) { return pick(_mm_cmpgt_epi32(a, b), a, b); }
+    static A min(A a, A b) { return pick(_mm_cmpgt_epi32(a, b), b, a); }
+    static A pick(A mask, A yes, A no) { return _mm_or_si128(_mm_and_si128(mask, yes), _mm_andnot_si128(mask, no)); }
+#endif
+    static void store(int32_t* p, A v) { _mm_storeu_si128(reinterpret_cast<__m128i*>(p), v); }
+    static int32_t sum(A v) {
+        v = _mm_add_epi32(v, _mm_shuffle_epi32(v, 0x4E));
+        return _mm_cvtsi128_si32(_mm_add_epi32(v, _mm_shuffle_epi32(v, 0xB1)));
+    }
+};
+#endif
+
+#if defined(__AVX512BW__) && defined(__AVX512VL__)
+template <>
+struct Vec<16> {
+    using A = __m512i;
+    using B = __m512i;
+    static constexpr int BYTES = 64;
+    static A zero() { return _mm512_setzero_si512(); }
+    static A set1(int32_t v) { return _mm512_set1_epi32(v); }
+    static B load(const void* p) { return _mm512_loadu_si512(p); }
+    static B bcast4(const void* p) { return _mm512_castps_si512(_mm512_broadcastss_ps(_mm_load_ss(static_cast<const float*>(p)))); }
+    static B keep_top(B v, int r) { return _mm512_maskz_mov_epi8(~__mmask64(0) << (BYTES - r), v); }
+    static A dp(A acc, B u, B w) {
+#if defined(ZOBENCH_I8_VNNI)
+        return _mm512_dpbusd_epi32(acc, u, w);
+#else
+        return _mm512_add_epi32(acc, _mm512_madd_epi16(_mm512_maddubs_epi16(u, w), _mm512_set1_epi16(1)));
+#endif
+    }
+    static A dps(A acc, B a, B w) {  // no vpsignb on 512 bits: negate w where a < 0
+        return dp(acc, _mm512_abs_epi8(a), _mm512_mask_sub_epi8(w, _mm512_movepi8_mask(a), _mm512_setzero_si512(), w));
+    }
+    static A max(A a, A b) { return _mm512_max_epi32(a, b); }
+    static A min(A a, A b) { return _mm512_min_epi32(a, b); }
+    static void store(int32_t* p, A v) { _mm512_storeu_si512(p, v); }
+    static int32_t sum(A v) { return _mm512_reduce_add_epi32(v); }
+};
+#endif
+
+#if defined(__aarch64__)
+template <>
+struct Vec<4> {
+    using A = int32x4_t;
+    using B = int8x16_t;
+    static constexpr int BYTES = 16;
+    static A zero() { return vdupq_n_s32(0); }
+    static A set1(int32_t v) { return vdupq_n_s32(v); }
+    static B load(const void* p) { return vld1q_s8(static_cast<const int8_t*>(p)); }
+    static B bcast4(const void* p) { return vreinterpretq_s8_u32(vdupq_n_u32(load4(p))); }
+    static B keep_top(B v, int r) { return vandq_s8(v, load(TOP_MASK.m + 64 - BYTES + r)); }
+#if defined(__ARM_FEATURE_DOTPROD)
+    static A dp(A acc, B u, B w) { return vdotq_s32(acc, u, w); }
+#else
+    // int16 lane j: the products of bytes 2j, 2j + 1 (no overflow: both factors' |values| <= 127);
+    // int32 lane l: int16 lanes 2l, 2l + 1, the products of bytes 4l..4l + 3
+    static A dp(A acc, B u, B w) {
+        return vpadalq_s16(acc, vpaddq_s16(vmull_s8(vget_low_s8(u), vget_low_s8(w)), vmull_high_s8(u, w)));
+    }
+#endif
+    static A dps(A acc, B a, B w) { return dp(acc, a, w); }
+    static A max(A a, A b) { return vmaxq_s32(a, b); }
+    static A min(A a, A b) { return vminq_s32(a, b); }
+    static void store(int32_t* p, A v) { vst1q_s32(p, v); }
+    static int32_t sum(A v) { return vaddvq_s32(v); }
+};
+#endif
+
+// dp for uint8 activations, dps for int8 errors
+template <class S, class T>
+__attribute__((always_inline)) inline typename S::A dp_of(typename S::A acc, typename S::B a, typename S::B w) {
+    if constexpr (std::is_same_v<T, uint8_t>) return S::dp(acc, a, w);
+    else return S::dps(acc, a, w);
+}
 
 constexpr int ACT_BITS = 7, INPUT_EXP = -7, CE_OFFSET = 10, ERR_BITS_IN = 11, ZO_GRAD_BITS = 1;
 constexpr int64_t LOG2E_Q15 = 47274;
@@ -47,7 +243,7 @@ constexpr int64_t POW2_Q30[64] = {
     1969251188, 1990694927, 2012372174, 2034285470, 2056437387, 2078830522, 2101467502, 2124350982};
 
 inline int grad_bits(int epoch) { return epoch < 20 ? 5 : epoch < 50 ? 4 : 3; }
-inline uint64_t sparsity_threshold(int epoch) { return epoch < 20 ? 21627 : epoch < 50 ? 32768 : 58982; }
+inline uint32_t sparsity_threshold(int epoch) { return epoch < 20 ? 21627 : epoch < 50 ? 32768 : 58982; }
 
 inline int ceil_log2(uint64_t m) { return m > 1 ? 64 - __builtin_clzll(m - 1) : 0; }
 
@@ -82,28 +278,50 @@ inline int requant_shift(const int32_t* acc, size_t n) {
     return shift_of_max(m);
 }
 
-inline int requant_value(int32_t a, int s) { return clamp127(s > 0 ? round_shift(a, s) : a); }
+// round_shift(a, s) where s > 0, else a, clamped. Branch-free (shifts by s and s - 1, or 0 and 0
+// with the rounding bit masked off), so that loops over a tensor vectorize.
+inline int requant_value(int32_t a, int s) {
+    const int up = s > 0;
+    const int32_t r = (a >> (up ? s : 0)) + ((a >> (up ? s - 1 : 0)) & up);
+    return std::min(127, std::max(-127, r));
+}
 // the same, then the ReLU: an activation in [0, 127]
 inline uint8_t requant_relu(int32_t a, int s) { return uint8_t(std::max(requant_value(a, s), 0)); }
 
 // ---- the dot product every layer is made of: activations (uint8 in [0, 127], or int8
 // errors) x int8 weights -> int32 ----
+
+// S::sum of the dot products a[j] . w (j < R) of n >= S::BYTES bytes, in S's vectors: the last
+// vector ends at n, overlapping the one before, and its overlapping bytes of w are zeroed
+template <class S, class A, int R>
+__attribute__((always_inline)) inline void dot_vec(int32_t out[R], const A* const a[R], const int8_t* __restrict w, int n) {
+    typename S::A acc[R];
+    for (int j = 0; j < R; ++j) acc[j] = S::zero();
+    int i = 0;
+    for (; i + S::BYTES <= n; i += S::BYTES) {
+        const typename S::B wv = S::load(w + i);
+        for (int j = 0; j < R; ++j) acc[j] = dp_of<S, A>(acc[j], S::load(a[j] + i), wv);
+    }
+    if (i < n) {
+        const int last = n - S::BYTES;
+        const typename S::B wv = S::keep_top(S::load(w + last), n - i);
+        for (int j = 0; j < R; ++j) acc[j] = dp_of<S, A>(acc[j], S::load(a[j] + last), wv);
+    }
+    for (int j = 0; j < R; ++j) out[j] = S::sum(acc[j]);
+}
+
 template <class A>
 __attribute__((always_inline)) inline int32_t dot(const A* __restrict a, const int8_t* __restrict w, int n) {
+#if ZOBENCH_I8_WIDEST
+    if (n >= Vec<WIDEST>::BYTES) {
+        const A* rows[1] = {a};
+        int32_t s;
+        dot_vec<Vec<WIDEST>, A, 1>(&s, rows, w, n);
+        return s;
+    }
+#endif
     int i = 0;
     int32_t s = 0;
-#if defined(__aarch64__)
-    int32x4_t acc = vdupq_n_s32(0);
-    for (; i + 16 <= n; i += 16) {  // uint8 activations are <= 127: as int8 they are the same values
-        int8x16_t av;
-        if constexpr (std::is_same_v<A, uint8_t>) av = vreinterpretq_s8_u8(vld1q_u8(a + i));
-        else av = vld1q_s8(a + i);
-        const int8x16_t wv = vld1q_s8(w + i);
-        acc = vpadalq_s16(acc, vmull_s8(vget_low_s8(av), vget_low_s8(wv)));
-        acc = vpadalq_s16(acc, vmull_high_s8(av, wv));
-    }
-    s = vaddvq_s32(acc);
-#endif
 #pragma omp simd reduction(+ : s)
     for (int k = i; k < n; ++k) s += int32_t(a[k]) * int32_t(w[k]);
     return s;
@@ -112,24 +330,16 @@ __attribute__((always_inline)) inline int32_t dot(const A* __restrict a, const i
 // out[j] = a_j . w for four activation rows: each weight load feeds four images (FC forward)
 __attribute__((always_inline)) inline void dot4(int32_t out[4], const uint8_t* const a[4], const int8_t* __restrict w,
                                                 int n) {
-#if ZOBENCH_VNNI
-    __m512i acc[4] = {_mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512()};
-    for (int i = 0; i < n; i += 64) {
-        const __mmask64 m = n - i >= 64 ? ~__mmask64(0) : (__mmask64(1) << (n - i)) - 1;
-        const __m512i wv = _mm512_maskz_loadu_epi8(m, w + i);
-        for (int j = 0; j < 4; ++j) acc[j] = _mm512_dpbusd_epi32(acc[j], _mm512_maskz_loadu_epi8(m, a[j] + i), wv);
-    }
-    for (int j = 0; j < 4; ++j) out[j] = _mm512_reduce_add_epi32(acc[j]);
-#else
-    for (int j = 0; j < 4; ++j) out[j] = dot(a[j], w, n);
+#if ZOBENCH_I8_WIDEST
+    if (n >= Vec<WIDEST>::BYTES) return dot_vec<Vec<WIDEST>, uint8_t, 4>(out, a, w, n);
 #endif
+    for (int j = 0; j < 4; ++j) out[j] = dot(a[j], w, n);
 }
 
-// ---- the sparse uniform perturbation z[i] (int8.py zo_noise) ----
-inline int zo_noise(uint64_t key, uint64_t i, int64_t scale, uint64_t threshold) {
-    const uint64_t b = zrng::bits(key, i);
-    if ((b >> 48) < threshold) return 0;
-    return int(int64_t(((b & 0xFFFFFFFFull) * uint64_t(2 * scale + 1)) >> 32) - scale);
+// ---- the sparse uniform perturbation z[i] from its 32 bits x (int8.py zo_noise) ----
+inline int zo_noise(uint32_t x, int scale, uint32_t threshold) {
+    const int z = int(((x & 0xFFFFu) * uint32_t(2 * scale + 1)) >> 16) - scale;
+    return (x >> 16) < threshold ? 0 : z;
 }
 
 inline int zo_update_shift(int scale) { return ceil_log2(uint64_t(scale)) - ZO_GRAD_BITS; }

@@ -35,138 +35,212 @@
 namespace int8 {
 
 constexpr int padded(int k) { return (k + 15) / 16 * 16; }
+// bytes after each padded input and error that a kernel may read: dp_tile reads kw 5-7 of a
+// row's last pixel, 3 bytes past it
+constexpr size_t READ_SLACK = 64;
 
-// ---- convolution 5x5, stride 1, padding 2 (input pre-padded): one im2col row of patches
-// per output row, then a dot product per (pixel, output channel) ----
-template <int C, int OC, int H, int W, class A>
-inline void conv_forward(int32_t* acc, const A* inpad, const int8_t* wp /* [OC][padded(C*25)] */, int B) {
-    constexpr int K = C * 25, KP = padded(K), HP = H + 4, WP = W + 4;
-#pragma omp parallel for collapse(2) schedule(static)
-    for (int b = 0; b < B; ++b)
-        for (int h = 0; h < H; ++h) {
-            alignas(64) A patch[W][KP];
-            for (int x = 0; x < W; ++x) {
-                for (int ic = 0; ic < C; ++ic)
-                    for (int kh = 0; kh < 5; ++kh) {
-                        const A* row = inpad + ((size_t(b) * C + ic) * HP + h + kh) * WP + x;
-                        for (int kw = 0; kw < 5; ++kw) patch[x][(ic * 5 + kh) * 5 + kw] = row[kw];
-                    }
-                for (int k = K; k < KP; ++k) patch[x][k] = 0;
-            }
-            for (int oc = 0; oc < OC; ++oc) {
-                int32_t* o = acc + ((size_t(b) * OC + oc) * H + h) * W;
-                for (int x = 0; x < W; ++x) o[x] = dot(patch[x], wp + oc * KP, KP);
-            }
-        }
+// ---- convolution 5x5, stride 1, padding 2 (input pre-padded), LeNet-5's shapes. A kernel
+// computes one output row of one image for one group of conv_lanes(OC) output channels, into
+// row[x][j] (pixel x, channel g * lanes + j), from the image as ConvInput holds it;
+// conv_forward_packed scatters the rows into the accumulators [B][OC][H][W], conv_pool_packed
+// max-pools them in pairs. The weights are repacked for the kernel (conv_pack, into
+// conv_packed_size(C, OC) bytes) once per pass. The input is uint8 activations or, for the
+// input gradient, int8 errors (its weights flipped). ----
+
+#if ZOBENCH_I8_WIDEST
+// On the path's dot-product instruction (Vec::dp: four byte products into each int32 lane),
+// the output channels are the lanes, and the four bytes of each product group are broadcast
+// straight from the image: no im2col. The 25 taps of an input channel are 7 groups: kh 0-3 of
+// each kw (a column's four bytes: the image is also held transposed) and kh 4 as two groups of
+// a row's bytes (kw 0-3, 4-7; the weights of kw 5-7 are zero). P neighbouring pixels accumulate
+// in registers: P x (lanes / vector lanes) vectors (conv_lanes). Packed weights: per group,
+// [C][7][lanes][4].
+
+// a group's lanes: 8 for up to 8 output channels, else 16, as far as P pixels of them fit the
+// registers: one vector each where there are 16 registers, two where there are 32
+constexpr int conv_lanes(int OC) { return std::min(OC <= 8 ? 8 : 16, (VREGS >= 32 ? 2 : 1) * WIDEST); }
+constexpr int conv_packed_size(int C, int OC) {
+    return (OC + conv_lanes(OC) - 1) / conv_lanes(OC) * C * 7 * conv_lanes(OC) * 4;
 }
 
-// lanes of a VNNI convolution's accumulator vector: 8 (ymm) for up to 8 output channels, else 16 (zmm)
-constexpr int vnni_lanes(int OC) { return OC <= 8 ? 8 : 16; }
-
-#if ZOBENCH_VNNI
-// x86 with VNNI: vpdpbusd adds four uint8 x int8 products into each int32 lane. The output
-// channels are the lanes (8 in a ymm for conv1, 16 in a zmm for conv2), and each tap row of
-// 5 is read as two groups of 4 input bytes (kw 0-3, 4-7; the weights of kw 5-7 are zero),
-// broadcast straight from the padded input: no im2col. P neighbouring pixels accumulate in
-// registers. wv: [C][5][2][L][4] int8 (vnni_weights).
-
-template <int C, int OC, int L>   // lanes oc >= OC stay 0
-inline void vnni_weights(int8_t* wv, const int8_t* w) {
-    std::memset(wv, 0, size_t(C) * 5 * 2 * L * 4);
+template <int C, int OC>   // lanes oc >= OC stay 0
+inline void conv_pack(int8_t* wk, const int8_t* w) {
+    constexpr int L = conv_lanes(OC);
+    std::memset(wk, 0, conv_packed_size(C, OC));
     for (int oc = 0; oc < OC; ++oc)
         for (int ic = 0; ic < C; ++ic)
             for (int kh = 0; kh < 5; ++kh)
-                for (int kw = 0; kw < 5; ++kw)
-                    wv[(((ic * 5 + kh) * 2 + kw / 4) * L + oc) * 4 + kw % 4] = w[((oc * C + ic) * 5 + kh) * 5 + kw];
-}
-
-template <int OC>
-struct Lanes;
-template <>
-struct Lanes<8> {
-    using V = __m256i;
-    static V zero() { return _mm256_setzero_si256(); }
-    static V load(const int8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
-    static V dp(V acc, uint32_t a4, V w) { return _mm256_dpbusd_epi32(acc, _mm256_set1_epi32(int(a4)), w); }
-    static void store(int32_t* p, V v) { _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), v); }
-};
-template <>
-struct Lanes<16> {
-    using V = __m512i;
-    static V zero() { return _mm512_setzero_si512(); }
-    static V load(const int8_t* p) { return _mm512_loadu_si512(p); }
-    static V dp(V acc, uint32_t a4, V w) { return _mm512_dpbusd_epi32(acc, _mm512_set1_epi32(int(a4)), w); }
-    static void store(int32_t* p, V v) { _mm512_storeu_si512(p, v); }
-};
-
-template <int C, int OC, int L, int H, int W, int P>
-__attribute__((always_inline)) inline void vnni_tile(int32_t* out, const uint8_t* in, const int8_t* wv, int h, int x0) {
-    using S = Lanes<L>;
-    constexpr int HP = H + 4, WP = W + 4;
-    typename S::V acc[P];
-    for (int p = 0; p < P; ++p) acc[p] = S::zero();
-    for (int ic = 0; ic < C; ++ic)
-        for (int kh = 0; kh < 5; ++kh) {
-            const uint8_t* row = in + (ic * HP + h + kh) * WP + x0;
-            for (int g = 0; g < 2; ++g) {
-                const typename S::V w = S::load(wv + ((ic * 5 + kh) * 2 + g) * L * 4);
-                for (int p = 0; p < P; ++p) {
-                    uint32_t a4;
-                    std::memcpy(&a4, row + p + 4 * g, 4);
-                    acc[p] = S::dp(acc[p], a4, w);
+                for (int kw = 0; kw < 5; ++kw) {
+                    const int slot = kh < 4 ? kw : 5 + kw / 4, k = kh < 4 ? kh : kw % 4;
+                    wk[(((oc / L * C + ic) * 7 + slot) * L + oc % L) * 4 + k] = w[((oc * C + ic) * 5 + kh) * 5 + kw];
                 }
-            }
+}
+
+// one image: its padded planes [C][H + 4][W + 4] and their transpose [C][W + 4][H + 4]
+template <int C, int H, int W, class A>
+struct ConvInput {
+    const A* in = nullptr;
+    alignas(64) A t[C][W + 4][H + 4];
+    void load(const A* image) {
+        in = image;
+        for (int ic = 0; ic < C; ++ic)
+            for (int y = 0; y < H + 4; ++y)
+                for (int x = 0; x < W + 4; ++x) t[ic][x][y] = image[(ic * (H + 4) + y) * (W + 4) + x];
+    }
+};
+
+template <int C, int OC, int H, int W, int P, class A>
+__attribute__((always_inline)) inline void dp_tile(int32_t* row, const ConvInput<C, H, W, A>& im, const int8_t* wv,
+                                                   int h, int x0) {
+    constexpr int L = conv_lanes(OC), VL = std::min(L, WIDEST), NV = L / VL, HP = H + 4, WP = W + 4;
+    using S = Vec<VL>;
+    typename S::A acc[P][NV];
+    for (int p = 0; p < P; ++p)
+        for (int v = 0; v < NV; ++v) acc[p][v] = S::zero();
+    // slot: the group's weights; a4(p): its four input bytes for pixel x0 + p
+    auto group = [&](int slot, auto a4) {
+        typename S::B w[NV];
+        for (int v = 0; v < NV; ++v) w[v] = S::load(wv + (slot * L + v * VL) * 4);
+        for (int p = 0; p < P; ++p) {
+            const typename S::B a = a4(p);
+            for (int v = 0; v < NV; ++v) acc[p][v] = dp_of<S, A>(acc[p][v], a, w[v]);
         }
-    alignas(64) int32_t tmp[P][L];
-    for (int p = 0; p < P; ++p) S::store(tmp[p], acc[p]);
-    for (int oc = 0; oc < OC; ++oc)
-        for (int p = 0; p < P; ++p) out[(oc * H + h) * W + x0 + p] = tmp[p][oc];
+    };
+    for (int ic = 0; ic < C; ++ic) {
+        const A* col = &im.t[ic][x0][h];
+        const A* row = im.in + (ic * HP + h + 4) * WP + x0;
+        auto column = [&](int kw) { group(ic * 7 + kw, [&](int p) { return S::bcast4(col + (p + kw) * HP); }); };
+        if constexpr ((P + 7) * NV + 4 < VREGS) {
+            for (int kw = 0; kw < 5; ++kw) column(kw);
+        } else {  // unrolled, the groups' weights, the tile and the temporaries outgrow the registers
+#pragma GCC unroll 1
+            for (int kw = 0; kw < 5; ++kw) column(kw);
+        }
+        for (int g = 0; g < 2; ++g) group(ic * 7 + 5 + g, [&](int p) { return S::bcast4(row + p + 4 * g); });
+    }
+    for (int p = 0; p < P; ++p)
+        for (int v = 0; v < NV; ++v) S::store(row + (x0 + p) * L + v * VL, acc[p][v]);
 }
 
-// the input must be readable 3 bytes past its end (kw 5-7 of the last pixel)
-template <int C, int OC, int H, int W>
-inline void conv_forward_vnni(int32_t* acc, const uint8_t* inpad, const int8_t* wv, int B) {
-    constexpr int L = vnni_lanes(OC), P = 7;
+// the planes must be readable 3 bytes past their end (kw 5-7 of the last pixel)
+template <int C, int OC, int H, int W, class A>
+__attribute__((always_inline)) inline void conv_row(int32_t* row, const ConvInput<C, H, W, A>& im, const int8_t* wk,
+                                                    int h, int g) {
+    constexpr int P = 7;
     static_assert(W % P == 0, "rows are whole tiles");
-#pragma omp parallel for collapse(2) schedule(static)
-    for (int b = 0; b < B; ++b)
-        for (int h = 0; h < H; ++h)
-            for (int x = 0; x < W; x += P)
-                vnni_tile<C, OC, L, H, W, P>(acc + size_t(b) * OC * H * W, inpad + size_t(b) * C * (H + 4) * (W + 4), wv, h, x);
+    for (int x = 0; x < W; x += P) dp_tile<C, OC, H, W, P>(row, im, wk + size_t(g) * C * 7 * conv_lanes(OC) * 4, h, x);
 }
-#endif
+#else
+// one im2col row of patches, then a dot product per (pixel, output channel): one group of OC
+// lanes. Packed weights: [OC][padded(C * 25)], a zero tail.
+constexpr int conv_lanes(int OC) { return OC; }
+constexpr int conv_packed_size(int C, int OC) { return OC * padded(C * 25); }
 
-// weights [OC][K] -> [OC][padded(K)], zero tail
-inline void pad_weights(int8_t* wp, const int8_t* w, int OC, int K) {
-    const int KP = padded(K);
+template <int C, int OC>
+inline void conv_pack(int8_t* wk, const int8_t* w) {
+    constexpr int K = C * 25, KP = padded(K);
     for (int oc = 0; oc < OC; ++oc) {
-        std::memcpy(wp + oc * KP, w + oc * K, size_t(K));
-        std::memset(wp + oc * KP + K, 0, size_t(KP - K));
+        std::memcpy(wk + oc * KP, w + oc * K, size_t(K));
+        std::memset(wk + oc * KP + K, 0, size_t(KP - K));
     }
 }
 
-// a forward convolution's int32 accumulators: its weights repacked for the kernel (into wk,
-// conv_packed_size(C, OC) bytes), then the kernel
-constexpr int conv_packed_size(int C, int OC) { return VNNI ? C * 5 * 2 * vnni_lanes(OC) * 4 : OC * padded(C * 25); }
+template <int C, int H, int W, class A>
+struct ConvInput {
+    const A* in = nullptr;
+    void load(const A* image) { in = image; }
+};
 
-template <int C, int OC, int H, int W>
-inline void conv_forward_packed(int32_t* acc, const uint8_t* inpad, int8_t* wk, const int8_t* w, int B) {
-#if ZOBENCH_VNNI
-    vnni_weights<C, OC, vnni_lanes(OC)>(wk, w);
-    conv_forward_vnni<C, OC, H, W>(acc, inpad, wk, B);
-#else
-    pad_weights(wk, w, OC, C * 25);
-    conv_forward<C, OC, H, W>(acc, inpad, wk, B);
+template <int C, int OC, int H, int W, class A>
+inline void conv_row(int32_t* row, const ConvInput<C, H, W, A>& im, const int8_t* wk, int h, int) {
+    constexpr int K = C * 25, KP = padded(K), HP = H + 4, WP = W + 4;
+    alignas(64) A patch[W][KP];
+    for (int x = 0; x < W; ++x) {
+        for (int ic = 0; ic < C; ++ic)
+            for (int kh = 0; kh < 5; ++kh) {
+                const A* r = im.in + (ic * HP + h + kh) * WP + x;
+                for (int kw = 0; kw < 5; ++kw) patch[x][(ic * 5 + kh) * 5 + kw] = r[kw];
+            }
+        for (int k = K; k < KP; ++k) patch[x][k] = 0;
+    }
+    for (int x = 0; x < W; ++x)
+        for (int oc = 0; oc < OC; ++oc) row[x * OC + oc] = dot(patch[x], wk + oc * KP, KP);
+}
 #endif
+
+// The threads share the (image, row) pairs as they come, each loading an image into its own
+// ConvInput when its next pair starts another; the parallel region's end is the one barrier.
+template <int C, int OC, int H, int W, class A>
+inline void conv_forward_packed(int32_t* acc, const A* inpad, int8_t* wk, const int8_t* w, int B) {
+    constexpr int L = conv_lanes(OC);
+    conv_pack<C, OC>(wk, w);
+#pragma omp parallel
+    {
+        ConvInput<C, H, W, A> im;
+        int at = -1;
+#pragma omp for collapse(2) schedule(static) nowait
+        for (int b = 0; b < B; ++b)
+            for (int h = 0; h < H; ++h) {
+                if (b != at) im.load(inpad + size_t(b) * C * (H + 4) * (W + 4)), at = b;
+                for (int g = 0; g * L < OC; ++g) {
+                    alignas(64) int32_t row[W][L];
+                    conv_row<C, OC, H, W>(row[0], im, wk, h, g);
+                    for (int oc = g * L; oc < std::min(OC, (g + 1) * L); ++oc)
+                        for (int x = 0; x < W; ++x) acc[((size_t(b) * OC + oc) * H + h) * W + x] = row[x][oc - g * L];
+                }
+            }
+    }
 }
 
-// conv [OC][C][5][5] -> the input-gradient convolution's [C][OC][5][5] flipped, padded
-inline void flip_weights_padded(int8_t* wf, const int8_t* w, int C, int OC) {
-    const int KP = padded(OC * 25);
-    std::memset(wf, 0, size_t(C) * KP);
-    for (int oc = 0; oc < OC; ++oc)
-        for (int ic = 0; ic < C; ++ic)
-            for (int t = 0; t < 25; ++t) wf[ic * KP + oc * 25 + 24 - t] = w[(oc * C + ic) * 25 + t];
+// the convolution and its 2x2 max pool, where the activation before the pool is not kept: the
+// pooled accumulators (requantization and ReLU are monotonic) in the next layer's padded
+// layout, [B][OC][H/2 + 2 pad][W/2 + 2 pad] with a zero border, and the largest |accumulator|
+// before the pool, which gives the requantization's shift
+template <int C, int OC, int H, int W>
+inline uint32_t conv_pool_packed(int32_t* pooled, int pad, const uint8_t* inpad, int8_t* wk, const int8_t* w, int B) {
+    constexpr int L = conv_lanes(OC), OH = H / 2, OW = W / 2;
+    static_assert(H % 2 == 0 && W % 2 == 0, "no odd row or column to drop");
+    const int PH = OH + 2 * pad, PW = OW + 2 * pad;
+    conv_pack<C, OC>(wk, w);
+    uint32_t m = 0;
+#pragma omp parallel
+    {
+        ConvInput<C, H, W, uint8_t> im;
+        int at = -1;
+#pragma omp for collapse(2) schedule(static) reduction(max : m) nowait
+        for (int b = 0; b < B; ++b)
+            for (int h = 0; h < OH; ++h) {
+                if (b != at) im.load(inpad + size_t(b) * C * (H + 4) * (W + 4)), at = b;
+                for (int g = 0; g * L < OC; ++g) {
+                    alignas(64) int32_t rows[2][W][L], top[OW][L];
+                    for (int k = 0; k < 2; ++k) conv_row<C, OC, H, W>(rows[k][0], im, wk, 2 * h + k, g);
+                    const int32_t* all = rows[0][0];
+#pragma omp simd reduction(max : m)
+                    for (int i = 0; i < 2 * W * L; ++i) m = std::max(m, uint32_t(all[i] < 0 ? -all[i] : all[i]));
+                    for (int x = 0; x < OW; ++x) {  // the lanes are the vector: no branch on the data
+                        const int32_t *a = rows[0][2 * x], *c = rows[1][2 * x];
+#pragma omp simd
+                        for (int j = 0; j < L; ++j) top[x][j] = std::max(std::max(a[j], a[L + j]), std::max(c[j], c[L + j]));
+                    }
+                    for (int oc = g * L; oc < std::min(OC, (g + 1) * L); ++oc) {
+                        int32_t* plane = pooled + (size_t(b) * OC + oc) * PH * PW;
+                        if (h == 0) std::fill(plane, plane + pad * PW, 0);
+                        if (h == OH - 1) std::fill(plane + (OH + pad) * PW, plane + PH * PW, 0);
+                        int32_t* o = plane + (h + pad) * PW;
+                        std::fill(o, o + pad, 0);
+                        std::fill(o + pad + OW, o + PW, 0);
+                        for (int x = 0; x < OW; ++x) o[pad + x] = top[x][oc - g * L];
+                    }
+                }
+            }
+    }
+    return m;
+}
+
+// requantized accumulators, ReLU (conv_pool_packed's: their zero border stays zero)
+inline void requant_relu_all(uint8_t* out, const int32_t* acc, size_t n, int s) {
+#pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < n; ++i) out[i] = requant_relu(acc[i], s);
 }
 
 // requantize a conv output, ReLU, and 2x2 max-pool into `pooled` (pad = its zero border);
@@ -176,16 +250,21 @@ inline void flip_weights_padded(int8_t* wf, const int8_t* w, int C, int OC) {
 inline int requant_relu_pool(uint8_t* out, uint8_t* pooled, int pad, const int32_t* acc, int BC, int H, int W) {
     const int s = requant_shift(acc, size_t(BC) * H * W);
     const int OH = H / 2, OW = W / 2, PH = OH + 2 * pad, PW = OW + 2 * pad;
-    auto act = [s](int32_t a) { return requant_relu(a, s); };
 #pragma omp parallel for schedule(static)
     for (int bc = 0; bc < BC; ++bc) {
-        if (out)
-            for (int i = 0; i < H * W; ++i) out[size_t(bc) * H * W + i] = act(acc[size_t(bc) * H * W + i]);
-        for (int h = 0; h < OH; ++h)
-            for (int x = 0; x < OW; ++x) {
-                const int32_t* p = acc + (size_t(bc) * H + 2 * h) * W + 2 * x;
-                pooled[(size_t(bc) * PH + h + pad) * PW + x + pad] = act(std::max(std::max(p[0], p[1]), std::max(p[W], p[W + 1])));
-            }
+        const int32_t* a = acc + size_t(bc) * H * W;
+        if (out) {
+            uint8_t* o = out + size_t(bc) * H * W;
+#pragma omp simd
+            for (int i = 0; i < H * W; ++i) o[i] = requant_relu(a[i], s);
+        }
+        for (int h = 0; h < OH; ++h) {
+            const int32_t *r = a + 2 * h * W, *r1 = r + W;
+            uint8_t* p = pooled + (size_t(bc) * PH + h + pad) * PW + pad;
+#pragma omp simd
+            for (int x = 0; x < OW; ++x)
+                p[x] = requant_relu(std::max(std::max(r[2 * x], r[2 * x + 1]), std::max(r1[2 * x], r1[2 * x + 1])), s);
+        }
     }
     return std::max(s, 0);
 }
@@ -260,8 +339,8 @@ inline void error_through_pool(int8_t* din, const int32_t* eacc, const uint8_t* 
 // dw[oc][ic][kh][kw] += sum_{b,h,x} err[b][oc][h][x] * inpad[b][ic][h+kh][x+kw]. Per image,
 // each of the C*25 taps' shifted input planes is made contiguous once, and then every
 // weight gradient is a dot product of an error plane with a shifted plane: dot4 takes four
-// taps per error load (vpdpbusd on VNNI). int32 per image (at most H*W*127^2), int64 over
-// the batch, summed over threads at the end. Scratch: per thread, the planes
+// taps per error load (Vec::dp on a dot-product path). int32 per image (at most H*W*127^2),
+// int64 over the batch, summed over threads at the end. Scratch: per thread, the planes
 // (conv_grad_planes bytes) and its own sums (conv_grad_sums int64), for at most `threads`.
 constexpr size_t conv_grad_planes(int C, int H, int W) { return size_t(C) * 25 * H * W; }
 constexpr size_t conv_grad_sums(int C, int OC) { return size_t(OC) * C * 25; }
@@ -308,32 +387,44 @@ inline void rows_forward_signed(int32_t* acc, const int8_t* in, int8_t* wt, cons
     fc_input_grad(acc, in, wt, int(R), O, I);
 }
 
-// acc[r][o] = in[r] . w[o] for the R rows of a pointwise layer (uint8 activations). With VNNI,
-// a GEMM whose output channels are the lanes: per group of four inputs, each row's four bytes
-// are broadcast against wq, the weights packed [C/4][O][4] (zero past C), and vpdpbusd adds
-// the four products into each of 32 output channels (two zmm) of 6 rows held in registers;
-// elsewhere (and for O not a multiple of 32) fc_forward's dot products. wq: pointwise_packed_size.
-constexpr int PW_MR = 6, PW_NR = 32;
+// acc[r][o] = in[r] . w[o] for the R rows of a pointwise layer (uint8 activations). On a
+// dot-product path, a GEMM whose output channels are the lanes: per group of four inputs, each
+// row's four bytes are broadcast against wq, the weights packed [C/4][O][4] (zero past C), and
+// Vec::dp adds the four products into each of PW_NR output channels (PW_NV vectors) of PW_MR
+// rows held in registers: 6 x 2 zmm (AVX-512's 32 registers), 4 x 2 ymm or xmm (AVX2's and
+// SSE's 16), 6 x 4 q (NEON's 32); elsewhere (and for O not a multiple of PW_NR) fc_forward's
+// dot products. wq: pointwise_packed_size.
 inline size_t pointwise_packed_size(int C, int O) { return size_t(C + 3) / 4 * 4 * O; }
 
-#if ZOBENCH_VNNI
-// a[i][0..1] = sum_q sum_k x[i][q * step + k] * wq[(q * O + o0 + j) * 4 + k] for the PW_NR
+#if ZOBENCH_I8_WIDEST
+constexpr int PW_MR = VREGS >= 32 ? 6 : 4, PW_NV = VREGS >= 32 && WIDEST == 4 ? 4 : 2, PW_NR = PW_NV * WIDEST;
+using PwVec = Vec<WIDEST>;
+using PwAcc = PwVec::A[PW_MR][PW_NV];
+
+inline bool pointwise_tiled(int O) { return O % PW_NR == 0; }
+
+// a[i][..] = sum_q sum_k x[i][q * step + k] * wq[(q * O + o0 + j) * 4 + k] for the PW_NR
 // lanes j: the register tile of the pointwise forward (rows x output channels, step 4) and of
 // its weight gradient (input channels x output channels, four rows a group; step 4 * C)
-__attribute__((always_inline)) inline void vnni_tile(__m512i a[PW_MR][2], const uint8_t* const x[PW_MR], size_t step,
-                                                     const int8_t* wq, int O, int o0, int CQ) {
-    for (int i = 0; i < PW_MR; ++i) a[i][0] = a[i][1] = _mm512_setzero_si512();
+__attribute__((always_inline)) inline void pw_tile(PwAcc& a, const uint8_t* const x[PW_MR], size_t step,
+                                                   const int8_t* wq, int O, int o0, int CQ) {
+    using S = PwVec;
+    for (int i = 0; i < PW_MR; ++i)
+        for (int v = 0; v < PW_NV; ++v) a[i][v] = S::zero();
     for (int q = 0; q < CQ; ++q) {
         const int8_t* wv = wq + (size_t(q) * O + o0) * 4;
-        const __m512i w0 = _mm512_loadu_si512(wv), w1 = _mm512_loadu_si512(wv + 64);
+        S::B w[PW_NV];
+        for (int v = 0; v < PW_NV; ++v) w[v] = S::load(wv + v * S::BYTES);
         for (int i = 0; i < PW_MR; ++i) {
-            uint32_t x4;
-            std::memcpy(&x4, x[i] + q * step, 4);
-            const __m512i v = _mm512_set1_epi32(int(x4));
-            a[i][0] = _mm512_dpbusd_epi32(a[i][0], v, w0);
-            a[i][1] = _mm512_dpbusd_epi32(a[i][1], v, w1);
+            const S::B x4 = S::bcast4(x[i] + q * step);
+            for (int v = 0; v < PW_NV; ++v) a[i][v] = S::dp(a[i][v], x4, w[v]);
         }
     }
+}
+
+// row i of a tile as int32 [PW_NR]
+inline void pw_store(int32_t* out, const PwAcc& a, int i) {
+    for (int v = 0; v < PW_NV; ++v) PwVec::store(out + v * WIDEST, a[i][v]);
 }
 
 // w [O][C] -> wq [C/4][O][4], zero past C
@@ -342,11 +433,13 @@ inline void pack_quads(int8_t* wq, const int8_t* w, int C, int O) {
         for (int o = 0; o < O; ++o)
             for (int k = 0; k < 4; ++k) wq[(size_t(q) * O + o) * 4 + k] = 4 * q + k < C ? w[size_t(o) * C + 4 * q + k] : 0;
 }
+#else
+inline bool pointwise_tiled(int) { return false; }
 #endif
 
 inline void pointwise_forward(int32_t* acc, const uint8_t* in, int8_t* wq, const int8_t* w, long R, int C, int O) {
-#if ZOBENCH_VNNI
-    if (O % PW_NR == 0) {
+#if ZOBENCH_I8_WIDEST
+    if (pointwise_tiled(O)) {
         pack_quads(wq, w, C, O);
         const long RB = (R + PW_MR - 1) / PW_MR;
 #pragma omp parallel for collapse(2) schedule(static)
@@ -356,13 +449,9 @@ inline void pointwise_forward(int32_t* acc, const uint8_t* in, int8_t* wq, const
                 const int mr = int(std::min<long>(PW_MR, R - r0));
                 const uint8_t* x[PW_MR];
                 for (int i = 0; i < PW_MR; ++i) x[i] = in + size_t(r0 + std::min(i, mr - 1)) * C;  // a short block repeats its last row
-                __m512i a[PW_MR][2];  // bytes past C (the next row, or the buffer's slack) meet zero weights
-                vnni_tile(a, x, 4, wq, O, o0, (C + 3) / 4);
-                for (int i = 0; i < mr; ++i) {
-                    int32_t* out = acc + size_t(r0 + i) * O + o0;
-                    _mm512_storeu_si512(out, a[i][0]);
-                    _mm512_storeu_si512(out + 16, a[i][1]);
-                }
+                PwAcc a;  // bytes past C (the next row, or the buffer's slack) meet zero weights
+                pw_tile(a, x, 4, wq, O, o0, (C + 3) / 4);
+                for (int i = 0; i < mr; ++i) pw_store(acc + size_t(r0 + i) * O + o0, a, i);
             }
         return;
     }
@@ -370,10 +459,10 @@ inline void pointwise_forward(int32_t* acc, const uint8_t* in, int8_t* wq, const
     fc_forward(acc, in, w, int(R), C, O);
 }
 
-// dw[o][c] += sum_r d[r][o] in[r][c] over the R = B*N rows of a pointwise layer. With VNNI,
-// pointwise_forward's GEMM with the rows as its inner dimension: the threads split the rows,
+// dw[o][c] += sum_r d[r][o] in[r][c] over the R = B*N rows of a pointwise layer. On a
+// dot-product path, pointwise_forward's GEMM with the rows as its inner dimension: the threads split the rows,
 // PW_RB at a time, packed four rows a group (the inputs to xq [PW_RB/4][C][4], the errors to
-// dq [PW_RB/4][O][4], zero past the last row), and vnni_tile sums each tile of PW_MR input x
+// dq [PW_RB/4][O][4], zero past the last row), and pw_tile sums each tile of PW_MR input x
 // PW_NR output channels over them in int32, exact as PW_RB * 127^2 < 2^31, into the thread's
 // int64 sums [C][O], added up at the end. Scratch per thread: pointwise_grad_pack bytes and
 // C * O int64, for at most `threads`. Elsewhere fc_weight_grad.
@@ -383,8 +472,8 @@ inline size_t pointwise_grad_pack(int C, int O) { return size_t(PW_RB) * (C + O)
 inline void pointwise_weight_grad(int64_t* dw, const int8_t* d, const uint8_t* in, uint8_t* pack_scratch,
                                   size_t pack_stride, int64_t* sums_scratch, size_t sums_stride, int threads, long R,
                                   int C, int O) {
-#if ZOBENCH_VNNI
-    if (O % PW_NR == 0) {
+#if ZOBENCH_I8_WIDEST
+    if (pointwise_tiled(O)) {
         const long NB = (R + PW_RB - 1) / PW_RB;
 #pragma omp parallel num_threads(threads)
         {
@@ -406,14 +495,14 @@ inline void pointwise_weight_grad(int64_t* dw, const int8_t* d, const uint8_t* i
                     const uint8_t* x[PW_MR];
                     for (int i = 0; i < PW_MR; ++i) x[i] = xq + size_t(c0 + std::min(i, mc - 1)) * 4;  // a short block repeats its last channel
                     for (int o0 = 0; o0 < O; o0 += PW_NR) {
-                        __m512i a[PW_MR][2];
-                        vnni_tile(a, x, size_t(4) * C, dq, O, o0, QN);
+                        PwAcc a;
+                        pw_tile(a, x, size_t(4) * C, dq, O, o0, QN);
                         for (int i = 0; i < mc; ++i) {
+                            alignas(64) int32_t t[PW_NR];
+                            pw_store(t, a, i);
                             int64_t* row = local + size_t(c0 + i) * O + o0;
-                            for (int h = 0; h < 4; ++h) {
-                                const __m256i part = h % 2 ? _mm512_extracti64x4_epi64(a[i][h / 2], 1) : _mm512_castsi512_si256(a[i][h / 2]);
-                                _mm512_storeu_si512(row + 8 * h, _mm512_add_epi64(_mm512_loadu_si512(row + 8 * h), _mm512_cvtepi32_epi64(part)));
-                            }
+#pragma omp simd
+                            for (int j = 0; j < PW_NR; ++j) row[j] += t[j];
                         }
                     }
                 }
@@ -439,48 +528,52 @@ inline void pointwise_weight_grad(int64_t* dw, const int8_t* d, const uint8_t* i
 // largest accumulator of every PW_GB points, `blocks` [B][O][gmax_blocks(N)]; once the shift
 // is known, the first block reaching the maximum is recomputed point by point up to the
 // first that does. Returns the exponent increment.
-constexpr int PW_GB = 8 * PW_MR;
+constexpr int PW_GB = 48;
+#if ZOBENCH_I8_WIDEST
+static_assert(PW_GB % PW_MR == 0, "a block is whole tiles");
+#endif
 inline int gmax_blocks(int N) { return (N + PW_GB - 1) / PW_GB; }
 
 inline int pointwise_gmax_forward(uint8_t* pooled, int* argmax, int32_t* mx, int32_t* blocks, const uint8_t* in,
                                   int8_t* wq, const int8_t* w, int B, int N, int C, int O) {
     const int NG = gmax_blocks(N);
     int32_t lo = INT32_MAX, hi = INT32_MIN;
-#if ZOBENCH_VNNI
-    if (O % PW_NR == 0) {
+#if ZOBENCH_I8_WIDEST
+    if (pointwise_tiled(O)) {
+        using S = PwVec;
         pack_quads(wq, w, C, O);
 #pragma omp parallel for collapse(2) schedule(static) reduction(min : lo) reduction(max : hi)
         for (int b = 0; b < B; ++b)
             for (int o0 = 0; o0 < O; o0 += PW_NR) {
-                __m512i top[2] = {_mm512_set1_epi32(INT32_MIN), _mm512_set1_epi32(INT32_MIN)}, bot[2];
-                bot[0] = bot[1] = _mm512_set1_epi32(INT32_MAX);
+                S::A top[PW_NV], bot[PW_NV];
+                for (int v = 0; v < PW_NV; ++v) top[v] = S::set1(INT32_MIN), bot[v] = S::set1(INT32_MAX);
                 for (int g = 0; g < NG; ++g) {
-                    __m512i blk[2] = {_mm512_set1_epi32(INT32_MIN), _mm512_set1_epi32(INT32_MIN)};
+                    S::A blk[PW_NV];
+                    for (int v = 0; v < PW_NV; ++v) blk[v] = S::set1(INT32_MIN);
                     for (int n0 = g * PW_GB; n0 < std::min(N, (g + 1) * PW_GB); n0 += PW_MR) {
                         const int mr = std::min(PW_MR, N - n0);
                         const uint8_t* x[PW_MR];  // a short block repeats its last row: max and min are unchanged
                         for (int i = 0; i < PW_MR; ++i) x[i] = in + (size_t(b) * N + n0 + std::min(i, mr - 1)) * C;
-                        __m512i a[PW_MR][2];
-                        vnni_tile(a, x, 4, wq, O, o0, (C + 3) / 4);
+                        PwAcc a;
+                        pw_tile(a, x, 4, wq, O, o0, (C + 3) / 4);
                         for (int i = 0; i < PW_MR; ++i)
-                            for (int h = 0; h < 2; ++h) {
-                                blk[h] = _mm512_max_epi32(blk[h], a[i][h]);
-                                bot[h] = _mm512_min_epi32(bot[h], a[i][h]);
+                            for (int v = 0; v < PW_NV; ++v) {
+                                blk[v] = S::max(blk[v], a[i][v]);
+                                bot[v] = S::min(bot[v], a[i][v]);
                             }
                     }
-                    for (int h = 0; h < 2; ++h) {
-                        top[h] = _mm512_max_epi32(top[h], blk[h]);
-                        if (blocks) {
-                            alignas(64) int32_t t[16];
-                            _mm512_store_si512(t, blk[h]);
-                            for (int j = 0; j < 16; ++j) blocks[(size_t(b) * O + o0 + 16 * h + j) * NG + g] = t[j];
-                        }
+                    for (int v = 0; v < PW_NV; ++v) top[v] = S::max(top[v], blk[v]);
+                    if (blocks) {
+                        alignas(64) int32_t t[PW_NR];
+                        for (int v = 0; v < PW_NV; ++v) S::store(t + v * WIDEST, blk[v]);
+                        for (int j = 0; j < PW_NR; ++j) blocks[(size_t(b) * O + o0 + j) * NG + g] = t[j];
                     }
                 }
-                _mm512_storeu_si512(mx + size_t(b) * O + o0, top[0]);
-                _mm512_storeu_si512(mx + size_t(b) * O + o0 + 16, top[1]);
-                hi = std::max(hi, _mm512_reduce_max_epi32(_mm512_max_epi32(top[0], top[1])));
-                lo = std::min(lo, _mm512_reduce_min_epi32(_mm512_min_epi32(bot[0], bot[1])));
+                alignas(64) int32_t t[PW_NR], u[PW_NR];
+                for (int v = 0; v < PW_NV; ++v) S::store(t + v * WIDEST, bot[v]), S::store(u + v * WIDEST, top[v]);
+                std::copy(u, u + PW_NR, mx + size_t(b) * O + o0);
+                hi = std::max(hi, *std::max_element(u, u + PW_NR));
+                lo = std::min(lo, *std::min_element(t, t + PW_NR));
             }
     } else
 #endif
@@ -600,7 +693,7 @@ struct Net {
     std::vector<int8_t> errpad;
     std::vector<int32_t> gmax_max;          // a fused global max's block maxima, where BP reads its argmax
     // conv_weight_grad's and pointwise_weight_grad's per-thread scratch (fast-path convolutions
-    // and, with VNNI, pointwise layers without a pool trained by BP): planes or packed rows, and sums
+    // and, on a dot-product path, pointwise layers without a pool trained by BP): planes or packed rows, and sums
     int grad_threads = 0;
     size_t planes_stride = 0, sums_stride = 0;
     std::vector<uint8_t> grad_planes;
@@ -631,7 +724,7 @@ struct Net {
             q[i] = int8_t(int((((zrng::bits(key, uint64_t(i)) & 0xFFFFFFFFull) * 255ull) >> 32)) - 127);
         for (const Layer& L : a.layers) exps.push_back(init_exponent(L.fan_in(), L.O * L.KH * L.KW));
         const bool two = s.method == "elastic-zo";
-        act.alloc(a, B, first_bp, two, 64);  // + slack: the VNNI kernel reads 3 bytes past a row
+        act.alloc(a, B, first_bp, two, READ_SLACK);
         // a pooled activation is kept only where BP reads it: requant_relu_pool pools the
         // accumulators; BP through a global max reads its argmax instead
         for (int l = 0; l < n; ++l)
@@ -643,6 +736,8 @@ struct Net {
         for (int l = 0; l < n; ++l) {
             const Layer& L = a.layers[l];
             acc_size = std::max(acc_size, size_t(B) * (fused_gmax(l) ? L.O : L.out_size()));
+            if (fast(L) && l + 1 < n)  // conv_pool_packed's, padded
+                acc_size = std::max(acc_size, size_t(B) * L.O * (L.OH / 2 + 2 * a.layers[l + 1].pad) * (L.OW / 2 + 2 * a.layers[l + 1].pad));
             if (fast(L)) wk_size = std::max(wk_size, size_t(conv_packed_size(L.C, L.O)));
             if (L.kind == POINTWISE) wk_size = std::max(wk_size, l > 0 ? pointwise_packed_size(L.C, L.O) : L.w_size());
             if (l < first_bp) continue;
@@ -651,7 +746,7 @@ struct Net {
             err[l].assign(size_t(B) * (L.pool == GLOBAL_MAX ? L.O : L.out_size()), 0);
             if (L.pool == GLOBAL_MAX) argmax[l].assign(size_t(two ? 2 : 1) * B * L.O, 0);
             if (fused_gmax(l)) gmax_max.assign(size_t(B) * L.O * gmax_blocks(L.rows), 0);
-            if (VNNI && L.kind == POINTWISE && l > 0 && L.pool == NO_POOL && L.O % PW_NR == 0) {
+            if (L.kind == POINTWISE && l > 0 && L.pool == NO_POOL && pointwise_tiled(L.O)) {
                 grad_threads = omp_get_max_threads();
                 planes_stride = std::max(planes_stride, pointwise_grad_pack(L.C, L.O));
                 sums_stride = std::max(sums_stride, size_t(L.C) * L.O);
@@ -664,14 +759,15 @@ struct Net {
             if (l == first_bp) continue;
             eacc[l].assign(size_t(B) * L.in_size(), 0);
             if (L.kind == CONV2D) {
-                flip_size = std::max(flip_size, fast(L) ? size_t(L.C) * padded(L.O * 25) : L.w_size());
+                flip_size = std::max(flip_size, L.w_size());
+                if (fast(L)) wk_size = std::max(wk_size, size_t(conv_packed_size(L.O, L.C)));
                 pad_size = std::max(pad_size, size_t(B) * L.O * (L.OH + 2 * (L.KH - 1 - L.pad)) * (L.OW + 2 * (L.KW - 1 - L.pad)));
             }
         }
         acc.assign(acc_size, 0);
         wk.assign(wk_size, 0);
         wflip.assign(flip_size, 0);
-        errpad.assign(pad_size, 0);
+        errpad.assign(pad_size ? pad_size + READ_SLACK : 0, 0);
         grad_planes.assign(grad_threads * planes_stride, 0);
         grad_sums.assign(grad_threads * sums_stride, 0);
     }
@@ -689,6 +785,14 @@ struct Net {
             const bool last = l + 1 == n;
             int32_t* ac = acc.data();
             uint8_t* x = in(l, k);
+            if (L.kind == CONV2D && fast(L) && L.pool == MAX2X2 && !own_out(l)) {
+                const int pad = a.layers[l + 1].pad;
+                const int s = shift_of_max(L.C == 1 ? conv_pool_packed<1, 6, 28, 28>(ac, pad, x, wk.data(), Wt(l), b)
+                                                    : conv_pool_packed<6, 16, 14, 14>(ac, pad, x, wk.data(), Wt(l), b));
+                requant_relu_all(in(l + 1, k), ac, size_t(b) * L.O * (L.OH / 2 + 2 * pad) * (L.OW / 2 + 2 * pad), s);
+                e += exps[l] + std::max(s, 0);
+                continue;
+            }
             if (L.kind == CONV2D) {
                 if (fast(L) && L.C == 1) conv_forward_packed<1, 6, 28, 28>(ac, x, wk.data(), Wt(l), b);
                 else if (fast(L)) conv_forward_packed<6, 16, 14, 14>(ac, x, wk.data(), Wt(l), b);
@@ -755,14 +859,12 @@ struct Net {
             int32_t* ea = eacc[l].data();
             if (L.kind == CONV2D) {  // a convolution of the error padded by kernel - 1 - padding, weights flipped
                 pad_rect(errpad.data(), d, B * L.O, L.OH, L.OW, L.KH - 1 - L.pad, L.KW - 1 - L.pad);
-                if (fast(L) && L.C == 6) {
-                    flip_weights_padded(wflip.data(), Wt(l), L.C, L.O);
-                    conv_forward<16, 6, 14, 14>(ea, errpad.data(), wflip.data(), B);
-                } else {
-                    flip_weights(wflip.data(), Wt(l), L.C, L.O, L.KH, L.KW);
+                flip_weights(wflip.data(), Wt(l), L.C, L.O, L.KH, L.KW);
+                if (fast(L) && L.C == 6)
+                    conv_forward_packed<16, 6, 14, 14>(ea, errpad.data(), wk.data(), wflip.data(), B);
+                else
                     conv_forward_any(ea, errpad.data(), wflip.data(), B, L.O, L.C, L.H, L.W, L.KH, L.KW,
                                      [](int) { return int32_t(0); });
-                }
             } else if (L.pool != GLOBAL_MAX) {  // pointwise_gmax_backward made a global max's
                 fc_input_grad(ea, d, Wt(l), B * L.rows, L.C, L.O);
             }
@@ -793,23 +895,25 @@ struct Net {
     }
 
     void perturb(uint64_t key, int k, int epoch) {
-        const uint64_t thr = sparsity_threshold(epoch);
+        const uint32_t thr = sparsity_threshold(epoch);
+        const int r = scale;
         int8_t* w = q.data();
-#pragma omp parallel for simd schedule(static)
-        for (size_t i = 0; i < n_zo; ++i) w[i] = int8_t(clamp127(w[i] + k * zo_noise(key, i, scale, thr)));
+        zrng::each_bits32(key, n_zo, [=](size_t i, uint32_t x) {   // clamped in int: int64 would halve the lanes
+            w[i] = int8_t(std::min(127, std::max(-127, w[i] + k * zo_noise(x, r, thr))));
+        });
     }
 
     // restore (+z) and update (-round(g z) to one bit) in one pass
     void zo_update(uint64_t key, int g, int epoch) {
-        const uint64_t thr = sparsity_threshold(epoch);
+        const uint32_t thr = sparsity_threshold(epoch);
         const int s = std::max(zo_update_shift(scale), 0);   // psto_shift by 0 is the identity
+        const int r = scale;
         int8_t* w = q.data();
-#pragma omp parallel for simd schedule(static)
-        for (size_t i = 0; i < n_zo; ++i) {
-            const int z = zo_noise(key, i, scale, thr);
-            const int r = psto_shift(g * z, s), d = r > 1 ? 1 : r < -1 ? -1 : r;
-            w[i] = int8_t(clamp127(w[i] + z - d));
-        }
+        zrng::each_bits32(key, n_zo, [=](size_t i, uint32_t x) {
+            const int z = zo_noise(x, r, thr);
+            const int p = psto_shift(g * z, s), d = p > 1 ? 1 : p < -1 ? -1 : p;
+            w[i] = int8_t(std::min(127, std::max(-127, w[i] + z - d)));
+        });
     }
 
     // ---- the interface train() drives (fp32_net.hpp has the same) ----

@@ -219,6 +219,12 @@ static std::string read_first_line(const char* path) {
     return s;
 }
 
+// the kernels this binary was built with (env.kernels), each named by the constant beside the
+// #if that chose it; zobench-z's perturbation loops are `omp simd` loops like FP32's kernels
+static json kernel_paths() {
+    return {{"conv", fp32k::SIMD}, {"fc", fp32k::SIMD}, {"int8", int8::KERNELS}, {"zrng", fp32k::SIMD}};
+}
+
 static json env_facts() {
     utsname u{};
     uname(&u);
@@ -238,9 +244,9 @@ static json env_facts() {
     std::string governor = read_first_line("/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor");
     return {{"hostname", host}, {"arch", u.machine}, {"cpu_model", cpu.empty() ? u.machine : cpu},
             {"cores", int(std::thread::hardware_concurrency())}, {"governor", governor.empty() ? "unknown" : governor},
-            {"kernel", u.release},
+            {"kernel", u.release}, {"kernels", kernel_paths()},
             {"versions", {{"zobench-train", "1"}, {"compiler", __VERSION__}, {"openmp", _OPENMP}}},
-            {"binary_sha256", nullptr}, {"harness_commit", ""}};
+            {"binary_sha256", nullptr}, {"harness_commit", ""}, {"zrng", zrng::VERSION}};
 }
 
 static void emit(const json& j) {

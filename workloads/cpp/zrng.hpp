@@ -1,16 +1,23 @@
-// zobench-z v1 (docs/zrng.md): the counter-based generator shared with the Python runners.
-// Bit-identical to workloads/zrng.py: integer mixing, then one float32 multiply.
+// zobench-z v2 (docs/zrng.md): the counter-based generator shared with the Python runners.
+// Bit-identical to workloads/zrng.py: integer mixing, then one float32 multiply. Keys, initial
+// weights and data order use v1's 64-bit mix; the perturbation's z (drawn three times per
+// parameter per step) a 32-bit hash whose every operation is a 32-bit SIMD lane operation.
 #pragma once
+#include <algorithm>
+#include <cstddef>
 #include <cstdint>
 
 namespace zrng {
 
+constexpr const char* VERSION = "zobench-z v2";   // the result's env.zrng (workloads/zrng.py VERSION)
+
 constexpr uint64_t GOLDEN = 0x9E3779B97F4A7C15ull;
 constexpr uint64_t STREAM_ZO = 1, STREAM_INIT = 2, STREAM_DATA = 3;
-constexpr int32_t Z_OFFSET = 2 * 65535;
-// float32(sqrt(3 / (65536^2 - 1))), bits 0x37DDB3D7
+constexpr uint32_t WEYL = 0x9E3779B9u, LB1 = 0x7FEB352Du, LB2 = 0x846CA68Bu;
+constexpr int32_t Z_OFFSET = 2 * 255;
+// float32(sqrt(3 / (256^2 - 1))), bits 0x3BDDB446
 inline float z_scale() {
-    const uint32_t bits = 0x37DDB3D7u;
+    const uint32_t bits = 0x3BDDB446u;
     float f;
     __builtin_memcpy(&f, &bits, sizeof f);
     return f;
@@ -28,14 +35,52 @@ inline uint64_t stream_key(uint64_t seed, uint64_t stream, uint64_t counter) {
 
 inline uint64_t bits(uint64_t key, uint64_t i) { return mix64(key + (i + 1) * GOLDEN); }
 
-// z[i]: the sum of the four 16-bit lanes, centred, times Z_SCALE (Irwin-Hall n=4, unit variance)
-inline float normal(uint64_t key, uint64_t i, float scale) {
-    uint64_t b = bits(key, i);
-    int32_t s = int32_t(b & 0xFFFF) + int32_t((b >> 16) & 0xFFFF) + int32_t((b >> 32) & 0xFFFF) + int32_t(b >> 48);
-    return float(s - Z_OFFSET) * scale;
-}
-
 // u[i] in [0, 1): the top 24 bits, exact
 inline float uniform(uint64_t key, uint64_t i) { return float(bits(key, i) >> 40) * (1.0f / 16777216.0f); }
+
+// ---- v2: the perturbation's 32 bits per index ----
+inline uint32_t lowbias32(uint32_t x) {
+    x = (x ^ (x >> 16)) * LB1;
+    x = (x ^ (x >> 15)) * LB2;
+    return x ^ (x >> 16);
+}
+
+// the key of the indices block * 2^32 ... block * 2^32 + 2^32 - 1
+inline uint32_t block_key(uint64_t key, uint64_t block) { return uint32_t(mix64(key ^ block)); }
+
+// z from its 32 bits: the four bytes summed (pairs first: two ands, not four), centred, times
+// z_scale() (Irwin-Hall n=4, unit variance)
+inline float normal(uint32_t x, float scale) {
+    const uint32_t pairs = (x & 0x00FF00FFu) + ((x >> 8) & 0x00FF00FFu);
+    return float(int32_t((pairs & 0xFFFFu) + (pairs >> 16)) - Z_OFFSET) * scale;
+}
+
+// f(i, bits32(key, i)) for i in [0, n), in parallel, vectorized. The index in the SIMD loop is
+// 32-bit (a 64-bit one costs AVX2 a third more); pieces of 2^31 keep it so for any n. Each
+// iteration draws at STREAMS places, a quarter of the piece apart: their hash chains are
+// independent, so an in-order core (the A53) overlaps them instead of stalling on one chain's
+// latencies (FP32: 31 -> 11 cycles per z in its pipeline model, docs/cpus.md); an out-of-order
+// core gains nothing and loses nothing. With 8, INT8's loop no longer vectorizes on NEON.
+constexpr uint32_t STREAMS = 4;
+
+template <class F>
+inline void each_bits32(uint64_t key, size_t n, F f) {
+    constexpr size_t PIECE = size_t(1) << 31;
+    for (size_t p = 0; p < n; p += PIECE) {
+        const uint32_t m = uint32_t(std::min(n - p, PIECE)), q = m / STREAMS;
+        const uint32_t k = block_key(key, p >> 32) + uint32_t(p) * WEYL;
+#pragma omp parallel
+        {
+            // a thread's own copy of f: a char store (INT8's weights) could alias the shared
+            // closure's fields, and then nothing vectorizes
+            const F g = f;
+#pragma omp for simd schedule(static)
+            for (uint32_t j = 0; j < q; ++j)
+                for (uint32_t s = 0; s < STREAMS; ++s)    // the index in size_t, j added last: contiguous
+                    g(p + size_t(s) * q + j, lowbias32(k + (s * q + j) * WEYL));
+        }
+        for (uint32_t j = STREAMS * q; j < m; ++j) f(p + j, lowbias32(k + j * WEYL));
+    }
+}
 
 }  // namespace zrng

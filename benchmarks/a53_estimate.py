@@ -1,0 +1,148 @@
+"""The Cortex-A53's step time, estimated without the board: instructions counted under QEMU,
+cycles from the core's pipeline model.
+
+A Raspberry Pi Zero 2's numbers cannot be measured here, and QEMU's speed says nothing about
+the A53's. What QEMU does say exactly is which instructions the aarch64 binary executes: run
+under `qemu-aarch64 -cpu cortex-a53 -d in_asm,exec,nochain`, it logs every translated block's
+instructions and every execution of a block. The run is made twice, with S and 2S training
+steps, and the difference is S steps' work, without start-up, data loading and evaluation.
+Each block's cycles come from llvm-mca's Cortex-A53 model (LLVM's AArch64SchedA53: dual
+issue, in order, the latencies Arm publishes), as the steady-state cycles of the block run
+back to back: an estimate that ignores cache misses and branch mispredictions, the same for
+every configuration, so its ratios (INT8 over FP32, the ZO loops' share) are what it is for.
+
+The ZO perturbation and update are the blocks of zrng::each_bits32's loops (every ZO pass
+runs there); their instructions per parameter are divided by the passes (three a step).
+Prints a table; asserts nothing. docs/cpus.md shows the working and the numbers.
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.runtimes import bench_spec  # noqa: E402
+from harness.artifacts import raw_idx  # noqa: E402
+from harness.suites import MethodChoice  # noqa: E402
+from testkit.runners import aarch64_binary, run_runner  # noqa: E402
+from workloads.vocab import PAPER_CONFIGS  # noqa: E402
+
+QEMU = ("qemu-aarch64", "-cpu", "cortex-a53")
+ZO_LOOPS = "each_bits32"          # the symbol every ZO pass's loop is compiled into
+BLOCK = re.compile(r"^IN: ?(.*)$")
+INSN = re.compile(r"^0x([0-9a-f]+):\s+[0-9a-f]{8}\s+(.*)$")
+TRACE = re.compile(r"^Trace \d+: 0x[0-9a-f]+ \[[0-9a-f]+/([0-9a-f]+)/")
+BRANCH = re.compile(r"^(b|bl|b\.\w+|cbz|cbnz|tbz|tbnz)\s")
+
+
+def trace(binary: str, spec: dict, tmp: Path) -> tuple[dict, dict, dict, dict]:
+    """Run the job under QEMU's logging: block pc -> executions, instructions, function; and
+    the job's result."""
+    log = tmp / "qemu.log"
+    result = run_runner(spec, tmp, [*QEMU, "-d", "in_asm,exec,nochain", "-D", str(log), binary], check=True)
+    return (*read_log(log), result)
+
+
+def read_log(log: Path) -> tuple[dict, dict, dict]:
+    """QEMU's in_asm,exec log: block pc -> executions, its instructions, its function. The
+    log is removed once read (a step's is hundreds of MB)."""
+    counts, blocks, where = collections.Counter(), {}, {}
+    current, body, name = None, [], ""
+    with open(log, errors="replace") as f:
+        for line in f:
+            if line.startswith("Trace"):
+                m = TRACE.match(line)
+                if m:
+                    counts[int(m.group(1), 16)] += 1
+                continue
+            m = BLOCK.match(line)
+            if m:
+                current, body, name = None, [], m.group(1).strip()
+                continue
+            m = INSN.match(line)
+            if m:
+                if not body:
+                    current = int(m.group(1), 16)
+                body.append(m.group(2).strip())
+                continue
+            if current is not None and body:      # the block's listing ended
+                blocks[current], where[current] = body, name
+                current, body = None, []
+    log.unlink()
+    return counts, blocks, where
+
+
+def mca_cycles(body: list[str], cache: dict) -> float:
+    """Steady-state cycles of one execution of a block on the A53 (llvm-mca); a block it cannot
+    read (a system instruction) counts one cycle per instruction."""
+    key = tuple(body)
+    if key not in cache:
+        # a branch's target is a number in QEMU's listing: point it at the block itself
+        text = "\n".join(ins.rsplit("#0x", 1)[0] + "." if BRANCH.match(ins) else ins for ins in body)
+        p = subprocess.run(["llvm-mca", "-mtriple=aarch64", "-mcpu=cortex-a53", "-iterations=200"],
+                           input=text + "\n", capture_output=True, text=True)
+        m = re.search(r"Total Cycles:\s+(\d+)", p.stdout)
+        cache[key] = int(m.group(1)) / 200 if p.returncode == 0 and m else float(len(body))
+    return cache[key]
+
+
+def estimate(binary: str, spec: dict, steps: int, tmp: Path, cache: dict) -> dict:
+    """Per training step: instructions and A53 cycles, all and in the ZO loops; and the
+    parameters the ZO passes perturb."""
+    runs = []
+    for s in (steps, 2 * steps):
+        spec = {**spec, "hyper": {**spec["hyper"], "train_samples": spec["hyper"]["batch_size"] * s}}
+        runs.append(trace(binary, spec, tmp))
+    (c1, b1, w1, _), (c2, b2, w2, result) = runs
+    blocks, where = {**b1, **b2}, {**w1, **w2}
+    out = {"insns": 0.0, "cycles": 0.0, "zo_insns": 0.0, "zo_cycles": 0.0, "params_zo": result["model"]["params_zo"]}
+    for pc in set(c1) | set(c2):
+        n = (c2[pc] - c1[pc]) / steps           # executions per step
+        if not n or pc not in blocks:
+            continue
+        insns, cycles = n * len(blocks[pc]), n * mca_cycles(blocks[pc], cache)
+        out["insns"] += insns
+        out["cycles"] += cycles
+        if ZO_LOOPS in where[pc]:
+            out["zo_insns"] += insns
+            out["zo_cycles"] += cycles
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--steps", type=int, default=2, help="S: the runs train S and 2S steps")
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--cpu", default="cortex-a53", help="the aarch64 build (harness/cpu.py name)")
+    ap.add_argument("--ghz", type=float, default=1.0, help="the clock the ms are given at (Pi Zero 2: 1 GHz)")
+    args = ap.parse_args()
+    binary, data_dir = aarch64_binary(args.cpu), str(raw_idx("fashion-mnist", "").dir)
+    cache: dict = {}
+    print(f"LeNet-5, batch {args.batch}, one thread, {args.cpu} build; cycles: llvm-mca's Cortex-A53 model "
+          f"at {args.ghz:g} GHz")
+    print(f"{'method':14} {'prec':5} {'Minsn/step':>10} {'Mcycle/step':>11} {'ms/step':>8} {'zo% cyc':>8} "
+          f"{'insn/param/pass':>16} {'int8 x':>7}")
+    with tempfile.TemporaryDirectory() as d:
+        for method, k in PAPER_CONFIGS:
+            cycles = {}
+            for precision in ("fp32", "int8"):
+                spec = bench_spec(method, k, args.batch, args.steps, data_dir, threads=1, precision=precision)
+                spec["hyper"]["warmup_steps"] = 0
+                e = estimate(binary, spec, args.steps, Path(d), cache)
+                cycles[precision] = e["cycles"]
+                per_param = e["zo_insns"] / (3 * e["params_zo"]) if e["params_zo"] else float("nan")
+                speedup = f"{cycles['fp32'] / e['cycles']:7.2f}" if precision == "int8" else f"{'':7}"
+                print(f"{MethodChoice(method, k)!s:14} {precision:5} {e['insns'] / 1e6:10.2f} {e['cycles'] / 1e6:11.2f} "
+                      f"{e['cycles'] / args.ghz / 1e6:8.2f} {100 * e['zo_cycles'] / e['cycles']:8.1f} "
+                      f"{per_param:16.2f} {speedup}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
