@@ -92,9 +92,9 @@ def evaluate(folder: Path) -> None:
     print(f"{folder}: {len(ids) // 3} trials kept")
     print(HEADER)
     tally = Tally()
+    expected = [float(extra[-1].partition("=")[2]) if extra else 0 for _, extra in COMPARE_SIDES]
     for i in range(0, len(ids) - 2, 3):
         slowdowns = [store.results(r)[0]["job"]["hyper"].get("inject_slowdown", 0) for r in ids[i:i + 3]]
-        expected = [float(extra[-1].partition("=")[2]) if extra else 0 for _, extra in COMPARE_SIDES]
         assert slowdowns == expected, f"{ids[i:i + 3]} are not a trial (inject_slowdown {slowdowns})"
         tally.trial(store, *ids[i:i + 3])
     tally.totals()

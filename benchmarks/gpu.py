@@ -31,17 +31,17 @@ sys.path.insert(0, str(ROOT))
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
+from benchmarks.runtimes import WORKLOADS, ZO_PHASES  # noqa: E402
 from harness.suites import MethodChoice  # noqa: E402
 from workloads import datasets, energy, gpuinfo, methods, zrng, zrng_torch  # noqa: E402
 from workloads.clock import EventClock, NullClock  # noqa: E402
-from workloads.loop import host, stepper, warm_up  # noqa: E402
+from workloads.loop import stepper, warm_up  # noqa: E402
 from workloads.models import MODELS  # noqa: E402
 from workloads.spec import JobSpec  # noqa: E402
 from workloads.torch_runner import TorchEngine, make_engine  # noqa: E402
 from workloads.vocab import PAPER_CONFIGS  # noqa: E402
 
-ZO_PHASES = ("zo_perturb", "zo_update")
-DATASET = {"lenet5": "fashion-mnist", "pointnet": "modelnet40-synthetic"}
+DATASET = {model: dataset for model, (dataset, _) in WORKLOADS.items()}
 
 
 class EagerPeer(TorchEngine):
@@ -65,10 +65,10 @@ class EagerPeer(TorchEngine):
         return loss.item()
 
 
-def spec_for(method: str, k: int, batch: int, model: str, **fields) -> JobSpec:
+def spec_for(method: str, k: int, batch: int, model: str, warmup: int = 20, **fields) -> JobSpec:
     return JobSpec.from_dict({"job_id": "gpu-bench", "method": method, "bp_layers": k, "device": "cuda",
                               "workload": {"model": model, "dataset": DATASET[model]},
-                              "hyper": {"batch_size": batch, "warmup_steps": 20}, **fields})
+                              "hyper": {"batch_size": batch, "warmup_steps": warmup}, **fields})
 
 
 def timed_loop(engine, spec, split, seconds: float, meter) -> dict:
@@ -122,10 +122,7 @@ def check_z(n: int = 1_000_003) -> bool:
 
 
 def int8_sha(method: str, k: int, device: str, model: str, steps: int) -> str:
-    spec = JobSpec.from_dict({"job_id": "int8", "method": method, "bp_layers": k, "device": device,
-                              "precision": "int8", "zo_loss": "integer",
-                              "workload": {"model": model, "dataset": DATASET[model]},
-                              "hyper": {"batch_size": 32, "warmup_steps": 0}})
+    spec = spec_for(method, k, 32, model, warmup=0, device=device, precision="int8", zo_loss="integer")
     m = spec.model()
     split = datasets.load(DATASET[model], "train", 32 * steps, "", "int8", m.input_shape[0] if m.points else 0)
     engine = make_engine(spec, m, None)

@@ -21,10 +21,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.runtimes import ZO_PHASES, bench_spec, ms_per_step, share  # noqa: E402
-from harness import cpu  # noqa: E402
 from harness.artifacts import raw_idx  # noqa: E402
 from harness.suites import MethodChoice  # noqa: E402
-from testkit.runners import TORCH_RUNNER, native_binary, run_runner  # noqa: E402
+from testkit.runners import TORCH_RUNNER, native_binary, run_runner, x86_names_here  # noqa: E402
 from workloads.vocab import PAPER_CONFIGS  # noqa: E402
 
 
@@ -57,7 +56,7 @@ def main() -> None:
     args = ap.parse_args()
     if platform.machine() != "x86_64":
         sys.exit("kernel_paths.py times the x86 paths: run it on an x86 machine")
-    names = args.cpus.split(",") if args.cpus else cpu.x86_names(cpu.cpuinfo_flags(Path("/proc/cpuinfo").read_text()))
+    names = args.cpus.split(",") if args.cpus else x86_names_here()
     data_dir = str(raw_idx("fashion-mnist", "").dir)
 
     def spec(method: str, k: int, precision: str) -> dict:

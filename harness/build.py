@@ -22,17 +22,22 @@ NEEDS = "cmake, g++ and nlohmann-json3-dev (cross: g++-aarch64-linux-gnu)"
 
 
 def variant(target, cpu: str = "") -> str:
-    """The build folder's name: the arch and the CPU (harness/cpu.py; default: native for this
-    machine, the arch's baseline for a board). Both become parts of paths (the folder, the
-    toolchain file), so only known names are taken, whoever made the target."""
+    """The build folder's name: the arch and the CPU (resolve_cpu). Both become parts of paths
+    (the folder, the toolchain file), so only known names are taken, whoever made the target."""
+    cpu = resolve_cpu(target, cpu)
+    return cpu if cpu == cpus.NATIVE else f"{target.arch}-{cpu}"
+
+
+def resolve_cpu(target, cpu: str = "") -> str:
+    """The CPU name a build is for: `cpu`, else native for this machine and the arch's baseline
+    for a board; refused unless the arch has it."""
     if target.transport == "local" and cpu in ("", cpus.NATIVE):
         return cpus.NATIVE
     check_arch(target)
     cpu = cpu or cpus.BASELINE[target.arch]
-    if cpu not in cpus.NAMES[target.arch]:
-        raise UserError(f"target {target.name}: cpu: expected one of {', '.join(cpus.NAMES[target.arch])} "
-                        f"for {target.arch}, got {cpu!r}")
-    return f"{target.arch}-{cpu}"
+    if why := cpus.problem(target.arch, cpu):
+        raise UserError(f"target {target.name}: cpu: {why}")
+    return cpu
 
 
 def check_arch(target) -> None:
@@ -57,16 +62,18 @@ def build(target, cpu: str = "") -> Path:
     """Configure (once) and build the binary for a target's CPU; returns its path. Incremental:
     cmake rebuilds what a source change touches. Targets of one variant share the binary, so
     the errors name the variant, not the target."""
-    name = variant(target, cpu)     # first: it refuses names that would make a path outside build/
-    chosen = name if name == cpus.NATIVE else name.removeprefix(f"{target.arch}-")
-    options = ["-DCMAKE_BUILD_TYPE=Release", "-DZOBENCH_CPU_FLAGS=" + " ".join(cpus.flags(target.arch, chosen))]
+    cpu = resolve_cpu(target, cpu)      # first: it refuses names that would make a path outside build/
+    name = variant(target, cpu)
+    options = ["-DCMAKE_BUILD_TYPE=Release", "-DZOBENCH_CPU_FLAGS=" + " ".join(cpus.flags(target.arch, cpu))]
     toolchain = None
-    if name != cpus.NATIVE and target.arch != platform.machine():
+    if cpu == cpus.NATIVE:
+        pass                            # this machine's: linked against its own libraries
+    elif target.arch != platform.machine():
         toolchain = paths.TARGETS_DIR / "toolchains" / f"{target.arch}-linux-gnu.cmake"
         if not toolchain.is_file():
             raise UserError(f"no toolchain for arch {target.arch!r} ({toolchain} is missing)")
         options.append(f"-DCMAKE_TOOLCHAIN_FILE={toolchain}")
-    elif name != cpus.NATIVE:       # a board's: one file that runs with nothing installed
+    else:                               # a board's: one file that runs with nothing installed
         options.append("-DZOBENCH_STATIC=ON")
     out = paths.REPO / "build" / f"{name}-{configuration(options, toolchain)}"
     for step in (["cmake", "-S", str(SOURCE), "-B", str(out), *options], ["cmake", "--build", str(out), "-j", "2"]):

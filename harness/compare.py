@@ -40,7 +40,7 @@ from dataclasses import asdict, dataclass, field
 from workloads import jsonfile
 
 from .machine_load import contention
-from .measurements import FINGERPRINT, RECORDED_LATER, Measurement
+from .measurements import FINGERPRINT, Measurement, differs
 
 ALPHA = 0.05
 ESTIMATORS = {"min": min, "median": statistics.median}
@@ -72,6 +72,7 @@ METRICS = (Metric("step_time", "step time", "ms/step", 1e3, True, (("step_s", ""
            Metric("peak_memory", "peak memory", "MiB", 2 ** -20, False,
                   (("device_peak", "device"), ("peak_rss", "host RSS"))),
            Metric("energy", "energy", "J/step", 1.0, True, (("joules_per_step", ""),)))
+LOADED_METRICS = {m.name for m in METRICS if m.loaded}
 
 
 @dataclass
@@ -101,8 +102,7 @@ def mann_whitney_p(a: list[float], b: list[float]) -> float:
 
 
 def fingerprint_changes(b: Measurement, c: Measurement) -> list[str]:
-    sides = [(k, b.fingerprint.get(k), c.fingerprint.get(k)) for k in FINGERPRINT]
-    changed = [k for k, was, now in sides if was != now and not (k in RECORDED_LATER and None in (was, now))]
+    changed = [k for k in FINGERPRINT if differs(k, b.fingerprint.get(k), c.fingerprint.get(k))]
     if b.binary_sha256 != c.binary_sha256 and b.harness_commit == c.harness_commit:
         changed.append("binary_sha256")
     return changed
@@ -207,8 +207,7 @@ def compare(base: dict[str, Measurement], cur: dict[str, Measurement], threshold
         v.metrics, unjudged = judged(b, c, estimate, threshold)
         noisy = noise(b, c, v.metrics["step_time"], estimate, threshold)
         # peak memory does not grow with a neighbour's CPU load: its verdict stands either way
-        loaded = {m.name for m in METRICS if m.loaded}
-        decisive = [m for name, m in v.metrics.items() if m.significant and not (noisy and name in loaded)]
+        decisive = [m for name, m in v.metrics.items() if m.significant and not (noisy and name in LOADED_METRICS)]
         if any(m.change > 0 for m in decisive):
             v.status = "regressed"
         elif decisive:

@@ -62,15 +62,6 @@ def x86_names(flags: set[str]) -> list[str]:
     return out
 
 
-def cpuinfo_flags(text: str) -> set[str]:
-    """The feature flags of /proc/cpuinfo's first processor (x86 "flags", Arm "Features")."""
-    for line in text.splitlines():
-        key, _, value = line.partition(":")
-        if key.strip() in ("flags", "Features"):
-            return set(value.split())
-    return set()
-
-
 # Arm Ltd.'s cores by their MIDR part number, as /proc/cpuinfo shows it ("CPU implementer" 0x41,
 # "CPU part"); the numbers are the cores' Technical Reference Manuals'
 ARM_LTD = "0x41"

@@ -23,7 +23,7 @@ from .errors import UserError
 MEM_LIMIT = re.compile(r"^[0-9]+[KMG]$")
 # What `uname -m` says on the boards zobench builds for; the arch names a build folder and a
 # toolchain file, so a fixed list keeps both inside the checkout.
-ARCHES = ("x86_64", "aarch64")
+ARCHES = tuple(cpus.NAMES)
 PORT = Bounds(1, 65535)
 
 
@@ -68,8 +68,8 @@ def _fields(t: tomlfile.Table, into: dict) -> dict:
         raise t.error("mem_limit", f"expected a size like \"512M\" or \"2G\", got {out['mem_limit']!r}")
     if out.get("cpu"):     # checked against the arch it is built for, which may come from a profile
         arch = out.get("arch") or (platform.machine() if out.get("transport") == "local" else "")
-        if cpus.problem(arch, out["cpu"]):
-            raise t.error("cpu", cpus.problem(arch, out["cpu"]))
+        if why := cpus.problem(arch, out["cpu"]):
+            raise t.error("cpu", why)
     return out
 
 

@@ -29,6 +29,12 @@ FINGERPRINT = ("cpu_model", "cores", "governor", "kernel", "versions", "gpu", "b
 # Facts a result has only since zobench recorded them (the CPU the C++ binary was built for and
 # the kernel path each layer kind ran): a side without one does not know it, which is no change.
 RECORDED_LATER = ("build_cpu", "kernels")
+
+
+def differs(fact: str, a, b) -> bool:
+    """Whether two results' values of a fact differ; one that older results lack
+    (RECORDED_LATER) missing on either side does not."""
+    return a != b and not (fact in RECORDED_LATER and None in (a, b))
 # What pooled repeats must share besides the fingerprint: the same build of the same code.
 BUILD = ("binary_sha256", "harness_commit")
 # inject_slowdown and fault exist so that a test can run the same job slower or failing; a key
@@ -93,15 +99,16 @@ def from_results(results: list[tuple[str, dict]]) -> dict[str, Measurement]:
             continue
         key, facts = job_key(r["job"])
         env = r.get("env") or {}
-        identity = {**fingerprint(env), **{k: env.get(k) for k in BUILD}}
-        m = out.setdefault(key, Measurement(key, facts, fingerprint=fingerprint(env),
+        fp = fingerprint(env)
+        identity = {**fp, **{k: env.get(k) for k in BUILD}}
+        m = out.setdefault(key, Measurement(key, facts, fingerprint=fp,
                                             binary_sha256=env.get("binary_sha256"),
                                             harness_commit=env.get("harness_commit", "")))
         where = f"{run_id}/{r['job'].get('job_id')}"
         where0, id0 = first.setdefault(key, (where, identity))
         if not m.disagreement:      # pooled runs, or a run resumed after an upgrade
             m.disagreement = "; ".join(f"{k} {id0[k]!r} ({where0}) vs {identity[k]!r} ({where})"
-                                       for k in identity if identity[k] != id0[k])
+                                       for k in identity if differs(k, id0[k], identity[k]))
         memory = r.get("memory") or {}
         m.step_s.append(step_seconds(r))
         m.peak_rss.append(memory.get("peak_rss_bytes") or 0)

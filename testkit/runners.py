@@ -10,9 +10,11 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from harness import cpu
 from harness.build import build
 from harness.artifacts import raw_idx
 from harness.inventory import Target
+from workloads.envinfo import cpu_facts
 from workloads.models import LENET5, Model
 
 REPO = Path(__file__).resolve().parent.parent
@@ -23,6 +25,17 @@ def zobench(*args, env=None, timeout=600) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "zobench", *map(str, args)], cwd=REPO,
                           capture_output=True, text=True, timeout=timeout,
                           env={**os.environ, **(env or {})})
+
+
+def cli(capsys, *args) -> subprocess.CompletedProcess:
+    """The CLI's main() in this process, output captured (pytest's capsys) as zobench() captures
+    it: for the many refusals and quick reads, which need no interpreter of their own."""
+    from zobench.cli import main
+
+    capsys.readouterr()
+    rc = main([str(a) for a in args])
+    out, err = capsys.readouterr()
+    return subprocess.CompletedProcess(args, rc, out, err)
 
 
 def start(*args, env=None) -> subprocess.Popen:
@@ -98,6 +111,12 @@ def native_binary(cpu: str = "") -> str:
     """The C++ binary built for this machine, or for one of its arch's CPU names (harness/cpu.py:
     "x86-64-v3" is the AVX2 build, whose kernels this machine runs whatever else it has)."""
     return str(build(Target(name="local", transport="local", arch=platform.machine()), cpu))
+
+
+def x86_names_here() -> list[str]:
+    """The x86 CPU names (harness/cpu.py) this machine runs, read as a board's probe reads its
+    CPU: the kernel paths the tests and benchmarks can build and run here."""
+    return cpu.x86_names(set(cpu_facts(Path("/proc/cpuinfo").read_text())["cpu_flags"]))
 
 
 def aarch64_binary(cpu: str = "cortex-a53") -> str:

@@ -6,7 +6,6 @@ any of it still load, compare and report."""
 from __future__ import annotations
 
 import json
-import subprocess
 
 import pytest
 
@@ -14,9 +13,9 @@ from harness import schema
 from harness.store import Store
 from reports import build
 from workloads.spec import JobSpec
-from zobench.cli import main
 
 from testkit.compare_runs import made_up_result, made_up_run
+from testkit.runners import cli
 
 MIB = 2 ** 20
 STEPS_PER_EPOCH = 10
@@ -70,14 +69,6 @@ def old_result(step_ms: float = 10.0, repeat: int = 0) -> dict:
     del r["memory"]["device_peak_bytes"]
     del r["job"]["hyper"]["warmup_steps"]
     return with_phases(r)
-
-
-def cli(capsys, *args) -> subprocess.CompletedProcess:
-    """The CLI's main() in this process, its output captured."""
-    capsys.readouterr()
-    rc = main([str(a) for a in args])
-    out, err = capsys.readouterr()
-    return subprocess.CompletedProcess(args, rc, out, err)
 
 
 def compare_json(capsys, root, base, cur) -> tuple[int, dict]:

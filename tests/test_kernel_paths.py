@@ -8,16 +8,14 @@ weight gradient and the fused global max, over rows and points that leave short 
 blocks). The aarch64 builds do the same under qemu: with the dot product (-cpu max) and without
 (the Cortex-A53)."""
 import platform
-from pathlib import Path
 
 import pytest
 
-from harness import cpu
 from harness.artifacts import raw_idx
 from workloads.models import POINTNET
 
 from testkit.agreement import assert_same_fp32_steps, assert_same_int8_run
-from testkit.runners import QEMU_A53, aarch64_binary, job_spec, native_binary, run_runner
+from testkit.runners import QEMU_A53, aarch64_binary, job_spec, native_binary, run_runner, x86_names_here
 from testkit.tools import require
 
 # per x86 CPU name: the FP32 kernels' vector ISA (conv and fc) and the INT8 kernels
@@ -38,7 +36,7 @@ INT8_POINTNET = [("full-bp", 0, "float"), ("elastic-zo", 1, "integer")]
 def runnable() -> list[str]:
     if platform.machine() != "x86_64":
         return []
-    return cpu.x86_names(cpu.cpuinfo_flags(Path("/proc/cpuinfo").read_text()))
+    return x86_names_here()
 
 
 @pytest.fixture(scope="session")

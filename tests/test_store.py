@@ -13,7 +13,7 @@ import pytest
 
 from zobench.cli import main
 from harness.store import Store
-from testkit.runners import TORCH_RUNNER, job_spec, run_runner, zobench
+from testkit.runners import TORCH_RUNNER, cli, job_spec, run_runner, zobench
 
 # Two jobs: lr_zo=1e30 makes full-zo diverge (its losses NaN) and leaves full-bp (lr_bp) alone.
 TINY = ["--runtime", "torch", "--precision", "fp32", "--method", "full-bp", "--method", "full-zo", "--set", "epochs=1",
@@ -42,15 +42,6 @@ def run(made, tmp_path):
     shutil.copytree(made, root)
     run_id = Store(root).latest()
     return root, run_id, root / "runs" / run_id
-
-
-def cli(capsys, *args) -> subprocess.CompletedProcess:
-    """The CLI's main() in this process, output captured as zobench() captures it: for the
-    many refusals, which need no interpreter of their own."""
-    capsys.readouterr()
-    rc = main([str(a) for a in args])
-    out, err = capsys.readouterr()
-    return subprocess.CompletedProcess(args, rc, out, err)
 
 
 def one_line_error(p: subprocess.CompletedProcess, *needles: str) -> None:

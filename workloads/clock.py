@@ -37,6 +37,9 @@ class PhaseClock:
         """Where an asynchronous clock waits for its laps and reads them: once a step, after the
         next batch is loaded (the loading overlaps the step), and after a loop or an eval."""
 
+    def replayed(self, laps: list) -> None:
+        """The laps a CUDA graph replay has recorded again: only EventClock's are events."""
+
     def _charge(self, phase: str, seconds: float, call: bool) -> None:
         self.seconds[phase] += seconds
         self.calls[phase] += call
@@ -60,6 +63,9 @@ class NullClock:
         pass
 
     def step_end(self) -> None:
+        pass
+
+    def replayed(self, laps: list) -> None:
         pass
 
 

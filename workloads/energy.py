@@ -20,6 +20,7 @@ import threading
 import time
 from pathlib import Path
 
+from . import gpuinfo
 from .gpuinfo import parse_tegrastats
 
 TICK_WAIT_S = 0.6        # the longest wait for a counter to step; longer than NVML's period
@@ -123,10 +124,7 @@ def integrate(samples: list[tuple[float, float]], seconds: float) -> float | Non
 
 def nvml_joules(index: int):
     """read() -> joules of NVML's total-energy counter (mJ) of GPU `index`."""
-    import pynvml
-
-    pynvml.nvmlInit()
-    handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+    pynvml, handle = gpuinfo.nvml_handle(index)
     pynvml.nvmlDeviceGetTotalEnergyConsumption(handle)    # raises where the GPU has no counter
     return lambda: pynvml.nvmlDeviceGetTotalEnergyConsumption(handle) / 1e3
 
@@ -194,9 +192,7 @@ def meter(device: str):
     reasons = []
     candidates = []
     if device.startswith("cuda"):
-        import torch
-        index = torch.device(device).index or 0
-        candidates.append(("NVML", lambda: CounterMeter("nvml", nvml_joules(index))))
+        candidates.append(("NVML", lambda: CounterMeter("nvml", nvml_joules(gpuinfo.gpu_index(device)))))
     candidates += [("ina3221", lambda: SampledMeter("ina3221", ina3221_watts())),
                    ("tegrastats", _tegrastats_meter)]
     if not device.startswith("cuda"):

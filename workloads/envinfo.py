@@ -9,6 +9,7 @@ import importlib.metadata
 import json
 import os
 import platform
+import shutil
 import socket
 import sys
 from pathlib import Path
@@ -77,15 +78,8 @@ def _meminfo() -> dict:
     return out
 
 
-def _which(tool: str) -> str | None:
-    import shutil
-
-    return shutil.which(tool)
-
-
 def _command(*argv: str) -> str | None:
     """Output of a board-specific tool (vcgencmd, nvpmodel) where the board has it."""
-    import shutil
     import subprocess
 
     if not shutil.which(argv[0]):
@@ -117,7 +111,7 @@ def probe(workdir: str = "~") -> dict:
         # tegrastats (the energy meter where its rails are not readable) is there
         "nvpmodel": _command("nvpmodel", "-q"),
         "jetson_clocks": _command("jetson_clocks", "--show"),
-        "tegrastats": _which("tegrastats"),
+        "tegrastats": shutil.which("tegrastats"),
         **cpu_facts(_read("/proc/cpuinfo")),
     })
     return out

@@ -9,6 +9,7 @@ has no NVML: its `tegrastats` lines are parsed instead (parse_tegrastats).
 """
 from __future__ import annotations
 
+import functools
 import re
 
 # what identifies the device: a change of any of these makes two results not comparable
@@ -35,11 +36,11 @@ def facts(device: str) -> dict | None:
 
     if not torch.cuda.is_available():
         return {"unavailable": {"gpu": f"CUDA not available: torch {torch.__version__}"}}
-    index = torch.device(device).index or 0
-    p = torch.cuda.get_device_properties(index)
+    gpu = gpu_index(device)
+    p = torch.cuda.get_device_properties(gpu)
     out = {"name": p.name, "capability": f"{p.major}.{p.minor}", "memory_total_bytes": p.total_memory,
            "cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version(), "unavailable": {}}
-    out.update(nvml_facts(_nvml_reader(index), out["unavailable"]))
+    out.update(nvml_facts(_nvml_reader(gpu), out["unavailable"]))
     return out
 
 
@@ -57,13 +58,26 @@ def nvml_facts(read, unavailable: dict) -> dict:
     return out
 
 
+def gpu_index(device: str) -> int:
+    """The GPU a "cuda" or "cuda:N" device names."""
+    import torch
+    return torch.device(device).index or 0
+
+
+@functools.lru_cache(maxsize=None)
+def nvml_handle(index: int):
+    """NVML, initialized once a process, and its handle of GPU `index`: the facts, the energy
+    meter and the memory read at the end of a job share it. Raises where NVML is not."""
+    import pynvml
+
+    pynvml.nvmlInit()
+    return pynvml, pynvml.nvmlDeviceGetHandleByIndex(index)
+
+
 def _nvml_reader(index: int):
     """read(function, takes) over nvidia-ml-py for device `index`, or one that says why not."""
     try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+        pynvml, handle = nvml_handle(index)
     except Exception as e:  # not installed, or no NVML driver library (a Jetson)
         reason = f"NVML: {e}"
 
@@ -102,7 +116,7 @@ def device_memory(device: str) -> dict:
     import torch
     return {"device_peak_bytes": torch.cuda.max_memory_allocated(device),
             "device_reserved_peak_bytes": torch.cuda.max_memory_reserved(device),
-            "device_used_bytes": used_bytes(torch.device(device).index or 0)}
+            "device_used_bytes": used_bytes(gpu_index(device))}
 
 
 def fingerprint(gpu: dict | None) -> dict | None:

@@ -267,6 +267,7 @@ class Int8Engine:
         self.n_zo = sum(self.sizes[:self.first_bp])
         self.n_bp = sum(self.sizes) - self.n_zo
         self.scale = spec.hyper.zo_scale
+        self.z_values = torch.arange(-self.scale, self.scale + 1, device=self.device)   # what z can be
         self.grad = {i: torch.zeros(self.sizes[i], dtype=torch.float64, device=self.device)     # exact integer sums
                      for i in range(self.first_bp, len(model.layers))}
         self.kept = []
@@ -363,7 +364,7 @@ class Int8Engine:
     def zo_update(self, key: int, g: int, epoch: int) -> None:
         """Restore (+z) and update (-round(g z)) in one pass. A weight's change depends only
         on its z, one of 2 scale + 1 values, so it is computed for each value and looked up."""
-        v = torch.arange(-self.scale, self.scale + 1, device=self.device)
+        v = self.z_values
         s = zo_update_shift(self.scale)
         delta = psto_shift(g * v, s) if s >= 1 else g * v
         change = (v - delta.clamp(-1, 1)).float()

@@ -42,6 +42,9 @@ Z_SCALE = np.float32(np.sqrt(3.0 / (256.0 ** 2 - 1.0)))
 Z_OFFSET = 2 * 255    # the mean of the four-byte sum
 WEYL = 0x9E3779B9     # 2^32 / golden ratio, odd: i * WEYL visits every 32-bit word
 LB1, LB2 = 0x7FEB352D, 0x846CA68B   # lowbias32's multipliers (Wellons' hash prospector)
+# the xorshift-multiply rounds of each hash: (shift, multiplier or None for the last)
+MIX64_ROUNDS = ((30, _M1), (27, _M2), (31, None))
+LOWBIAS32_ROUNDS = ((16, LB1), (15, LB2), (16, None))
 CHUNK = 1 << 14       # elements generated at a time: the scratch stays in L2 (1.8x faster than 1 << 16)
 VERSION = "zobench-z v2"
 
@@ -65,14 +68,19 @@ def bits(key: int, start: int, count: int) -> np.ndarray:
     Written with in-place ufuncs and one scratch array: the temporaries of the
     plain expression cost more than the arithmetic."""
     x = np.arange(start + 1, start + count + 1, dtype=np.uint64)
-    t = np.empty_like(x)
     np.multiply(x, GOLDEN, out=x)
     np.add(x, np.uint64(key), out=x)
-    for shift, mult in ((30, _M1), (27, _M2), (31, None)):
-        np.right_shift(x, np.uint64(shift), out=t)
+    return _rounds(x, MIX64_ROUNDS)
+
+
+def _rounds(x: np.ndarray, rounds) -> np.ndarray:
+    """x ^= x >> shift, then x *= multiplier, per round, in place (one scratch array)."""
+    t = np.empty_like(x)
+    for shift, mult in rounds:
+        np.right_shift(x, x.dtype.type(shift), out=t)
         np.bitwise_xor(x, t, out=x)
         if mult is not None:
-            np.multiply(x, mult, out=x)
+            np.multiply(x, x.dtype.type(mult), out=x)
     return x
 
 
@@ -100,12 +108,7 @@ def bits32(key: int, start: int, count: int) -> np.ndarray:
         x[:] = np.arange(lo, lo + n, dtype=np.uint32)
         np.multiply(x, np.uint32(WEYL), out=x)
         np.add(x, np.uint32(block_key(key, block)), out=x)
-        t = np.empty_like(x)
-        for shift, mult in ((16, LB1), (15, LB2), (16, None)):
-            np.right_shift(x, np.uint32(shift), out=t)
-            np.bitwise_xor(x, t, out=x)
-            if mult is not None:
-                np.multiply(x, np.uint32(mult), out=x)
+        _rounds(x, LOWBIAS32_ROUNDS)
         done += n
     return out
 

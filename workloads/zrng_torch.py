@@ -2,10 +2,9 @@
 
 The torch runner perturbs its parameters with z generated on their device: on a GPU no
 host-to-device copy per chunk and no n_zo-sized z buffer, only one chunk at a time, the
-MeZO way. torch has no unsigned 32- or 64-bit arithmetic, so the words are int32 (z's) and
-int64 (the 64-bit keys and v1's bits): + and * wrap as the unsigned ones do, so only the
-right shift needs care (torch's is arithmetic; masking the sign-filled bits makes it
-logical). The numbers are bit for bit those of workloads/zrng.py, the reference (tested on
+MeZO way. torch has no unsigned 32-bit arithmetic, so the words are int32: + and * wrap as
+uint32's do, so only the right shift needs care (torch's is arithmetic; masking the
+sign-filled bits makes it logical). The numbers are bit for bit those of workloads/zrng.py, the reference (tested on
 CPU torch, the code path a GPU runs).
 """
 from __future__ import annotations
@@ -19,23 +18,19 @@ from . import zrng
 CHUNKS = {"cpu": 1 << 16, "cuda": 1 << 22}
 
 
-def signed(c: int, width: int = 64) -> int:
-    """An unsigned constant of `width` bits as the signed integer with the same bits."""
-    return c - (1 << width) if c >= 1 << (width - 1) else c
+def _int32(c: int) -> int:
+    """A uint32 value as the int32 with the same bits."""
+    return c - (1 << 32) if c >= 1 << 31 else c
 
 
-WEYL, LB1, LB2 = (signed(c, 32) for c in (zrng.WEYL, zrng.LB1, zrng.LB2))
-
-
-def _xorshift(x: torch.Tensor, s: int, width: int) -> torch.Tensor:
-    """x ^ (x >> s) with a logical shift, in place."""
-    return x.bitwise_xor_(x.bitwise_right_shift(s).bitwise_and_((1 << (width - s)) - 1))
+WEYL = _int32(zrng.WEYL)
+ROUNDS = tuple((shift, None if m is None else _int32(m)) for shift, m in zrng.LOWBIAS32_ROUNDS)
 
 
 def key32(key: int) -> int:
     """The block key of the first 2^32 indices as int32 bits: what a device scalar holds for a
     CUDA graph's perturbation (every model has fewer parameters)."""
-    return signed(zrng.block_key(key, 0), 32)
+    return _int32(zrng.block_key(key, 0))
 
 
 def bits32(key, start: int, count: int, device) -> torch.Tensor:
@@ -51,10 +46,11 @@ def bits32(key, start: int, count: int, device) -> torch.Tensor:
         # lo32(i) as int32 bits: counted from -2^31, the top bit flipped back
         torch.arange(lo - (1 << 31), lo + n - (1 << 31), dtype=torch.int32, device=device, out=x)
         x.bitwise_xor_(-(1 << 31)).mul_(WEYL)
-        x.add_(key if isinstance(key, torch.Tensor) else signed(zrng.block_key(key, block), 32))
-        _xorshift(x, 16, 32).mul_(LB1)
-        _xorshift(x, 15, 32).mul_(LB2)
-        _xorshift(x, 16, 32)
+        x.add_(key if isinstance(key, torch.Tensor) else _int32(zrng.block_key(key, block)))
+        for shift, mult in ROUNDS:      # x ^= x >> shift (logical: the sign-filled bits masked)
+            x.bitwise_xor_(x.bitwise_right_shift(shift).bitwise_and_((1 << (32 - shift)) - 1))
+            if mult is not None:
+                x.mul_(mult)
         done += n
     return out
 

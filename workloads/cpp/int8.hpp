@@ -263,6 +263,8 @@ inline T psto_shift(T x, int s) {
 }
 
 inline int clamp127(int64_t v) { return int(std::min<int64_t>(127, std::max<int64_t>(-127, v))); }
+// the same in int: a loop over int32 values keeps its lanes (int64 would halve them)
+inline int clamp127(int v) { return std::min(127, std::max(-127, v)); }
 
 // the requantization shift of a tensor whose largest |value| is m
 inline int shift_of_max(uint32_t m) { return ceil_log2(m) - ACT_BITS; }
@@ -283,7 +285,7 @@ inline int requant_shift(const int32_t* acc, size_t n) {
 inline int requant_value(int32_t a, int s) {
     const int up = s > 0;
     const int32_t r = (a >> (up ? s : 0)) + ((a >> (up ? s - 1 : 0)) & up);
-    return std::min(127, std::max(-127, r));
+    return clamp127(int(r));
 }
 // the same, then the ReLU: an activation in [0, 127]
 inline uint8_t requant_relu(int32_t a, int s) { return uint8_t(std::max(requant_value(a, s), 0)); }
@@ -320,10 +322,9 @@ __attribute__((always_inline)) inline int32_t dot(const A* __restrict a, const i
         return s;
     }
 #endif
-    int i = 0;
     int32_t s = 0;
 #pragma omp simd reduction(+ : s)
-    for (int k = i; k < n; ++k) s += int32_t(a[k]) * int32_t(w[k]);
+    for (int k = 0; k < n; ++k) s += int32_t(a[k]) * int32_t(w[k]);
     return s;
 }
 

@@ -273,7 +273,7 @@ inline int requant_relu_pool(uint8_t* out, uint8_t* pooled, int pad, const int32
 template <class T>
 inline int requant_to(T* out, const int32_t* acc, size_t n, bool relu) {
     const int s = requant_shift(acc, n);
-    for (size_t i = 0; i < n; ++i) out[i] = T(relu ? std::max(requant_value(acc[i], s), 0) : requant_value(acc[i], s));
+    for (size_t i = 0; i < n; ++i) out[i] = T(relu ? requant_relu(acc[i], s) : requant_value(acc[i], s));
     return std::max(s, 0);
 }
 
@@ -507,11 +507,14 @@ inline void pointwise_weight_grad(int64_t* dw, const int8_t* d, const uint8_t* i
                     }
                 }
             }
+            // the sums of the threads that ran (a smaller team leaves the other slots stale),
+            // after the loop's barrier
+            const int team = omp_get_num_threads();
+#pragma omp for schedule(static)
+            for (int o = 0; o < O; ++o)
+                for (int t = 0; t < team; ++t)
+                    for (int c = 0; c < C; ++c) dw[size_t(o) * C + c] += sums_scratch[size_t(t) * sums_stride + size_t(c) * O + o];
         }
-#pragma omp parallel for schedule(static)
-        for (int o = 0; o < O; ++o)
-            for (int t = 0; t < threads; ++t)
-                for (int c = 0; c < C; ++c) dw[size_t(o) * C + c] += sums_scratch[size_t(t) * sums_stride + size_t(c) * O + o];
         return;
     }
 #endif
@@ -706,6 +709,13 @@ struct Net {
                ((L.C == 1 && L.O == 6 && L.OH == 28 && L.OW == 28) || (L.C == 6 && L.O == 16 && L.OH == 14 && L.OW == 14));
     }
 
+    // a fast convolution whose pre-pool activation is not kept (every ZO pass's): conv_pool_packed
+    // pools its accumulators straight into the next layer's padded input
+    bool fused_pool(int l) const {
+        const Layer& L = a.layers[l];
+        return fast(L) && L.pool == MAX2X2 && l + 1 < n && act.layer[l].own_out.empty();
+    }
+
     // a pointwise layer with a global max, on uint8 inputs: pointwise_gmax_forward
     bool fused_gmax(int l) const {
         const Layer& L = a.layers[l];
@@ -736,7 +746,7 @@ struct Net {
         for (int l = 0; l < n; ++l) {
             const Layer& L = a.layers[l];
             acc_size = std::max(acc_size, size_t(B) * (fused_gmax(l) ? L.O : L.out_size()));
-            if (fast(L) && l + 1 < n)  // conv_pool_packed's, padded
+            if (fused_pool(l))  // conv_pool_packed's, padded
                 acc_size = std::max(acc_size, size_t(B) * L.O * (L.OH / 2 + 2 * a.layers[l + 1].pad) * (L.OW / 2 + 2 * a.layers[l + 1].pad));
             if (fast(L)) wk_size = std::max(wk_size, size_t(conv_packed_size(L.C, L.O)));
             if (L.kind == POINTWISE) wk_size = std::max(wk_size, l > 0 ? pointwise_packed_size(L.C, L.O) : L.w_size());
@@ -745,7 +755,7 @@ struct Net {
             else g64[l].assign(L.w_size(), 0);
             err[l].assign(size_t(B) * (L.pool == GLOBAL_MAX ? L.O : L.out_size()), 0);
             if (L.pool == GLOBAL_MAX) argmax[l].assign(size_t(two ? 2 : 1) * B * L.O, 0);
-            if (fused_gmax(l)) gmax_max.assign(size_t(B) * L.O * gmax_blocks(L.rows), 0);
+            if (fused_gmax(l)) gmax_max.resize(std::max(gmax_max.size(), size_t(B) * L.O * gmax_blocks(L.rows)));
             if (L.kind == POINTWISE && l > 0 && L.pool == NO_POOL && pointwise_tiled(L.O)) {
                 grad_threads = omp_get_max_threads();
                 planes_stride = std::max(planes_stride, pointwise_grad_pack(L.C, L.O));
@@ -785,7 +795,7 @@ struct Net {
             const bool last = l + 1 == n;
             int32_t* ac = acc.data();
             uint8_t* x = in(l, k);
-            if (L.kind == CONV2D && fast(L) && L.pool == MAX2X2 && !own_out(l)) {
+            if (fused_pool(l)) {
                 const int pad = a.layers[l + 1].pad;
                 const int s = shift_of_max(L.C == 1 ? conv_pool_packed<1, 6, 28, 28>(ac, pad, x, wk.data(), Wt(l), b)
                                                     : conv_pool_packed<6, 16, 14, 14>(ac, pad, x, wk.data(), Wt(l), b));
@@ -898,8 +908,8 @@ struct Net {
         const uint32_t thr = sparsity_threshold(epoch);
         const int r = scale;
         int8_t* w = q.data();
-        zrng::each_bits32(key, n_zo, [=](size_t i, uint32_t x) {   // clamped in int: int64 would halve the lanes
-            w[i] = int8_t(std::min(127, std::max(-127, w[i] + k * zo_noise(x, r, thr))));
+        zrng::each_bits32(key, n_zo, [=](size_t i, uint32_t x) {
+            w[i] = int8_t(clamp127(w[i] + k * zo_noise(x, r, thr)));
         });
     }
 
@@ -912,7 +922,7 @@ struct Net {
         zrng::each_bits32(key, n_zo, [=](size_t i, uint32_t x) {
             const int z = zo_noise(x, r, thr);
             const int p = psto_shift(g * z, s), d = p > 1 ? 1 : p < -1 ? -1 : p;
-            w[i] = int8_t(std::min(127, std::max(-127, w[i] + z - d)));
+            w[i] = int8_t(clamp127(w[i] + z - d));
         });
     }
 
