@@ -56,6 +56,19 @@ def test_aarch64_binary_under_qemu_ends_with_the_same_weights(aarch64, reference
     assert_identical(reference[config], arm)
 
 
+@pytest.mark.parametrize("scale", [3, 40])
+def test_every_perturbation_range_updates_exactly_as_the_reference(native, data_dir, tmp_path, scale):
+    """The binary's ZO update takes its rounding from a bit mask per |z| below 32 and from
+    psto_shift at 32 and over: both must stay the reference's."""
+    s = job_spec("full-zo", 0, seed=5, steps=30, test_samples=100, data_dir=data_dir, precision="int8",
+                 zo_loss="float", hyper={"zo_scale": scale})
+    torch_run = run_runner(s, tmp_path / "torch")
+    assert_identical(torch_run, run_runner(s, tmp_path / "cpp", native))
+    assert torch_run["model"]["weights_sha256"] != run_runner(
+        job_spec("full-zo", 0, seed=5, steps=30, test_samples=100, data_dir=data_dir, precision="int8",
+                 zo_loss="float", hyper={"zo_scale": scale + 1}), tmp_path / "other")["model"]["weights_sha256"]
+
+
 def test_an_odd_batch_size_is_exact_too(native, data_dir, tmp_path):
     s = spec("elastic-zo", 2, "integer", data_dir, steps=30, batch=30)
     assert_identical(run_runner(s, tmp_path / "torch"), run_runner(s, tmp_path / "cpp", native))

@@ -37,10 +37,14 @@ namespace int8 {
 //    128-bit (SSSE3); dps by the sign trick;
 //  - sse2-maddwd: pmaddwd of the even and of the odd bytes, widened to int16, 128-bit;
 //  - neon-dotprod: sdot, 128-bit; an activation <= 127 is the same value read as int8;
-//  - neon-smull (armv8-a, no sdot): smull and smull2 (the low and high eight byte products into
-//    int16), addp (pairs of those, int16: |sum| <= 2 * 127^2), sadalp (pairs of those into
-//    int32), 128-bit;
+//  - neon-smull (armv8-a, no sdot): smull (the low eight byte products into int16), smlal2
+//    (the high eight's added: |sum| <= 2 * 127^2), sadalp (pairs of those into int32), 128-bit.
+//    Lane l's four bytes are therefore 2l, 2l + 1, 2l + 8, 2l + 9 (quad_byte), and u comes as
+//    two registers (U): the low half of the first and the high half of the second, which
+//    bcast4 fills with bytes 0-1 and 2-3 of the four it broadcasts (ld2r), and as_u with one
+//    vector twice;
 //  - generic (omp simd): no kernels of its own.
+// U is the activation operand of dp (B but on neon-smull).
 #if defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512VNNI__)
 constexpr const char* KERNELS = "avx512-vnni";
 #define ZOBENCH_I8_WIDEST 16
@@ -75,6 +79,12 @@ constexpr const char* KERNELS = "generic";
 #define ZOBENCH_I8_WIDEST 0
 #endif
 constexpr int WIDEST = ZOBENCH_I8_WIDEST;
+// whether each SIMD lane shifts by its own count (vpsrlvd, ushl)
+#if defined(__AVX2__) || defined(__aarch64__)
+constexpr bool LANE_SHIFTS = true;
+#else
+constexpr bool LANE_SHIFTS = false;
+#endif
 
 // keep_top's masks: 64 zero bytes, then 64 of all ones
 struct TopMask {
@@ -101,6 +111,7 @@ template <>
 struct Vec<8> {
     using A = __m256i;  // int32 lanes
     using B = __m256i;  // their bytes
+    using U = B;
     static constexpr int BYTES = 32;
     static A zero() { return _mm256_setzero_si256(); }
     static A set1(int32_t v) { return _mm256_set1_epi32(v); }
@@ -133,6 +144,7 @@ template <>
 struct Vec<4> {
     using A = __m128i;
     using B = __m128i;
+    using U = B;
     static constexpr int BYTES = 16;
     static A zero() { return _mm_setzero_si128(); }
     static A set1(int32_t v) { return _mm_set1_epi32(v); }
@@ -170,6 +182,7 @@ template <>
 struct Vec<16> {
     using A = __m512i;
     using B = __m512i;
+    using U = B;
     static constexpr int BYTES = 64;
     static A zero() { return _mm512_setzero_si512(); }
     static A set1(int32_t v) { return _mm512_set1_epi32(v); }
@@ -202,18 +215,29 @@ struct Vec<4> {
     static A zero() { return vdupq_n_s32(0); }
     static A set1(int32_t v) { return vdupq_n_s32(v); }
     static B load(const void* p) { return vld1q_s8(static_cast<const int8_t*>(p)); }
-    static B bcast4(const void* p) { return vreinterpretq_s8_u32(vdupq_n_u32(load4(p))); }
     static B keep_top(B v, int r) { return vandq_s8(v, load(TOP_MASK.m + 64 - BYTES + r)); }
 #if defined(__ARM_FEATURE_DOTPROD)
-    static A dp(A acc, B u, B w) { return vdotq_s32(acc, u, w); }
+    using U = B;
+    static U bcast4(const void* p) { return vreinterpretq_s8_u32(vdupq_n_u32(load4(p))); }
+    static A dp(A acc, U u, B w) { return vdotq_s32(acc, u, w); }
 #else
-    // int16 lane j: the products of bytes 2j, 2j + 1 (no overflow: both factors' |values| <= 127);
-    // int32 lane l: int16 lanes 2l, 2l + 1, the products of bytes 4l..4l + 3
-    static A dp(A acc, B u, B w) {
-        return vpadalq_s16(acc, vpaddq_s16(vmull_s8(vget_low_s8(u), vget_low_s8(w)), vmull_high_s8(u, w)));
+    using U = int8x16x2_t;
+    // ld2r: bytes 0-1 in every 16-bit lane of the first register, bytes 2-3 in the second's
+    // (the instruction reads two bytes at a time whatever their alignment)
+    static U bcast4(const void* p) {
+        const int16x8x2_t h = vld2q_dup_s16(static_cast<const int16_t*>(p));
+        return {{vreinterpretq_s8_s16(h.val[0]), vreinterpretq_s8_s16(h.val[1])}};
     }
+    // int16 lane j: the products of bytes j and j + 8 (no overflow: both factors' |values| <=
+    // 127); int32 lane l: int16 lanes 2l, 2l + 1. Its three instructions one by one (T), for
+    // kernels that interleave several dps: an in-order core otherwise waits out each latency.
+    using T = int16x8_t;
+    static T mul(U u, B w) { return vmull_s8(vget_low_s8(u.val[0]), vget_low_s8(w)); }
+    static T mla(T t, U u, B w) { return vmlal_high_s8(t, u.val[1], w); }
+    static A widen(A acc, T t) { return vpadalq_s16(acc, t); }
+    static A dp(A acc, U u, B w) { return widen(acc, mla(mul(u, w), u, w)); }
 #endif
-    static A dps(A acc, B a, B w) { return dp(acc, a, w); }
+    static A dps(A acc, U a, B w) { return dp(acc, a, w); }
     static A max(A a, A b) { return vmaxq_s32(a, b); }
     static A min(A a, A b) { return vminq_s32(a, b); }
     static void store(int32_t* p, A v) { vst1q_s32(p, v); }
@@ -221,9 +245,34 @@ struct Vec<4> {
 };
 #endif
 
+#if ZOBENCH_I8_WIDEST
+// where dp takes lane l's k-th byte (l < the path's lanes, k < 4) in a row of its weights
+constexpr int quad_byte(int l, int k) {
+#if defined(__aarch64__) && !defined(__ARM_FEATURE_DOTPROD)
+    return l / 4 * 16 + 2 * (l % 4) + k % 2 + (k / 2) * 8;
+#else
+    return 4 * l + k;
+#endif
+}
+
+// a vector of activations as dp's operand, where only the sum of all lanes is wanted (a dot
+// product): on neon-smull its lanes then hold other bytes than those of quad_byte
+template <class S>
+inline typename S::U as_u(typename S::B v) {
+    if constexpr (std::is_same_v<typename S::U, typename S::B>) return v;
+    else return {{v, v}};
+}
+#endif
+
+// whether S has dp in stages (S::T, mul, mla, widen)
+template <class S, class = void>
+struct staged : std::false_type {};
+template <class S>
+struct staged<S, std::void_t<typename S::T>> : std::true_type {};
+
 // dp for uint8 activations, dps for int8 errors
 template <class S, class T>
-__attribute__((always_inline)) inline typename S::A dp_of(typename S::A acc, typename S::B a, typename S::B w) {
+__attribute__((always_inline)) inline typename S::A dp_of(typename S::A acc, typename S::U a, typename S::B w) {
     if constexpr (std::is_same_v<T, uint8_t>) return S::dp(acc, a, w);
     else return S::dps(acc, a, w);
 }
@@ -300,14 +349,31 @@ __attribute__((always_inline)) inline void dot_vec(int32_t out[R], const A* cons
     typename S::A acc[R];
     for (int j = 0; j < R; ++j) acc[j] = S::zero();
     int i = 0;
+    if constexpr (staged<S>::value) {  // two vectors at a time, each stage for all their dps
+        for (; i + 2 * S::BYTES <= n; i += 2 * S::BYTES) {
+            typename S::B wv[2];
+            typename S::U av[2][R];
+            typename S::T t[2][R];
+            for (int u = 0; u < 2; ++u) {
+                wv[u] = S::load(w + i + u * S::BYTES);
+                for (int j = 0; j < R; ++j) av[u][j] = as_u<S>(S::load(a[j] + i + u * S::BYTES));
+            }
+            for (int u = 0; u < 2; ++u)
+                for (int j = 0; j < R; ++j) t[u][j] = S::mul(av[u][j], wv[u]);
+            for (int u = 0; u < 2; ++u)
+                for (int j = 0; j < R; ++j) t[u][j] = S::mla(t[u][j], av[u][j], wv[u]);
+            for (int u = 0; u < 2; ++u)
+                for (int j = 0; j < R; ++j) acc[j] = S::widen(acc[j], t[u][j]);
+        }
+    }
     for (; i + S::BYTES <= n; i += S::BYTES) {
         const typename S::B wv = S::load(w + i);
-        for (int j = 0; j < R; ++j) acc[j] = dp_of<S, A>(acc[j], S::load(a[j] + i), wv);
+        for (int j = 0; j < R; ++j) acc[j] = dp_of<S, A>(acc[j], as_u<S>(S::load(a[j] + i)), wv);
     }
     if (i < n) {
         const int last = n - S::BYTES;
         const typename S::B wv = S::keep_top(S::load(w + last), n - i);
-        for (int j = 0; j < R; ++j) acc[j] = dp_of<S, A>(acc[j], S::load(a[j] + last), wv);
+        for (int j = 0; j < R; ++j) acc[j] = dp_of<S, A>(acc[j], as_u<S>(S::load(a[j] + last)), wv);
     }
     for (int j = 0; j < R; ++j) out[j] = S::sum(acc[j]);
 }

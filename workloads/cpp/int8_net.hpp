@@ -54,7 +54,7 @@ constexpr size_t READ_SLACK = 64;
 // each kw (a column's four bytes: the image is also held transposed) and kh 4 as two groups of
 // a row's bytes (kw 0-3, 4-7; the weights of kw 5-7 are zero). P neighbouring pixels accumulate
 // in registers: P x (lanes / vector lanes) vectors (conv_lanes). Packed weights: per group,
-// [C][7][lanes][4].
+// [C][7][lanes][4], each row of lanes in dp's byte order (quad_byte).
 
 // a group's lanes: 8 for up to 8 output channels, else 16, as far as P pixels of them fit the
 // registers: one vector each where there are 16 registers, two where there are 32
@@ -72,7 +72,7 @@ inline void conv_pack(int8_t* wk, const int8_t* w) {
             for (int kh = 0; kh < 5; ++kh)
                 for (int kw = 0; kw < 5; ++kw) {
                     const int slot = kh < 4 ? kw : 5 + kw / 4, k = kh < 4 ? kh : kw % 4;
-                    wk[(((oc / L * C + ic) * 7 + slot) * L + oc % L) * 4 + k] = w[((oc * C + ic) * 5 + kh) * 5 + kw];
+                    wk[((oc / L * C + ic) * 7 + slot) * L * 4 + quad_byte(oc % L, k)] = w[((oc * C + ic) * 5 + kh) * 5 + kw];
                 }
 }
 
@@ -97,26 +97,44 @@ __attribute__((always_inline)) inline void dp_tile(int32_t* row, const ConvInput
     typename S::A acc[P][NV];
     for (int p = 0; p < P; ++p)
         for (int v = 0; v < NV; ++v) acc[p][v] = S::zero();
-    // slot: the group's weights; a4(p): its four input bytes for pixel x0 + p
-    auto group = [&](int slot, auto a4) {
+    // slot: the group's weights; pixel x0 + p's four input bytes at a + p * step
+    auto group = [&](int slot, const A* a, int step) {
         typename S::B w[NV];
         for (int v = 0; v < NV; ++v) w[v] = S::load(wv + (slot * L + v * VL) * 4);
-        for (int p = 0; p < P; ++p) {
-            const typename S::B a = a4(p);
-            for (int v = 0; v < NV; ++v) acc[p][v] = dp_of<S, A>(acc[p][v], a, w[v]);
+        if constexpr (staged<S>::value) {
+            // pipelined: pixel s's mul, s - 1's mla, s - 2's widen (compilers keep a dp's three
+            // instructions together to spare registers, and an in-order core then waits out
+            // both latencies of every dp)
+            typename S::U u[2];
+            typename S::T t[3][NV];
+            for (int s = 0; s < P + 2; ++s) {
+                if (s < P) {
+                    u[s % 2] = S::bcast4(a + s * step);
+                    for (int v = 0; v < NV; ++v) t[s % 3][v] = S::mul(u[s % 2], w[v]);
+                }
+                if (s >= 1 && s <= P)
+                    for (int v = 0; v < NV; ++v) t[(s - 1) % 3][v] = S::mla(t[(s - 1) % 3][v], u[(s - 1) % 2], w[v]);
+                if (s >= 2)
+                    for (int v = 0; v < NV; ++v) acc[s - 2][v] = S::widen(acc[s - 2][v], t[(s - 2) % 3][v]);
+            }
+        } else {
+            for (int p = 0; p < P; ++p) {
+                const typename S::U a4 = S::bcast4(a + p * step);
+                for (int v = 0; v < NV; ++v) acc[p][v] = dp_of<S, A>(acc[p][v], a4, w[v]);
+            }
         }
     };
     for (int ic = 0; ic < C; ++ic) {
         const A* col = &im.t[ic][x0][h];
         const A* row = im.in + (ic * HP + h + 4) * WP + x0;
-        auto column = [&](int kw) { group(ic * 7 + kw, [&](int p) { return S::bcast4(col + (p + kw) * HP); }); };
+        auto column = [&](int kw) { group(ic * 7 + kw, col + kw * HP, HP); };
         if constexpr ((P + 7) * NV + 4 < VREGS) {
             for (int kw = 0; kw < 5; ++kw) column(kw);
         } else {  // unrolled, the groups' weights, the tile and the temporaries outgrow the registers
 #pragma GCC unroll 1
             for (int kw = 0; kw < 5; ++kw) column(kw);
         }
-        for (int g = 0; g < 2; ++g) group(ic * 7 + 5 + g, [&](int p) { return S::bcast4(row + p + 4 * g); });
+        for (int g = 0; g < 2; ++g) group(ic * 7 + 5 + g, row + 4 * g, 1);
     }
     for (int p = 0; p < P; ++p)
         for (int v = 0; v < NV; ++v) S::store(row + (x0 + p) * L + v * VL, acc[p][v]);
@@ -192,6 +210,18 @@ inline void conv_forward_packed(int32_t* acc, const A* inpad, int8_t* wk, const 
     }
 }
 
+// max |a[i]|, i < N, in 16 lanes: their maxima are independent chains (one would make an
+// in-order core wait out each max's latency)
+template <int N>
+inline uint32_t max_abs(const int32_t* a) {
+    static_assert(N % 16 == 0, "whole chunks");
+    uint32_t m[16] = {};
+    for (int i = 0; i < N; i += 16)
+#pragma omp simd
+        for (int k = 0; k < 16; ++k) m[k] = std::max(m[k], uint32_t(a[i + k] < 0 ? -a[i + k] : a[i + k]));
+    return *std::max_element(m, m + 16);
+}
+
 // the convolution and its 2x2 max pool, where the activation before the pool is not kept: the
 // pooled accumulators (requantization and ReLU are monotonic) in the next layer's padded
 // layout, [B][OC][H/2 + 2 pad][W/2 + 2 pad] with a zero border, and the largest |accumulator|
@@ -214,9 +244,7 @@ inline uint32_t conv_pool_packed(int32_t* pooled, int pad, const uint8_t* inpad,
                 for (int g = 0; g * L < OC; ++g) {
                     alignas(64) int32_t rows[2][W][L], top[OW][L];
                     for (int k = 0; k < 2; ++k) conv_row<C, OC, H, W>(rows[k][0], im, wk, 2 * h + k, g);
-                    const int32_t* all = rows[0][0];
-#pragma omp simd reduction(max : m)
-                    for (int i = 0; i < 2 * W * L; ++i) m = std::max(m, uint32_t(all[i] < 0 ? -all[i] : all[i]));
+                    m = std::max(m, max_abs<2 * W * L>(rows[0][0]));
                     for (int x = 0; x < OW; ++x) {  // the lanes are the vector: no branch on the data
                         const int32_t *a = rows[0][2 * x], *c = rows[1][2 * x];
 #pragma omp simd
@@ -416,7 +444,7 @@ __attribute__((always_inline)) inline void pw_tile(PwAcc& a, const uint8_t* cons
         S::B w[PW_NV];
         for (int v = 0; v < PW_NV; ++v) w[v] = S::load(wv + v * S::BYTES);
         for (int i = 0; i < PW_MR; ++i) {
-            const S::B x4 = S::bcast4(x[i] + q * step);
+            const S::U x4 = S::bcast4(x[i] + q * step);
             for (int v = 0; v < PW_NV; ++v) a[i][v] = S::dp(a[i][v], x4, w[v]);
         }
     }
@@ -427,11 +455,11 @@ inline void pw_store(int32_t* out, const PwAcc& a, int i) {
     for (int v = 0; v < PW_NV; ++v) PwVec::store(out + v * WIDEST, a[i][v]);
 }
 
-// w [O][C] -> wq [C/4][O][4], zero past C
+// w [O][C] -> wq [C/4][O][4] (each [O][4] in dp's byte order), zero past C
 inline void pack_quads(int8_t* wq, const int8_t* w, int C, int O) {
     for (int q = 0; q < (C + 3) / 4; ++q)
         for (int o = 0; o < O; ++o)
-            for (int k = 0; k < 4; ++k) wq[(size_t(q) * O + o) * 4 + k] = 4 * q + k < C ? w[size_t(o) * C + 4 * q + k] : 0;
+            for (int k = 0; k < 4; ++k) wq[size_t(q) * O * 4 + quad_byte(o, k)] = 4 * q + k < C ? w[size_t(o) * C + 4 * q + k] : 0;
 }
 #else
 inline bool pointwise_tiled(int) { return false; }
@@ -488,7 +516,7 @@ inline void pointwise_weight_grad(int64_t* dw, const int8_t* d, const uint8_t* i
                 for (int r = 0; r < 4 * QN; ++r) {
                     const int q = r / 4, k = r % 4;
                     for (int c = 0; c < C; ++c) xq[(size_t(q) * C + c) * 4 + k] = r < rn ? in[size_t(r0 + r) * C + c] : 0;
-                    for (int o = 0; o < O; ++o) dq[(size_t(q) * O + o) * 4 + k] = r < rn ? d[size_t(r0 + r) * O + o] : 0;
+                    for (int o = 0; o < O; ++o) dq[size_t(q) * O * 4 + quad_byte(o, k)] = r < rn ? d[size_t(r0 + r) * O + o] : 0;
                 }
                 for (int c0 = 0; c0 < C; c0 += PW_MR) {
                     const int mc = std::min(PW_MR, C - c0);
@@ -913,15 +941,31 @@ struct Net {
         });
     }
 
-    // restore (+z) and update (-round(g z) to one bit) in one pass
+    // restore (+z) and update (-round(g z) to one bit) in one pass. g is the step's, so the
+    // rounded update d = clamp(psto_shift(g z, s), -1, 1) is nonzero by |z| alone: below 32
+    // (every setting of the paper), the bits of one word `nonzero` say where, and the sign is
+    // g's times z's. Seven lane operations, not psto_shift's fifteen, where each lane shifts by
+    // its own count (AVX2, NEON; the A53's loop: 2.2 -> 1.4 Mcycles a step); SSE has no such
+    // shift and keeps psto_shift (with the word it ran a third slower).
     void zo_update(uint64_t key, int g, int epoch) {
         const uint32_t thr = sparsity_threshold(epoch);
         const int s = std::max(zo_update_shift(scale), 0);   // psto_shift by 0 is the identity
         const int r = scale;
         int8_t* w = q.data();
+        if (r >= 32 || !LANE_SHIFTS) {
+            zrng::each_bits32(key, n_zo, [=](size_t i, uint32_t x) {
+                const int z = zo_noise(x, r, thr);
+                const int p = psto_shift(g * z, s), d = p > 1 ? 1 : p < -1 ? -1 : p;
+                w[i] = int8_t(clamp127(w[i] + z - d));
+            });
+            return;
+        }
+        uint32_t nonzero = 0;
+        for (int m = 1; m <= r; ++m) nonzero |= uint32_t(psto_shift(std::abs(g) * m, s) != 0) << m;
+        const int gneg = g < 0 ? -1 : 0;
         zrng::each_bits32(key, n_zo, [=](size_t i, uint32_t x) {
-            const int z = zo_noise(x, r, thr);
-            const int p = psto_shift(g * z, s), d = p > 1 ? 1 : p < -1 ? -1 : p;
+            const int z = zo_noise(x, r, thr), zneg = z >> 31, neg = zneg ^ gneg;
+            const int d = (int((nonzero >> ((z ^ zneg) - zneg)) & 1) ^ neg) - neg;
             w[i] = int8_t(clamp127(w[i] + z - d));
         });
     }
