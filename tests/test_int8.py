@@ -1,6 +1,5 @@
 """INT8 training: the torch reference and the C++ binary (native and under qemu) bit for bit,
 the integer numerics on their own, and INT8 ElasticZO actually learning."""
-import json
 import re
 
 import numpy as np
@@ -11,7 +10,7 @@ from harness import schema
 from workloads import int8
 from workloads.models import LENET5
 
-from testkit.runners import QEMU_A53, REPO, job_spec, run_runner
+from testkit.runners import QEMU_A53, REPO, TORCH_RUNNER, job_spec, run_runner
 
 STEPS = 100
 CONFIGS = [("full-bp", 0, "float"), ("full-zo", 0, "float"), ("full-zo", 0, "integer"),
@@ -155,11 +154,13 @@ def test_int8_init_and_layout():
     assert 127 * 2.0 ** exps[2] == pytest.approx(np.sqrt(6 / (784 + 120)), rel=0.6)
 
 
-def test_int8_rejects_an_fp32_init_weights_file(tmp_path, data_dir):
-    r = run_runner({**spec("full-zo", 0, "float", data_dir, steps=2), "init_weights": str(tmp_path / "w.f32")},
-                   tmp_path)
-    assert r["status"] == "failed" and r["error"].startswith("init_weights: an int8 run starts from the integer init")
-    assert json.loads(json.dumps(r))["job"]["precision"] == "int8"
+@pytest.mark.parametrize("runtime", ["torch", "cpp"])
+def test_a_missing_init_weights_file_fails_the_job_by_name(native, tmp_path, data_dir, runtime):
+    missing = tmp_path / "w.bin"
+    r = run_runner({**spec("full-zo", 0, "float", data_dir, steps=2), "init_weights": str(missing)},
+                   tmp_path / "run", native if runtime == "cpp" else TORCH_RUNNER)
+    assert r["status"] == "failed" and r["error"].startswith(f"init_weights: {missing}")
+    assert r["job"]["precision"] == "int8"
 
 
 def test_strided_max_pool_and_its_backward_are_torchs_including_ties():

@@ -30,6 +30,7 @@ import torch
 import torch.nn.functional as F
 
 from . import zrng, zrng_torch
+from .spec import SpecError
 
 ACT_BITS = 7              # activations and errors are requantized to 7 bits + sign
 INPUT_EXP = -7            # the input is pixel >> 1 with exponent -7: [0, 1)
@@ -201,10 +202,27 @@ def init_weights(model, seed: int) -> tuple[np.ndarray, list[int]]:
     return q.astype(np.int8), exps
 
 
+def weights_bytes(q: np.ndarray, exps: list[int]) -> bytes:
+    """The int8 weights in layout order, then each layer's exponent as int32 LE: what a weights
+    file holds (init_weights, save_weights) and weights_sha256 hashes."""
+    return np.ascontiguousarray(q, dtype=np.int8).tobytes() + np.asarray(exps, dtype="<i4").tobytes()
+
+
 def weights_sha256(q: np.ndarray, exps: list[int]) -> str:
-    """sha256 of the int8 weights in layout order, then each layer's exponent as int32 LE."""
-    return hashlib.sha256(np.ascontiguousarray(q, dtype=np.int8).tobytes() +
-                          np.asarray(exps, dtype="<i4").tobytes()).hexdigest()
+    return hashlib.sha256(weights_bytes(q, exps)).hexdigest()
+
+
+def read_weights(path: str, model) -> tuple[np.ndarray, list[int]]:
+    """A weights file (weights_bytes' layout) for model: a trained network to fine-tune."""
+    n, layers = sum(math.prod(l.weight_shape) for l in model.layers), len(model.layers)
+    raw = np.fromfile(path, dtype=np.uint8)
+    if raw.size != n + 4 * layers:
+        raise SpecError(f"init_weights: {path} must hold {n + 4 * layers} bytes (int8 weights, then an "
+                        f"int32 exponent per layer) for {model.name}, holds {raw.size}")
+    q = raw[:n].view(np.int8)
+    if (q == -128).any():
+        raise SpecError(f"init_weights: {path} holds -128 (int8 weights are in [-127, 127])")
+    return q.copy(), [int(e) for e in raw[n:].view("<i4")]
 
 
 WINDOW = ((0, 0), (0, 1), (1, 0), (1, 1))     # a 2x2 pooling window in scan order
@@ -256,10 +274,10 @@ class Int8Engine:
     """The integer network on torch tensors (int8 values held in float32; products in the
     float type exact for them, as the module docstring shows). Implements methods.Int8Engine."""
 
-    def __init__(self, spec, model):
+    def __init__(self, spec, model, init: tuple[np.ndarray, list[int]] | None = None):
         self.model = model
         self.device = torch.device(spec.device)
-        q, self.exps = init_weights(model, spec.seed)
+        q, self.exps = init if init is not None else init_weights(model, spec.seed)
         self.q = torch.from_numpy(q.astype(np.float32)).to(self.device)
         self.sizes = [math.prod(l.weight_shape) for l in model.layers]
         self.offsets = [sum(self.sizes[:i]) for i in range(len(self.sizes))]
@@ -382,6 +400,9 @@ class Int8Engine:
 
     def restore(self, saved) -> None:
         self.q.copy_(saved)
+
+    def weights_bytes(self) -> bytes:
+        return weights_bytes(self.weights(), self.exps)
 
     def weights_sha256(self) -> str:
         return weights_sha256(self.weights(), self.exps)

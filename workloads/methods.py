@@ -21,6 +21,8 @@ forward pass is run.
 """
 from __future__ import annotations
 
+import hashlib
+
 from typing import Protocol
 
 from . import models, zrng
@@ -41,8 +43,11 @@ class Engine(Protocol):
     def save(self): ...                                        # the trainable state, for warm-up ...
     def restore(self, saved) -> None: ...                      # ... to put back exactly
 
+    def weights_bytes(self) -> bytes:
+        return models.weights_bytes(self.weights())
+
     def weights_sha256(self) -> str:
-        return models.weights_sha256(self.weights())
+        return hashlib.sha256(self.weights_bytes()).hexdigest()
 
 
 class Int8Engine(Protocol):
@@ -61,6 +66,7 @@ class Int8Engine(Protocol):
     def backward(self) -> None: ...
     def bp_update(self, epoch: int) -> None: ...
     def evaluate(self, x, y) -> tuple[float, int]: ...
+    def weights_bytes(self) -> bytes: ...                              # int8.weights_bytes' layout
     def weights_sha256(self) -> str: ...
     def save(self): ...
     def restore(self, saved) -> None: ...

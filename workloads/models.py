@@ -274,8 +274,13 @@ def _propagate(m: Model) -> list[Shapes]:
     return out
 
 
+def weights_bytes(flat: np.ndarray) -> bytes:
+    """The weights as a file holds them (init_weights, save_weights) and weights_sha256 hashes them."""
+    return np.ascontiguousarray(flat, dtype="<f4").tobytes()
+
+
 def weights_sha256(flat: np.ndarray) -> str:
-    return hashlib.sha256(np.ascontiguousarray(flat, dtype="<f4").tobytes()).hexdigest()
+    return hashlib.sha256(weights_bytes(flat)).hexdigest()
 
 
 def _conv(name, oc, c, k, padding):

@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import time
 import traceback
 from datetime import datetime, timezone
+from pathlib import Path
 
 import numpy as np
 
-from . import datasets, energy, envinfo, gpuinfo, memory, zrng
+from . import datasets, energy, envinfo, gpuinfo, memory, vocab, zrng
 from .jsonfile import write_atomic
 from .clock import EventClock, PhaseClock
 from .loop import TrainState, emit, train, warm_up
@@ -25,12 +27,31 @@ from .spec import JobSpec, SpecError
 SCHEMA = 1
 
 
-def read_init_weights(path: str, model) -> np.ndarray:
-    w = np.fromfile(path, dtype="<f4")
+def initial_weights(spec: JobSpec, model):
+    """What the engine starts from: the init_weights file (a trained network, to fine-tune) in
+    the layout of the spec's precision, else the init drawn from the seed; None for an int8
+    engine, which draws its integer init itself (int8.init_weights)."""
+    if spec.init_weights and not Path(spec.init_weights).is_file():
+        raise SpecError(f"init_weights: {spec.init_weights}: no such file")
+    if spec.precision == "int8":   # the torch runner's alone: int8.py needs torch, which ort's boards lack
+        from .int8 import read_weights
+        return read_weights(spec.init_weights, model) if spec.init_weights else None
+    if not spec.init_weights:
+        return model.init_weights(spec.seed)
+    w = np.fromfile(spec.init_weights, dtype="<f4")
     if w.size != model.params_total:
-        raise SpecError(f"init_weights: {path} holds {w.size} float32 values, "
+        raise SpecError(f"init_weights: {spec.init_weights} holds {w.size} float32 values, "
                         f"expected {model.params_total} for {model.name}")
     return w.astype(np.float32)
+
+
+def save_weights(result_path: str, data: bytes) -> str:
+    """The final weights beside the result (save_weights), whole or not at all; the file's name."""
+    path = Path(result_path).with_name(vocab.WEIGHTS_FILE)
+    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+    return path.name
 
 
 def energy_record(meter, state: TrainState) -> dict:
@@ -57,6 +78,7 @@ def main(make_engine, packages: tuple[str, ...], argv=None) -> int:
                          "device_reserved_peak_bytes": None, "device_used_bytes": None},
               "model": None, "env": {**envinfo.facts(*packages), "zrng": zrng.VERSION}}
     state, engine, clock, meter = TrainState(), None, None, None
+    init_sha256, weights_file = None, None
     try:
         with open(args.spec) as f:
             result["job"] = json.load(f)
@@ -69,11 +91,8 @@ def main(make_engine, packages: tuple[str, ...], argv=None) -> int:
                                     spec.workload.data_dir, spec.precision, points)
         test_split = datasets.load(spec.workload.dataset, "test", spec.hyper.test_samples,
                                    spec.workload.data_dir, spec.precision, points)
-        init = None     # an int8 engine draws its integer init from the seed itself (int8.init_weights)
-        if spec.precision != "int8":
-            init = (read_init_weights(spec.init_weights, model) if spec.init_weights
-                    else model.init_weights(spec.seed))
-        engine = make_engine(spec, model, init)
+        engine = make_engine(spec, model, initial_weights(spec, model))
+        init_sha256 = engine.weights_sha256()
         state.warmup = warm_up(engine, spec, train_split)
         result["memory"]["baseline_rss_bytes"] = memory.rss_bytes()
         memory.reset_peak()
@@ -81,6 +100,8 @@ def main(make_engine, packages: tuple[str, ...], argv=None) -> int:
         clock = EventClock() if spec.device.startswith("cuda") else PhaseClock()
         meter = energy.meter(spec.device)
         train(engine, spec, train_split, test_split, clock, state, meter)
+        if spec.save_weights:
+            weights_file = save_weights(args.out, engine.weights_bytes())
         result["status"] = "ok"
     except MemoryError as e:
         result.update(status="oom", error=f"MemoryError: {e}".strip().rstrip(":"))
@@ -93,7 +114,9 @@ def main(make_engine, packages: tuple[str, ...], argv=None) -> int:
         if engine is not None:
             result["model"] = {"name": spec.workload.model, "params_total": engine.n_zo + engine.n_bp,
                                "params_zo": engine.n_zo, "params_bp": engine.n_bp,
-                               "weights_sha256": engine.weights_sha256()}
+                               "weights_sha256": engine.weights_sha256(), "init_sha256": init_sha256}
+            if weights_file:
+                result["model"]["weights_file"] = weights_file
             result["memory"].update(gpuinfo.device_memory(spec.device))
         if state.warmup is not None:
             result["warmup"] = state.warmup

@@ -126,7 +126,8 @@ class JobSpec:
     threads: int = 0              # 0 = the runtime's default
     workload: Workload = field(default_factory=Workload)
     hyper: Hyper = field(default_factory=Hyper)
-    init_weights: str = ""        # optional file of float32 initial weights (models.py layout)
+    init_weights: str = ""        # optional weights file to start from (fp32: models.weights_bytes, int8: int8.weights_bytes)
+    save_weights: bool = False    # write the final weights beside the result (vocab.WEIGHTS_FILE)
     onnx_model: str = ""          # ort runtime: the exported graph of the ZO front (onnx_export.py)
     target: str = ""              # set by the harness: where the job ran
     repeat: int = 0               # set by the harness: index of this repeat
@@ -168,9 +169,6 @@ class JobSpec:
                 raise SpecError(f"bp_layers: {e}") from None
         elif spec.bp_layers:
             raise SpecError(f"bp_layers: only elastic-zo takes bp_layers, got {spec.bp_layers} for {spec.method}")
-        if spec.precision == "int8" and spec.init_weights:
-            raise SpecError("init_weights: an int8 run starts from the integer init drawn from its seed "
-                            "(docs/int8.md); init_weights files are float32")
         return spec
 
 

@@ -211,8 +211,8 @@ class _Laps:
         self.laps.append((phase, ev))
 
 
-def make_engine(spec, model, init: np.ndarray | None):
-    """The engine for spec's precision; init is the float init (None for int8, which draws its own)."""
+def make_engine(spec, model, init):
+    """The engine for spec's precision from its init (runner.initial_weights)."""
     if torch.device(spec.device).type == "cuda" and not torch.cuda.is_available():
         raise SpecError(f"device: CUDA not available on {spec.target or 'this machine'}: torch {torch.__version__}")
     if spec.threads:
@@ -224,7 +224,7 @@ def make_engine(spec, model, init: np.ndarray | None):
             # convolutions (not exact) and TF32 keeps 10 bits of mantissa (docs/int8.md)
             torch.backends.cudnn.enabled = False
             torch.backends.cuda.matmul.allow_tf32 = False
-        return Int8Engine(spec, model)
+        return Int8Engine(spec, model, init)
     return TorchEngine(spec, model, init)
 
 

@@ -13,6 +13,9 @@ DEVICES = ("cpu", "cuda")
 # Untimed warm-up steps by device (hyper.warmup_steps = -1): a CPU needs its caches and thread
 # pool warm; a GPU its context, kernels, cuDNN's algorithm choice and the CUDA graph's capture.
 WARMUP_STEPS = {"cpu": 2, "cuda": 20}
+# a job's final weights beside its result.json when its spec says save_weights (the C++ binary's
+# common.hpp WEIGHTS_FILE): the bytes model.weights_sha256 hashes, which init_weights reads
+WEIGHTS_FILE = "weights.bin"
 STATUSES = ("ok", "failed", "timeout", "oom", "lost", "interrupted")
 
 # Training time is the sum of TRAIN_PHASES; eval is timed but reported apart.

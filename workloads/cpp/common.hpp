@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <fstream>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -21,6 +22,21 @@ enum Phase { DATA, ZO_PERTURB, FORWARD, LOSS, BACKWARD, ZO_UPDATE, BP_UPDATE, EV
 struct SpecError : std::runtime_error {
     using std::runtime_error::runtime_error;
 };
+
+// The weights as a file: the bytes model.weights_sha256 hashes (FP32: float32 LE in the
+// description's layout; INT8: the int8 weights, then each layer's exponent as int32 LE), the
+// layout init_weights is read in and save_weights writes (docs/runners.md)
+constexpr const char* WEIGHTS_FILE = "weights.bin";
+
+inline std::vector<uint8_t> read_weights_file(const std::string& path, size_t bytes, const std::string& layout) {
+    std::ifstream f(path, std::ios::binary | std::ios::ate);
+    if (!f || f.tellg() != std::streamoff(bytes))
+        throw SpecError("init_weights: " + path + " must hold " + std::to_string(bytes) + " bytes (" + layout + ")");
+    std::vector<uint8_t> out(bytes);
+    f.seekg(0);
+    f.read(reinterpret_cast<char*>(out.data()), std::streamsize(bytes));
+    return out;
+}
 
 struct Hyper {
     int epochs = 5, batch_size = 32, lr_decay_every = 10, train_samples = 0, test_samples = 0, trace_steps = 0;
@@ -75,6 +91,7 @@ struct Spec {
     json raw;
     Arch arch;
     std::string job_id, method, dataset = "fashion-mnist", data_dir, init_weights, precision = "fp32", zo_loss = "float";
+    bool save_weights = false;   // write the final weights as WEIGHTS_FILE beside the result
     int bp_layers = 0, threads = 0;
     uint64_t seed = 0;
     Hyper h;

@@ -232,8 +232,9 @@ struct Net {
         for (int l = 0; l < n; ++l) bytes += bytes_of(err[l], dpooled[l], argmax[l]);
         return bytes;
     }
-    std::string weights_sha256() const {
-        return sha256_hex(reinterpret_cast<const uint8_t*>(params.data()), sizeof(float) * params.size());
+    std::vector<uint8_t> weights_bytes() const {  // float32 LE (both targets are little-endian)
+        const uint8_t* p = reinterpret_cast<const uint8_t*>(params.data());
+        return {p, p + sizeof(float) * params.size()};
     }
 };
 

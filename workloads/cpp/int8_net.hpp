@@ -757,10 +757,24 @@ struct Net {
         n_zo = first_bp < n ? off[first_bp] : total;
         n_bp = total - n_zo;
         q.resize(total);
-        const uint64_t key = zrng::stream_key(s.seed, zrng::STREAM_INIT, 1);
-        for (size_t i = 0; i < total; ++i)
-            q[i] = int8_t(int((((zrng::bits(key, uint64_t(i)) & 0xFFFFFFFFull) * 255ull) >> 32)) - 127);
-        for (const Layer& L : a.layers) exps.push_back(init_exponent(L.fan_in(), L.O * L.KH * L.KW));
+        if (!s.init_weights.empty()) {  // weights_bytes' layout: a trained network's, to fine-tune
+            const std::vector<uint8_t> w = read_weights_file(s.init_weights, total + 4 * size_t(n),
+                                                             "int8 weights, then an int32 exponent per layer");
+            for (size_t i = 0; i < total; ++i) {
+                q[i] = int8_t(w[i]);
+                if (q[i] == -128) throw SpecError("init_weights: " + s.init_weights + " holds -128 (int8 weights are in [-127, 127])");
+            }
+            for (int l = 0; l < n; ++l) {
+                uint32_t e = 0;
+                for (int k = 0; k < 4; ++k) e |= uint32_t(w[total + 4 * l + k]) << (8 * k);
+                exps.push_back(int(int32_t(e)));
+            }
+        } else {
+            const uint64_t key = zrng::stream_key(s.seed, zrng::STREAM_INIT, 1);
+            for (size_t i = 0; i < total; ++i)
+                q[i] = int8_t(int((((zrng::bits(key, uint64_t(i)) & 0xFFFFFFFFull) * 255ull) >> 32)) - 127);
+            for (const Layer& L : a.layers) exps.push_back(init_exponent(L.fan_in(), L.O * L.KH * L.KW));
+        }
         const bool two = s.method == "elastic-zo";
         act.alloc(a, B, first_bp, two, READ_SLACK);
         // a pooled activation is kept only where BP reads it: requant_relu_pool pools the
@@ -1031,11 +1045,11 @@ struct Net {
         for (int l = 0; l < n; ++l) bytes += bytes_of(g32[l], g64[l], eacc[l], err[l], argmax[l]);
         return bytes;
     }
-    std::string weights_sha256() const {  // int8 weights, then each layer's exponent as int32 LE
+    std::vector<uint8_t> weights_bytes() const {  // int8 weights, then each layer's exponent as int32 LE
         std::vector<uint8_t> bytes(q.begin(), q.end());
         for (int e : exps)
             for (int k = 0; k < 4; ++k) bytes.push_back(uint8_t(uint32_t(e) >> (8 * k)));
-        return sha256_hex(bytes.data(), bytes.size());
+        return bytes;
     }
 };
 

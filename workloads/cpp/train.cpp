@@ -58,6 +58,7 @@ static Spec read_spec(const std::string& path) {
     take(j, "threads", s.threads);
     take(j, "seed", s.seed);
     take(j, "init_weights", s.init_weights);
+    take(j, "save_weights", s.save_weights);
     if (j.contains("workload")) {
         take(j["workload"], "dataset", s.dataset);
         take(j["workload"], "data_dir", s.data_dir);
@@ -78,8 +79,6 @@ static Spec read_spec(const std::string& path) {
     first_bp_layer(s);  // checks bp_layers against the model's fc head
     if (s.precision != "fp32" && s.precision != "int8") throw SpecError("precision: expected fp32 or int8, got " + s.precision);
     if (s.zo_loss != "float" && s.zo_loss != "integer") throw SpecError("zo_loss: expected float or integer, got " + s.zo_loss);
-    if (s.precision == "int8" && !s.init_weights.empty())
-        throw SpecError("init_weights: an int8 run starts from the integer init drawn from its seed");
     if (s.h.zo_scale < 1 || s.h.zo_scale > 127) throw SpecError("hyper.zo_scale: expected 1..127");
     // the host resolves -1 (the device's default) before a runner sees the spec: here it is a count
     if (s.h.warmup_steps < 0) throw SpecError("hyper.warmup_steps: expected >= 0");
@@ -427,11 +426,9 @@ static std::vector<float> initial_weights(const Spec& s) {
     for (const Layer& L : s.arch.layers) total += L.w_size() + L.O;
     std::vector<float> init(total);
     if (!s.init_weights.empty()) {
-        std::ifstream f(s.init_weights, std::ios::binary | std::ios::ate);
-        if (!f || f.tellg() != std::streamoff(sizeof(float) * total))
-            throw SpecError("init_weights: " + s.init_weights + " must hold " + std::to_string(total) + " float32 values");
-        f.seekg(0);
-        f.read(reinterpret_cast<char*>(init.data()), std::streamsize(sizeof(float) * total));
+        const std::vector<uint8_t> w = read_weights_file(s.init_weights, sizeof(float) * total,
+                                                         std::to_string(total) + " float32 values");
+        std::memcpy(init.data(), w.data(), w.size());
         return init;
     }
     const uint64_t key = zrng::stream_key(s.seed, zrng::STREAM_INIT, 0);
@@ -445,10 +442,27 @@ static std::vector<float> initial_weights(const Spec& s) {
     return init;
 }
 
+static std::string sha256_of(const std::vector<uint8_t>& bytes) { return sha256_hex(bytes.data(), bytes.size()); }
+
 template <class NetT>
-static json model_facts(const Spec& s, const NetT& net) {
-    return {{"name", s.arch.name}, {"params_total", net.params_total()}, {"params_zo", net.n_zo},
-            {"params_bp", net.n_bp}, {"weights_sha256", net.weights_sha256()}};
+static json model_facts(const Spec& s, const NetT& net, const std::string& init_sha256) {
+    return {{"name", s.arch.name}, {"params_total", net.params_total()}, {"params_zo", net.n_zo}, {"params_bp", net.n_bp},
+            {"weights_sha256", sha256_of(net.weights_bytes())}, {"init_sha256", init_sha256}};
+}
+
+// the final weights beside the result (save_weights), written whole or not at all
+static std::string save_weights(const std::string& result_path, const std::vector<uint8_t>& bytes) {
+    const size_t slash = result_path.rfind('/');
+    const std::string path = (slash == std::string::npos ? "" : result_path.substr(0, slash + 1)) + WEIGHTS_FILE;
+    const std::string tmp = path + ".tmp-" + std::to_string(getpid());
+    {
+        std::ofstream f(tmp, std::ios::binary);
+        f.write(reinterpret_cast<const char*>(bytes.data()), std::streamsize(bytes.size()));
+        f.flush();
+        if (!f) throw std::runtime_error("cannot write " + tmp);
+    }
+    if (std::rename(tmp.c_str(), path.c_str()) != 0) throw std::runtime_error("cannot rename " + tmp);
+    return WEIGHTS_FILE;
 }
 
 int main(int argc, char** argv) {
@@ -474,6 +488,7 @@ int main(int argc, char** argv) {
     PhaseClock clock;
     std::unique_ptr<fp32::Net> net32;
     std::unique_ptr<int8::Net> net8;
+    std::string init_sha256, weights_file;
     Spec s;
     auto started = [&] {
 #pragma omp parallel
@@ -492,15 +507,19 @@ int main(int argc, char** argv) {
         const Split tr = load_split(s, true, s.h.train_samples), te = load_split(s, false, s.h.test_samples);
         if (s.precision == "int8") {
             net8 = std::make_unique<int8::Net>(s.h.batch_size, s);
+            init_sha256 = sha256_of(net8->weights_bytes());
             warm_up(s, *net8, tr, st);
             started();
             train(s, *net8, tr, te, clock, st);
+            if (s.save_weights) weights_file = save_weights(out_path, net8->weights_bytes());
         } else {
             net32 = std::make_unique<fp32::Net>(s.h.batch_size, s, initial_weights(s),
                                                 s.arch.points() ? std::vector<float>() : lookup_table(s.dataset));
+            init_sha256 = sha256_of(net32->weights_bytes());
             warm_up(s, *net32, tr, st);
             started();
             train(s, *net32, tr, te, clock, st);
+            if (s.save_weights) weights_file = save_weights(out_path, net32->weights_bytes());
         }
         result["status"] = "ok";
     } catch (const std::bad_alloc&) {
@@ -510,8 +529,9 @@ int main(int argc, char** argv) {
         result["error"] = e.what();
     }
     if (result["job"].is_null()) result["job"] = {{"job_id", s.job_id}};
-    if (net32) result["model"] = model_facts(s, *net32), result["memory"]["buffers_bytes"] = net32->buffer_bytes();
-    if (net8) result["model"] = model_facts(s, *net8), result["memory"]["buffers_bytes"] = net8->buffer_bytes();
+    if (net32) result["model"] = model_facts(s, *net32, init_sha256), result["memory"]["buffers_bytes"] = net32->buffer_bytes();
+    if (net8) result["model"] = model_facts(s, *net8, init_sha256), result["memory"]["buffers_bytes"] = net8->buffer_bytes();
+    if (!weights_file.empty()) result["model"]["weights_file"] = weights_file;
     if (net32 || net8) {
         result["phases"] = clock.as_json();
         result["warmup"] = {{"steps", st.warmup_steps}, {"seconds", st.warmup_seconds}};
