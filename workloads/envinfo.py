@@ -22,8 +22,8 @@ def _read(path: str) -> str:
         return ""
 
 
-def cpu_model() -> str:
-    for line in _read("/proc/cpuinfo").splitlines():
+def cpu_model(cpuinfo: str) -> str:
+    for line in cpuinfo.splitlines():
         key, _, value = line.partition(":")
         if key.strip() in ("model name", "Model", "Hardware"):
             return value.strip()
@@ -55,11 +55,13 @@ def versions(*packages: str) -> dict:
     return out
 
 
-def facts(*packages: str) -> dict:
+def facts(*packages: str, cpuinfo: str | None = None) -> dict:
+    """The machine's identity every result carries; cpuinfo: /proc/cpuinfo's text, where the
+    caller has read it already."""
     return {
         "hostname": socket.gethostname(),
         "arch": platform.machine(),
-        "cpu_model": cpu_model(),
+        "cpu_model": cpu_model(_read("/proc/cpuinfo") if cpuinfo is None else cpuinfo),
         "cores": os.cpu_count() or 0,
         "governor": _read("/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor") or "unknown",
         "kernel": platform.release(),
@@ -94,7 +96,8 @@ def _command(*argv: str) -> str | None:
 def probe(workdir: str = "~") -> dict:
     """facts() plus what matters before benchmarking a board: memory, clock, disk, throttling,
     and the CPU's features the host builds its binary for."""
-    out = facts("numpy", "torch", "onnxruntime")
+    cpuinfo = _read("/proc/cpuinfo")
+    out = facts("numpy", "torch", "onnxruntime", cpuinfo=cpuinfo)
     mem = _meminfo()
     cpufreq = "/sys/devices/system/cpu/cpu0/cpufreq/"
     where = Path(workdir).expanduser()
@@ -112,7 +115,7 @@ def probe(workdir: str = "~") -> dict:
         "nvpmodel": _command("nvpmodel", "-q"),
         "jetson_clocks": _command("jetson_clocks", "--show"),
         "tegrastats": shutil.which("tegrastats"),
-        **cpu_facts(_read("/proc/cpuinfo")),
+        **cpu_facts(cpuinfo),
     })
     return out
 

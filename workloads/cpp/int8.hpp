@@ -49,34 +49,33 @@ namespace int8 {
 constexpr const char* KERNELS = "avx512-vnni";
 #define ZOBENCH_I8_WIDEST 16
 #define ZOBENCH_I8_VNNI 1
-constexpr int VREGS = 32;
 #elif defined(__AVX512BW__) && defined(__AVX512VL__)
 constexpr const char* KERNELS = "avx512-maddubs";
 #define ZOBENCH_I8_WIDEST 16
-constexpr int VREGS = 32;
 #elif defined(__AVX2__)
 constexpr const char* KERNELS = "avx2-maddubs";
 #define ZOBENCH_I8_WIDEST 8
-constexpr int VREGS = 16;
 #elif defined(__SSSE3__)
 constexpr const char* KERNELS = "ssse3-maddubs";
 #define ZOBENCH_I8_WIDEST 4
-constexpr int VREGS = 16;
 #elif defined(__SSE2__)
 constexpr const char* KERNELS = "sse2-maddwd";
 #define ZOBENCH_I8_WIDEST 4
-constexpr int VREGS = 16;
 #elif defined(__ARM_FEATURE_DOTPROD)
 constexpr const char* KERNELS = "neon-dotprod";
 #define ZOBENCH_I8_WIDEST 4
-constexpr int VREGS = 32;
 #elif defined(__aarch64__)
 constexpr const char* KERNELS = "neon-smull";
 #define ZOBENCH_I8_WIDEST 4
-constexpr int VREGS = 32;
 #else
 constexpr const char* KERNELS = "generic";
 #define ZOBENCH_I8_WIDEST 0
+#endif
+// the vector registers the tiles are sized for: AVX-512's and AArch64's 32, else 16
+#if defined(__AVX512F__) || defined(__aarch64__)
+constexpr int VREGS = 32;
+#else
+constexpr int VREGS = 16;
 #endif
 constexpr int WIDEST = ZOBENCH_I8_WIDEST;
 // whether each SIMD lane shifts by its own count (vpsrlvd, ushl)

@@ -408,15 +408,21 @@ static void find_nonfinite(const json& j, const std::string& where, std::vector<
     }
 }
 
-static void write_atomic(const std::string& path, const json& j) {
+// path holds the bytes whole or not at all
+static void write_atomic(const std::string& path, const char* data, size_t size) {
     const std::string tmp = path + ".tmp-" + std::to_string(getpid());
     {
-        std::ofstream f(tmp);
-        f << j.dump(1);
+        std::ofstream f(tmp, std::ios::binary);
+        f.write(data, std::streamsize(size));
         f.flush();
         if (!f) throw std::runtime_error("cannot write " + tmp);
     }
     if (std::rename(tmp.c_str(), path.c_str()) != 0) throw std::runtime_error("cannot rename " + tmp);
+}
+
+static void write_atomic(const std::string& path, const json& j) {
+    const std::string text = j.dump(1);
+    write_atomic(path, text.data(), text.size());
 }
 
 // the fp32 initial weights: the harness's file, or the documented default drawn from zobench-z
@@ -450,18 +456,11 @@ static json model_facts(const Spec& s, const NetT& net, const std::string& init_
             {"weights_sha256", sha256_of(net.weights_bytes())}, {"init_sha256", init_sha256}};
 }
 
-// the final weights beside the result (save_weights), written whole or not at all
+// the final weights beside the result (save_weights); the file's name
 static std::string save_weights(const std::string& result_path, const std::vector<uint8_t>& bytes) {
     const size_t slash = result_path.rfind('/');
-    const std::string path = (slash == std::string::npos ? "" : result_path.substr(0, slash + 1)) + WEIGHTS_FILE;
-    const std::string tmp = path + ".tmp-" + std::to_string(getpid());
-    {
-        std::ofstream f(tmp, std::ios::binary);
-        f.write(reinterpret_cast<const char*>(bytes.data()), std::streamsize(bytes.size()));
-        f.flush();
-        if (!f) throw std::runtime_error("cannot write " + tmp);
-    }
-    if (std::rename(tmp.c_str(), path.c_str()) != 0) throw std::runtime_error("cannot rename " + tmp);
+    write_atomic((slash == std::string::npos ? "" : result_path.substr(0, slash + 1)) + WEIGHTS_FILE,
+                 reinterpret_cast<const char*>(bytes.data()), bytes.size());
     return WEIGHTS_FILE;
 }
 
@@ -505,21 +504,18 @@ int main(int argc, char** argv) {
         if (s.raw.contains("harness_commit")) result["env"]["harness_commit"] = s.raw["harness_commit"];
         if (s.threads > 0) omp_set_num_threads(s.threads);
         const Split tr = load_split(s, true, s.h.train_samples), te = load_split(s, false, s.h.test_samples);
+        auto run = [&](auto& net) {
+            init_sha256 = sha256_of(net.weights_bytes());
+            warm_up(s, net, tr, st);
+            started();
+            train(s, net, tr, te, clock, st);
+            if (s.save_weights) weights_file = save_weights(out_path, net.weights_bytes());
+        };
         if (s.precision == "int8") {
-            net8 = std::make_unique<int8::Net>(s.h.batch_size, s);
-            init_sha256 = sha256_of(net8->weights_bytes());
-            warm_up(s, *net8, tr, st);
-            started();
-            train(s, *net8, tr, te, clock, st);
-            if (s.save_weights) weights_file = save_weights(out_path, net8->weights_bytes());
+            run(*(net8 = std::make_unique<int8::Net>(s.h.batch_size, s)));
         } else {
-            net32 = std::make_unique<fp32::Net>(s.h.batch_size, s, initial_weights(s),
-                                                s.arch.points() ? std::vector<float>() : lookup_table(s.dataset));
-            init_sha256 = sha256_of(net32->weights_bytes());
-            warm_up(s, *net32, tr, st);
-            started();
-            train(s, *net32, tr, te, clock, st);
-            if (s.save_weights) weights_file = save_weights(out_path, net32->weights_bytes());
+            run(*(net32 = std::make_unique<fp32::Net>(s.h.batch_size, s, initial_weights(s),
+                                                      s.arch.points() ? std::vector<float>() : lookup_table(s.dataset))));
         }
         result["status"] = "ok";
     } catch (const std::bad_alloc&) {
