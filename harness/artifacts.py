@@ -9,18 +9,24 @@ bytes. Each file is written under a temporary name of its own and renamed, so tw
 threads writing the same file never meet and a reader sees a whole file or none.
 
 The INIT and ONNX folders have the layout of a board's bundle; a data set has a folder of
-its own here (DATA/<name>-<key>/<name>/) and DATA/<name>/ in a bundle, and bundle.Site
-gives each job the folder of its data set on either."""
+its own here (DATA/<name>-<key>/<name>/, a rotated one DATA/<name>-rot<angle>-<key>/<name>/)
+and DATA/<variant>/<name>/ in a bundle (datasets.variant_name), and bundle.Site gives each
+job the folder of its data set on either."""
 from __future__ import annotations
 
 import functools
 import gzip
 import hashlib
+import importlib.metadata
+import inspect
 import json
 import os
+import shutil
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
+
+import numpy as np
 
 from workloads import datasets, models, pointclouds, zrng
 from workloads.jsonfile import temp_name
@@ -144,6 +150,51 @@ def point_idx(name: str, data_dir: str) -> RawIdx:
     return RawIdx(out.parent, {f"{name}/{f.name}": f for f in files.values()})
 
 
+def rotate_images(images: np.ndarray, degrees: float) -> np.ndarray:
+    """uint8 images [N, H, W] turned counter-clockwise (as displayed, row 0 at the top) about
+    their centre by `degrees`: bilinear (order=1: no overshoot, and a quarter turn moves pixel
+    centres onto pixel centres, so 90 degrees is exactly np.rot90), the same size, what comes
+    from outside the image 0 (the background), rounded half to even. In float64 and in
+    chunks, so 60,000 images never need more than ~50 MB; each image is rotated on its own,
+    so the chunking changes no byte."""
+    from scipy import ndimage     # only a run with rotated jobs pays its import
+
+    out = np.empty_like(images)
+    for lo in range(0, len(images), 4096):
+        turned = ndimage.rotate(images[lo:lo + 4096].astype(np.float64), degrees, axes=(2, 1), reshape=False,
+                                order=1, mode="constant", cval=0.0)
+        out[lo:lo + 4096] = np.rint(np.clip(turned, 0, 255))
+    return out
+
+
+# The rule rotate_images follows and the scipy that computes it: part of a rotated folder's key,
+# so a changed rule (or a scipy that computes it otherwise) makes a new folder, never reuses one.
+ROTATION = hashlib.sha256(f"{inspect.getsource(rotate_images)}{importlib.metadata.version('scipy')}".encode()
+                          ).hexdigest()[:12]
+
+
+def rotated_idx(name: str, data_dir: str, degrees: float) -> RawIdx:
+    """The image set's train and test images turned by `degrees` (rotate_images), its labels
+    copied as they are, and the rotation file naming the angle (datasets.ROTATION_FILE) that a
+    runner checks, made once from raw_idx's files into a folder keyed by their folder's key,
+    the exact angle and ROTATION. An angle of whole turns is raw_idx's own folder, byte for
+    byte. A point set or digits rotated raises DatasetError (the plan refuses them first)."""
+    datasets.check_rotatable(name, degrees)
+    raw = raw_idx(name, data_dir)
+    if not datasets.rotated(degrees):
+        return raw
+    key = hashlib.sha256(json.dumps([raw.dir.name, repr(float(degrees)), ROTATION]).encode()).hexdigest()[:16]
+    out = root() / DATA / f"{datasets.variant_name(name, degrees)}-{key}" / name
+    files = {}
+    for rel, src in raw.files.items():
+        write = ((lambda tmp: datasets.write_idx(tmp, rotate_images(datasets.read_idx(src), degrees), 0x08))
+                 if "-images-" in src.name else (lambda tmp: shutil.copyfile(src, tmp)))
+        files[rel] = write_once(out / src.name, write)
+    marker = write_once(out / datasets.ROTATION_FILE, lambda tmp: tmp.write_text(datasets.marker_text(degrees)))
+    files[f"{name}/{marker.name}"] = marker
+    return RawIdx(out.parent, files)
+
+
 def init_weights_dir() -> Path:
     return root() / INIT
 
@@ -162,6 +213,18 @@ def description_id(model: Model) -> str:
 
 def init_weights_name(model: Model, seed: int) -> str:
     return f"{model.name}-{description_id(model)}-seed{seed}-{GENERATOR}.f32"
+
+
+def pretrained_weights_name(sha256: str) -> str:
+    """A pretraining job's final weights are named by their hash: fine-tuning jobs of any run
+    that start from the same bytes share one file, here and on a board."""
+    return f"pretrained-{sha256}.bin"
+
+
+def pretrained_weights_file(source: Path, sha256: str) -> Path:
+    """source (a pretraining job's weights file, whose sha256 was checked) in the cache's INIT
+    folder, where the fine-tuning jobs of this machine read it and a board's bundle takes it from."""
+    return write_once(init_weights_dir() / pretrained_weights_name(sha256), lambda tmp: tmp.write_bytes(source.read_bytes()))
 
 
 def onnx_dir() -> Path:

@@ -23,7 +23,10 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
+from workloads import vocab
+
 from . import machine_load, schema
+from .artifacts import content_id
 from .bundle import Site
 from .inventory import Target
 from .plan import Job
@@ -144,6 +147,26 @@ def classify(job: Job, outcome, result_path: Path, started_at: str, wall: float,
     return fail("failed", ended + (f": {why}" if why else ""))
 
 
+def _check_weights(job: Job, result: dict, transport, remote: str, local: Path) -> dict:
+    """A fine-tuning job must have started from the weights its spec names, and a job that
+    saves its weights must hand over the bytes its result hashes; either is a failed job if not."""
+    def fail(error: str) -> dict:
+        return {**result, "status": "failed", "error": error}
+
+    model, spec = result.get("model") or {}, job.spec
+    if spec["init_sha256"] and model.get("init_sha256") != spec["init_sha256"]:
+        return fail(f"started from weights of sha256 {model.get('init_sha256')}, not the {spec['init_sha256']} "
+                    f"its pretraining job {spec['pretrained_from']} ended with")
+    if spec["save_weights"]:
+        local.unlink(missing_ok=True)
+        transport.get(remote, local)
+        got = content_id(local)[0] if local.is_file() else None
+        if got != model.get("weights_sha256"):
+            return fail(f"its {vocab.WEIGHTS_FILE} " + (f"has sha256 {got}, not its result's {model.get('weights_sha256')}"
+                                                         if got else "did not come back from the target"))
+    return result
+
+
 def run_job(job: Job, target: Target, site: Site, work: Path, on_event=None) -> dict:
     """Launch the job's runner on the site and return its (validated) result."""
     t, q = site.transport, shlex.quote
@@ -195,6 +218,8 @@ def run_job(job: Job, target: Target, site: Site, work: Path, on_event=None) -> 
             evidence.kernel_log = t.exec(KERNEL_LOG)[1]
         t.get(f"{job_dir}/result.json", work / "result.json")
     result = classify(job, outcome, work / "result.json", started_at, wall, steps, evidence)
+    if result["status"] == "ok":
+        result = _check_weights(job, result, t, f"{job_dir}/{vocab.WEIGHTS_FILE}", work / vocab.WEIGHTS_FILE)
     result["load"] = machine_load.during(load_before, load_after, result.get("cpu_seconds"))
     if runtime == "cpp":
         result["env"]["binary_sha256"] = site.binary_sha256

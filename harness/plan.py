@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from workloads import datasets, vocab
 from workloads.models import Model
-from workloads.spec import Hyper, JobSpec, SpecError, Workload, check_value
+from workloads.spec import ADAM_INT8, Hyper, JobSpec, SpecError, Workload, check_value
 
 from . import artifacts, paths
 from .errors import UserError
@@ -67,7 +67,9 @@ def _listed(words) -> str:
 
 
 def unsupported(runtime: str, method: str, precision: str, dataset: str, device: str,
-                model: Model | None = None) -> str | None:
+                model: Model | None = None, optimizer: str = "sgd") -> str | None:
+    """Why runtime cannot run the combination, or None. Every runtime trains FP32 with either
+    optimizer (the ort runtime's BP head too); INT8 with sgd only (JobSpec.from_dict refuses)."""
     s = SUPPORT.get(runtime)
     if s is None:
         return f"the {runtime} runtime is not available in this version"
@@ -81,6 +83,8 @@ def unsupported(runtime: str, method: str, precision: str, dataset: str, device:
         return f"the {runtime} runtime trains {precision} on {_listed(s['devices'][precision])}, not {device}"
     if runtime == "cpp" and model is not None and (why := cpp_refuses(model)):
         return f"the cpp runtime cannot run {model.name}: {why}"
+    if precision == "int8" and optimizer != "sgd":
+        return ADAM_INT8
     return None
 
 
@@ -121,7 +125,8 @@ def check_data(suite: Suite, workload: Workload, hyper: Hyper, overrides: dict) 
     """Refuse now, naming the setting, a data set that is missing, does not fit the model (images
     for an image model, point clouds for a point model, as many classes), or is smaller than the
     samples, points and batch the hyperparameters take from it: a runner would fail, or cut it
-    silently. A point set's size is read from the IDX files made from it, so they are made here."""
+    silently; or a rotation of a data set that is not images stored as IDX files. A point set's
+    size is read from the IDX files made from it, so they are made here."""
     def origin(key: str) -> str:
         return f"--set {key}={overrides[key]}: {key}" if key in overrides else f"{suite.path}: hyper.{key}"
 
@@ -133,6 +138,10 @@ def check_data(suite: Suite, workload: Workload, hyper: Hyper, overrides: dict) 
     if datasets.classes(name) != model.classes:
         raise UserError(f"{suite.path}: workload.dataset: {name} has {datasets.classes(name)} classes, "
                         f"but workload.model {model.name} has {model.classes} outputs")
+    try:
+        datasets.check_rotatable(name, workload.rotate)
+    except datasets.DatasetError as e:
+        raise UserError(f"{suite.path}: {e}") from None
     if hyper.points > datasets.STORED_POINTS:
         raise UserError(f"{origin('points')}: expected at most the {datasets.STORED_POINTS} points stored per "
                         f"cloud of {name} (0 = all of them), got {hyper.points}")
@@ -166,8 +175,11 @@ def _select(kind: str, values: list, wanted: list[str], known) -> list:
 
 
 def make(suite: Suite, targets: list[Target], *, methods=(), runtimes=(), precisions=(),
-         overrides: dict | None = None, timeout_s: float | None = None) -> tuple[list[Job], list[str]]:
-    """The jobs of a run, and notes on the combinations left out (and why)."""
+         overrides: dict | None = None, timeout_s: float | None = None,
+         pretrain_target: Target | None = None) -> tuple[list[Job], list[str]]:
+    """The jobs of a run, and notes on the combinations left out (and why). A suite with a
+    [pretrain] stage gets, first, one pretraining job per precision and data set its other jobs
+    use (on pretrain_target, the host by default), each of them starting from its final weights."""
     for m in methods:
         if ":" in m:
             try:
@@ -180,47 +192,72 @@ def make(suite: Suite, targets: list[Target], *, methods=(), runtimes=(), precis
     precision_list = _select("precision", suite.precisions, list(precisions), vocab.PRECISIONS)
     overrides = overrides or {}
     hyper = {**suite.hyper, **overrides}
-    workload = Workload(**suite.workload)
     try:
-        model = workload.resolve()
+        model = Workload(**suite.workload).resolve()
     except SpecError as e:
         raise UserError(f"{suite.path}: {e}") from None
-    check_data(suite, workload, Hyper(**hyper), overrides)
-    # every runner executes the description in its spec, not a name it would look up
-    workload_spec = {**suite.workload, "architecture": model.to_dict()}
+    variants = suite.variants()
+    named = suite.pretrain is not None or len(variants) > 1    # job ids then name the data they learn
     commit = harness_commit()
+
+    def workload_spec(dataset: str, rotate: float, hyper: dict) -> dict:
+        """Every runner executes the description in its spec, not a name it would look up."""
+        w = {**suite.workload, "dataset": dataset, "rotate": rotate}
+        check_data(suite, Workload(**w), Hyper(**hyper), overrides)
+        return {**w, "architecture": model.to_dict()}
+
+    def job(job_id: str, target: Target, spec: dict) -> Job:
+        spec = {"job_id": job_id, "device": target.device, "seed": suite.seed, "threads": target.threads,
+                "target": target.name, "harness_commit": commit, **spec}
+        try:
+            spec = JobSpec.from_dict(spec).to_dict()
+        except SpecError as e:
+            raise UserError(f"{suite.path}: {e}") from None
+        return Job(job_id, target.name, timeout_s or suite.timeout_s, spec)
+
+    pre = suite.pretrain
+    if pre is not None and pretrain_target is None:
+        pretrain_target = next((t for t in targets if t.name == pre.target), None)
+        if pretrain_target is None:
+            raise UserError(f"{suite.path}: pretrain.target: {pre.target!r} is not resolved (give it to plan.make)")
+
+    def pretrain_id(precision: str, dataset: str) -> str:
+        return safe_name(f"pretrain.{pre.target}.{pre.runtime}.{vocab.method_key(pre.method.method, pre.method.bp_layers)}"
+                         f".{precision}.{datasets.variant_name(dataset, pre.rotate)}")
+
     jobs, notes = [], []
-    for target in targets:
-        for runtime in runtime_list:
-            if runtime not in target.runtimes:
-                notes.append(f"{target.name}: has no {runtime} runtime (it has {', '.join(target.runtimes)})")
-                continue
-            if runtime == "cpp" and target.transport != "local" and not target.arch:
-                raise UserError(f"{target.source}: targets.{target.name}.arch: missing; the cpp runtime is "
-                                f"built for the board's arch, one of {', '.join(ARCHES)}")
-            for precision in precision_list:
-                zo_losses = suite.zo_losses if precision == "int8" else ["float"]
-                for zo_loss in zo_losses:
-                    for m in method_list:
-                        if m.method == "full-bp" and zo_loss != zo_losses[0]:
-                            continue    # full-bp computes no ZO loss: one job per precision, not per zo_loss
-                        why = unsupported(runtime, m.method, precision, workload.dataset, target.device, model)
-                        if why:
-                            notes.append(f"{m} {precision} on {runtime}: {why}")
-                            continue
-                        for r in range(suite.repeats):
-                            job_id = safe_name(f"{target.name}.{runtime}.{vocab.method_key(m.method, m.bp_layers)}"
-                                               f".{vocab.precision_key(precision, zo_loss, m.method)}.r{r}")
-                            spec = {"job_id": job_id, "method": m.method, "runtime": runtime,
-                                    "bp_layers": m.bp_layers, "precision": precision, "zo_loss": zo_loss,
-                                    "device": target.device, "seed": suite.seed, "threads": target.threads,
-                                    "workload": workload_spec, "hyper": dict(hyper),
-                                    "target": target.name, "repeat": r, "harness_commit": commit}
-                            try:
-                                spec = JobSpec.from_dict(spec).to_dict()
-                            except SpecError as e:
-                                raise UserError(f"{suite.path}: {e}") from None
-                            jobs.append(Job(job_id, target.name, timeout_s or suite.timeout_s, spec))
+    for dataset, rotate in variants:
+        data = workload_spec(dataset, rotate, hyper)
+        for target in targets:
+            for runtime in runtime_list:
+                if runtime not in target.runtimes:
+                    notes.append(f"{target.name}: has no {runtime} runtime (it has {', '.join(target.runtimes)})")
+                    continue
+                if runtime == "cpp" and target.transport != "local" and not target.arch:
+                    raise UserError(f"{target.source}: targets.{target.name}.arch: missing; the cpp runtime is "
+                                    f"built for the board's arch, one of {', '.join(ARCHES)}")
+                for precision in precision_list:
+                    zo_losses = suite.zo_losses if precision == "int8" else ["float"]
+                    for zo_loss in zo_losses:
+                        for m in method_list:
+                            if m.method == "full-bp" and zo_loss != zo_losses[0]:
+                                continue    # full-bp computes no ZO loss: one job per precision, not per zo_loss
+                            why = unsupported(runtime, m.method, precision, dataset, target.device, model,
+                                              hyper.get("optimizer", Hyper.optimizer))
+                            if why:
+                                notes.append(f"{m} {precision} on {runtime}: {why}")
+                                continue
+                            stage = {"pretrained_from": pretrain_id(precision, dataset), "eval_start": True} \
+                                if pre is not None else {}
+                            for r in range(suite.repeats):
+                                job_id = safe_name(".".join([
+                                    target.name, runtime, vocab.method_key(m.method, m.bp_layers),
+                                    vocab.precision_key(precision, zo_loss, m.method),
+                                    *([datasets.variant_name(dataset, rotate)] if named else []), f"r{r}"]))
+                                jobs.append(job(job_id, target, {
+                                    "method": m.method, "runtime": runtime, "bp_layers": m.bp_layers,
+                                    "precision": precision, "zo_loss": zo_loss, "workload": data,
+                                    "hyper": dict(hyper), "repeat": r, **stage}))
     if not jobs:
         raise UserError("the plan has no job: " + ("; ".join(dict.fromkeys(notes)) or "nothing selected"))
     # Each target runs its jobs round-robin over repeats (every key's repeat 0, then every
@@ -229,4 +266,23 @@ def make(suite: Suite, targets: list[Target], *, methods=(), runtimes=(), precis
     # two runs of one plan meet the machine's drift in the same order.
     where = {t.name: i for i, t in enumerate(targets)}
     jobs.sort(key=lambda j: (where[j.target], j.spec["repeat"]))
-    return jobs, list(dict.fromkeys(notes))
+    used = dict.fromkeys((j.spec["precision"], j.spec["workload"]["dataset"]) for j in jobs) if pre else {}
+    return [_pretrain_job(suite, pretrain_target, precision, dataset, pretrain_id(precision, dataset),
+                          {**hyper, **pre.hyper[precision]}, workload_spec, job, model)
+            for precision, dataset in used] + jobs, list(dict.fromkeys(notes))
+
+
+def _pretrain_job(suite: Suite, target: Target, precision: str, dataset: str, job_id: str, hyper: dict,
+                  workload_spec, job, model: Model) -> Job:
+    """The job a stage's fine-tuning jobs start from: it must be able to run, or none of them can."""
+    pre = suite.pretrain
+    if pre.runtime not in target.runtimes:
+        raise UserError(f"{suite.path}: pretrain.runtime: target {target.name} has no {pre.runtime} runtime "
+                        f"(it has {', '.join(target.runtimes)})")
+    why = unsupported(pre.runtime, pre.method.method, precision, dataset, target.device, model,
+                      hyper.get("optimizer", Hyper.optimizer))
+    if why:
+        raise UserError(f"{suite.path}: pretrain: {pre.method} {precision} on {pre.runtime}: {why}")
+    return job(job_id, target, {"method": pre.method.method, "runtime": pre.runtime, "bp_layers": pre.method.bp_layers,
+                                "precision": precision, "workload": workload_spec(dataset, pre.rotate, hyper),
+                                "hyper": hyper, "save_weights": True})

@@ -13,6 +13,7 @@ from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor, wait
 from contextlib import closing
 
+from . import stages
 from .bundle import Prepared, open_site
 from .job import failure, reason, run_job
 from .inventory import Target
@@ -33,17 +34,33 @@ def transport_for(target: Target, stop: Stop | None = None):
 def execute(store: Store, run_id: str, jobs: list[Job], targets: dict[str, Target],
             prepared: dict[str, Prepared], view: ProgressView, stop: Stop | None = None) -> list[dict]:
     """Run jobs with what bundle.prepare made for their targets; returns their results in plan
-    order (a job that never started has none)."""
+    order (a job that never started has none). Pretraining jobs and the jobs that start from
+    nothing run first; then the fine-tuning jobs, each from its pretraining job's weights."""
     stop = stop or Stop()
-    by_target = defaultdict(list)
-    for job in jobs:
-        by_target[job.target].append(job)
     results = {}
 
     def finish(name: str, result: dict) -> None:
         store.add_result(run_id, result)
         results[result["job"]["job_id"]] = result
         view.job_finished(name, result)
+
+    first, then = stages.split(jobs)
+    _wave(store, run_id, first, targets, prepared, view, stop, results, finish)
+    if then and not stop.is_set():
+        ready, failed = stages.link(store, run_id, then)
+        for r in failed:
+            finish(r["job"]["target"], r)
+        prepared = {name: p.with_pretrained([j for j in ready if j.target == name]) for name, p in prepared.items()}
+        _wave(store, run_id, ready, targets, prepared, view, stop, results, finish)
+    return [results[j.job_id] for j in jobs if j.job_id in results]
+
+
+def _wave(store: Store, run_id: str, jobs: list[Job], targets: dict[str, Target], prepared: dict[str, Prepared],
+          view: ProgressView, stop: Stop, results: dict, finish) -> None:
+    """Boards in parallel, each running its jobs of this wave in turn."""
+    by_target = defaultdict(list)
+    for job in jobs:
+        by_target[job.target].append(job)
 
     def run_board(name: str) -> None:
         target, todo, prep = targets[name], by_target[name], prepared[name]
@@ -96,4 +113,3 @@ def execute(store: Store, run_id: str, jobs: list[Job], targets: dict[str, Targe
             pass
         for f in futures:
             f.result()
-    return [results[j.job_id] for j in jobs if j.job_id in results]

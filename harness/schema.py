@@ -72,7 +72,7 @@ def problems(r) -> list[str]:
             out.append("an epoch record lacks epoch, seconds or train_loss")
             break
         out += _amount(e.get("joules"), f"epochs[{i}].joules", NUMBER)
-    out += _warmup(r.get("warmup")) + _energy(r.get("energy"))
+    out += _warmup(r.get("warmup")) + _energy(r.get("energy")) + _start_eval(r.get("start_eval"))
     if r["status"] == "ok" and not isinstance(r.get("model"), dict):
         out.append("an ok result needs model")
     return out
@@ -94,6 +94,19 @@ def _warmup(w) -> list[str]:
     if not isinstance(w, dict) or not isinstance(w.get("steps"), int) or not isinstance(w.get("seconds"), NUMBER):
         return ["warmup needs steps (an integer) and seconds"]
     return _amount(w["steps"], "warmup.steps", int) + _amount(w["seconds"], "warmup.seconds", NUMBER)
+
+
+def _start_eval(s) -> list[str]:
+    """The starting weights' test loss and accuracy (job.eval_start): null without it, absent in a
+    result written before there was one; a diverged loss is null, as in an epoch."""
+    if s is None:
+        return []
+    if not isinstance(s, dict) or set(s) != {"test_loss", "test_accuracy"}:
+        return ["start_eval must be null or hold exactly test_loss and test_accuracy"]
+    acc = s["test_accuracy"]
+    if isinstance(acc, bool) or not isinstance(acc, NUMBER) or not 0 <= acc <= 1:
+        return [f"start_eval.test_accuracy: {json.dumps(acc)[:40]} is not a number in [0, 1]"]
+    return _amount(s["test_loss"], "start_eval.test_loss", NUMBER)
 
 
 def _energy(e) -> list[str]:

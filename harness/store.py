@@ -61,17 +61,23 @@ def summary(run_id: str, r: dict) -> dict:
     """The flat row of a result (the results table, CSV and JSON)."""
     job = r.get("job") or {}
     last = r["epochs"][-1] if r.get("epochs") else {}
+    model = r.get("model") or {}
     return {
         "run_id": run_id, "job_id": job.get("job_id"), "target": job.get("target"),
         "runtime": job.get("runtime"), "method": job.get("method"), "bp_layers": job.get("bp_layers", 0),
         "precision": job.get("precision"), "zo_loss": job.get("zo_loss"),
         "model": (job.get("workload") or {}).get("model"), "dataset": (job.get("workload") or {}).get("dataset"),
+        "rotate": (job.get("workload") or {}).get("rotate", 0.0),
         "repeat": job.get("repeat", 0), "status": r.get("status"), "error": r.get("error"),
         "steps": r.get("steps") or 0, "train_seconds": r.get("train_seconds"),
         "step_seconds": step_seconds(r),
         "peak_rss_bytes": (r.get("memory") or {}).get("peak_rss_bytes"),
         "test_accuracy": last.get("test_accuracy"), "train_loss": last.get("train_loss"),
         "nonfinite": "; ".join(r.get("nonfinite") or []) or None,
+        # lineage: what the job started from and ended with (fine-tuning: its pretraining job's weights)
+        "pretrained_from": job.get("pretrained_from") or None,
+        "init_sha256": model.get("init_sha256"), "weights_sha256": model.get("weights_sha256"),
+        "start_accuracy": (r.get("start_eval") or {}).get("test_accuracy"),
         "started_at": r.get("started_at"),
     }
 

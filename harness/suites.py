@@ -39,6 +39,18 @@ class MethodChoice:
 
 
 @dataclass
+class Pretrain:
+    """A suite's first stage: per precision and data set one job whose final weights every
+    fine-tuning job of that precision and data set starts from (the ElasticZO paper's Table 2
+    pretrains once with BP, then fine-tunes with each method on shifted data)."""
+    target: str = "local"           # where it runs: the host by default, or a named target
+    runtime: str = "torch"
+    method: MethodChoice = field(default_factory=lambda: MethodChoice("full-bp"))
+    rotate: float = 0.0             # the data it learns: the data set unrotated, by default
+    hyper: dict = field(default_factory=dict)   # precision -> its hyper, over the suite's [hyper] and --set
+
+
+@dataclass
 class Suite:
     name: str
     path: Path
@@ -53,6 +65,15 @@ class Suite:
     timeout_s: float = 1800.0
     workload: dict = field(default_factory=dict)
     hyper: dict = field(default_factory=dict)
+    # the data each job learns, one job per (data set, angle); [] = the workload's own
+    datasets: list = field(default_factory=list)
+    rotations: list = field(default_factory=list)
+    pretrain: Pretrain | None = None
+
+    def variants(self) -> list[tuple[str, float]]:
+        """(data set, rotation) of every group of jobs, in the suite's order."""
+        return [(d, float(r)) for d in self.datasets or [self.workload.get("dataset", Workload.dataset)]
+                for r in self.rotations or [self.workload.get("rotate", 0.0)]]
 
 
 def names() -> list[str]:
@@ -86,15 +107,26 @@ def load(name_or_path: str) -> Suite:
     s.timeout_s = t.take("timeout_s", float, default=s.timeout_s, bounds=TIMEOUT_S)
     s.workload = t.take("workload", dict, default={})
     s.hyper = t.take("hyper", dict, default={})
+    s.datasets = t.take("datasets", list, default=[], item=str)
+    s.rotations = t.take("rotations", list, default=[])
+    pretrain = t.take("pretrain", dict, default=None)
     t.done()
+    if any(isinstance(r, bool) or not isinstance(r, (int, float)) for r in s.rotations):
+        raise t.error("rotations", f"expected a list of angles in degrees, got {s.rotations!r}")
+    for key, listing in (("dataset", "datasets"), ("rotate", "rotations")):
+        if getattr(s, listing) and key in s.workload:    # one home for what each job learns
+            raise t.error(f"workload.{key}", f"the suite has a {listing} list too; give one of the two")
+    if pretrain is not None:
+        s.pretrain = _pretrain(tomlfile.Table(pretrain, path, "pretrain."))
     for m in raw_methods:
         try:
             s.methods.append(MethodChoice.parse(m))
         except ValueError as e:
             raise t.error("methods", f"{e}, got {m!r}") from None
     for key, values in (("methods", [str(m) for m in s.methods]), ("targets", s.targets),
-                        ("runtimes", s.runtimes), ("precisions", s.precisions), ("zo_losses", s.zo_losses)):
-        if not values:
+                        ("runtimes", s.runtimes), ("precisions", s.precisions), ("zo_losses", s.zo_losses),
+                        ("datasets", s.datasets), ("rotations", [float(r) for r in s.rotations])):
+        if not values and key not in ("datasets", "rotations"):     # those two are optional
             raise t.error(key, "expected a non-empty list")
         twice = next((v for i, v in enumerate(values) if v in values[:i]), None)
         if twice is not None:   # two jobs of one id would share a result file
@@ -102,8 +134,30 @@ def load(name_or_path: str) -> Suite:
     try:
         for k, v in s.workload.items():
             check_value(Workload, k, v, "workload.")
+        for key, listing in (("dataset", "datasets"), ("rotate", "rotations")):
+            for v in getattr(s, listing):
+                check_value(Workload, key, v, f"{listing}: ")
         for k, v in s.hyper.items():
             check_value(Hyper, k, v, "hyper.")
+        for precision, hyper in (s.pretrain.hyper.items() if s.pretrain else ()):
+            for k, v in hyper.items():
+                check_value(Hyper, k, v, f"pretrain.{precision}.")
     except SpecError as e:
         raise UserError(f"{path}: {e}") from None
     return s
+
+
+def _pretrain(t: tomlfile.Table) -> Pretrain:
+    p = Pretrain()
+    p.target = t.take("target", str, default=p.target)
+    p.runtime = t.take("runtime", str, default=p.runtime, choices=vocab.RUNTIMES)
+    method = t.take("method", str, default=str(p.method))
+    p.rotate = t.take("rotate", float, default=p.rotate)
+    for precision in vocab.PRECISIONS:
+        p.hyper[precision] = t.take(precision, dict, default={})
+    t.done()
+    try:
+        p.method = MethodChoice.parse(method)
+    except ValueError as e:
+        raise t.error("method", f"{e}, got {method!r}") from None
+    return p

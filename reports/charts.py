@@ -107,7 +107,7 @@ def cross_device(ok: pd.DataFrame, palette: dict) -> Figure:
 
 def memory(ok: pd.DataFrame, palette: dict, models: dict) -> Figure:
     """Figs. 4-6: the analytic memory of each method, stacked by part, per precision; one row of
-    panels per model (models: name -> (Model, batch)), each on its own scale. Each bar is
+    panels per model (models: name -> (Model, batch, FP32 optimizer)), each on its own scale. Each bar is
     labelled with its total and its overhead over Full ZO, so that the small BP overhead stays
     visible. Beside it, hatched, is what the C++ binary really allocates for the same job
     (memory.buffers_bytes), where the run has one."""
@@ -115,10 +115,11 @@ def memory(ok: pd.DataFrame, palette: dict, models: dict) -> Figure:
     methods = PAPER_CONFIGS
     labels = [method_label(meth, k) for meth, k in methods]
     fig, axes = figure(len(precisions), len(models), width=5.8, height=5.0)
-    for row, (name, (m, batch)) in zip(axes, models.items()):
+    for row, (name, (m, batch, optimizer)) in zip(axes, models.items()):
         top = 0.0
         for ax, precision in zip(row, precisions):
-            rows = [memory_model.breakdown(m, meth, batch, precision, k) for meth, k in methods]
+            rows = [memory_model.breakdown(m, meth, batch, precision, k, optimizer if precision == "fp32" else "sgd")
+                    for meth, k in methods]
             zo = rows[1].total_bytes
             bottom = [0.0] * len(rows)
             for part in memory_model.PARTS:
@@ -146,8 +147,8 @@ def memory(ok: pd.DataFrame, palette: dict, models: dict) -> Figure:
             top = max(top, *bottom)
             ax.set_xticks(range(len(labels)), [l.replace(" (", "\n(") for l in labels], fontsize=7)
             ax.grid(axis="x", visible=False)
-            ax.set(title=f"{name}, {precision.upper()}, batch {batch}: Eqs. {'2-4' if precision == 'fp32' else '13-15'}",
-                   ylabel="memory (MiB)")
+            eqs = "13-15" if precision == "int8" else "2-5" if optimizer == "adam" else "2-4"
+            ax.set(title=f"{name}, {precision.upper()}, batch {batch}: Eqs. {eqs}", ylabel="memory (MiB)")
         for ax in row:
             ax.set_ylim(0, 1.3 * top)
     handles = [Patch(facecolor=PART_COLORS[p], edgecolor="0.4", label=f"analytic: {p}") for p in memory_model.PARTS]

@@ -22,16 +22,17 @@ from matplotlib.figure import Figure
 from harness import memory_model
 from harness.errors import UserError
 from harness.schema import joules_per_step, step_seconds
+from workloads.datasets import variant_name
 from workloads.spec import JobSpec
 from workloads.vocab import METHODS, PAPER_CONFIGS, TRAIN_PHASES, method_label, precision_key
 
-from . import charts
+from . import charts, finetune
 
 MIB = 2 ** 20
 # A job group: its repeats (and the same job in several runs) are averaged.
-GROUP = ["method", "bp_layers", "runtime", "precision", "target", "workload"]
+GROUP = ["method", "bp_layers", "runtime", "precision", "target", "workload", "stage"]
 # Named in a chart label only when the report holds more than one of them.
-VARIANTS = ["runtime", "precision", "target", "workload"]
+VARIANTS = ["runtime", "precision", "target", "workload", "stage"]
 # The paper's four configurations first, so each keeps its colour in every report.
 KNOWN = [method_label(m, k) for m, k in PAPER_CONFIGS]
 CHARTS = {"time_breakdown": "Training time per optimizer step, by phase, per runtime and target (Fig. 7 shape)",
@@ -42,7 +43,8 @@ CHARTS = {"time_breakdown": "Training time per optimizer step, by phase, per run
           "energy": "Energy per optimizer step of the timed training loop, per method and precision "
                     "(jobs with a power meter)",
           "loss": "Train and test loss per epoch, per precision (Figs. 2-3 shape)",
-          "int8_ratios": "INT8 vs FP32: speed-up and memory ratio, measured and analytic"}
+          "int8_ratios": "INT8 vs FP32: speed-up and memory ratio, measured and analytic",
+          "finetune": "Fine-tuning: test accuracy on the shifted data per epoch, from the pretrained weights (epoch 0)"}
 CSS = """body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}
 table{border-collapse:collapse;margin:1em 0;font-size:.9em}th,td{border:1px solid #ccc;padding:.3em .6em}
 th{background:#f0f0f0}td{text-align:right}img{max-width:100%}figcaption{color:#555;font-size:.9em}"""
@@ -74,9 +76,12 @@ def build(store, run_ids: list[str], out: Path | None = None, targets=(), method
             "peak_memory": lambda: charts.peak_memory(ok, palette),
             "energy": lambda: charts.energy(ok[ok["j_step"].notna()], palette),
             "loss": lambda: charts.loss_curves(ok, palette),
-            "int8_ratios": lambda: charts.int8_ratios(ratios, palette)}
+            "int8_ratios": lambda: charts.int8_ratios(ratios, palette),
+            "finetune": lambda: finetune.curves(ok, palette)}
     if not ok["j_step"].notna().any():      # the report says why in a line instead of an empty chart
         del draw["energy"]
+    if not len(finetune.tuned(ok)):
+        del draw["finetune"]
     with sns.axes_style("whitegrid"), sns.plotting_context("notebook", font_scale=0.85):
         for name, make in draw.items():
             fig = make() if len(ok) else _nothing_to_chart()
@@ -90,8 +95,12 @@ def build(store, run_ids: list[str], out: Path | None = None, targets=(), method
 
 
 def _models(df: pd.DataFrame) -> dict:
-    """Per model its description and most common batch: the memory chart draws a row for each."""
-    return {name: (g["network"].iloc[0], int(g["batch"].mode()[0])) for name, g in df.groupby("model", sort=False)}
+    """Per model its description, most common batch and FP32 optimizer (adam adds Eq. 5's
+    moments): the memory chart draws a row for each."""
+    fp32 = df[df["precision"] == "fp32"]
+    return {name: (g["network"].iloc[0], int(g["batch"].mode()[0]),
+                   fp32.loc[fp32["model"] == name, "optimizer"].mode().get(0, "sgd"))
+            for name, g in df.groupby("model", sort=False)}
 
 
 def _method_palette(df: pd.DataFrame) -> dict:
@@ -121,13 +130,20 @@ def _load(store, run_ids: list[str], plans: list[dict]) -> pd.DataFrame:
             job, steps, mem = r["job"], r.get("steps") or 0, r.get("memory") or {}
             phases, last = r.get("phases") or {}, (r.get("epochs") or [{}])[-1]
             energy = r.get("energy") or {}
+            data = variant_name(job["workload"]["dataset"], job["workload"].get("rotate", 0.0))
             rows.append({
                 "run_id": run_id, "job_id": job["job_id"], "repeat": job.get("repeat", 0),
                 **{k: job[k] for k in ("method", "bp_layers", "runtime", "target")},
                 "precision": precision_label(job),
-                "workload": "{model}/{dataset}".format(**job["workload"]),
+                "data_set": data, "workload": f"{job['workload']['model']}/{data}",
+                # lineage: the job a fine-tuning job started from, and the hashes of what it started and ended with
+                "pretrained_from": job.get("pretrained_from") or "",
+                "init_sha256": (r.get("model") or {}).get("init_sha256"),
+                "weights_sha256": (r.get("model") or {}).get("weights_sha256"),
+                "start_acc": 100 * _nan((r.get("start_eval") or {}).get("test_accuracy")),
                 "mlabel": method_label(job["method"], job["bp_layers"]),
                 "batch": (job.get("hyper") or {}).get("batch_size", 32), "model": job["workload"].get("model", "lenet5"),
+                "optimizer": (job.get("hyper") or {}).get("optimizer", "sgd"),
                 "network": JobSpec.from_dict(job).model(),
                 "status": r["status"], "error": r.get("error") or "", "steps": steps,
                 "train_s": r.get("train_seconds") or math.nan,
@@ -155,6 +171,8 @@ def _load(store, run_ids: list[str], plans: list[dict]) -> pd.DataFrame:
         raise UserError(f"report: {', '.join(run_ids)} has no result yet "
                         "(`zobench run --resume RUN_ID` runs the jobs that have none)")
     df = pd.DataFrame(rows)
+    sources = set(df["pretrained_from"])
+    df["stage"] = ["pretrain" if j in sources else "fine-tune" if p else "" for j, p in zip(df.job_id, df.pretrained_from)]
     df["order"] = [(METHODS.index(m) if m in METHODS else len(METHODS), k) for m, k in zip(df.method, df.bp_layers)]
     df = df.sort_values(["order", *VARIANTS, "run_id", "repeat"], kind="stable").drop(columns="order")
     varying = [v for v in VARIANTS if df[v].nunique() > 1]
@@ -168,11 +186,12 @@ def _load(store, run_ids: list[str], plans: list[dict]) -> pd.DataFrame:
 def _chart_groups(df: pd.DataFrame) -> pd.DataFrame:
     """The ok jobs, one row per group (the label names the group uniquely)."""
     ok = df[df["status"] == "ok"]
-    means = ok.groupby("label", sort=False)[["ms_step", "peak_mib", "baseline_mib", "buffers_mib", "test_acc",
+    means = ok.groupby("label", sort=False)[["ms_step", "peak_mib", "baseline_mib", "buffers_mib", "test_acc", "start_acc",
                                              "device_peak_mib", "device_used_mib", "j_step", "steps_per_epoch",
                                              *TRAIN_PHASES]].mean()
     firsts = ok.groupby("label", sort=False)[["mlabel", "method", "bp_layers", "precision", "runtime", "target",
-                                              "workload", "panel", "variant", "batch", "model", "network",
+                                              "workload", "panel", "variant", "batch", "model", "network", "optimizer",
+                                              "data_set", "stage", "pretrained_from",
                                               "energy_source", "no_energy"]].first()
     curves = pd.Series({label: pd.DataFrame([e for es in s for e in es]).groupby("epoch")[
         ["train_loss", "test_loss", "test_acc", "joules"]].mean()
@@ -189,8 +208,8 @@ def _int8_ratios(ok: pd.DataFrame) -> pd.DataFrame:
         if not len(f) or not len(i):
             continue
         f, i = f.iloc[0], i.iloc[0]
-        analytic = [memory_model.breakdown(f["network"], f["method"], int(f["batch"]), p, int(f["bp_layers"]))
-                    .total_bytes for p in ("fp32", "int8")]
+        analytic = [memory_model.breakdown(f["network"], f["method"], int(f["batch"]), p, int(f["bp_layers"]),
+                                           r["optimizer"]).total_bytes for p, r in (("fp32", f), ("int8", i))]
         # the binary reports its exact allocation, a cuda job its GPU's; a Python runtime on a CPU
         # only its whole process's peak RSS
         col = next((c for c in ("buffers_mib", "device_peak_mib") if pd.notna(f[c]) and pd.notna(i[c])), "peak_mib")
@@ -251,6 +270,12 @@ def _blocks(run_ids: list[str], plans: list[dict], df: pd.DataFrame, ok: pd.Data
                                                "int8_ms": "INT8 ms/step", "speedup": "speed-up x",
                                                "fp32_mib": "FP32 MiB", "int8_mib": "INT8 MiB",
                                                "memory_ratio": "memory x", "analytic_ratio": "analytic memory x"}))]
+    if len(finetune.tuned(df)):
+        blocks += [("h2", "Fine-tuning"), *(("p", line) for line in finetune.lineage(df))]
+        if len(finetune.tuned(ok)):
+            blocks += [("p", "Final test accuracy (%) on the shifted test set, and in brackets the gain in points "
+                             f"over {finetune.BEFORE} (the pretrained weights on the same test set; the paper's "
+                             "Table 2)."), ("table", finetune.table(ok))]
     return blocks + (_energy_blocks(ok, accuracy) if len(ok) else []) + [("h2", "Charts")]
 
 
@@ -335,7 +360,8 @@ def _results_table(df: pd.DataFrame) -> pd.DataFrame:
               train_loss=("train_loss", "mean"), test_loss=("test_loss", "mean"), test_acc=("test_acc", "mean"))
          .reset_index())
     # a GPU's memory and the energy only where some job measured them: a CPU-only report keeps its shape
-    t = t.drop(columns=[c for c in ("device_peak_mib", "j_step") if t[c].isna().all()])
+    t = t.drop(columns=[c for c in ("device_peak_mib", "j_step") if t[c].isna().all()]
+               + (["stage"] if not t["stage"].astype(bool).any() else []))    # a run without stages keeps its shape
     formats = {"steps": ".0f", "ms_step": ".2f", "train_s": ".2f", "peak_mib": ".1f", "device_peak_mib": ".1f",
                "j_step": ".4g", "train_loss": ".3f", "test_loss": ".3f", "test_acc": ".1f"}
     for col, f in formats.items():

@@ -21,7 +21,7 @@ def test_paper_fmnist_suite_is_the_papers_table1_setting():
         h = JobSpec.from_dict(j.spec).hyper
         assert (h.epochs, h.batch_size, h.lr_decay, h.lr_decay_every) == (100, 32, 0.8, 10)
         assert h.train_samples == 0 and h.test_samples == 0          # the whole data set
-        assert j.spec["workload"] == {"model": "lenet5", "dataset": "fashion-mnist", "data_dir": "",
+        assert j.spec["workload"] == {"model": "lenet5", "dataset": "fashion-mnist", "data_dir": "", "rotate": 0.0,
                                       "architecture": LENET5.to_dict()}
 
 

@@ -41,10 +41,11 @@ def md_rows(md: str) -> dict:
 
 def charted(report) -> list[str]:
     """The charts of the ok run's report: the energy chart only where a meter (RAPL, on an x86
-    machine that lets a user read it) measured a job (tests/test_energy_report.py)."""
+    machine that lets a user read it) measured a job (tests/test_energy_report.py), the
+    fine-tuning chart only for a run with a pretraining stage (tests/test_finetune.py)."""
     metered = any((r.get("energy") or {}).get("joules_per_step") is not None
                   for r in report["store"].results(report["ok"]))
-    return [name for name in CHARTS if metered or name != "energy"]
+    return [name for name in CHARTS if (metered or name != "energy") and name != "finetune"]
 
 
 def test_files_are_written_in_the_runs_report_folder(report):
@@ -174,8 +175,8 @@ def test_a_report_of_two_models_never_puts_one_models_bars_beside_the_others(tmp
     fig = charts.memory(ok, palette, rep._models(df))
     rows = [[ax.get_title() for ax in fig.axes if ax.get_title().startswith(m)] for m in ("lenet5", "pointnet")]
     assert [len(r) for r in rows] == [1, 1]                  # one row of panels per model (fp32 only here)
-    for (model, batch), ax in zip(rep._models(df).values(), [ax for ax in fig.axes if ax.get_title()]):
-        highest = max(memory_model.breakdown(model, m, batch, "fp32", k).total_bytes for m, k in PAPER_CONFIGS)
+    for (model, batch, optimizer), ax in zip(rep._models(df).values(), [ax for ax in fig.axes if ax.get_title()]):
+        highest = max(memory_model.breakdown(model, m, batch, "fp32", k, optimizer).total_bytes for m, k in PAPER_CONFIGS)
         assert ax.get_ylim()[1] == pytest.approx(1.3 * highest / 2**20)     # each model on its own scale
     for make in (charts.time_breakdown, charts.peak_memory, charts.cross_device):
         titles = [ax.get_title() for ax in make(ok, palette).axes if ax.get_title()]

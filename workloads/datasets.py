@@ -36,6 +36,11 @@ STORED_POINTS = 1024
 DATASETS = (*NORMALISATION, *POINT_SETS)
 POINTS_MADE = ("the host makes a point set's IDX files (harness/artifacts.py raw_idx) and gives a job "
                "their folder as its data_dir")
+# A rotated data set's folder holds this file, the angle as text: a runner told to read rotated
+# images checks it, so a job pointed at an unrotated folder fails instead of training on it.
+ROTATION_FILE = "rotation"
+ROTATION_MADE = ("the harness makes the rotated files (harness/artifacts.py rotated_idx) and gives a job "
+                 "their folder as its data_dir")
 # IDX type byte -> element type (IDX is big-endian)
 IDX_TYPES = {0x08: np.dtype(">u1"), 0x0D: np.dtype(">f4")}
 IDX_NAMES = {0x08: "unsigned-byte", 0x0D: "float32"}
@@ -52,6 +57,47 @@ def classes(name: str) -> int:
 
 class DatasetError(Exception):
     """A dataset is missing or malformed; the message says how to get it."""
+
+
+def rotated(degrees: float) -> bool:
+    """A whole turn (0, 360, -360) leaves the images as they are: no rotated files, no marker."""
+    return degrees % 360 != 0
+
+
+def variant_name(name: str, rotate: float = 0.0) -> str:
+    """A data set as a job reads it, 'fashion-mnist-rot30': the one name reports, summaries and a
+    board's bundle folders give a rotated variant."""
+    return f"{name}-rot{rotate:g}" if rotated(rotate) else name
+
+
+def check_rotatable(name: str, degrees: float) -> None:
+    """Refuse a rotation of a data set that is not images stored as IDX files: they are rotated
+    on the host, from those files, and digits is made by scikit-learn where it runs."""
+    if rotated(degrees) and (is_points(name) or name == "digits"):
+        raise DatasetError(f"dataset {name!r}: workload.rotate = {degrees:g}: only the images of "
+                           f"{' and '.join(n for n in NORMALISATION if n != 'digits')} are rotated, not {name} "
+                           f"({'point clouds' if is_points(name) else 'made by scikit-learn'})")
+
+
+def marker_text(degrees: float) -> str:
+    """The rotation file's text: the angle's shortest exact decimal, which Python's float() and the
+    C++ binary's strtod read back as the very same double."""
+    return f"{float(degrees)!r}\n"
+
+
+def check_rotation(name: str, folder: Path, degrees: float) -> None:
+    """Refuse images that are not turned by `degrees`: a folder without a rotation file holds
+    the original images, one with it holds them turned by the angle it names."""
+    marker = folder / ROTATION_FILE
+    try:
+        made = float(marker.read_text())
+    except FileNotFoundError:
+        made = 0.0
+    except (OSError, ValueError) as e:
+        raise DatasetError(f"dataset {name!r}: cannot read {marker} ({e}); {ROTATION_MADE}") from None
+    if made != degrees and (rotated(made) or rotated(degrees)):
+        held = f"images rotated by {made:g} degrees" if rotated(made) else f"unrotated images (no {ROTATION_FILE} file)"
+        raise DatasetError(f"dataset {name!r}: {folder} holds {held}, but workload.rotate is {degrees:g}; {ROTATION_MADE}")
 
 
 @dataclass
@@ -164,8 +210,10 @@ def split_size(name: str, split: str, data_dir: str | None = None) -> int:
     return struct.unpack(">I", head[4:])[0]
 
 
-def _idx_split(name: str, split: str, data_dir: str | None, limit: int = 0) -> tuple[np.ndarray, np.ndarray]:
+def _idx_split(name: str, split: str, data_dir: str | None, limit: int = 0,
+               rotate: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
     sample_file, label_file = files(name, split, data_dir)
+    check_rotation(name, sample_file.parent, rotate)
     samples = read_idx(sample_file, 0x0D if is_points(name) else 0x08, limit)
     labels = read_idx(label_file, 0x08, limit)
     if samples.ndim != 3 or labels.ndim != 1 or len(samples) != len(labels):
@@ -233,12 +281,15 @@ def _load_points(name: str, split: str, limit: int, data_dir: str | None, precis
 
 
 def load(name: str, split: str, limit: int = 0, data_dir: str | None = None, precision: str = "fp32",
-         points: int = 0) -> Split | PointSplit:
+         points: int = 0, rotate: float = 0.0) -> Split | PointSplit:
     """The first `limit` samples (0 = all) of a split ('train' or 'test'). For int8 the
     table maps a pixel to pixel >> 1, the 7-bit input with exponent -7 (docs/int8.md). A point
-    set's clouds keep their first `points` points (0 = all stored)."""
+    set's clouds keep their first `points` points (0 = all stored). Images rotated by `rotate`
+    degrees are read from the folder the host rotated them into, never turned here: every
+    runtime reads the same bytes (check_rotation refuses any other folder)."""
     if name not in DATASETS:
         raise DatasetError(f"unknown dataset {name!r}; expected one of {', '.join(DATASETS)}")
+    check_rotatable(name, rotate)
     if is_points(name):
         return _load_points(name, split, limit, data_dir, precision, points)
     if name == "digits":
@@ -246,6 +297,6 @@ def load(name: str, split: str, limit: int = 0, data_dir: str | None = None, pre
         if limit:   # a copy, so the full split is freed and does not count in the runner's RSS
             images, labels = images[:limit].copy(), labels[:limit].copy()
     else:           # read_idx copies only the first `limit` records out of the file
-        images, labels = _idx_split(name, split, data_dir, limit)
+        images, labels = _idx_split(name, split, data_dir, limit, rotate)
     lut = (np.arange(256) >> 1).astype(np.int8) if precision == "int8" else lookup_table(name)
     return Split(np.ascontiguousarray(images), labels.astype(np.int64), lut)

@@ -32,6 +32,7 @@ class TrainState:
     epochs: list = field(default_factory=list)
     trace: list = field(default_factory=list)
     warmup: dict | None = None
+    start_eval: dict | None = None    # eval_start: the test set's loss and accuracy before training
     joules: float | None = 0.0    # the timed loops' energy; None once an epoch had no reading
 
 
@@ -85,6 +86,15 @@ def warm_up(engine, spec, train_split) -> dict:
         engine.restore(saved)
         getattr(engine, "sync", lambda: None)()     # a GPU's queue drained: all of it was warm-up
     return {"steps": h.warmup_steps, "seconds": time.perf_counter() - t0}
+
+
+def evaluate_start(engine, spec, test_split) -> dict | None:
+    """With eval_start, the starting weights (warm-up has put them back) on the test set, untimed
+    and as the epochs' evaluation does it: a fine-tuning job's accuracy without fine-tuning."""
+    if not spec.eval_start:
+        return None
+    test_loss, test_acc = evaluate(engine, test_split, spec.hyper.batch_size)
+    return {"test_loss": test_loss, "test_accuracy": test_acc}
 
 
 def train(engine, spec, train_split, test_split, clock, state: TrainState, meter) -> None:

@@ -113,6 +113,22 @@ def zo_step(engine: Engine, x, y, key: int, eps: float, clip: float,
             "loss_minus": loss_minus, "grad": grad}
 
 
+def adam_update(p, g, m, v, lr, t, hyper, sqrt) -> None:
+    """Adam (Kingma & Ba, Alg. 1) on BP-trained parameters p with gradient g, in place; m and v
+    its moments, t the BP updates made so far, this one included (1-based, global over epochs).
+    Written once for numpy and torch arrays (sqrt: np.sqrt or torch.sqrt), with each scalar
+    rounded to the arrays' float32 and the operations in the order of the C++ binary's
+    (fp32_net.hpp bp_update), so the runtimes agree step for step. t may be a device scalar
+    (a CUDA graph updates it on the device): the bias corrections are then device scalars too."""
+    b1, b2 = hyper.adam_beta1, hyper.adam_beta2
+    c1, c2 = 1 - b1 ** t, 1 - b2 ** t
+    m *= b1
+    m += (1 - b1) * g
+    v *= b2
+    v += (1 - b2) * (g * g)
+    p -= lr * (m / c1) / (sqrt(v / c2) + hyper.adam_eps)
+
+
 def _clip(v, c: float):
     """v clipped to [-c, c]: a float, or a device scalar that a GPU step keeps on the device
     (comparing it on the host would synchronize, and cannot be captured in a CUDA graph)."""

@@ -17,7 +17,8 @@ nothing else: this module imports neither torch nor the harness (tested).
 - ElasticZO's BP head (the model's last FC layers, each followed by a ReLU
   where the description says so, then softmax cross-entropy) runs forward and
   backward in numpy on the graph's output, keeping the activations of both
-  perturbed passes as methods.py prescribes.
+  perturbed passes as methods.py prescribes; its update is SGD, or Adam written
+  once for numpy and torch (methods.adam_update).
 """
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ import sys
 
 import numpy as np
 
-from . import zrng
+from . import methods, zrng
 from .methods import Engine
 from .runner import main
 from .spec import SpecError
@@ -94,6 +95,12 @@ class OrtEngine(Engine):
         grad_views = [self.grad[o - self.n_zo:o - self.n_zo + int(np.prod(s))].reshape(s) if o >= self.n_zo else None
                       for _, o, s in tensors]
         self.head = Head(model, first, self.views, grad_views) if self.n_bp else None
+        self.hyper = spec.hyper
+        self.adam = spec.hyper.optimizer == "adam" and self.n_bp > 0
+        # Adam's moments over the head and its update count (methods.adam_update): with the
+        # parameters, all that outlives a step
+        self.moments = [np.zeros(self.n_bp, dtype=np.float32) for _ in range(2)] if self.adam else []
+        self.adam_t = 0
 
         opts = ort.SessionOptions()
         opts.intra_op_num_threads = spec.threads      # 0 = ONNX Runtime's default: all cores
@@ -162,7 +169,11 @@ class OrtEngine(Engine):
         self.kept.clear()
 
     def bp_update(self, lr: float) -> None:
-        self.flat[self.n_zo:] -= np.float32(lr) * self.grad
+        if self.adam:
+            self.adam_t += 1
+            methods.adam_update(self.flat[self.n_zo:], self.grad, *self.moments, lr, self.adam_t, self.hyper, np.sqrt)
+        else:
+            self.flat[self.n_zo:] -= np.float32(lr) * self.grad
         self.grad[:] = 0.0
 
     def perturb(self, key: int, alpha: float) -> None:
@@ -184,11 +195,13 @@ class OrtEngine(Engine):
     def weights(self) -> np.ndarray:
         return self.flat.copy()
 
-    def save(self) -> np.ndarray:
-        return self.flat.copy()
+    def save(self) -> tuple:
+        return [x.copy() for x in (self.flat, *self.moments)], self.adam_t
 
-    def restore(self, saved: np.ndarray) -> None:
-        self.flat[:] = saved    # in place: the session's bound inputs are views of this buffer
+    def restore(self, saved: tuple) -> None:
+        arrays, self.adam_t = saved
+        for x, s in zip((self.flat, *self.moments), arrays):
+            x[:] = s    # in place: the session's bound inputs are views of the flat buffer
 
 
 if __name__ == "__main__":

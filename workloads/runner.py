@@ -21,7 +21,7 @@ import numpy as np
 from . import datasets, energy, envinfo, gpuinfo, memory, vocab, zrng
 from .jsonfile import write_atomic
 from .clock import EventClock, PhaseClock
-from .loop import TrainState, emit, train, warm_up
+from .loop import TrainState, emit, evaluate_start, train, warm_up
 from .spec import JobSpec, SpecError
 
 SCHEMA = 1
@@ -73,7 +73,7 @@ def main(make_engine, packages: tuple[str, ...], argv=None) -> int:
     wall0 = time.perf_counter()
     result = {"schema": SCHEMA, "job": None, "status": "failed", "error": None,
               "started_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-              "wall_seconds": 0.0, "train_seconds": 0.0, "steps": 0, "phases": {}, "epochs": [],
+              "wall_seconds": 0.0, "train_seconds": 0.0, "steps": 0, "phases": {}, "epochs": [], "start_eval": None,
               "memory": {"peak_rss_bytes": 0, "baseline_rss_bytes": 0, "device_peak_bytes": None,
                          "device_reserved_peak_bytes": None, "device_used_bytes": None},
               "model": None, "env": {**envinfo.facts(*packages), "zrng": zrng.VERSION}}
@@ -88,12 +88,13 @@ def main(make_engine, packages: tuple[str, ...], argv=None) -> int:
         model = spec.model()
         points = model.input_shape[0] if model.points else 0     # a point model's clouds keep this many
         train_split = datasets.load(spec.workload.dataset, "train", spec.hyper.train_samples,
-                                    spec.workload.data_dir, spec.precision, points)
+                                    spec.workload.data_dir, spec.precision, points, spec.workload.rotate)
         test_split = datasets.load(spec.workload.dataset, "test", spec.hyper.test_samples,
-                                   spec.workload.data_dir, spec.precision, points)
+                                   spec.workload.data_dir, spec.precision, points, spec.workload.rotate)
         engine = make_engine(spec, model, initial_weights(spec, model))
         init_sha256 = engine.weights_sha256()
         state.warmup = warm_up(engine, spec, train_split)
+        state.start_eval = evaluate_start(engine, spec, test_split)
         result["memory"]["baseline_rss_bytes"] = memory.rss_bytes()
         memory.reset_peak()
         gpuinfo.reset_peak(spec.device)
@@ -125,7 +126,8 @@ def main(make_engine, packages: tuple[str, ...], argv=None) -> int:
             result["energy"] = energy_record(meter, state)
         if clock is not None:
             result["phases"] = clock.as_result()
-        result.update(steps=state.steps, train_seconds=state.train_seconds, epochs=state.epochs)
+        result.update(steps=state.steps, train_seconds=state.train_seconds, epochs=state.epochs,
+                      start_eval=state.start_eval)
         if state.trace:
             result["trace"] = state.trace
         result["memory"]["peak_rss_bytes"] = memory.peak_rss_bytes()

@@ -26,30 +26,34 @@ class SpecError(ValueError):
 NAME = r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}"
 NAME_TEXT = "up to 64 letters, digits, '.', '_' and '-', starting with a letter or digit"
 INT32_MAX = 2**31 - 1     # the C++ binary reads its integers as int
+# why an INT8 job's hyper.optimizer is sgd: the spec's refusal and the plan's note say it
+ADAM_INT8 = "adam trains FP32 only; INT8 trains its BP part with NITI's integer update (docs/int8.md)"
 
 
 @dataclass(frozen=True)
 class Bounds:
-    """The values a number may take: finite, from lo (excluded when open_lo) up to hi. Suites,
-    --set, inventories and command-line options all check their numbers with it, so every
-    range has one home and every refusal one shape."""
+    """The values a number may take: finite, from lo (excluded when open_lo) up to hi (excluded
+    when open_hi). Suites, --set, inventories and command-line options all check their numbers
+    with it, so every range has one home and every refusal one shape."""
     lo: float | None = None
     hi: float | None = None
     open_lo: bool = False
+    open_hi: bool = False
 
     def problem(self, value) -> str | None:
         """'expected ..., got ...' when value is not finite or out of bounds, else None."""
         if isinstance(value, float) and not math.isfinite(value):
             return f"expected a finite number, got {value!r}"
         low = self.lo is not None and (value <= self.lo if self.open_lo else value < self.lo)
-        if low or (self.hi is not None and value > self.hi):
+        high = self.hi is not None and (value >= self.hi if self.open_hi else value > self.hi)
+        if low or high:
             return f"expected {self}, got {value!r}"
         return None
 
     def __str__(self) -> str:
         num = lambda x: f"{x:g}" if isinstance(x, float) else str(x)
         parts = ([f"{'>' if self.open_lo else '>='} {num(self.lo)}"] if self.lo is not None else []) + \
-            ([f"<= {num(self.hi)}"] if self.hi is not None else [])
+            ([f"{'<' if self.open_hi else '<='} {num(self.hi)}"] if self.hi is not None else [])
         return "a value " + " and ".join(parts) if parts else "a finite number"
 
 
@@ -57,11 +61,17 @@ class Bounds:
 class Hyper:
     epochs: int = 5
     batch_size: int = 32
-    lr_bp: float = 0.05           # SGD learning rate of the BP part
+    lr_bp: float = 0.05           # learning rate of the BP part (SGD's, or Adam's)
     lr_zo: float = 1e-3           # SGD learning rate of the ZO part
     lr_decay: float = 0.8         # multiply both rates by this ...
     lr_decay_every: int = 10      # ... every this many epochs (ElasticZO Sec. 5.1.1)
     eps: float = 1e-3             # SPSA perturbation scale
+    # the BP part's optimizer (methods.adam_update): Adam keeps 2 values per BP-trained parameter
+    # (the memory model's Eq. 5); FP32 only, and a no-op choice for full-zo, which has no BP part
+    optimizer: str = "sgd"
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.999
+    adam_eps: float = 1e-8
     zo_grad_clip: float = 5.0     # projected gradient clipped to +-this
     train_samples: int = 0        # first N training samples (0 = all)
     test_samples: int = 0         # first N test samples (0 = all)
@@ -74,6 +84,7 @@ class Hyper:
 
     PATTERNS: typing.ClassVar[dict] = {
         "fault": (r"((hang|crash|oom)(@[a-z0-9-]+)?)?", "a fault like \"hang\" or \"crash@full-zo\"")}
+    CHOICES: typing.ClassVar[dict] = {"optimizer": ("sgd", "adam")}
     # Every runtime takes every value in these bounds. epochs: epochs x steps fit the binary's int;
     # zo_scale: the int8 perturbation z in [-zo_scale, zo_scale] fits an int8. The data set's size
     # bounds train_samples, test_samples and batch_size too: the plan checks those (plan.check_data).
@@ -83,6 +94,8 @@ class Hyper:
         "eps": Bounds(0, open_lo=True), "zo_grad_clip": Bounds(0), "train_samples": Bounds(0, INT32_MAX),
         "test_samples": Bounds(0, INT32_MAX), "zo_scale": Bounds(1, 127), "trace_steps": Bounds(0, INT32_MAX),
         "points": Bounds(0, 1 << 16), "inject_slowdown": Bounds(0),
+        "adam_beta1": Bounds(0, 1.0, open_hi=True), "adam_beta2": Bounds(0, 1.0, open_hi=True),
+        "adam_eps": Bounds(0, open_lo=True),
         "warmup_steps": Bounds(-1, 10_000)}
 
 
@@ -94,8 +107,12 @@ class Workload:
     # the network as data (models.Model.to_dict()); empty = models.MODELS[model]. The harness
     # always fills it, so a runner (the C++ binary too) executes the description it is given.
     architecture: dict = field(default_factory=dict)
+    # the images of train and test turned by this many degrees counter-clockwise (Rotated MNIST):
+    # the host rotates them once and every runtime reads those files (docs/datasets.md)
+    rotate: float = 0.0
 
     CHOICES: typing.ClassVar[dict] = {"dataset": DATASETS}
+    BOUNDS: typing.ClassVar[dict] = {"rotate": Bounds(-360.0, 360.0)}
 
     def resolve(self) -> Model:
         """The model this workload trains; SpecError names what is wrong with it."""
@@ -128,6 +145,13 @@ class JobSpec:
     hyper: Hyper = field(default_factory=Hyper)
     init_weights: str = ""        # optional weights file to start from (fp32: models.weights_bytes, int8: int8.weights_bytes)
     save_weights: bool = False    # write the final weights beside the result (vocab.WEIGHTS_FILE)
+    # evaluate the starting weights (after warm-up, untimed) into the result's start_eval: a
+    # fine-tuning job's accuracy without fine-tuning
+    eval_start: bool = False
+    # fine-tuning: the job of the run whose final weights this one starts from, and their sha256
+    # (the harness sets init_weights to that file on the target and checks the runner started from it)
+    pretrained_from: str = ""
+    init_sha256: str = ""
     onnx_model: str = ""          # ort runtime: the exported graph of the ZO front (onnx_export.py)
     target: str = ""              # set by the harness: where the job ran
     repeat: int = 0               # set by the harness: index of this repeat
@@ -139,7 +163,9 @@ class JobSpec:
     # job ids name folders on the host and the boards: the plan's target.runtime.method.precision.rN
     PATTERNS: typing.ClassVar[dict] = {"job_id": (r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}", "a job id of letters, "
                                                   "digits, '.', '_' and '-'"),
-                                       "target": (f"({NAME})?", f"a target name of {NAME_TEXT}")}
+                                       "target": (f"({NAME})?", f"a target name of {NAME_TEXT}"),
+                                       "pretrained_from": (r"([A-Za-z0-9][A-Za-z0-9_.-]{0,127})?", "a job id"),
+                                       "init_sha256": (r"([0-9a-f]{64})?", "a sha256 in hex")}
     # seed: zobench-z's 64-bit key; threads: a thread count every runtime accepts
     BOUNDS: typing.ClassVar[dict] = {"bp_layers": Bounds(0, INT32_MAX), "seed": Bounds(0, 2**64 - 1),
                                      "threads": Bounds(0, 1024), "repeat": Bounds(0)}
@@ -158,6 +184,8 @@ class JobSpec:
         model = spec.model()
         if spec.hyper.warmup_steps < 0:     # resolved here, so every spec a runner reads has the number
             spec.hyper.warmup_steps = vocab.WARMUP_STEPS[spec.device]
+        if spec.precision == "int8" and spec.hyper.optimizer != "sgd":
+            raise SpecError(f"hyper.optimizer: {ADAM_INT8}")
         if spec.hyper.points and not model.points:
             raise SpecError(f"hyper.points: {model.name} does not take point clouds")
         if spec.method == "elastic-zo":

@@ -3,8 +3,8 @@
 The parameters live in one contiguous float32 tensor (the layout of
 models.py); each layer's weight and bias are views into it, so a ZO
 perturbation is an in-place add over a prefix of that buffer and the BP
-head's SGD step writes straight into it. Layers run as torch.nn.functional
-calls on those views.
+head's SGD or Adam step writes straight into it. Layers run as
+torch.nn.functional calls on those views.
 """
 from __future__ import annotations
 
@@ -41,6 +41,18 @@ class TorchEngine(Engine):
         self.bp_params = self.views[2 * self.first_bp:] if self.n_bp else []
         for p in self.bp_params:
             p.requires_grad_(True)
+        self.hyper = spec.hyper
+        # Adam's moments, one contiguous buffer each over the BP part, viewed per parameter as
+        # its gradients are, and its update count (bp_update)
+        self.adam = spec.hyper.optimizer == "adam" and self.n_bp > 0
+        self.state = [self.flat]    # all that outlives a step: what save() keeps
+        if self.adam:
+            moments = [torch.zeros(self.n_bp, dtype=self.flat.dtype, device=self.device) for _ in range(2)]
+            self.moment_views = [[buf[o - self.n_zo:o - self.n_zo + p.numel()].view(p.shape)
+                                  for (_, o, _), p in zip(model.offsets()[2 * self.first_bp:], self.bp_params)]
+                                 for buf in moments]
+            self.adam_t = torch.zeros((), dtype=torch.float64, device=self.device)
+            self.state += [*moments, self.adam_t]
         self.kept = []
         if self.cuda:
             self.sync = torch.cuda.synchronize
@@ -101,8 +113,18 @@ class TorchEngine(Engine):
         self.kept.clear()
 
     def bp_update(self, lr) -> None:
-        """SGD on the BP part; lr a float, or a device scalar in a CUDA graph."""
+        """SGD or Adam on the BP part; lr a float, or a device scalar in a CUDA graph. Adam's
+        update count is a device scalar incremented in place, and the bias corrections are
+        computed from it on the device (as torch.optim's capturable Adam does): a captured CUDA
+        graph then replays each step with its own t, so adam jobs run graphed like sgd ones,
+        rather than eagerly, which would cost a GPU step its launch overheads."""
         with torch.no_grad():
+            if self.adam:
+                self.adam_t += 1
+                for p, m, v in zip(self.bp_params, *self.moment_views):
+                    methods.adam_update(p, p.grad, m, v, lr, self.adam_t, self.hyper, torch.sqrt)
+                    p.grad = None
+                return
             for p in self.bp_params:
                 if isinstance(lr, torch.Tensor):
                     p.sub_(p.grad * lr)
@@ -134,11 +156,13 @@ class TorchEngine(Engine):
         return self.flat.detach().cpu().numpy().copy()
 
     def save(self):
-        return self.flat.detach().clone()
+        return [x.detach().clone() for x in self.state]
 
     def restore(self, saved) -> None:
+        """In place: a captured CUDA graph reads and writes these very buffers."""
         with torch.no_grad():
-            self.flat.copy_(saved)
+            for x, s in zip(self.state, saved):
+                x.copy_(s)
 
 
 def fused_perturb():

@@ -14,7 +14,7 @@ from workloads import jsonfile
 from workloads.models import MODELS, ModelError
 from workloads.spec import Bounds, Hyper, JobSpec, SpecError
 
-from harness import inventory, paths, plan, suites
+from harness import inventory, paths, plan, stages, suites
 from harness.artifacts import sha256
 from harness.build import build, cpu_choice
 from harness.bundle import prepare
@@ -143,7 +143,8 @@ def cmd_run(args) -> int:
         run_id = args.resume
         saved = store.run_plan(run_id)
         done = {r["job"]["job_id"] for r in store.results(run_id, saved) if r["status"] == "ok"}
-        jobs = [Job(**j) for j in saved["jobs"] if j["job_id"] not in done]
+        again = stages.to_rerun(saved["jobs"], done, store, run_id)
+        jobs = [Job(**j) for j in saved["jobs"] if j["job_id"] in again]
         for j in jobs:      # the plan was checked when it was made; run.json may have been edited since
             try:
                 JobSpec.from_dict(j.spec)
@@ -162,12 +163,14 @@ def cmd_run(args) -> int:
     else:
         suite = suites.load(args.suite)
         chosen = inventory.resolve(args.target or suite.targets, args.inventory)
+        pretrain = suite.pretrain and (next((t for t in chosen if t.name == suite.pretrain.target), None)
+                                       or inventory.resolve([suite.pretrain.target], args.inventory)[0])
         jobs, notes = plan.make(suite, chosen, methods=args.method, runtimes=args.runtime,
                                 precisions=args.precision, overrides=plan.parse_set(args.set),
-                                timeout_s=args.timeout)
+                                timeout_s=args.timeout, pretrain_target=pretrain or None)
         for n in notes:
             print(f"note: left out {n}", file=sys.stderr)
-        targets = {t.name: t for t in chosen}
+        targets = {t.name: t for t in [*chosen, *([pretrain] if pretrain else [])]}
         prepared = prepare(jobs, targets)
         run_id = store.new_run({"created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                                 "suite": suite.name, "suite_path": str(suite.path), "argv": sys.argv[1:],
@@ -234,7 +237,12 @@ def cmd_results(args) -> int:
                       str(r["steps"]), fmt(r["step_seconds"] and 1000 * r["step_seconds"], ".2f"),
                       fmt(r["train_seconds"], ".1f"), fmt(r["peak_rss_bytes"] and r["peak_rss_bytes"] / 2**20, ".1f"),
                       fmt(r["test_accuracy"], ".3f"), fmt(r["train_loss"], ".3f"))
-        Console(width=None if sys.stdout.isatty() else 160).print(t)
+        console = Console(width=None if sys.stdout.isatty() else 160)
+        console.print(t)
+        for r in rows:
+            if r["pretrained_from"]:
+                console.print(f"{r['job_id']}: fine-tuned from {r['pretrained_from']} "
+                              f"{(r['init_sha256'] or 'unknown weights')[:12]}", markup=False, highlight=False)
     if not_run:
         print(f"run {run_id}: {len(not_run)} of {len(saved['jobs'])} jobs have no result yet; "
               f"{store.resume_command(run_id)} runs them", file=sys.stderr)

@@ -46,6 +46,8 @@ struct Hyper {
     double inject_slowdown = 0;  // test-only: busy-wait this fraction of every step
     double lr_bp = 0.05, lr_zo = 1e-3, lr_decay = 0.8, eps = 1e-3, zo_grad_clip = 5.0;
     std::string fault;
+    std::string optimizer = "sgd";  // the BP part's: sgd, or adam (FP32 only: fp32_net.hpp bp_update)
+    double adam_beta1 = 0.9, adam_beta2 = 0.999, adam_eps = 1e-8;
 };
 
 // ---- the model: workloads/models.py's description, as the spec carries it ----
@@ -92,6 +94,8 @@ struct Spec {
     Arch arch;
     std::string job_id, method, dataset = "fashion-mnist", data_dir, init_weights, precision = "fp32", zo_loss = "float";
     bool save_weights = false;   // write the final weights as WEIGHTS_FILE beside the result
+    bool eval_start = false;     // evaluate the starting weights before training (train.cpp evaluate)
+    double rotate = 0;           // workload.rotate: the data folder must hold images turned by this (check_rotation)
     int bp_layers = 0, threads = 0;
     uint64_t seed = 0;
     Hyper h;

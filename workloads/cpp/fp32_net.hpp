@@ -1,11 +1,13 @@
 // The FP32 network of zobench-train, in the llm.c style: one contiguous parameter buffer, one
-// gradient buffer for the BP part only, and per layer explicit activation and error buffers
+// gradient buffer for the BP part only (and with Adam one buffer per moment, the same size),
+// and per layer explicit activation and error buffers
 // sized from the batch, all allocated once, up front (the activations and errors the ElasticZO
 // paper's Eqs. 2-4 count, with ReLU fused into the layer it follows, plus the padded inputs and
 // repacked weights the kernels read). The layers are the spec's (common.hpp parse_arch); each
 // kind has one forward and one backward step here, on fp32_kernels.hpp's kernels.
 #pragma once
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -29,6 +31,10 @@ struct Net {
     std::vector<size_t> off;     // per layer, its weight's offset (its bias follows the weight)
     std::vector<float> params;   // the flat vector of workloads/models.py
     std::vector<float> grads;    // n_bp: the BP part only
+    // optimizer adam: the BP part's first and second moments (n_bp each; empty with sgd or
+    // without a BP part) and the BP updates made so far, which bias-correct them
+    std::vector<float> adam_m, adam_v;
+    long adam_t = 0;
     ActivationPlan<float, float> act;
     std::vector<float> probs[2];
     std::vector<float> wk;       // repacked weights (transposed, flipped): the largest a layer needs
@@ -53,6 +59,7 @@ struct Net {
         n_zo = first_bp < n ? off[first_bp] : params.size();
         n_bp = params.size() - n_zo;
         grads.assign(n_bp, 0.f);
+        if (s.h.optimizer == "adam") adam_m.assign(n_bp, 0.f), adam_v.assign(n_bp, 0.f);
         const bool two = s.method == "elastic-zo";  // two perturbed passes feed BP
         act.alloc(a, B, first_bp, two);
         // a global max is fused into its pointwise layer (pointwise_forward): BP reads its argmax
@@ -152,16 +159,48 @@ struct Net {
         }
     }
 
-    // The trainable state, as train.cpp's warm_up saves and restores it: the parameter buffer
-    // is all of it. Nothing else outlives a step: grads is zeroed by every bp_update (and empty
-    // without a BP part), and every other buffer is written by a step before it is read.
-    std::vector<float>& trainable() { return params; }
+    // The trainable state, as train.cpp's warm_up saves and restores it: the parameters, and
+    // Adam's moments and update count. Nothing else outlives a step: grads is zeroed by every
+    // bp_update (and empty without a BP part), and every other buffer is written by a step
+    // before it is read.
+    struct Saved {
+        std::vector<float> params, m, v;
+        long t;
+    };
+    Saved save() const { return {params, adam_m, adam_v, adam_t}; }
+    void restore(const Saved& saved) {  // in place: the buffers stay where they are
+        std::copy(saved.params.begin(), saved.params.end(), params.begin());
+        std::copy(saved.m.begin(), saved.m.end(), adam_m.begin());
+        std::copy(saved.v.begin(), saved.v.end(), adam_v.begin());
+        adam_t = saved.t;
+    }
 
-    void bp_update(float lr) {
+    // SGD, or Adam as llm.c updates (AdamW without the weight decay): each scalar rounded to
+    // float32 once and the operations in the order of workloads/methods.py adam_update, so the
+    // runtimes agree step for step
+    void bp_update(double lr, const Hyper& h) {
         float* p = params.data() + n_zo;
+        const float rate = float(lr);
+        if (adam_m.empty()) {
+#pragma omp parallel for simd schedule(static)
+            for (size_t i = 0; i < n_bp; ++i) {
+                p[i] -= rate * grads[i];
+                grads[i] = 0.f;
+            }
+            return;
+        }
+        adam_t += 1;
+        const float b1 = float(h.adam_beta1), b2 = float(h.adam_beta2);
+        const float ob1 = float(1.0 - h.adam_beta1), ob2 = float(1.0 - h.adam_beta2), eps = float(h.adam_eps);
+        const float c1 = float(1.0 - std::pow(h.adam_beta1, double(adam_t)));
+        const float c2 = float(1.0 - std::pow(h.adam_beta2, double(adam_t)));
+        float *m = adam_m.data(), *v = adam_v.data();
 #pragma omp parallel for simd schedule(static)
         for (size_t i = 0; i < n_bp; ++i) {
-            p[i] -= lr * grads[i];
+            const float g = grads[i];
+            m[i] = m[i] * b1 + ob1 * g;
+            v[i] = v[i] * b2 + ob2 * (g * g);
+            p[i] -= rate * (m[i] / c1) / (std::sqrt(v[i] / c2) + eps);
             grads[i] = 0.f;
         }
     }
@@ -188,7 +227,7 @@ struct Net {
             clock.lap(LOSS);
             backward(0, 1.f);
             clock.lap(BACKWARD);
-            bp_update(float(lr_bp));
+            bp_update(lr_bp, s.h);
             clock.lap(BP_UPDATE);
             return {loss};
         }
@@ -213,7 +252,7 @@ struct Net {
             backward(0, 0.5f);
             backward(1, 0.5f);
             clock.lap(BACKWARD);
-            bp_update(float(lr_bp));
+            bp_update(lr_bp, s.h);
             clock.lap(BP_UPDATE);
         }
         return {0.5 * (lp + lm), true, lp, lm, g};
@@ -228,7 +267,8 @@ struct Net {
 
     size_t params_total() const { return params.size(); }
     size_t buffer_bytes() const {
-        size_t bytes = act.bytes() + bytes_of(params, grads, probs[0], probs[1], wk, labels, errpad, grad_scratch);
+        size_t bytes = act.bytes() + bytes_of(params, grads, adam_m, adam_v, probs[0], probs[1], wk, labels, errpad,
+                                              grad_scratch);
         for (int l = 0; l < n; ++l) bytes += bytes_of(err[l], dpooled[l], argmax[l]);
         return bytes;
     }

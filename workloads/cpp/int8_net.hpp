@@ -936,7 +936,8 @@ struct Net {
     // all of it. The exponents never change after init; the gradient accumulators g32/g64 are
     // zeroed by every apply_gradient (bp_update ends every step that fills them); logit_exp,
     // the activations, errors, argmax and scratch are written by a step before it reads them.
-    std::vector<int8_t>& trainable() { return q; }
+    std::vector<int8_t> save() const { return q; }
+    void restore(const std::vector<int8_t>& saved) { std::copy(saved.begin(), saved.end(), q.begin()); }  // in place
 
     void bp_update(int epoch) {
         const int bits = grad_bits(epoch);

@@ -59,9 +59,11 @@ static Spec read_spec(const std::string& path) {
     take(j, "seed", s.seed);
     take(j, "init_weights", s.init_weights);
     take(j, "save_weights", s.save_weights);
+    take(j, "eval_start", s.eval_start);
     if (j.contains("workload")) {
         take(j["workload"], "dataset", s.dataset);
         take(j["workload"], "data_dir", s.data_dir);
+        take(j["workload"], "rotate", s.rotate);
     }
     if (!j.contains("workload") || !j["workload"].contains("architecture"))
         throw SpecError("workload.architecture: missing (the model's layer list, which this binary runs)");
@@ -71,6 +73,7 @@ static Spec read_spec(const std::string& path) {
         TAKE(epochs); TAKE(batch_size); TAKE(lr_bp); TAKE(lr_zo); TAKE(lr_decay); TAKE(lr_decay_every);
         TAKE(eps); TAKE(zo_grad_clip); TAKE(train_samples); TAKE(test_samples); TAKE(trace_steps); TAKE(fault);
         TAKE(zo_scale); TAKE(inject_slowdown); TAKE(points); TAKE(warmup_steps);
+        TAKE(optimizer); TAKE(adam_beta1); TAKE(adam_beta2); TAKE(adam_eps);
 #undef TAKE
     }
     if (s.method != "full-bp" && s.method != "full-zo" && s.method != "elastic-zo")
@@ -80,6 +83,13 @@ static Spec read_spec(const std::string& path) {
     if (s.precision != "fp32" && s.precision != "int8") throw SpecError("precision: expected fp32 or int8, got " + s.precision);
     if (s.zo_loss != "float" && s.zo_loss != "integer") throw SpecError("zo_loss: expected float or integer, got " + s.zo_loss);
     if (s.h.zo_scale < 1 || s.h.zo_scale > 127) throw SpecError("hyper.zo_scale: expected 1..127");
+    if (s.h.optimizer != "sgd" && s.h.optimizer != "adam")
+        throw SpecError("hyper.optimizer: expected sgd or adam, got " + s.h.optimizer);
+    // the words of workloads/spec.py ADAM_INT8
+    if (s.precision == "int8" && s.h.optimizer != "sgd")
+        throw SpecError("hyper.optimizer: adam trains FP32 only; INT8 trains its BP part with NITI's integer update (docs/int8.md)");
+    if (!(s.h.adam_beta1 >= 0 && s.h.adam_beta1 < 1 && s.h.adam_beta2 >= 0 && s.h.adam_beta2 < 1 && s.h.adam_eps > 0))
+        throw SpecError("hyper.adam_beta1, adam_beta2: expected 0 <= beta < 1; hyper.adam_eps: expected > 0");
     // the host resolves -1 (the device's default) before a runner sees the spec: here it is a count
     if (s.h.warmup_steps < 0) throw SpecError("hyper.warmup_steps: expected >= 0");
     return s;
@@ -134,6 +144,29 @@ struct Idx {
     }
 };
 
+// The host turns a rotated data set's images (harness/artifacts.py rotated_idx) into a folder
+// whose `rotation` file names the angle: refuse a folder whose images are not turned by
+// workload.rotate, so a job pointed at the original files fails instead of training on them
+// (the rule of workloads/datasets.py check_rotation: no file, no rotation; whole turns are none).
+static void check_rotation(const Spec& s, const std::string& dir) {
+    const std::string marker = dir + "/rotation";
+    double made = 0;
+    std::ifstream f(marker);
+    if (f && (!(f >> made >> std::ws) || !f.eof())) throw SpecError(marker + ": not an angle");
+    const auto rotated = [](double d) { return std::fmod(d, 360.0) != 0; };
+    if (made == s.rotate || !(rotated(made) || rotated(s.rotate))) return;
+    const auto g = [](double d) {
+        char text[32];
+        std::snprintf(text, sizeof text, "%g", d);
+        return std::string(text);
+    };
+    throw SpecError("dataset '" + s.dataset + "': " + dir + " holds " +
+                    (rotated(made) ? "images rotated by " + g(made) + " degrees" : "unrotated images (no rotation file)") +
+                    ", but workload.rotate is " + g(s.rotate) +
+                    "; the harness makes the rotated files (harness/artifacts.py rotated_idx) and gives a job their "
+                    "folder as its data_dir");
+}
+
 // The first `limit` samples (0: all) of a split: images [N][C][H][W] as the model's input
 // shape, or the first `points` of each cloud [N][P][3]; only what is used is read.
 static Split load_split(const Spec& s, bool train, int limit) {
@@ -149,6 +182,7 @@ static Split load_split(const Spec& s, bool train, int limit) {
     for (const auto& d : dirs) {
         Idx data(d + "/" + data_name);
         if (data.dims.empty()) continue;
+        check_rotation(s, d);
         Idx lab(d + "/" + prefix + "-labels-idx1-ubyte");
         if (lab.dims.size() != 1 || lab.dims[0] != data.dims[0]) throw SpecError(d + ": data and labels do not match");
         const bool fits = points ? data.dims.size() == 3 && data.dims[2] == 3 && data.dims[1] >= uint32_t(first.rows)
@@ -293,14 +327,14 @@ static std::pair<double, double> epoch_lrs(const Spec& s, int epoch) {
 // full optimizer steps of the job's method on the first batch of epoch 0, with the step keys
 // of steps 0.. and epoch 0's learning rates, on a throwaway clock (no phase, step, trace row or
 // train_seconds is charged), between a save and an exact restore of the trainable state
-// (the nets' trainable(): all that outlives a step). The training that follows is bit for bit
-// the one without it; the caches, the thread pool and the pages are warm. Its wall clock
+// (the nets' save() and restore(): all that outlives a step). The training that follows is bit
+// for bit the one without it; the caches, the thread pool and the pages are warm. Its wall clock
 // (save + steps + restore) goes to the result's "warmup".
 //
-// The saved state is one contiguous copy of the trainable buffer, freed when the warm-up ends:
-// no buffer of the net is free during a step to hold it, and it does not exist while training
-// runs, so it is not in buffer_bytes (the training allocation). main() warms up before it resets
-// the peak RSS, so the copy is not in peak_rss_bytes either.
+// The saved state is a copy of the trainable buffers, freed when the warm-up ends: no buffer of
+// the net is free during a step to hold it, and it does not exist while training runs, so it is
+// not in buffer_bytes (the training allocation). main() warms up before it resets the peak RSS,
+// so the copy is not in peak_rss_bytes either.
 template <class NetT>
 static void warm_up(const Spec& s, NetT& net, const Split& tr, State& st) {
     if (s.h.warmup_steps == 0) return;
@@ -311,17 +345,41 @@ static void warm_up(const Spec& s, NetT& net, const Split& tr, State& st) {
     PhaseClock scratch;
     const auto t0 = Clock::now();
     {
-        auto& state = net.trainable();
-        const auto saved = state;
+        const auto saved = net.save();
         scratch.start();
         for (int t = 0; t < s.h.warmup_steps; ++t) {
             net.load(tr, order.data(), B);
             net.step(s, zrng::stream_key(s.seed, zrng::STREAM_ZO, uint64_t(t)), 0, lr_zo, lr_bp, scratch);
         }
-        std::copy(saved.begin(), saved.end(), state.begin());  // in place: the buffer stays where it is
+        net.restore(saved);
     }
     st.warmup_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
     st.warmup_steps = s.h.warmup_steps;
+}
+
+// the test split's mean loss and accuracy, in training-sized batches (the activation buffers are)
+template <class NetT>
+static std::pair<double, double> evaluate(const Spec& s, NetT& net, const Split& te) {
+    const int B = s.h.batch_size;
+    double loss = 0;
+    long correct = 0;
+    std::vector<int> idx(B);
+    for (int lo = 0; lo < te.n; lo += B) {
+        const int b = std::min(B, te.n - lo);
+        std::iota(idx.begin(), idx.begin() + b, lo);
+        net.load(te, idx.data(), b);
+        net.eval(b, loss, correct);
+    }
+    return {loss / te.n, double(correct) / te.n};
+}
+
+// eval_start: the starting weights (warm-up has put them back) on the test split, untimed, as
+// the epochs evaluate: a fine-tuning job's accuracy without fine-tuning; null without it
+template <class NetT>
+static json evaluate_start(const Spec& s, NetT& net, const Split& te) {
+    if (!s.eval_start) return nullptr;
+    const auto [test_loss, test_accuracy] = evaluate(s, net, te);
+    return {{"test_loss", test_loss}, {"test_accuracy", test_accuracy}};
 }
 
 template <class NetT>
@@ -365,19 +423,11 @@ static void train(const Spec& s, NetT& net, const Split& tr, const Split& te, Ph
         const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
         st.train_seconds += seconds;
         clock.start();
-        double test_loss = 0;
-        long correct = 0;
-        std::vector<int> idx(B);
-        for (int lo = 0; lo < te.n; lo += B) {  // evaluated in training-sized batches
-            const int b = std::min(B, te.n - lo);
-            std::iota(idx.begin(), idx.begin() + b, lo);
-            net.load(te, idx.data(), b);
-            net.eval(b, test_loss, correct);
-        }
+        const auto [test_loss, test_accuracy] = evaluate(s, net, te);
         clock.lap(EVAL);
         json rec = {{"epoch", epoch + 1}, {"seconds", seconds}, {"phases", clock.as_json(&snap)},
-                    {"train_loss", loss_sum / steps_per_epoch}, {"test_loss", test_loss / te.n},
-                    {"test_accuracy", double(correct) / te.n}};
+                    {"train_loss", loss_sum / steps_per_epoch}, {"test_loss", test_loss},
+                    {"test_accuracy", test_accuracy}};
         st.epochs.push_back(rec);
         json ev = rec;
         ev.erase("phases");
@@ -478,7 +528,7 @@ int main(int argc, char** argv) {
     const auto wall0 = Clock::now();
     json result = {{"schema", 1}, {"job", nullptr}, {"status", "failed"}, {"error", nullptr},
                    {"started_at", utc_now()}, {"wall_seconds", 0.0}, {"train_seconds", 0.0}, {"steps", 0},
-                   {"phases", json::object()}, {"epochs", json::array()},
+                   {"phases", json::object()}, {"epochs", json::array()}, {"start_eval", nullptr},
                    {"memory", {{"peak_rss_bytes", 0}, {"baseline_rss_bytes", 0}, {"device_peak_bytes", nullptr}}},
                    {"model", nullptr}, {"env", env_facts()},
                    {"energy", {{"source", nullptr}, {"joules", nullptr}, {"joules_per_step", nullptr},
@@ -507,6 +557,7 @@ int main(int argc, char** argv) {
         auto run = [&](auto& net) {
             init_sha256 = sha256_of(net.weights_bytes());
             warm_up(s, net, tr, st);
+            result["start_eval"] = evaluate_start(s, net, te);
             started();
             train(s, net, tr, te, clock, st);
             if (s.save_weights) weights_file = save_weights(out_path, net.weights_bytes());
