@@ -26,7 +26,7 @@ run: setup
 	$(BIN)/zobench run --suite quick
 
 test: setup-test
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n auto --dist loadfile
 
 test-slow: setup-test
 	$(BIN)/python -m pytest -m slow

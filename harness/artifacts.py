@@ -1,16 +1,18 @@
 """The files the host makes for jobs, cached under ~/.cache/zobench: datasets as raw IDX
-(the C++ binary reads no gzip; point clouds converted from their release or generated),
-initial weights, ONNX graphs.
+(the C++ binary reads no gzip; point clouds converted from their release or generated, text
+tokenised), initial weights, ONNX graphs.
 
 Every file is named by what it is made from, so a changed input can never reuse an old file:
-a data set's folder by the bytes of its source files, an initial-weights file (and the
-synthetic point set's folder) by the source code of its generator, an ONNX graph by its own
-bytes. Each file is written under a temporary name of its own and renamed, so two runs or two
-threads writing the same file never meet and a reader sees a whole file or none.
+a data set's folder by the bytes of its source files (a text set's also by the tokenizer's
+settings), an initial-weights file (and the synthetic point set's folder) by the source code of
+its generator, an ONNX graph by its own bytes. Each file is written under a temporary name of
+its own and renamed, so two runs or two threads writing the same file never meet and a reader
+sees a whole file or none.
 
 The INIT and ONNX folders have the layout of a board's bundle; a data set has a folder of
-its own here (DATA/<name>-<key>/<name>/, a rotated one DATA/<name>-rot<angle>-<key>/<name>/)
-and DATA/<variant>/<name>/ in a bundle (datasets.variant_name), and bundle.Site gives each
+its own here (DATA/<name>-<key>/<name>/, a rotated one DATA/<name>-rot<angle>-<key>/<name>/,
+the two text sets one DATA/fortunes-<key>/fortunes/) and DATA/<variant>/<name>/ in a bundle
+(datasets.variant_name; DATA/<variant>/fortunes/ for a text set), and bundle.Site gives each
 job the folder of its data set on either."""
 from __future__ import annotations
 
@@ -76,7 +78,7 @@ def write_once(path: Path, write) -> Path:
 
 @dataclass(frozen=True)
 class RawIdx:
-    dir: Path                   # a runner's data_dir: it holds <name>/<file>
+    dir: Path                   # a runner's data_dir: it holds <name>/<file> (fortunes/<file> for a text set)
     files: dict[str, Path]      # "<name>/<file>" -> the file in dir
 
 
@@ -87,9 +89,12 @@ def raw_idx(name: str, data_dir: str) -> RawIdx:
     ~60 ms for Fashion-MNIST; a key on (path, size, mtime) would miss a file rewritten with
     its size and mtime kept (cp -p, rsync -t, a restored backup). Raw sources are copied in
     too, so the folder always holds every file it names. A truncated or damaged source
-    raises DatasetError naming it. A point set's folder is made by point_idx."""
+    raises DatasetError naming it. A point set's folder is made by point_idx, a text set's by
+    text_idx."""
     if datasets.is_points(name):
         return point_idx(name, data_dir)
+    if datasets.is_text(name):
+        return text_idx(name)
     sources = {f: _read(name, f) for split in ("train", "test") for f in datasets.files(name, split, data_dir or None)}
     key = hashlib.sha256(json.dumps([[f.name, hashlib.sha256(b).hexdigest()] for f, b in sources.items()])
                          .encode()).hexdigest()[:16]
@@ -148,6 +153,37 @@ def point_idx(name: str, data_dir: str) -> RawIdx:
             write_once(points, lambda tmp: datasets.write_idx(tmp, clouds, 0x0D))
             write_once(labels, lambda tmp: datasets.write_idx(tmp, y, 0x08))
     return RawIdx(out.parent, {f"{name}/{f.name}": f for f in files.values()})
+
+
+# What a text set's files are made by besides the corpus: the code that splits and tokenises it
+# and the tokenizers library that trains the BPE (another version may merge otherwise).
+TEXT_CODE = Path(datasets.__file__).with_name("text.py")
+
+
+def text_idx(name: str) -> RawIdx:
+    """Both text sets' token files (workloads/text.py: each split's stream, entries and topics
+    as IDX, the manifest and the tokenizer), made once from the fortune files of Debian's
+    package into a folder keyed by their names and bytes, the vocabulary size, text.py's source
+    and the tokenizers version: another package version, or another tokenizer, is a new folder.
+    Making it takes a few seconds (text.tokenise), once."""
+    from workloads import text     # tokenizers: only the host of a run with a text set needs it
+
+    sources = {f: _read(name, f) for f in text.topic_files(text.CORPUS)}
+    sums = [[f.name, hashlib.sha256(b).hexdigest()] for f, b in sources.items()]
+    key = hashlib.sha256(json.dumps([sums, models.TEXT_VOCAB, hashlib.sha256(TEXT_CODE.read_bytes()).hexdigest(),
+                                     importlib.metadata.version("tokenizers")]).encode()).hexdigest()[:16]
+    out = root() / DATA / f"{datasets.TEXT_FOLDER}-{key}" / datasets.TEXT_FOLDER
+    stems = {(split, kind): f"{datasets.prefix(split)}-{kind}-{stem}"
+             for split in text.SPLITS for kind, (stem, _) in datasets.TEXT_FILES.items()}
+    names = [*stems.values(), datasets.TOKENIZER, datasets.MANIFEST]
+    if not all((out / n).is_file() for n in names):
+        made = text.tokenise(sources)
+        for (split, kind), stem in stems.items():
+            write_once(out / stem, lambda tmp: datasets.write_idx(tmp, made.splits[split][kind],
+                                                                  datasets.TEXT_FILES[kind][1]))
+        write_once(out / datasets.TOKENIZER, lambda tmp: tmp.write_text(made.tokenizer, encoding="utf-8"))
+        write_once(out / datasets.MANIFEST, lambda tmp: tmp.write_text(json.dumps(made.manifest, indent=1) + "\n"))
+    return RawIdx(out.parent, {f"{datasets.TEXT_FOLDER}/{n}": out / n for n in names})
 
 
 def rotate_images(images: np.ndarray, degrees: float) -> np.ndarray:

@@ -3,6 +3,7 @@ board's own CPU (harness/cpu.py; cross-compiled where the arch differs) for boar
 variant in its own build/ folder."""
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -76,6 +77,16 @@ def build(target, cpu: str = "") -> Path:
     else:                               # a board's: one file that runs with nothing installed
         options.append("-DZOBENCH_STATIC=ON")
     out = paths.REPO / "build" / f"{name}-{configuration(options, toolchain)}"
+    out.mkdir(parents=True, exist_ok=True)
+    # one cmake at a time a folder, across processes: two zobench runs (or test workers) on one
+    # host that need the same binary build it once, the second waiting for the first
+    with open(out / ".zobench-build.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        _cmake(out, options, name)
+    return out / "zobench-train"
+
+
+def _cmake(out: Path, options: list[str], name: str) -> None:
     for step in (["cmake", "-S", str(SOURCE), "-B", str(out), *options], ["cmake", "--build", str(out), "-j", "2"]):
         try:
             p = subprocess.run(step, capture_output=True, text=True, timeout=900)
@@ -85,7 +96,6 @@ def build(target, cpu: str = "") -> Path:
             lines = (p.stdout + p.stderr).splitlines()     # the compiler's first errors, not make's last words
             tail = [l for l in lines if "error:" in l][:3] or [l for l in lines if "rror" in l][-3:] or lines[-3:]
             raise UserError(f"building zobench-train ({name}) failed (needs {NEEDS}): " + " | ".join(tail))
-    return out / "zobench-train"
 
 
 def configuration(options: list[str], toolchain: Path | None) -> str:

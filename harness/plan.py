@@ -7,7 +7,8 @@ import sys
 from dataclasses import dataclass
 
 from workloads import datasets, vocab
-from workloads.models import Model
+from workloads.ort_runner import front_layers
+from workloads.models import Model, Transformer
 from workloads.spec import ADAM_INT8, Hyper, JobSpec, SpecError, Workload, check_value
 
 from . import artifacts, paths
@@ -22,13 +23,13 @@ else:  # pragma: no cover
 
 # What each runtime implements: per precision the devices it trains on, the methods and the data
 # sets it reads; every other combination is left out of a plan, with the reason. (The int8
-# reference computes on the job's device, exactly on a GPU too; the C++ binary reads the data sets
-# stored as IDX files, not scikit-learn's digits, which are made on the board.)
+# reference computes on the job's device, exactly on a GPU too; the C++ binary reads the image and
+# point sets stored as IDX files, not scikit-learn's digits, which are made on the board, nor text.)
 SUPPORT = {
     "torch": {"devices": {"fp32": ("cpu", "cuda"), "int8": ("cpu", "cuda")}, "methods": vocab.METHODS,
               "datasets": datasets.DATASETS},
     "cpp": {"devices": {"fp32": ("cpu",), "int8": ("cpu",)}, "methods": vocab.METHODS,
-            "datasets": tuple(d for d in datasets.DATASETS if d != "digits")},
+            "datasets": tuple(d for d in datasets.DATASETS if d != "digits" and not datasets.is_text(d))},
     "ort": {"devices": {"fp32": ("cpu",)}, "methods": ("full-zo", "elastic-zo"), "datasets": datasets.DATASETS,
             "why": "ONNX Runtime runs forward passes only, by design (use torch or cpp for full-bp)"},
 }
@@ -67,7 +68,7 @@ def _listed(words) -> str:
 
 
 def unsupported(runtime: str, method: str, precision: str, dataset: str, device: str,
-                model: Model | None = None, optimizer: str = "sgd") -> str | None:
+                model: Model | None = None, optimizer: str = "sgd", bp_layers: int = 0) -> str | None:
     """Why runtime cannot run the combination, or None. Every runtime trains FP32 with either
     optimizer (the ort runtime's BP head too); INT8 with sgd only (JobSpec.from_dict refuses)."""
     s = SUPPORT.get(runtime)
@@ -83,6 +84,13 @@ def unsupported(runtime: str, method: str, precision: str, dataset: str, device:
         return f"the {runtime} runtime trains {precision} on {_listed(s['devices'][precision])}, not {device}"
     if runtime == "cpp" and model is not None and (why := cpp_refuses(model)):
         return f"the cpp runtime cannot run {model.name}: {why}"
+    if runtime == "ort" and model is not None:
+        try:
+            front_layers(model, method, bp_layers)
+        except SpecError as e:
+            return str(e).partition(": ")[2]       # the runner's own reason, without its key
+        except ValueError:      # bp_layers out of the model's range: JobSpec names it
+            pass
     if precision == "int8" and optimizer != "sgd":
         return ADAM_INT8
     return None
@@ -121,21 +129,32 @@ def safe_name(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("._") or "_"
 
 
-def check_data(suite: Suite, workload: Workload, hyper: Hyper, overrides: dict) -> None:
+def holds(dataset: str) -> str:
+    """What a data set's samples are, in the words of check_data's refusals."""
+    return "text" if datasets.is_text(dataset) else "point clouds" if datasets.is_points(dataset) else "images"
+
+
+def takes(model: Model | Transformer) -> str:
+    return "text" if model.kind == Transformer.kind else "point clouds" if model.points else "images"
+
+
+def check_data(suite: Suite, workload: Workload, hyper: Hyper, overrides: dict) -> str:
     """Refuse now, naming the setting, a data set that is missing, does not fit the model (images
-    for an image model, point clouds for a point model, as many classes), or is smaller than the
-    samples, points and batch the hyperparameters take from it: a runner would fail, or cut it
-    silently; or a rotation of a data set that is not images stored as IDX files. A point set's
-    size is read from the IDX files made from it, so they are made here."""
+    for an image model, point clouds for a point model, text for a transformer of a vocabulary
+    as large as the tokenizer's; as many classes, which a transformer takes from its text set
+    instead), or is smaller than the samples, points and batch the hyperparameters take from
+    it: a runner would fail, or cut it silently; or a rotation of a data set that is not images
+    stored as IDX files. A point or text set's size is read from the IDX files made from it, so
+    they are made here. Returns the data_dir a runner reads the data from here: the folder made for
+    a point or text set, else the workload's."""
     def origin(key: str) -> str:
         return f"--set {key}={overrides[key]}: {key}" if key in overrides else f"{suite.path}: hyper.{key}"
 
     name, model = workload.dataset, workload.resolve()
-    kind = {True: "point clouds", False: "images"}
-    if datasets.is_points(name) != model.points:
-        raise UserError(f"{suite.path}: workload.dataset: {name} holds {kind[datasets.is_points(name)]}, "
-                        f"but workload.model {model.name} takes {kind[model.points]}")
-    if datasets.classes(name) != model.classes:
+    if holds(name) != takes(model):
+        raise UserError(f"{suite.path}: workload.dataset: {name} holds {holds(name)}, "
+                        f"but workload.model {model.name} takes {takes(model)}")
+    if not datasets.is_text(name) and datasets.classes(name) != model.classes:
         raise UserError(f"{suite.path}: workload.dataset: {name} has {datasets.classes(name)} classes, "
                         f"but workload.model {model.name} has {model.classes} outputs")
     try:
@@ -145,20 +164,28 @@ def check_data(suite: Suite, workload: Workload, hyper: Hyper, overrides: dict) 
     if hyper.points > datasets.STORED_POINTS:
         raise UserError(f"{origin('points')}: expected at most the {datasets.STORED_POINTS} points stored per "
                         f"cloud of {name} (0 = all of them), got {hyper.points}")
+    made = datasets.is_points(name) or datasets.is_text(name)
+    context = (hyper.context or model.context) if datasets.is_text(name) else 0
     try:
-        data_dir = artifacts.raw_idx(name, workload.data_dir).dir if datasets.is_points(name) else workload.data_dir
+        data_dir = str(artifacts.raw_idx(name, workload.data_dir).dir) if made else workload.data_dir
         datasets.check(name, data_dir)
-        size = {split: datasets.split_size(name, split, data_dir) for split in ("train", "test")}
+        size = {split: datasets.split_size(name, split, data_dir, context) for split in ("train", "test")}
+        vocab = datasets.manifest(name, data_dir)["vocab"] if datasets.is_text(name) else 0
     except datasets.DatasetError as e:
         raise UserError(f"{suite.path}: workload.dataset: {e}") from None
+    if datasets.is_text(name) and vocab > model.vocab:
+        raise UserError(f"{suite.path}: workload.model: {model.name} has a vocabulary of {model.vocab} tokens, "
+                        f"but the tokenizer of {name} has {vocab}")
+    what = f"sequences of {context} tokens" if name == "fortunes" else "samples"
     for key, split in (("train_samples", "train"), ("test_samples", "test")):
         if getattr(hyper, key) > size[split]:
-            raise UserError(f"{origin(key)}: expected at most the {size[split]} samples of {name} "
+            raise UserError(f"{origin(key)}: expected at most the {size[split]} {what} of {name} "
                             f"{split} (0 = all of them), got {getattr(hyper, key)}")
     train = hyper.train_samples or size["train"]
     if hyper.batch_size > train:
-        raise UserError(f"{origin('batch_size')}: expected at most the {train} training samples, "
+        raise UserError(f"{origin('batch_size')}: expected at most the {train} training {what}, "
                         f"got {hyper.batch_size}")
+    return data_dir
 
 
 def _select(kind: str, values: list, wanted: list[str], known) -> list:
@@ -201,10 +228,13 @@ def make(suite: Suite, targets: list[Target], *, methods=(), runtimes=(), precis
     commit = harness_commit()
 
     def workload_spec(dataset: str, rotate: float, hyper: dict) -> dict:
-        """Every runner executes the description in its spec, not a name it would look up."""
+        """Every runner executes the description in its spec, not a name it would look up: a
+        transformer's with the classification head its text set's labels need (none for a
+        language model)."""
         w = {**suite.workload, "dataset": dataset, "rotate": rotate}
-        check_data(suite, Workload(**w), Hyper(**hyper), overrides)
-        return {**w, "architecture": model.to_dict()}
+        data_dir = check_data(suite, Workload(**w), Hyper(**hyper), overrides)
+        trained = model.with_classes(datasets.classes(dataset, data_dir)) if datasets.is_text(dataset) else model
+        return {**w, "architecture": trained.to_dict()}
 
     def job(job_id: str, target: Target, spec: dict) -> Job:
         spec = {"job_id": job_id, "device": target.device, "seed": suite.seed, "threads": target.threads,
@@ -243,7 +273,7 @@ def make(suite: Suite, targets: list[Target], *, methods=(), runtimes=(), precis
                             if m.method == "full-bp" and zo_loss != zo_losses[0]:
                                 continue    # full-bp computes no ZO loss: one job per precision, not per zo_loss
                             why = unsupported(runtime, m.method, precision, dataset, target.device, model,
-                                              hyper.get("optimizer", Hyper.optimizer))
+                                              hyper.get("optimizer", Hyper.optimizer), m.bp_layers)
                             if why:
                                 notes.append(f"{m} {precision} on {runtime}: {why}")
                                 continue
@@ -280,7 +310,7 @@ def _pretrain_job(suite: Suite, target: Target, precision: str, dataset: str, jo
         raise UserError(f"{suite.path}: pretrain.runtime: target {target.name} has no {pre.runtime} runtime "
                         f"(it has {', '.join(target.runtimes)})")
     why = unsupported(pre.runtime, pre.method.method, precision, dataset, target.device, model,
-                      hyper.get("optimizer", Hyper.optimizer))
+                      hyper.get("optimizer", Hyper.optimizer), pre.method.bp_layers)
     if why:
         raise UserError(f"{suite.path}: pretrain: {pre.method} {precision} on {pre.runtime}: {why}")
     return job(job_id, target, {"method": pre.method.method, "runtime": pre.runtime, "bp_layers": pre.method.bp_layers,

@@ -113,6 +113,12 @@ class Store:
             raise UserError(f"cannot write a run to {self.runs}: {e.strerror}") from None
         return run_id
 
+    def extend_plan(self, run_id: str, jobs: list[dict]) -> None:
+        """Add jobs to a run whose next job depends on the last one's outcome (zobench fit)."""
+        plan = self.run_plan(run_id)
+        plan["jobs"] += jobs
+        write_atomic(self.run_dir(run_id) / "run.json", plan)
+
     def check_writable(self, run_id: str | None = None) -> None:
         """Refuse a store that cannot take a file (a read-only mount, a folder without
         permission) before a command writes any part of a run or runs a job."""

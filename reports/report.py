@@ -82,6 +82,8 @@ def build(store, run_ids: list[str], out: Path | None = None, targets=(), method
         del draw["energy"]
     if not len(finetune.tuned(ok)):
         del draw["finetune"]
+    if not models:
+        del draw["memory"]
     with sns.axes_style("whitegrid"), sns.plotting_context("notebook", font_scale=0.85):
         for name, make in draw.items():
             fig = make() if len(ok) else _nothing_to_chart()
@@ -95,12 +97,13 @@ def build(store, run_ids: list[str], out: Path | None = None, targets=(), method
 
 
 def _models(df: pd.DataFrame) -> dict:
-    """Per model its description, most common batch and FP32 optimizer (adam adds Eq. 5's
-    moments): the memory chart draws a row for each."""
+    """Per layer model its description, most common batch and FP32 optimizer (adam adds Eq. 5's
+    moments): the memory chart, the ElasticZO paper's Figs. 4-6, draws a row for each. A
+    transformer's memory has other parts (docs/transformers.md) and no INT8 side."""
     fp32 = df[df["precision"] == "fp32"]
     return {name: (g["network"].iloc[0], int(g["batch"].mode()[0]),
                    fp32.loc[fp32["model"] == name, "optimizer"].mode().get(0, "sgd"))
-            for name, g in df.groupby("model", sort=False)}
+            for name, g in df.groupby("model", sort=False) if g["network"].iloc[0].kind == "layers"}
 
 
 def _method_palette(df: pd.DataFrame) -> dict:

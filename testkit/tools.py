@@ -44,6 +44,8 @@ def _fmnist_files() -> tuple[str, ...]:
 TOOLS = (
     Tool("Fashion-MNIST", "dataset-fashion-mnist", RUN, _fmnist_files(),
          "or the four IDX files in $ZOBENCH_DATA/fashion-mnist", skippable=False),
+    # the text data sets' corpus (workloads/text.py): a topic file of the package's own
+    Tool("fortunes", "fortunes", RUN, ("/usr/share/games/fortunes/cookie",)),
     Tool("cmake", "cmake", RUN),
     Tool("g++", "g++", RUN),
     Tool("nlohmann/json.hpp", "nlohmann-json3-dev", RUN, ("/usr/include/nlohmann/json.hpp",)),

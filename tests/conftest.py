@@ -3,12 +3,21 @@ four methods reused by the tests that read results, and the sshd farm. The helpe
 live in testkit/, which the benchmarks share."""
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from zobench.cli import main
 from harness.store import Store
 from testkit.runners import aarch64_binary, idx_data_dir, native_binary
 from testkit.tools import require
+
+
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # make test runs two workers on two cores: a runner's OpenMP (torch, the C++ binary) spinning
+    # on two threads beside the other worker's slowed some tests tenfold. One thread each; a
+    # test that sets its own thread count (spec.threads) still gets it.
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 @pytest.fixture(scope="session")

@@ -1,12 +1,22 @@
-"""The analytic memory model against the ElasticZO paper's figures (DESIGN.md), within 3%."""
+"""The analytic memory model against the ElasticZO paper's figures (DESIGN.md), within 3%, and
+the transformer model against formulas worked by hand and against the torch engine's own tensors."""
 import json
 
+import numpy as np
 import pytest
+import torch
+from torch.multiprocessing.reductions import StorageWeakRef
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
 
-from harness.memory_model import breakdown, layer_outputs
-from workloads.models import LENET5, POINTNET
+from harness.memory_model import TRANSFORMER_PARTS, breakdown, layer_outputs
+from workloads import methods, zrng
+from workloads.clock import NullClock
+from workloads.models import LENET5, MODELS, POINTNET, Transformer
+from workloads.spec import JobSpec
+from workloads.torch_runner import TorchEngine
 
-from testkit.runners import zobench
+from testkit.runners import cli, zobench
 
 MIB, KIB = 2 ** 20, 2 ** 10
 
@@ -96,3 +106,244 @@ def test_cli_takes_a_model_and_its_number_of_points():
     assert row["total_bytes"] == breakdown(POINTNET.with_points(64), "full-zo", 8).total_bytes
     bad = zobench("memory", "--model", "lenet5", "--points", "64", "--batch", "8")
     assert bad.returncode == 2 and "only a point-cloud model takes a number of points" in bad.stderr
+
+
+# --- transformers (docs/transformers.md) ---
+
+# vocabulary V, context T, width D, depth L, heads H, MLP width F
+V, T, D, L, H, F = 64, 8, 16, 2, 2, 32
+TINY = Transformer("tiny", V, T, D, L, H, F)
+TINY_LLAMA = Transformer("tiny-llama", V, T, D, L, H, F, family="llama", style="llama", tied=False)
+# wide enough that the ZO forward's largest moment outweighs the perturbation's chunk
+MID = Transformer("mid", 512, 64, 64, 2, 4, 256)
+MID_LLAMA = Transformer("mid-llama", 512, 64, 64, 2, 4, 172, family="llama", style="llama", tied=False)
+CONFIGS = [("full-bp", 0, False), ("full-bp", 0, True), ("full-zo", 0, False), ("elastic-zo", 1, False),
+           ("elastic-zo", 2, False), ("elastic-zo", 2, True), ("elastic-zo", 3, False)]
+
+
+def tiny_parts(method, k=0, optimizer="sgd", checkpointing=False):
+    return breakdown(TINY, method, 2, bp_layers=k, optimizer=optimizer, checkpointing=checkpointing).parts
+
+
+def test_tiny_gpt2_by_hand():
+    B = 2
+    N, S, O = B * T, B * H * T * T, B * T * V                     # tokens, scores of a block, logits
+    block_params = 2 * D + (3 * D * D + 3 * D) + (D * D + D) + 2 * D + (F * D + F) + (D * F + D)
+    params = V * D + T * D + L * block_params + 2 * D             # wte (tied head), wpe, blocks, ln_f
+    # ln1: x, mean, rstd; qkv: h; q, k, v copies; p; proj: the heads; ln2: x2, mean, rstd; fc: h;
+    # gelu: u; proj: gelu(u)
+    block = N * D + 2 * N + N * D + 3 * N * D + S + N * D + N * D + 2 * N + N * D + N * F + N * F
+    head = N * D + 2 * N + N * D + O + 1                          # ln_f; the LM linear's h; log-softmax; total weight
+    inputs = 8 * N + 8 * N + T * T                                # int64 tokens and targets; the bool causal mask
+    chunk = min(zrng.CHUNK, params)
+    assert (params, block, head) == (5632, 3392, 1569)
+
+    bp = tiny_parts("full-bp")
+    assert bp == {"parameters": 4 * params, "gradients": 4 * params, "optimizer": 0,
+                  "activations": 4 * (L * block + head), "recompute": 0,
+                  "working": 4 * 3 * O,                           # bp-head: the logits, their two gradients
+                  "inputs": inputs}
+    assert tiny_parts("full-bp", optimizer="adam") == {**bp, "optimizer": 4 * 2 * params}
+    ckpt = tiny_parts("full-bp", checkpointing=True)
+    assert ckpt == {**bp, "activations": 4 * (L * N * D + head), "recompute": 4 * (block - N * D)}
+
+    zo = tiny_parts("full-zo")
+    assert tiny_parts("full-zo", optimizer="adam") == zo
+    assert zo == {"parameters": 4 * params, "gradients": 0, "optimizer": 0, "activations": 0, "recompute": 0,
+                  # the logits held, and zo-attention's 2 score tensors, zo-mlp's or zo-head's
+                  "working": 4 * (max(O + 2 * S + 5 * N * D, O + 3 * N * D + 2 * N * F, 2 * O + 2 * N * D) + chunk),
+                  "inputs": inputs}
+
+    # ElasticZO k=1: the head (ln_f) by BP; the tied LM head multiplies by a copy of the ZO-trained
+    # embedding, which its linear keeps instead of h; both perturbed passes kept
+    ln_f = 2 * D
+    head_zo_embedding = N * D + 2 * N + V * D + O + 1
+    k1 = tiny_parts("elastic-zo", 1)
+    assert k1 == {"parameters": 4 * params, "gradients": 4 * ln_f, "optimizer": 0,
+                  "activations": 4 * 2 * head_zo_embedding, "recompute": 0,
+                  "working": 4 * (3 * O + min(zrng.CHUNK, params - ln_f)), "inputs": inputs}
+    assert tiny_parts("elastic-zo", 1, "adam") == {**k1, "optimizer": 4 * 2 * ln_f}
+    k2 = tiny_parts("elastic-zo", 2, "adam")
+    assert k2["activations"] == 4 * 2 * (block + head_zo_embedding)
+    assert k2["optimizer"] == 4 * 2 * (block_params + ln_f)
+
+
+def test_tiny_llama_by_hand():
+    B = 2
+    N, S, O = B * T, B * H * T * T, B * T * V
+    block_params = D + 3 * D * D + D * D + D + 3 * F * D          # rms1, qkv, proj, rms2, gate, up, down
+    params = V * D + L * block_params + D + V * D                 # wte, blocks, rms_f, lm_head
+    # rms1: x, rsqrt, x*rsqrt; qkv: h; rotated q, k; p; v copy; proj: the heads; rms2: x2, rsqrt,
+    # x2*rsqrt; gate and up: h; silu's input and output, up's output, their product
+    block = N * D + N + N * D + N * D + 2 * N * D + S + N * D + N * D + N * D + N + N * D + N * D + 4 * N * F
+    first = block - N * D - N           # its input needs no gradient: pow keeps neither x nor rsqrt
+    head = N * D + N + N * D + N * D + O + 1
+    parts = breakdown(TINY_LLAMA, "full-bp", B).parts
+    assert parts["parameters"] == 4 * params and parts["activations"] == 4 * (L * block + head)
+    assert parts["inputs"] == 8 * N + 8 * N + T * T + 4 * 2 * T * (D // H)   # mask; rotary cos and sin
+    assert breakdown(TINY_LLAMA, "elastic-zo", B, bp_layers=3).parts["activations"] == 4 * 2 * (first + block + head)
+    assert breakdown(TINY_LLAMA, "full-zo", B).parts["working"] == 4 * (O + 2 * S + 7 * N * D + min(zrng.CHUNK, params))
+
+
+def _engine(model, method, k=0, checkpointing=False, batch=2):
+    """The torch engine on model, one batch of random tokens, and the storages the activations
+    do not count (the flat parameters, the batch, the mask and rotary tables: other parts)."""
+    data = "fortunes-topics" if model.classes else "fortunes"
+    spec = JobSpec.from_dict({"job_id": "m", "method": method, "bp_layers": k, "threads": 1,
+                              "workload": {"model": model.name, "architecture": model.to_dict(), "dataset": data},
+                              "hyper": {"checkpointing": checkpointing}})
+    e = TorchEngine(spec, model, model.init_weights(0))
+    rng = np.random.default_rng(0)
+    labels = (batch,) if model.classes else (batch, model.context)
+    x, y = e.load_batch(rng.integers(0, model.vocab, (batch, model.context)),
+                        rng.integers(0, model.classes or model.vocab, labels))
+    mask, rope = e.net.table(model.context, e.flat)
+    return e, x, y, [e.flat, x, y, mask, *(rope or ())]
+
+
+def _step(e, x, y):
+    if e.n_zo:
+        methods.zo_step(e, x, y, 5, 1e-3, 5.0, 1e-3, 0.01, NullClock())
+    else:
+        methods.bp_step(e, x, y, 0.01, NullClock())
+
+
+class Live(TorchDispatchMode):
+    """The bytes of the storages made while it is active that are alive now, and the most at any
+    op: what a step holds, measured on the CPU, which has no allocator statistics."""
+
+    def __init__(self, *ignore):
+        super().__init__()
+        self.ignore = {t.untyped_storage().data_ptr() for t in ignore}
+        self.refs, self.peak = {}, 0
+
+    def now(self) -> int:
+        self.refs = {p: (r, n) for p, (r, n) in self.refs.items() if not r.expired()}
+        return sum(n for _, n in self.refs.values())
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        self.now()      # forget the freed first: a new storage may reuse a freed one's address
+        for t in tree_leaves(out):
+            if isinstance(t, torch.Tensor):
+                s = t.untyped_storage()
+                if s.data_ptr() not in self.ignore and s.data_ptr() not in self.refs:
+                    self.refs[s.data_ptr()] = StorageWeakRef(s), s.nbytes()
+        self.peak = max(self.peak, self.now())
+        return out
+
+
+MODELS_BOTH = [TINY, TINY_LLAMA, TINY.with_classes(3), TINY_LLAMA.with_classes(3)]
+
+
+@pytest.mark.parametrize("model", MODELS_BOTH, ids=lambda m: f"{m.style}-{'cls' if m.classes else 'lm'}")
+@pytest.mark.parametrize("method,k", [("full-bp", 0), ("elastic-zo", 1), ("elastic-zo", 2), ("elastic-zo", 3)])
+def test_activations_are_what_autograd_saves(model, method, k):
+    """Every tensor the real engine's step hands autograd to keep, each storage once (a view, or
+    a tensor two ops keep, costs once), is the activations part to the byte."""
+    e, x, y, ignore = _engine(model, method, k)
+    ignore = {t.untyped_storage().data_ptr() for t in ignore}
+    saved = {}
+
+    def pack(t):
+        s = t.untyped_storage()
+        if s.data_ptr() not in ignore:
+            saved[s.data_ptr()] = s.nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        _step(e, x, y)
+    assert sum(saved.values()) == breakdown(model, method, 2, bp_layers=k).parts["activations"]
+
+
+@pytest.mark.parametrize("model", MODELS_BOTH, ids=lambda m: f"{m.style}-{'cls' if m.classes else 'lm'}")
+@pytest.mark.parametrize("method,k", [("full-bp", 0), ("elastic-zo", 2), ("elastic-zo", 3)])
+@pytest.mark.parametrize("checkpointing", [False, True])
+def test_what_the_passes_leave_alive_is_the_activations(model, method, k, checkpointing):
+    """Checkpointing keeps its block inputs out of autograd's sight, so here what outlives the
+    forward passes is weighed instead: the activations, the output the step holds and each
+    pass's loss."""
+    e, x, y, ignore = _engine(model, method, k, checkpointing)
+    passes = 2 if method == "elastic-zo" else 1
+    with Live(*ignore) as live:
+        for _ in range(passes):
+            out = e.forward(x, keep=True)
+            e.loss(out, y)
+        left = live.now()
+    r = breakdown(model, method, 2, bp_layers=k, checkpointing=checkpointing)
+    assert left == r.parts["activations"] + 4 * out.numel() + 4 * passes
+
+
+@pytest.mark.parametrize("model", [MID, MID_LLAMA, MID.with_classes(4), MID_LLAMA.with_classes(4)],
+                         ids=lambda m: f"{m.style}-{'cls' if m.classes else 'lm'}")
+def test_a_zo_steps_peak_is_its_largest_moment(model):
+    e, x, y, ignore = _engine(model, "full-zo")
+    with Live(*ignore) as live:
+        _step(e, x, y)
+    r = breakdown(model, "full-zo", 2)
+    assert live.peak == r.parts["working"] - 4 * zrng.CHUNK
+
+
+@pytest.mark.parametrize("model", [MID, MID_LLAMA], ids=lambda m: m.style)
+def test_a_language_model_bp_steps_peak_is_its_activations_and_the_heads_moment(model):
+    """At the loss's backward every activation is still kept and no gradient made yet; the
+    measured peak is theirs and bp-head's, and the loss and its gradient (8 bytes)."""
+    e, x, y, ignore = _engine(model, "full-bp")
+    with Live(*ignore) as live:
+        _step(e, x, y)
+    r = breakdown(model, "full-bp", 2)
+    assert live.peak == r.parts["activations"] + r.parts["working"] + 8
+
+
+@pytest.mark.parametrize("model", MODELS_BOTH + [MID, MID_LLAMA.with_classes(4)],
+                         ids=lambda m: f"{m.name}-{'cls' if m.classes else 'lm'}")
+@pytest.mark.parametrize("method,k,checkpointing", CONFIGS)
+def test_the_parts_bound_a_measured_step(model, method, k, checkpointing):
+    """The parts add up as if every one were at its largest at once: never less than a step's
+    measured peak (less the parameters and inputs, allocated before it)."""
+    e, x, y, ignore = _engine(model, method, k, checkpointing)
+    with Live(*ignore) as live:
+        _step(e, x, y)
+    r = breakdown(model, method, 2, bp_layers=k, checkpointing=checkpointing)
+    assert live.peak <= r.total_bytes - r.parts["parameters"] - r.parts["inputs"]
+
+
+def test_bp_needs_several_times_mezos_memory_for_gpt2_small():
+    """Computed at B=8, T=1024: the activations (attention probabilities, the logits'
+    log-softmax) and the logits' gradients outweigh the weights MeZO needs."""
+    small = MODELS["gpt2-small"]
+    zo = breakdown(small, "full-zo", 8, context=1024).total_bytes
+    assert breakdown(small, "full-bp", 8, context=1024).total_bytes / zo > 4
+    assert breakdown(small, "full-bp", 8, context=1024, optimizer="adam").total_bytes / zo > 4
+    assert zo < breakdown(small, "full-bp", 8, context=1024, checkpointing=True).total_bytes < \
+        breakdown(small, "full-bp", 8, context=1024).total_bytes
+
+
+def test_cli_prints_a_transformers_parts(capsys):
+    p = cli(capsys, "memory", "--model", "gpt2-small", "--batch", "8", "--method", "full-bp", "--checkpointing",
+            "--optimizer", "adam", "--json")
+    assert p.returncode == 0, p.stderr
+    (row,) = json.loads(p.stdout)
+    assert row["context"] == 1024 and row["checkpointing"] is True
+    assert set(row["parts"]) == set(TRANSFORMER_PARTS)
+    assert row["total_bytes"] == breakdown(MODELS["gpt2-small"], "full-bp", 8, optimizer="adam",
+                                           checkpointing=True).total_bytes
+    p = cli(capsys, "memory", "--model", "llama2-7b", "--batch", "8", "--context", "512", "--checkpointing")
+    lines = p.stdout.splitlines()
+    assert p.returncode == 0 and len(lines) == 5 and "recompute" in lines[0] and " 512 " in lines[1]
+    assert "full-zo " in lines[2] and "+ckpt" not in lines[2] and "+ckpt" in lines[1]
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--model", "lenet5", "--context", "64"], "context: only a transformer takes it"),
+    (["--model", "lenet5", "--checkpointing"], "checkpointing: only a transformer takes it"),
+    (["--model", "gpt2-small", "--method", "full-zo", "--checkpointing"], "full-zo keeps no activations"),
+    (["--model", "gpt2-small", "--context", "2048"], "gpt2-small has 1024 learned positions"),
+    (["--model", "gpt2-small", "--precision", "int8"], "transformers train in fp32 only"),
+    (["--model", "gpt2-small", "--points", "64"], "it takes --context"),
+    (["--model", "gpt2-small", "--method", "elastic-zo", "--bp-layers", "14"], "between 1 and 13"),
+])
+def test_cli_refuses_what_a_model_does_not_take(capsys, args, needle):
+    p = cli(capsys, "memory", "--batch", "8", *args)
+    lines = p.stderr.strip().splitlines()
+    assert p.returncode == 2 and len(lines) == 1 and needle in lines[0] and "Traceback" not in p.stderr

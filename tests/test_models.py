@@ -6,7 +6,7 @@ import torch
 
 from harness.artifacts import onnx_graph
 from harness.memory_model import layer_outputs
-from workloads import datasets, int8, methods, onnx_export, zrng
+from workloads import datasets, int8, methods, models, onnx_export, zrng
 from workloads.clock import PhaseClock
 from workloads.models import LENET5, MODELS, POINTNET, Layer, Model, ModelError
 from workloads.spec import JobSpec
@@ -207,7 +207,7 @@ def test_the_init_bounds_each_layer_by_its_fan_in(model):
 
 def test_every_description_survives_its_dict():
     for m in (*MODELS.values(), TINY):
-        assert Model.from_dict(m.to_dict()) == m
+        assert models.from_dict(m.to_dict()) == m
 
 
 # An MLP whose first layer has no ReLU: the BP head must follow `relu`, not "all but the last".

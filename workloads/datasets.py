@@ -1,5 +1,5 @@
-"""Image datasets as uint8 arrays, normalised per batch through a lookup table, and point
-clouds as float32 arrays, all read from IDX files.
+"""Image datasets as uint8 arrays, normalised per batch through a lookup table, point clouds
+as float32 arrays and text as int32 token ids, all read from IDX files.
 
 Samples stay uint8 in memory (Fashion-MNIST's 60k training images are 47 MB
 instead of 188 MB as float32) so a runner's peak RSS is dominated by training,
@@ -9,11 +9,17 @@ float64, which is bit-identical in every runtime.
 Point clouds (ModelNet40 and its synthetic stand-in) reach a runner only as the IDX files the
 host made from them (harness/artifacts.py, workloads/pointclouds.py): a board needs numpy and
 nothing else, and reads only the clouds and points a job uses (a Pi Zero 2 has 512 MB).
+
+The text sets (Debian's fortune cookies) reach a runner the same way: the host trains the BPE
+tokenizer and writes each split's token ids (workloads/text.py, harness/artifacts.py), and a
+runner reads only the tokens its samples span. `fortunes` is language modelling over a split's
+token stream, `fortunes-topics` the topic (the fortune file) of each entry (docs/datasets.md).
 """
 from __future__ import annotations
 
 import gzip
 import importlib.util
+import json
 import os
 import struct
 from dataclasses import dataclass
@@ -27,32 +33,61 @@ HOW_TO_GET = {
     "mnist": "put the four MNIST IDX files (train-images-idx3-ubyte[.gz], ...) in $ZOBENCH_DATA/mnist",
     "modelnet40": "unpack the HDF5 release (modelnet40_ply_hdf5_2048.zip) or the mesh release (ModelNet40.zip) "
                   "into $ZOBENCH_DATA/modelnet40 (README.md)",
+    "fortunes": "install Debian's fortunes package (apt-get install fortunes)",
 }
 # (mean, std) of the training pixels scaled to [0, 1]
 NORMALISATION = {"mnist": (0.1307, 0.3081), "fashion-mnist": (0.2860, 0.3530), "digits": (0.3365, 0.3214)}
 # point-cloud sets: how many classes, and how many points each stored cloud has
 POINT_SETS = {"modelnet40": 40, "modelnet40-synthetic": 40}
 STORED_POINTS = 1024
-DATASETS = (*NORMALISATION, *POINT_SETS)
+# text sets: both read the one folder of token files the host makes (TEXT_FILES, MANIFEST)
+TEXT_SETS = ("fortunes", "fortunes-topics")
+TEXT_FOLDER = "fortunes"
+DATASETS = (*NORMALISATION, *POINT_SETS, *TEXT_SETS)
 POINTS_MADE = ("the host makes a point set's IDX files (harness/artifacts.py raw_idx) and gives a job "
                "their folder as its data_dir")
+TEXT_MADE = ("the host makes the text sets' token files from Debian's fortunes package (harness/artifacts.py "
+             "raw_idx) and gives a job their folder as its data_dir")
+# a split's token files: the stream (each entry's ids, then the end-of-text id), each entry's
+# (first token, token count without end-of-text) in it, each entry's topic
+TEXT_FILES = {"tokens": ("idx1-int", 0x0C), "entries": ("idx2-int", 0x0C), "labels": ("idx1-ubyte", 0x08)}
+# beside them: the topics in label order, the vocabulary size, the pad id (manifest.json) and the
+# tokenizer itself, to decode what a model writes (tokenizer.json)
+MANIFEST, TOKENIZER = "manifest.json", "tokenizer.json"
 # A rotated data set's folder holds this file, the angle as text: a runner told to read rotated
 # images checks it, so a job pointed at an unrotated folder fails instead of training on it.
 ROTATION_FILE = "rotation"
 ROTATION_MADE = ("the harness makes the rotated files (harness/artifacts.py rotated_idx) and gives a job "
                  "their folder as its data_dir")
 # IDX type byte -> element type (IDX is big-endian)
-IDX_TYPES = {0x08: np.dtype(">u1"), 0x0D: np.dtype(">f4")}
-IDX_NAMES = {0x08: "unsigned-byte", 0x0D: "float32"}
+IDX_TYPES = {0x08: np.dtype(">u1"), 0x0C: np.dtype(">i4"), 0x0D: np.dtype(">f4")}
+IDX_NAMES = {0x08: "unsigned-byte", 0x0C: "int32", 0x0D: "float32"}
 
 
 def is_points(name: str) -> bool:
     return name in POINT_SETS
 
 
-def classes(name: str) -> int:
-    """How many classes a data set's labels name (10 for every image set)."""
-    return POINT_SETS.get(name, 10)
+def is_text(name: str) -> bool:
+    return name in TEXT_SETS
+
+
+def classes(name: str, data_dir: str | None = None) -> int:
+    """How many classes a data set's labels name: 10 for every image set; for `fortunes-topics`
+    its topics, read from the manifest of the files the host made (data_dir: their folder), 0
+    for `fortunes`, which has no labels (a language model)."""
+    if name == "fortunes-topics":
+        return len(manifest(name, data_dir)["topics"])
+    return 0 if is_text(name) else POINT_SETS.get(name, 10)
+
+
+def manifest(name: str, data_dir: str | None = None) -> dict:
+    """The text sets' manifest (text.Tokenised.manifest) from the folder of their token files."""
+    path = _find(name, MANIFEST, search_dirs(TEXT_FOLDER, data_dir))
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise DatasetError(f"dataset {name!r}: cannot read {path} ({e}); {TEXT_MADE}") from None
 
 
 class DatasetError(Exception):
@@ -73,10 +108,11 @@ def variant_name(name: str, rotate: float = 0.0) -> str:
 def check_rotatable(name: str, degrees: float) -> None:
     """Refuse a rotation of a data set that is not images stored as IDX files: they are rotated
     on the host, from those files, and digits is made by scikit-learn where it runs."""
-    if rotated(degrees) and (is_points(name) or name == "digits"):
+    if rotated(degrees) and (name not in NORMALISATION or name == "digits"):
+        what = "point clouds" if is_points(name) else "text" if is_text(name) else "made by scikit-learn"
         raise DatasetError(f"dataset {name!r}: workload.rotate = {degrees:g}: only the images of "
                            f"{' and '.join(n for n in NORMALISATION if n != 'digits')} are rotated, not {name} "
-                           f"({'point clouds' if is_points(name) else 'made by scikit-learn'})")
+                           f"({what})")
 
 
 def marker_text(degrees: float) -> str:
@@ -171,17 +207,31 @@ def _find(name: str, stem: str, dirs: list[Path]) -> Path:
             p = d / (stem + suffix)
             if p.is_file():
                 return p
-    hint = POINTS_MADE if is_points(name) else HOW_TO_GET.get(name, f"put its IDX files in $ZOBENCH_DATA/{name}")
+    hint = (POINTS_MADE if is_points(name) else TEXT_MADE if is_text(name)
+            else HOW_TO_GET.get(name, f"put its IDX files in $ZOBENCH_DATA/{name}"))
     raise DatasetError(f"dataset {name!r}: {stem}[.gz] not found in {', '.join(map(str, dirs))}; {hint}")
 
 
+def prefix(split: str) -> str:
+    return "train" if split == "train" else "t10k"
+
+
 def files(name: str, split: str, data_dir: str | None = None) -> tuple[Path, Path]:
-    """The (images or points, labels) IDX files of a dataset's split; DatasetError if missing.
-    A point set's files are the ones the host made (artifacts.raw_idx: its folder is the data_dir)."""
-    prefix = "train" if split == "train" else "t10k"
-    dirs = search_dirs(name, data_dir)
-    samples = f"{prefix}-points-idx3-float" if is_points(name) else f"{prefix}-images-idx3-ubyte"
-    return _find(name, samples, dirs), _find(name, f"{prefix}-labels-idx1-ubyte", dirs)
+    """The (images, points or tokens, labels) IDX files of a dataset's split; DatasetError if
+    missing. A point or text set's files are the ones the host made (artifacts.raw_idx: its folder
+    is the data_dir)."""
+    if is_text(name):
+        found = text_files(name, split, data_dir)
+        return found["tokens"], found["labels"]
+    dirs, p = search_dirs(name, data_dir), prefix(split)
+    samples = f"{p}-points-idx3-float" if is_points(name) else f"{p}-images-idx3-ubyte"
+    return _find(name, samples, dirs), _find(name, f"{p}-labels-idx1-ubyte", dirs)
+
+
+def text_files(name: str, split: str, data_dir: str | None = None) -> dict[str, Path]:
+    """A text split's token files by kind (TEXT_FILES), made by the host into data_dir."""
+    dirs = search_dirs(TEXT_FOLDER, data_dir)
+    return {kind: _find(name, f"{prefix(split)}-{kind}-{stem}", dirs) for kind, (stem, _) in TEXT_FILES.items()}
 
 
 def check(name: str, data_dir: str | None = None) -> None:
@@ -192,21 +242,31 @@ def check(name: str, data_dir: str | None = None) -> None:
         if importlib.util.find_spec("sklearn") is None:
             raise DatasetError("dataset 'digits' needs scikit-learn (pip install scikit-learn)")
         return
+    if is_text(name):
+        manifest(name, data_dir)
     for split in ("train", "test"):
-        files(name, split, data_dir)
+        (text_files if is_text(name) else files)(name, split, data_dir)
 
 
-def split_size(name: str, split: str, data_dir: str | None = None) -> int:
+def split_size(name: str, split: str, data_dir: str | None = None, context: int = 0) -> int:
     """How many samples a split holds, from its labels file's header (the data stays unread),
-    so a plan can refuse more samples than there are."""
+    so a plan can refuse more samples than there are. For `fortunes`, the sequences of
+    `context` tokens (the job's hyper.context, or its model's) its token stream holds."""
     if name == "digits":
         cut = _digits_cut(DIGITS_SAMPLES)
         return cut if split == "train" else DIGITS_SAMPLES - cut
+    if name == "fortunes":
+        return sequences(_records(text_files(name, split, data_dir)["tokens"], 0x0C), _context(name, context))
     _, labels = files(name, split, data_dir)
-    with (gzip.open if labels.suffix == ".gz" else open)(labels, "rb") as f:
+    return _records(labels, 0x08)
+
+
+def _records(path: Path, type_byte: int) -> int:
+    """The first dimension an IDX file's header names, of a file of one dimension."""
+    with (gzip.open if path.suffix == ".gz" else open)(path, "rb") as f:
         head = f.read(8)
-    if len(head) < 8 or head[:4] != b"\x00\x00\x08\x01":
-        raise DatasetError(f"{labels}: not an unsigned-byte IDX file of one dimension")
+    if len(head) < 8 or head[:4] != bytes([0, 0, type_byte, 1]):
+        raise DatasetError(f"{path}: not an {IDX_NAMES[type_byte]} IDX file of one dimension")
     return struct.unpack(">I", head[4:])[0]
 
 
@@ -281,15 +341,18 @@ def _load_points(name: str, split: str, limit: int, data_dir: str | None, precis
 
 
 def load(name: str, split: str, limit: int = 0, data_dir: str | None = None, precision: str = "fp32",
-         points: int = 0, rotate: float = 0.0) -> Split | PointSplit:
+         points: int = 0, rotate: float = 0.0, context: int = 0) -> Split | PointSplit | TokenSplit | EntrySplit:
     """The first `limit` samples (0 = all) of a split ('train' or 'test'). For int8 the
     table maps a pixel to pixel >> 1, the 7-bit input with exponent -7 (docs/int8.md). A point
     set's clouds keep their first `points` points (0 = all stored). Images rotated by `rotate`
     degrees are read from the folder the host rotated them into, never turned here: every
-    runtime reads the same bytes (check_rotation refuses any other folder)."""
+    runtime reads the same bytes (check_rotation refuses any other folder). A text set's
+    samples are `context` tokens long (the job's hyper.context, or its model's)."""
     if name not in DATASETS:
         raise DatasetError(f"unknown dataset {name!r}; expected one of {', '.join(DATASETS)}")
     check_rotatable(name, rotate)
+    if is_text(name):
+        return _load_text(name, split, limit, data_dir, _context(name, context))
     if is_points(name):
         return _load_points(name, split, limit, data_dir, precision, points)
     if name == "digits":
@@ -300,3 +363,65 @@ def load(name: str, split: str, limit: int = 0, data_dir: str | None = None, pre
         images, labels = _idx_split(name, split, data_dir, limit, rotate)
     lut = (np.arange(256) >> 1).astype(np.int8) if precision == "int8" else lookup_table(name)
     return Split(np.ascontiguousarray(images), labels.astype(np.int64), lut)
+
+
+def _context(name: str, context: int) -> int:
+    if context < 1:
+        raise DatasetError(f"dataset {name!r}: its samples are sequences of tokens, and the job names none "
+                           f"(context {context}: hyper.context, or the transformer's)")
+    return context
+
+
+def sequences(tokens: int, context: int) -> int:
+    """How many samples of `context` tokens a stream of `tokens` holds: each also needs the
+    token after its last, its last target."""
+    return max(0, (tokens - 1) // context)
+
+
+@dataclass
+class TokenSplit:
+    """`fortunes`: sample i is the stream's tokens [i T, i T + T), its targets the next token of each."""
+    tokens: np.ndarray   # int32 [n]: the split's stream
+    context: int         # T
+
+    def __len__(self) -> int:
+        return sequences(len(self.tokens), self.context)
+
+    def batch(self, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """int32 [B, T] inputs and int32 [B, T] targets: the inputs shifted left by one."""
+        window = self.tokens[np.asarray(idx)[:, None] * self.context + np.arange(self.context + 1)]
+        return window[:, :-1], window[:, 1:]
+
+
+@dataclass
+class EntrySplit:
+    """`fortunes-topics`: sample i is entry i's last T tokens, left-padded with the pad id (the
+    end-of-text token, which no entry holds) when it is shorter, its label the entry's topic. A
+    classifier reads the last position, the entry's own last token, whatever its length."""
+    tokens: np.ndarray   # int32 [n]: the split's stream
+    entries: np.ndarray  # int64 [N, 2]: each entry's first token in the stream and its token count
+    labels: np.ndarray   # int64 [N]
+    context: int         # T
+    pad: int
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def batch(self, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """int32 [B, T] token ids and int64 [B] topics for entry indices idx."""
+        start, count = self.entries[idx, 0, None], self.entries[idx, 1, None]
+        pos = start + count - self.context + np.arange(self.context)
+        return np.where(pos >= start, self.tokens[np.maximum(pos, 0)], self.pad).astype(np.int32), self.labels[idx]
+
+
+def _load_text(name: str, split: str, limit: int, data_dir: str | None, context: int) -> TokenSplit | EntrySplit:
+    """Only the tokens the first `limit` samples span are read: the stream is mapped, not read."""
+    found = text_files(name, split, data_dir)
+    if name == "fortunes":
+        return TokenSplit(read_idx(found["tokens"], 0x0C, limit * context + 1 if limit else 0), context)
+    entries, labels = read_idx(found["entries"], 0x0C, limit), read_idx(found["labels"], 0x08, limit)
+    if entries.ndim != 2 or entries.shape[1] != 2 or len(entries) != len(labels):
+        raise DatasetError(f"dataset {name!r} {split}: entries {entries.shape} do not match labels {labels.shape}")
+    end = int((entries[:, 0] + entries[:, 1]).max()) if len(entries) else 1
+    return EntrySplit(read_idx(found["tokens"], 0x0C, end), entries.astype(np.int64), labels.astype(np.int64),
+                      context, int(manifest(name, data_dir)["pad"]))

@@ -26,6 +26,7 @@ bp_layers FC layers) a suffix.
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import math
 import re
@@ -83,12 +84,14 @@ class Shapes:
 
 @dataclass(frozen=True)
 class Model:
+    """A network of trainable layers (conv2d, fc, pointwise): LeNet-5, PointNet."""
     name: str
     input_shape: tuple   # (C, H, W) for images, (N, C) for point clouds
     classes: int
     layers: tuple
     init: str = "pytorch"   # INITS
     shapes: tuple = field(init=False, repr=False, compare=False)
+    kind = "layers"          # not a field: Transformer's is "transformer"
 
     def __post_init__(self):
         object.__setattr__(self, "shapes", tuple(_propagate(self)))
@@ -323,4 +326,250 @@ POINTNET = Model(
     init="he",
 )
 
-MODELS = {m.name: m for m in (LENET5, POINTNET)}
+
+
+# --- Decoder-only transformers (Katti et al.'s question: the largest model a method can fine-tune) ---
+
+STYLES = ("gpt2", "llama")
+TRANSFORMER_KEYS = ("kind", "name", "family", "vocab", "context", "width", "depth", "heads", "ffn",
+                    "style", "tied", "classes")
+INIT_STD = 0.02     # GPT-2's init: weights ~ std 0.02, residual projections / sqrt(2 depth)
+
+
+@dataclass(frozen=True)
+class Tensor:
+    """One parameter tensor of a transformer: its name, shape, the unit it belongs to (embed,
+    block<i>, head: what ElasticZO partitions), and how it starts (init_weights)."""
+    name: str
+    shape: tuple
+    unit: int
+    init: str            # "normal" (std INIT_STD), "residual" (INIT_STD / sqrt(2 depth)), "zeros", "ones"
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+
+@dataclass(frozen=True)
+class Transformer:
+    """A decoder-only transformer as data. Two styles share one layout scheme:
+
+    - "gpt2": token and learned position embeddings; each block is LayerNorm (weight, bias),
+      causal multi-head self-attention (one fused qkv projection [3D, D] with bias, an output
+      projection [D, D] with bias), LayerNorm, MLP D -> ffn -> D with GELU (tanh form) and
+      biases, both sub-layers residual; a final LayerNorm; the LM head tied to the token
+      embedding unless tied = false.
+    - "llama": token embedding only (rotary positions, RoPE base 10000, on q and k); RMSNorm
+      (weight only, eps 1e-5); attention as above without biases; a SwiGLU MLP (gate [ffn, D],
+      up [ffn, D], down [D, ffn], no biases); a final RMSNorm; an untied LM head.
+
+    classes > 0 adds a classification head [classes, D] + bias, read at the last position after
+    the final norm: the fine-tuning task of a text data set with labels (with_classes).
+
+    The flat parameter vector is the tensors in order (tensors()), each row-major, as for the
+    layer models: zobench-z's ZO index, weights files and weights_sha256 use it. The units are
+    what a method partitions: 0 = the embeddings, 1..depth = the blocks, depth + 1 = the head
+    (final norm, untied LM head, classification head). ElasticZO with bp_layers = K trains the
+    last K units by BP and the rest by ZO; a tied LM head is the token embedding, in unit 0, and
+    so is trained by ZO unless K covers every unit (docs/transformers.md)."""
+    name: str
+    vocab: int
+    context: int          # positions it is built for (learned positions: the table's rows)
+    width: int            # D
+    depth: int            # blocks
+    heads: int
+    ffn: int              # MLP hidden width
+    family: str = "gpt2"  # the ladder it belongs to (zobench fit --model-family)
+    style: str = "gpt2"   # STYLES
+    tied: bool = True
+    classes: int = 0
+    kind = "transformer"  # not a field: what to_dict writes, and how descriptions are told apart
+    points = False
+
+    def __post_init__(self):
+        def bad(what):
+            return ModelError(f"model {self.name}: {what}")
+        if not re.fullmatch(NAME, self.name):
+            raise bad(f"name {self.name!r}: expected lower-case letters, digits, '.', '_' and '-'")
+        for key in ("vocab", "context", "width", "depth", "heads", "ffn"):
+            v = getattr(self, key)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise bad(f"{key}: expected a positive integer, got {v!r}")
+        if self.width % self.heads:
+            raise bad(f"width {self.width} is not a multiple of heads {self.heads}")
+        if self.style not in STYLES:
+            raise bad(f"style {self.style!r}: expected one of {', '.join(map(repr, STYLES))}")
+        if self.style == "llama" and (self.tied or (self.width // self.heads) % 2):
+            raise bad("a llama-style model has an untied head and an even head width (rotary pairs)")
+        if not isinstance(self.classes, int) or self.classes < 0 or self.classes == 1:
+            raise bad(f"classes: expected 0 (language model only) or >= 2, got {self.classes!r}")
+
+    @property
+    def head_dim(self) -> int:
+        return self.width // self.heads
+
+    @property
+    def input_shape(self) -> tuple:
+        return (self.context,)
+
+    @property
+    def units(self) -> int:
+        return self.depth + 2
+
+    def tensors(self) -> list[Tensor]:
+        """Every parameter tensor, in layout order."""
+        d, f, gpt2 = self.width, self.ffn, self.style == "gpt2"
+        out = [Tensor("wte", (self.vocab, d), 0, "normal")]
+        if gpt2:
+            out.append(Tensor("wpe", (self.context, d), 0, "normal"))
+
+        def norm(name, unit):
+            return [Tensor(f"{name}.weight", (d,), unit, "ones")] + \
+                ([Tensor(f"{name}.bias", (d,), unit, "zeros")] if gpt2 else [])
+
+        def linear(name, shape, unit, init="normal"):
+            return [Tensor(f"{name}.weight", shape, unit, init)] + \
+                ([Tensor(f"{name}.bias", (shape[0],), unit, "zeros")] if gpt2 else [])
+
+        for i in range(self.depth):
+            u, b = i + 1, f"h{i}"
+            out += norm(f"{b}.ln1", u) + linear(f"{b}.attn.qkv", (3 * d, d), u) + \
+                linear(f"{b}.attn.proj", (d, d), u, "residual") + norm(f"{b}.ln2", u)
+            if gpt2:
+                out += linear(f"{b}.mlp.fc", (f, d), u) + linear(f"{b}.mlp.proj", (d, f), u, "residual")
+            else:
+                out += linear(f"{b}.mlp.gate", (f, d), u) + linear(f"{b}.mlp.up", (f, d), u) + \
+                    linear(f"{b}.mlp.down", (d, f), u, "residual")
+        head = self.depth + 1
+        out += norm("ln_f", head)
+        if not self.tied:
+            out.append(Tensor("lm_head.weight", (self.vocab, d), head, "normal"))
+        if self.classes:
+            out += [Tensor("cls.weight", (self.classes, d), head, "normal"),
+                    Tensor("cls.bias", (self.classes,), head, "zeros")]
+        return out
+
+    def offsets(self) -> list[tuple[str, int, tuple]]:
+        out, off = [], 0
+        for t in self.tensors():
+            out.append((t.name, off, t.shape))
+            off += t.size
+        return out
+
+    @property
+    def params_total(self) -> int:
+        return sum(t.size for t in self.tensors())
+
+    def unit_sizes(self) -> list[int]:
+        sizes = [0] * self.units
+        for t in self.tensors():
+            sizes[t.unit] += t.size
+        return sizes
+
+    def head_layers(self) -> int:
+        """The most units ElasticZO can train by BP: every block and the head."""
+        return self.depth + 1
+
+    def first_bp_layer(self, method: str, bp_layers: int) -> int:
+        """Index of the first unit trained by BP (as Model.first_bp_layer, over units)."""
+        if method == "full-bp":
+            return 0
+        if method == "full-zo":
+            return self.units
+        if not 1 <= bp_layers <= self.head_layers():
+            raise ValueError(f"bp_layers must be between 1 and {self.head_layers()} for {self.name} "
+                             f"(its head and {self.depth} blocks)")
+        return self.units - bp_layers
+
+    def split(self, method: str, bp_layers: int) -> int:
+        return sum(self.unit_sizes()[:self.first_bp_layer(method, bp_layers)])
+
+    def init_weights(self, seed: int) -> np.ndarray:
+        """GPT-2's init from zobench-z: normal tensors U(-b, b) with the std of N(0, 0.02) (b =
+        0.02 sqrt 3), residual projections scaled by 1/sqrt(2 depth), norms' weights 1, biases
+        0. Drawn a tensor at a time, so a 1.5B-parameter model needs no 8-byte-per-parameter
+        temporary."""
+        flat = np.empty(self.params_total, dtype=np.float32)
+        key = zrng.stream_key(seed, zrng.STREAM_INIT, 0)
+        for t, (_, off, _) in zip(self.tensors(), self.offsets()):
+            out = flat[off:off + t.size]
+            if t.init in ("zeros", "ones"):
+                out[:] = 0.0 if t.init == "zeros" else 1.0
+                continue
+            std = INIT_STD / (math.sqrt(2 * self.depth) if t.init == "residual" else 1.0)
+            b = np.float32(std * math.sqrt(3.0))
+            for lo in range(0, t.size, zrng.CHUNK):
+                n = min(zrng.CHUNK, t.size - lo)
+                u = zrng.uniform(key, off + lo, n)
+                out[lo:lo + n] = (u * np.float32(2.0) - np.float32(1.0)) * b
+        return flat
+
+    def forward_flops(self, context: int = 0) -> int:
+        """Multiply-add FLOPs (2 each) of one sequence's forward pass at this context: the
+        matrix products of every block, attention's scores and weighted sum, and the head."""
+        t, d, f = context or self.context, self.width, self.ffn
+        mlp = (3 if self.style == "llama" else 2) * d * f
+        per_token = self.depth * (4 * d * d + mlp) + (self.vocab * d if not self.classes else 0)
+        attention = self.depth * 2 * t * t * d          # q k^T and the weighted sum of v, causal not halved
+        return 2 * (t * per_token + attention)
+
+    def with_classes(self, n: int) -> "Transformer":
+        """The same network with a classification head of n classes (a text data set's labels)."""
+        return dataclasses.replace(self, classes=n)
+
+    def to_dict(self) -> dict:
+        return {"kind": self.kind, **{k: getattr(self, k) for k in TRANSFORMER_KEYS if k != "kind"}}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Transformer":
+        unknown = set(d) - set(TRANSFORMER_KEYS)
+        if unknown:
+            raise ModelError(f"unknown keys {sorted(unknown)}; expected {', '.join(TRANSFORMER_KEYS)}")
+        ints = ("vocab", "context", "width", "depth", "heads", "ffn")
+        return cls(**{k: _take(d, k, str) for k in ("name",)},
+                   **{k: _take(d, k, int) for k in ints},
+                   family=_take(d, "family", str, "", "gpt2"), style=_take(d, "style", str, "", "gpt2"),
+                   tied=_take(d, "tied", bool, "", True), classes=_take(d, "classes", int, "", 0))
+
+
+def from_dict(d) -> Model | Transformer:
+    """A model description from data, of either kind; ModelError names what is wrong."""
+    if isinstance(d, dict) and d.get("kind") == Transformer.kind:
+        return Transformer.from_dict(d)
+    return Model.from_dict(d)
+
+
+def _gpt2(name, vocab, context, width, depth, heads):
+    return Transformer(name, vocab, context, width, depth, heads, 4 * width)
+
+
+def _llama(name, vocab, context, width, depth, heads, ffn):
+    return Transformer(name, vocab, context, width, depth, heads, ffn, family="llama", style="llama",
+                       tied=False)
+
+
+# The ladders zobench fit climbs. The small rungs use TEXT_VOCAB, the BPE vocabulary zobench
+# trains on its text data set (workloads/text.py), so they run here; the rest have the shapes
+# of GPT-2 (Radford et al. 2019: 124M, 355M, 774M, 1.5B) and Llama 2 (7B, 13B) with their
+# vocabularies, for the memory model and for boards large enough to run them.
+TEXT_VOCAB = 4096
+TRANSFORMERS = (
+    _gpt2("gpt2-1m", TEXT_VOCAB, 256, 128, 2, 4),
+    _gpt2("gpt2-4m", TEXT_VOCAB, 256, 256, 4, 4),
+    _gpt2("gpt2-12m", TEXT_VOCAB, 512, 384, 6, 6),
+    _gpt2("gpt2-29m", TEXT_VOCAB, 512, 512, 8, 8),
+    _gpt2("gpt2-small", 50257, 1024, 768, 12, 12),
+    _gpt2("gpt2-medium", 50257, 1024, 1024, 24, 16),
+    _gpt2("gpt2-large", 50257, 1024, 1280, 36, 20),
+    _gpt2("gpt2-xl", 50257, 1024, 1600, 48, 25),
+    _llama("llama-5m", TEXT_VOCAB, 512, 256, 4, 4, 688),
+    _llama("llama2-7b", 32000, 4096, 4096, 32, 32, 11008),
+    _llama("llama2-13b", 32000, 4096, 5120, 40, 40, 13824),
+)
+
+MODELS = {m.name: m for m in (LENET5, POINTNET, *TRANSFORMERS)}
+
+
+def ladder(family: str) -> list[Transformer]:
+    """A family's transformers, smallest first."""
+    return sorted((m for m in TRANSFORMERS if m.family == family), key=lambda m: m.params_total)

@@ -5,7 +5,7 @@ nothing else: this module imports neither torch nor the harness (tested).
 
 - The parameters are one float32 numpy buffer in the models.py layout. The
   exported graph (workloads/onnx_export.py, path in spec.onnx_model) takes the
-  ZO layers' weights as inputs; each is bound once through IOBinding to a view
+  ZO part's tensors as inputs; each is bound once through IOBinding to a view
   of that buffer, so perturbing or updating the buffer in place is all a step
   does to the weights -- nothing is copied into the session.
 - z is zobench-z, the same values as every other runtime. numpy cannot fuse
@@ -14,11 +14,14 @@ nothing else: this module imports neither torch nor the harness (tested).
   into one n_zo scratch vector and applies it three times (+eps, -2 eps,
   eps - lr g). That scratch (4 bytes per ZO parameter) is the one buffer this
   runner holds that the C++ binary does not.
-- ElasticZO's BP head (the model's last FC layers, each followed by a ReLU
-  where the description says so, then softmax cross-entropy) runs forward and
-  backward in numpy on the graph's output, keeping the activations of both
-  perturbed passes as methods.py prescribes; its update is SGD, or Adam written
-  once for numpy and torch (methods.adam_update).
+- ElasticZO's BP head runs forward and backward in numpy on the graph's output,
+  keeping the activations of both perturbed passes as methods.py prescribes; its
+  update is SGD, or Adam written once for numpy and torch (methods.adam_update).
+  A layer model's head is its last FC layers, each followed by a ReLU where the
+  description says so; a transformer's is its head unit alone (bp_layers = 1: the
+  final norm and the LM or classification head): BP through its blocks would be
+  attention's backward written again in numpy, which is the torch runtime's job.
+  Either head ends in softmax cross-entropy, over every token of a language model.
 """
 from __future__ import annotations
 
@@ -28,48 +31,123 @@ import numpy as np
 
 from . import methods, zrng
 from .methods import Engine
+from .models import Transformer
 from .runner import main
 from .spec import SpecError
 
+EPS = 1e-5      # a transformer's norms' (transformer_torch.EPS)
 
-def softmax_ce(logits: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per-sample cross-entropy losses and the softmax probabilities (float64 sums, as torch)."""
+
+def front_layers(model, method: str, bp_layers: int) -> int:
+    """How many leading layers (a transformer's units) the graph runs: all for full-zo, all but
+    the BP head for elastic-zo. SpecError for what this runtime does not train (module docstring)."""
+    if method not in ("full-zo", "elastic-zo"):
+        raise SpecError(f"method: the ort runtime runs forward passes only; it trains full-zo and "
+                        f"elastic-zo, not {method}")
+    if model.kind == Transformer.kind and method == "elastic-zo" and bp_layers != 1:
+        raise SpecError(f"bp_layers: the ort runtime trains a transformer's head unit alone by BP "
+                        f"(bp_layers = 1), not {bp_layers} units: BP through its blocks runs in torch")
+    return model.first_bp_layer(method, bp_layers)
+
+
+def softmax_ce(logits: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per-row cross-entropy losses of logits [rows, classes], and the softmax as e = exp(logits -
+    row max), made in logits' own buffer, and the row sums s (softmax = e / s). In place: a
+    language model's logits are the largest array of a step, and nothing reads them after."""
+    picked = logits[np.arange(len(y)), y]
     m = logits.max(axis=1, keepdims=True)
-    e = np.exp(logits - m)
-    s = e.sum(axis=1, keepdims=True)
-    losses = (np.log(s) + m)[:, 0] - logits[np.arange(len(y)), y]
-    return losses, e / s
+    logits -= m
+    np.exp(logits, out=logits)
+    s = logits.sum(axis=1, keepdims=True)
+    return (np.log(s) + m)[:, 0] - picked, logits, s
+
+
+class Linear:
+    """a @ w^T (+ b), then a ReLU where the description has one. Without a gradient w is read,
+    not trained: a tied LM head is the token embedding, in the ZO part, so a kept pass keeps its
+    own copy as perturbed then (the ZO update moves it before backward), as the torch engine does."""
+
+    def __init__(self, w, b, gw, gb, relu: bool = False):
+        self.w, self.b, self.gw, self.gb, self.relu = w, b, gw, gb, relu
+
+    def forward(self, a: np.ndarray, keep: bool) -> tuple[np.ndarray, tuple]:
+        w = self.w.copy() if keep and self.gw is None else self.w
+        out = a @ w.T
+        if self.b is not None:
+            out += self.b
+        if self.relu:
+            np.maximum(out, 0, out=out)
+        return out, (a, w, out if self.relu else None)
+
+    def backward(self, d: np.ndarray, kept: tuple, propagate: bool) -> np.ndarray | None:
+        a, w, out = kept
+        if self.relu:       # out is the ReLU's: > 0 exactly where it passes the error
+            d *= out > 0
+        if self.gw is not None:
+            self.gw += d.T @ a
+        if self.gb is not None:
+            self.gb += d.sum(axis=0)
+        return d @ w if propagate else None
+
+
+class Norm:
+    """A transformer's final LayerNorm (weight and bias) or RMSNorm (weight), as
+    transformer_torch's. It is the head's first piece (a transformer's BP part is its head
+    unit), so its backward gives the gradients of its weights and no input gradient."""
+
+    def __init__(self, w, b, gw, gb):
+        self.w, self.b, self.gw, self.gb = w, b, gw, gb
+
+    def forward(self, a: np.ndarray, keep: bool) -> tuple[np.ndarray, np.ndarray]:
+        if self.b is None:
+            n = a * (np.float32(1) / np.sqrt((a * a).mean(axis=-1, keepdims=True) + np.float32(EPS)))
+        else:
+            c = a - a.mean(axis=-1, keepdims=True)
+            n = c / np.sqrt((c * c).mean(axis=-1, keepdims=True) + np.float32(EPS))
+        out = n * self.w
+        if self.b is not None:
+            out += self.b
+        return out, n
+
+    def backward(self, d: np.ndarray, n: np.ndarray, propagate: bool) -> None:
+        self.gw += (d * n).sum(axis=0)
+        if self.gb is not None:
+            self.gb += d.sum(axis=0)
 
 
 class Head:
-    """The BP head: FC layers `first`..end of the model on views into the flat buffer."""
+    """The BP head: pieces (Linear, Norm) on views into the flat buffer and its gradient, run on
+    the graph's output with one row per sample or token, each with the same forward(a, keep) and
+    backward(d, kept, propagate). A transformer's is its final norm, then its classification
+    head or LM head. A tied language model's LM head is the token embedding, which is in the ZO
+    part (unit 0): the head reads it and trains the final norm alone."""
 
-    def __init__(self, model, first: int, views: list, grad_views: list):
-        self.layers = list(range(first, len(model.layers)))
-        self.relu = [layer.relu for layer in model.layers]
-        self.views, self.grad_views = views, grad_views
+    def __init__(self, model, first: int, views: dict, grads: dict):
+        def linear(weight, bias, relu=False):
+            return Linear(views[weight], views.get(bias), grads[weight], grads.get(bias), relu)
 
-    def forward(self, a: np.ndarray) -> tuple[np.ndarray, list]:
-        """Logits, and the input of every head layer (what backward needs)."""
-        inputs = []
-        for i in self.layers:
-            inputs.append(a)
-            w, b = self.views[2 * i], self.views[2 * i + 1]
-            a = a @ w.T + b
-            if self.relu[i]:
-                np.maximum(a, 0, out=a)
-        return a, inputs
+        if model.kind != Transformer.kind:
+            self.pieces = [linear(f"{layer.name}.weight", f"{layer.name}.bias", layer.relu)
+                           for layer in model.layers[first:]]
+            return
+        norm = Norm(views["ln_f.weight"], views.get("ln_f.bias"), grads["ln_f.weight"], grads.get("ln_f.bias"))
+        if model.classes:
+            self.pieces = [norm, linear("cls.weight", "cls.bias")]
+        else:
+            self.pieces = [norm, linear("wte" if model.tied else "lm_head.weight", None)]
 
-    def backward(self, d: np.ndarray, inputs: list) -> None:
+    def forward(self, a: np.ndarray, keep: bool) -> tuple[np.ndarray, list]:
+        """Logits, and what each piece keeps for backward."""
+        kept = []
+        for piece in self.pieces:
+            a, k = piece.forward(a, keep)
+            kept.append(k)
+        return a, kept
+
+    def backward(self, d: np.ndarray, kept: list) -> None:
         """Accumulate the head's gradients for dloss/dlogits = d."""
-        for i, a in zip(reversed(self.layers), reversed(inputs)):
-            gw, gb = self.grad_views[2 * i], self.grad_views[2 * i + 1]
-            gw += d.T @ a
-            gb += d.sum(axis=0)
-            if i > self.layers[0]:
-                d = d @ self.views[2 * i]
-                if self.relu[i - 1]:    # a is that ReLU's output: > 0 exactly where it passes the error
-                    d *= a > 0
+        for i in reversed(range(len(self.pieces))):
+            d = self.pieces[i].backward(d, kept[i], i > 0)
 
 
 class OrtEngine(Engine):
@@ -78,23 +156,21 @@ class OrtEngine(Engine):
 
         if spec.precision != "fp32":
             raise SpecError(f"precision: the ort runtime trains fp32 only, not {spec.precision}")
-        if spec.method not in ("full-zo", "elastic-zo"):
-            raise SpecError(f"method: the ort runtime runs forward passes only; it trains full-zo and "
-                            f"elastic-zo, not {spec.method}")
+        first = front_layers(model, spec.method, spec.bp_layers)
         if not spec.onnx_model:
             raise SpecError("onnx_model: the ort runtime needs the exported graph of the model's ZO front "
                             "(the harness writes it with workloads/onnx_export.py)")
         self.model = model
+        self.transformer = model.kind == Transformer.kind
         self.flat = np.array(init, dtype=np.float32)
         self.n_zo = model.split(spec.method, spec.bp_layers)
         self.n_bp = model.params_total - self.n_zo
-        first = model.first_bp_layer(spec.method, spec.bp_layers)
         tensors = model.offsets()
-        self.views = [self.flat[o:o + int(np.prod(s))].reshape(s) for _, o, s in tensors]
+        self.views = {name: self.flat[o:o + int(np.prod(s))].reshape(s) for name, o, s in tensors}
         self.grad = np.zeros(self.n_bp, dtype=np.float32)
-        grad_views = [self.grad[o - self.n_zo:o - self.n_zo + int(np.prod(s))].reshape(s) if o >= self.n_zo else None
-                      for _, o, s in tensors]
-        self.head = Head(model, first, self.views, grad_views) if self.n_bp else None
+        grads = {name: self.grad[o - self.n_zo:o - self.n_zo + int(np.prod(s))].reshape(s) if o >= self.n_zo else None
+                 for name, o, s in tensors}
+        self.head = Head(model, first, self.views, grads) if self.n_bp else None
         self.hyper = spec.hyper
         self.adam = spec.hyper.optimizer == "adam" and self.n_bp > 0
         # Adam's moments over the head and its update count (methods.adam_update): with the
@@ -110,62 +186,75 @@ class OrtEngine(Engine):
             self.session = ort.InferenceSession(spec.onnx_model, opts, providers=["CPUExecutionProvider"])
         except Exception as e:
             raise SpecError(f"onnx_model: ONNX Runtime cannot load {spec.onnx_model}: {e}") from None
-        want = {"x"} | {name for name, _, _ in tensors[:2 * first]}
+        zo = [name for name, o, _ in tensors if o < self.n_zo]
         have = {i.name for i in self.session.get_inputs()}
-        if have != want:
-            raise SpecError(f"onnx_model: {spec.onnx_model} is not {model.name}'s front of {first} layers "
-                            f"(its inputs are {sorted(have)})")
+        if have != {"x", *zo}:
+            raise SpecError(f"onnx_model: {spec.onnx_model} is not {model.name}'s front of {first} "
+                            f"{'units' if self.transformer else 'layers'} (its inputs are {sorted(have)})")
         self.binding = self.session.io_binding()
         self._bound = []   # the OrtValues share the numpy buffers; keep them alive
-        for (name, _, _), view in zip(tensors[:2 * first], self.views):
-            value = ort.OrtValue.ortvalue_from_numpy(view)
+        for name in zo:
+            value = ort.OrtValue.ortvalue_from_numpy(self.views[name])
             self.binding.bind_ortvalue_input(name, value)
             self._bound.append(value)
         self._ort = ort
-        # the graph's output: the logits, or the input of the head's first FC layer
-        self.front_features = model.classes if first == len(model.layers) else model.layers[first].weight_shape[1]
+        # the graph's output: the logits, or the input of the head's first piece; one row per
+        # token of a language model, per sample otherwise
+        self.x_type = np.int32 if self.transformer else np.float32
+        self.per_token = self.transformer and not model.classes
+        if self.transformer:
+            self.front_features = model.width if self.n_bp else model.classes or model.vocab
+        else:
+            self.front_features = model.classes if first == len(model.layers) else model.layers[first].weight_shape[1]
         self._outputs = {}
         self.z = np.empty(self.n_zo, dtype=np.float32)
         self.z_key = None
         self.kept = []
 
     def load_batch(self, x, y):
-        return np.ascontiguousarray(x, dtype=np.float32), np.asarray(y, dtype=np.int64)
+        """Images or clouds as float32, token ids as int32 (the graph's input), labels or next
+        tokens as int64."""
+        return np.ascontiguousarray(x, dtype=self.x_type), np.asarray(y, dtype=np.int64)
 
     def _front(self, x: np.ndarray) -> np.ndarray:
-        """The graph's output for x, in a buffer bound once per batch size."""
-        if len(x) not in self._outputs:
-            out = np.empty((len(x), self.front_features), dtype=np.float32)
-            self._outputs[len(x)] = (out, self._ort.OrtValue.ortvalue_from_numpy(out))
-        out, value = self._outputs[len(x)]
+        """The graph's output for x, in a buffer bound once per batch shape."""
+        shape = (x.size if self.per_token else len(x), self.front_features)
+        if shape not in self._outputs:
+            out = np.empty(shape, dtype=np.float32)
+            self._outputs[shape] = (out, self._ort.OrtValue.ortvalue_from_numpy(out))
+        out, value = self._outputs[shape]
         self.binding.bind_ortvalue_output("front", value)
         self.binding.bind_cpu_input("x", x)
         self.session.run_with_iobinding(self.binding)
         return out
 
     def forward(self, x, keep: bool):
+        """Logits [rows, classes] (a row per sample, or per token of a language model), and what
+        the head keeps for backward (None unless keep)."""
         a = self._front(x)
         if self.head is None:
             return a, None
         if keep:    # the bound output buffer is overwritten by the next pass; BP needs this one's
             a = a.copy()
-        logits, inputs = self.head.forward(a)
-        return logits, inputs if keep else None
+        logits, kept = self.head.forward(a, keep)
+        return logits, kept if keep else None
 
     def loss(self, out, y) -> float:
-        logits, inputs = out
-        losses, probs = softmax_ce(logits, y)
-        if inputs is not None:
-            self.kept.append((probs, y, inputs))
+        logits, kept = out
+        y = y.reshape(-1)
+        losses, e, s = softmax_ce(logits, y)
+        if kept is not None:
+            self.kept.append((e, s, y, kept))
         return float(losses.astype(np.float64).mean())
 
     def backward(self) -> None:
-        """BP through the mean of the kept losses: d(mean_k mean_b l)/dlogits = (p - onehot) / (B k)."""
-        for probs, y, inputs in self.kept:
-            d = probs.copy()
-            d[np.arange(len(y)), y] -= 1.0
-            d /= np.float32(len(y) * len(self.kept))
-            self.head.backward(d, inputs)
+        """BP through the mean of the kept losses: d(mean_k mean_rows l)/dlogits = (e / s - onehot) / (rows k),
+        formed in the pass's own e."""
+        for e, s, y, kept in self.kept:
+            n = np.float32(len(y) * len(self.kept))
+            e *= np.float32(1) / (s * n)
+            e[np.arange(len(y)), y] -= np.float32(1) / n
+            self.head.backward(e, kept)
         self.kept.clear()
 
     def bp_update(self, lr: float) -> None:
@@ -187,10 +276,14 @@ class OrtEngine(Engine):
             p = self.flat[off:end]
             p += a * self.z[off:end]
 
-    def evaluate(self, x, y) -> tuple[float, int]:
+    def evaluate(self, x, y) -> tuple[float, float]:
+        """(the sum over samples of each one's mean loss, the sum of each one's fraction predicted
+        right): a language model's sample is a sequence of tokens, another model's one label."""
         logits, _ = self.forward(x, keep=False)
-        losses, _ = softmax_ce(logits, y)
-        return float(losses.astype(np.float64).sum()), int((logits.argmax(axis=1) == y).sum())
+        right = logits.argmax(axis=1) == y.reshape(-1)
+        losses = softmax_ce(logits, y.reshape(-1))[0]
+        per_sample = (v.astype(np.float64).reshape(len(y), -1).mean(axis=1).sum() for v in (losses, right))
+        return tuple(map(float, per_sample))
 
     def weights(self) -> np.ndarray:
         return self.flat.copy()

@@ -87,10 +87,11 @@ def main(make_engine, packages: tuple[str, ...], argv=None) -> int:
         result["env"]["gpu"] = gpuinfo.facts(spec.device)
         model = spec.model()
         points = model.input_shape[0] if model.points else 0     # a point model's clouds keep this many
+        context = (spec.hyper.context or model.context) if spec.transformer else 0   # tokens a sequence
         train_split = datasets.load(spec.workload.dataset, "train", spec.hyper.train_samples,
-                                    spec.workload.data_dir, spec.precision, points, spec.workload.rotate)
+                                    spec.workload.data_dir, spec.precision, points, spec.workload.rotate, context)
         test_split = datasets.load(spec.workload.dataset, "test", spec.hyper.test_samples,
-                                   spec.workload.data_dir, spec.precision, points, spec.workload.rotate)
+                                   spec.workload.data_dir, spec.precision, points, spec.workload.rotate, context)
         engine = make_engine(spec, model, initial_weights(spec, model))
         init_sha256 = engine.weights_sha256()
         state.warmup = warm_up(engine, spec, train_split)

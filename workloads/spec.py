@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 
 from . import vocab
 from .datasets import DATASETS
-from .models import MODELS, Model, ModelError
+from . import models
+from .models import MODELS, Model, ModelError, Transformer
 
 
 class SpecError(ValueError):
@@ -78,6 +79,10 @@ class Hyper:
     zo_scale: int = 8             # int8: the perturbation z is uniform on [-zo_scale, zo_scale]
     trace_steps: int = 0          # record losses and projected gradient of the first N steps
     points: int = 0               # point-cloud models: points per cloud (0 = the model's, 1,024 for PointNet)
+    context: int = 0              # transformers: tokens per sequence (0 = the model's context)
+    # transformers: the BP part keeps only each block's input and recomputes the block's
+    # activations during backward (per-block activation checkpointing)
+    checkpointing: bool = False
     warmup_steps: int = -1        # untimed steps before training, weights restored after (-1 = the device's default)
     fault: str = ""               # test-only fault injection: KIND[@METHOD_KEY], KIND in hang, crash, oom
     inject_slowdown: float = 0.0  # test-only: busy-wait this fraction of every step (0.2 = 20% slower)
@@ -93,7 +98,7 @@ class Hyper:
         "lr_decay": Bounds(0, 1.0, open_lo=True), "lr_decay_every": Bounds(1, INT32_MAX),
         "eps": Bounds(0, open_lo=True), "zo_grad_clip": Bounds(0), "train_samples": Bounds(0, INT32_MAX),
         "test_samples": Bounds(0, INT32_MAX), "zo_scale": Bounds(1, 127), "trace_steps": Bounds(0, INT32_MAX),
-        "points": Bounds(0, 1 << 16), "inject_slowdown": Bounds(0),
+        "points": Bounds(0, 1 << 16), "context": Bounds(0, 1 << 20), "inject_slowdown": Bounds(0),
         "adam_beta1": Bounds(0, 1.0, open_hi=True), "adam_beta2": Bounds(0, 1.0, open_hi=True),
         "adam_eps": Bounds(0, open_lo=True),
         "warmup_steps": Bounds(-1, 10_000)}
@@ -114,7 +119,7 @@ class Workload:
     CHOICES: typing.ClassVar[dict] = {"dataset": DATASETS}
     BOUNDS: typing.ClassVar[dict] = {"rotate": Bounds(-360.0, 360.0)}
 
-    def resolve(self) -> Model:
+    def resolve(self) -> Model | Transformer:
         """The model this workload trains; SpecError names what is wrong with it."""
         if not self.architecture:
             if self.model not in MODELS:
@@ -122,7 +127,7 @@ class Workload:
                                 f"(or an architecture), got {self.model!r}")
             return MODELS[self.model]
         try:
-            m = Model.from_dict(self.architecture)
+            m = models.from_dict(self.architecture)
         except ModelError as e:
             raise SpecError(f"workload.architecture: {e}") from None
         if m.name != self.model:
@@ -173,10 +178,14 @@ class JobSpec:
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 
-    def model(self) -> Model:
+    def model(self) -> Model | Transformer:
         """The network this job runs, on the spec's number of points for a point-cloud model."""
         m = self.workload.resolve()
         return m.with_points(self.hyper.points) if m.points and self.hyper.points else m
+
+    @property
+    def transformer(self) -> bool:
+        return self.workload.resolve().kind == Transformer.kind
 
     @classmethod
     def from_dict(cls, d: dict) -> "JobSpec":
@@ -184,10 +193,20 @@ class JobSpec:
         model = spec.model()
         if spec.hyper.warmup_steps < 0:     # resolved here, so every spec a runner reads has the number
             spec.hyper.warmup_steps = vocab.WARMUP_STEPS[spec.device]
+        if spec.precision == "int8" and spec.transformer:
+            raise SpecError("precision int8: transformers train in fp32 only")
         if spec.precision == "int8" and spec.hyper.optimizer != "sgd":
             raise SpecError(f"hyper.optimizer: {ADAM_INT8}")
         if spec.hyper.points and not model.points:
             raise SpecError(f"hyper.points: {model.name} does not take point clouds")
+        if (spec.hyper.context or spec.hyper.checkpointing) and not spec.transformer:
+            key = "context" if spec.hyper.context else "checkpointing"
+            raise SpecError(f"hyper.{key}: only a transformer takes it; {model.name} is not one")
+        if spec.transformer and spec.hyper.context > model.context and model.style == "gpt2":
+            raise SpecError(f"hyper.context: {model.name} has {model.context} learned positions, got "
+                            f"{spec.hyper.context}")
+        if spec.hyper.checkpointing and spec.method == "full-zo":
+            raise SpecError("hyper.checkpointing: full-zo has no BP part, and so no activations to checkpoint")
         if spec.method == "elastic-zo":
             if spec.bp_layers < 1:
                 raise SpecError(f"bp_layers: expected >= 1 for elastic-zo, got {spec.bp_layers}")

@@ -1,10 +1,13 @@
 """The PyTorch runner: `python -m workloads.torch_runner --spec S --out R`.
 
 The parameters live in one contiguous float32 tensor (the layout of
-models.py); each layer's weight and bias are views into it, so a ZO
-perturbation is an in-place add over a prefix of that buffer and the BP
-head's SGD or Adam step writes straight into it. Layers run as
-torch.nn.functional calls on those views.
+models.py); each weight and bias is a view into it, so a ZO perturbation is
+an in-place add over a prefix of that buffer and the BP part's SGD or Adam
+step writes straight into it. What the network computes on those views is a
+per-kind object (LayerNet here, transformer_torch.TransformerNet): it runs
+units lo..hi of the model (a layer, or a transformer's embeddings, blocks and
+head) and knows its task's loss; the engine, and so every method, is the
+same for both kinds.
 """
 from __future__ import annotations
 
@@ -17,8 +20,42 @@ import torch.nn.functional as F
 from . import methods, zrng, zrng_torch
 from .clock import cuda_event
 from .methods import Engine
+from .models import Transformer
 from .runner import main
 from .spec import SpecError
+from .transformer_torch import TransformerNet
+
+
+class LayerNet:
+    """models.Model's forward on the engine's views: a unit is a layer (with its ReLU and pool),
+    the task classification."""
+
+    def __init__(self, model, views):
+        self.model, self.views = model, views
+        self.units = len(model.layers)
+        self.inputs = views[0].dtype
+
+    def run(self, x, lo: int, hi: int):
+        for i in range(lo, hi):
+            layer = self.model.layers[i]
+            w, b = self.views[2 * i], self.views[2 * i + 1]
+            if layer.kind == "conv2d":
+                x = F.conv2d(x, w, b, padding=layer.padding)
+            else:   # fc flattens its input; pointwise is the same product on every point of [B, N, C]
+                x = F.linear(x.flatten(1) if layer.kind == "fc" else x, w, b)
+            if layer.relu:
+                x = F.relu(x)
+            if layer.pool == "max2x2":
+                x = F.max_pool2d(x, 2)
+            elif layer.pool == "global-max":
+                x = x.amax(dim=1)
+        return x
+
+    def loss(self, out, y):
+        return F.cross_entropy(out, y)
+
+    def evaluate(self, out, y) -> tuple[float, int]:
+        return F.cross_entropy(out, y, reduction="sum").item(), int((out.argmax(1) == y).sum().item())
 
 
 class TorchEngine(Engine):
@@ -31,14 +68,16 @@ class TorchEngine(Engine):
         self.cuda = self.device.type == "cuda"
         self.z_chunks = (lambda key, n: zrng_torch.normal_chunks(key, 0, n, self.device)) if z_on_device else \
             (lambda key, n: ((off, torch.from_numpy(z)) for off, z in zrng.normal_chunks(key, 0, n)))
-        self.model = model
         self.flat = torch.from_numpy(init.copy()).to(self.device)   # float64 init -> float64 engine (tests)
-        # the BP part: full-bp trains every layer, elastic-zo the last bp_layers, full-zo none
+        # the BP part: full-bp trains every unit, elastic-zo the last bp_layers, full-zo none
         self.first_bp = model.first_bp_layer(spec.method, spec.bp_layers)
         self.n_zo = model.split(spec.method, spec.bp_layers)
         self.n_bp = model.params_total - self.n_zo
-        self.views = [self._alias(o, s) for _, o, s in model.offsets()]
-        self.bp_params = self.views[2 * self.first_bp:] if self.n_bp else []
+        views = [self._alias(o, s) for _, o, s in model.offsets()]
+        self.net = TransformerNet(model, views, spec.hyper.checkpointing) \
+            if model.kind == Transformer.kind else LayerNet(model, views)
+        bp = [(o, p) for (_, o, _), p in zip(model.offsets(), views) if o >= self.n_zo]
+        self.bp_params = [p for _, p in bp]
         for p in self.bp_params:
             p.requires_grad_(True)
         self.hyper = spec.hyper
@@ -48,8 +87,7 @@ class TorchEngine(Engine):
         self.state = [self.flat]    # all that outlives a step: what save() keeps
         if self.adam:
             moments = [torch.zeros(self.n_bp, dtype=self.flat.dtype, device=self.device) for _ in range(2)]
-            self.moment_views = [[buf[o - self.n_zo:o - self.n_zo + p.numel()].view(p.shape)
-                                  for (_, o, _), p in zip(model.offsets()[2 * self.first_bp:], self.bp_params)]
+            self.moment_views = [[buf[o - self.n_zo:o - self.n_zo + p.numel()].view(p.shape) for o, p in bp]
                                  for buf in moments]
             self.adam_t = torch.zeros((), dtype=torch.float64, device=self.device)
             self.state += [*moments, self.adam_t]
@@ -72,38 +110,24 @@ class TorchEngine(Engine):
             self.flat.untyped_storage(), offset, shape)
 
     def load_batch(self, x, y):
-        return (torch.from_numpy(x).to(self.device, self.flat.dtype, non_blocking=True),
-                torch.from_numpy(y).to(self.device, non_blocking=True))
-
-    def _layers(self, x, lo: int, hi: int):
-        """Layers lo..hi-1 of the description: the layer, then its ReLU, then its pool."""
-        for i in range(lo, hi):
-            layer = self.model.layers[i]
-            w, b = self.views[2 * i], self.views[2 * i + 1]
-            if layer.kind == "conv2d":
-                x = F.conv2d(x, w, b, padding=layer.padding)
-            else:   # fc flattens its input; pointwise is the same product on every point of [B, N, C]
-                x = F.linear(x.flatten(1) if layer.kind == "fc" else x, w, b)
-            if layer.relu:
-                x = F.relu(x)
-            if layer.pool == "max2x2":
-                x = F.max_pool2d(x, 2)
-            elif layer.pool == "global-max":
-                x = x.amax(dim=1)
-        return x
+        """Images or clouds in the parameters' type, token ids and labels as int64 (the data sets
+        hold a language model's next tokens as int32)."""
+        return (torch.from_numpy(x).to(self.device, self.net.inputs, non_blocking=True),
+                torch.from_numpy(y).to(self.device, torch.long, non_blocking=True))
 
     def forward(self, x, keep: bool):
+        units = self.net.units
         if not keep:
             with torch.no_grad():
-                return self._layers(x, 0, len(self.model.layers))
+                return self.net.run(x, 0, units)
         with torch.no_grad():   # the ZO front keeps nothing: its activations are freed as it goes
-            h = self._layers(x, 0, self.first_bp)
-        return self._layers(h, self.first_bp, len(self.model.layers))
+            h = self.net.run(x, 0, self.first_bp)
+        return self.net.run(h, self.first_bp, units)
 
     def loss(self, out, y):
         """The mean loss: a float on the CPU; on a GPU a float64 device scalar, so the projected
         gradient is formed on the device and the step never waits for the host."""
-        loss = F.cross_entropy(out, y)
+        loss = self.net.loss(out, y)
         if out.requires_grad:
             self.kept.append(loss)
         return loss.detach().double() if self.cuda else loss.item()
@@ -117,15 +141,20 @@ class TorchEngine(Engine):
         update count is a device scalar incremented in place, and the bias corrections are
         computed from it on the device (as torch.optim's capturable Adam does): a captured CUDA
         graph then replays each step with its own t, so adam jobs run graphed like sgd ones,
-        rather than eagerly, which would cost a GPU step its launch overheads."""
+        rather than eagerly, which would cost a GPU step its launch overheads. A tensor the task
+        does not read (a classifier's LM head) has no gradient, and keeps its value and moments,
+        as torch.optim leaves them."""
         with torch.no_grad():
             if self.adam:
                 self.adam_t += 1
                 for p, m, v in zip(self.bp_params, *self.moment_views):
-                    methods.adam_update(p, p.grad, m, v, lr, self.adam_t, self.hyper, torch.sqrt)
-                    p.grad = None
+                    if p.grad is not None:
+                        methods.adam_update(p, p.grad, m, v, lr, self.adam_t, self.hyper, torch.sqrt)
+                        p.grad = None
                 return
             for p in self.bp_params:
+                if p.grad is None:
+                    continue
                 if isinstance(lr, torch.Tensor):
                     p.sub_(p.grad * lr)
                 else:
@@ -147,10 +176,8 @@ class TorchEngine(Engine):
             self.flat[off:off + len(z)].add_(z, alpha=alpha)
 
     @torch.no_grad()
-    def evaluate(self, x, y) -> tuple[float, int]:
-        out = self._layers(x, 0, len(self.model.layers))
-        return (F.cross_entropy(out, y, reduction="sum").item(),
-                int((out.argmax(1) == y).sum().item()))
+    def evaluate(self, x, y) -> tuple[float, float]:
+        return self.net.evaluate(self.net.run(x, 0, self.net.units), y)
 
     def weights(self) -> np.ndarray:
         return self.flat.detach().cpu().numpy().copy()

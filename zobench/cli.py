@@ -11,10 +11,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from workloads import jsonfile
-from workloads.models import MODELS, ModelError
+from workloads.models import MODELS, ModelError, Transformer
 from workloads.spec import Bounds, Hyper, JobSpec, SpecError
 
-from harness import inventory, paths, plan, stages, suites
+from harness import fit, inventory, paths, plan, stages, suites
 from harness.artifacts import sha256
 from harness.build import build, cpu_choice
 from harness.bundle import prepare
@@ -113,17 +113,43 @@ def build_parser() -> Parser:
     p.add_argument("--run", help="run id (default: the latest)")
     p.add_argument("--out", type=Path, help="write here instead of stdout")
 
-    p = sub.add_parser("memory", help="the paper's analytic memory model (Eqs. 2-5, 13-15) from layer shapes")
+    p = sub.add_parser("memory", help="analytic memory model: the paper's (Eqs. 2-5, 13-15) from layer shapes, "
+                                      "a transformer's from its ops (docs/transformers.md)")
     p.add_argument("--model", default="lenet5", choices=tuple(MODELS), help="the network (workloads/models.py)")
     p.add_argument("--points", type=number(int, Bounds(1)),
                    help="a point-cloud model: the number of points per cloud (default: the model's own)")
+    p.add_argument("--context", type=number(int, Bounds(1, Hyper.BOUNDS["context"].hi)),
+                   help="a transformer: tokens per sequence (default: the model's own)")
     p.add_argument("--batch", type=number(int, Hyper.BOUNDS["batch_size"]), required=True, help="batch size")
     p.add_argument("--precision", choices=("fp32", "int8"), default="fp32")
     p.add_argument("--method", choices=("full-bp", "full-zo", "elastic-zo"), help="one method (default: all four)")
     p.add_argument("--bp-layers", type=number(int, Bounds(1)),
-                   help="elastic-zo: how many final FC layers BP trains (default 1)")
+                   help="elastic-zo: how many final FC layers (a transformer: units, the head then blocks) "
+                        "BP trains (default 1)")
     p.add_argument("--optimizer", choices=("sgd", "adam"), default="sgd", help="BP optimizer (adam: Eq. 5)")
+    p.add_argument("--checkpointing", action="store_true",
+                   help="a transformer: per-block activation checkpointing of the BP part")
     p.add_argument("--json", action="store_true", help="print a JSON list of breakdowns")
+
+    p = sub.add_parser("fit", help="the largest model (or batch, or context) a method trains on a target "
+                                   "within a memory budget: predicted, then confirmed by short runs")
+    _add_results(p)
+    p.add_argument("--target", default="local", help="where the probes run (default: this machine)")
+    p.add_argument("--inventory", type=Path)
+    p.add_argument("--budget", help="memory budget, like 512M or 2G (default: the target's mem_limit)")
+    p.add_argument("--model-family", default="gpt2", help="the ladder to climb (workloads/models.py)")
+    p.add_argument("--model", help="--vary batch|context: the model whose batch or context grows")
+    p.add_argument("--method", default="full-bp", help="full-bp, full-zo or elastic-zo:K")
+    p.add_argument("--optimizer", choices=("sgd", "adam"), default="sgd")
+    p.add_argument("--checkpointing", action="store_true", help="full-bp, elastic-zo: per-block checkpointing")
+    p.add_argument("--context", type=number(int, Bounds(1, 1 << 20)),
+                   help="tokens a sequence (default: each model's own context)")
+    p.add_argument("--batch", type=number(int, Bounds(1, 1 << 20)), default=8, help="batch size (default 8)")
+    p.add_argument("--vary", choices=fit.VARY, default="model", help="what grows (default: the model)")
+    p.add_argument("--dataset", default="fortunes", help="the text the probes train on (default fortunes)")
+    p.add_argument("--runtime", choices=("torch",), default="torch")
+    p.add_argument("--timeout", type=number(float, suites.TIMEOUT_S), default=900.0, metavar="S",
+                   help="seconds a probe may take (default 900)")
 
     p = sub.add_parser("targets", help="the targets zobench knows")
     _add_results(p)
@@ -142,6 +168,9 @@ def cmd_run(args) -> int:
                             " (--timeout may be raised)")
         run_id = args.resume
         saved = store.run_plan(run_id)
+        if "fit" in saved:
+            raise UserError(f"run {run_id} is a zobench fit search: each probe followed from the last, "
+                            "so it is not resumed; run zobench fit again")
         done = {r["job"]["job_id"] for r in store.results(run_id, saved) if r["status"] == "ok"}
         again = stages.to_rerun(saved["jobs"], done, store, run_id)
         jobs = [Job(**j) for j in saved["jobs"] if j["job_id"] in again]
@@ -321,15 +350,19 @@ def cmd_memory(args) -> int:
         raise UserError("memory --bp-layers: only with --method elastic-zo")
     model = MODELS[args.model]
     if args.points is not None:
+        if model.kind == Transformer.kind:
+            raise UserError(f"memory --points: {model.name} is a transformer; it takes --context")
         try:
             model = model.with_points(args.points)
         except ModelError as e:
             raise UserError(f"memory --points: {e}") from None
     try:
-        rows = [memory_model.breakdown(model, m, args.batch, args.precision, k, args.optimizer)
+        # without --method, checkpointing applies to the methods that have a BP part to checkpoint
+        rows = [memory_model.breakdown(model, m, args.batch, args.precision, k, args.optimizer, args.context or 0,
+                                       args.checkpointing and (m != "full-zo" or args.method is not None))
                 for m, k in memory_model.configurations(model, args.method, args.bp_layers)]
     except ValueError as e:
-        raise UserError(f"memory --bp-layers {args.bp_layers}: {e}") from None
+        raise UserError(f"memory: {e}") from None
     print(jsonfile.dumps([r.to_dict() for r in rows]) if args.json else memory_model.table(rows))
     return 0
 
@@ -362,12 +395,56 @@ def cmd_targets(args) -> int:
     return 0
 
 
+def cmd_fit(args) -> int:
+    (target,) = inventory.resolve([args.target], args.inventory)
+    if not args.budget and not target.mem_limit:
+        raise UserError(f"fit: no --budget, and target {target.name} has no mem_limit to default to")
+    budget = fit.parse_budget(args.budget or target.mem_limit)
+    if args.vary == "model":
+        if args.model:
+            raise UserError("fit --model: only --vary batch or context grows one model; --vary model climbs "
+                            "--model-family")
+        model = None
+    else:
+        model = MODELS.get(args.model or "")
+        if not isinstance(model, Transformer):
+            raise UserError(f"fit --vary {args.vary}: --model names one of the transformers: "
+                            f"{', '.join(n for n, m in MODELS.items() if isinstance(m, Transformer))}")
+    if args.model_family not in {m.family for m in MODELS.values() if isinstance(m, Transformer)}:
+        raise UserError(f"fit --model-family {args.model_family!r}: expected one of "
+                        f"{', '.join(sorted({m.family for m in MODELS.values() if isinstance(m, Transformer)}))}")
+    try:
+        choice = suites.MethodChoice.parse(args.method)
+    except ValueError as e:
+        raise UserError(f"fit --method {args.method!r}: {e}") from None
+    if args.checkpointing and choice.method == "full-zo":
+        raise UserError("fit --checkpointing: full-zo keeps no activations to checkpoint")
+    method = fit.Method(choice, args.optimizer, args.checkpointing)
+    candidates = fit.configs(args.vary, args.model_family, model, args.batch, args.context or 0)
+    store = Store(args.results)
+    best, probes, run_id = fit.run(store, target, candidates, method, budget, dataset=args.dataset,
+                                   runtime=args.runtime, timeout_s=args.timeout)
+    human = fit.memory_model.human
+    print(f"{'probe':40} {'params':>10} {'predicted':>11} {'peak RSS':>11}  status")
+    for p in probes:
+        peak = human(p.peak_rss_bytes) if p.peak_rss_bytes else "-"
+        print(f"{p.config.label:40} {p.config.model.params_total / 1e6:9.2f}M {human(p.predicted_bytes):>11} "
+              f"{peak:>11}  {p.status}{': ' + p.error if p.error and p.status != 'ok' else ''}")
+    what = f"{choice} on {target.name} within {human(budget)}"
+    if best is None:
+        print(f"fit: nothing trains: {what} is too small for {candidates[0].label}, the smallest "
+              f"(run {run_id})", file=sys.stderr)
+        return 1
+    print(f"largest: {best.label} ({best.model.params_total / 1e6:.2f}M parameters) trains {what} (run {run_id})")
+    return 0
+
+
 def main(argv=None) -> int:
     try:
         args = build_parser().parse_args(argv)
         return {"run": cmd_run, "results": cmd_results, "report": cmd_report, "targets": cmd_targets,
                 "build": cmd_build, "memory": cmd_memory, "compare": cmd_compare,
-                "export": cmd_export}[args.command](args)
+                "export": cmd_export, "fit": cmd_fit}[args.command](args)
     except UserError as e:
         print(f"zobench: error: {e}", file=sys.stderr)
         return 2
