@@ -20,15 +20,9 @@ from workloads.spec import JobSpec, SpecError
 from workloads.torch_runner import make_engine
 from workloads.transformer_torch import TransformerNet
 
-
 from testkit.runners import REPO, cli
+from testkit.transformers import B, CLASSES, GPT2, LLAMA, STYLES, T
 
-GPT2 = Transformer("tiny-gpt2", vocab=64, context=16, width=32, depth=2, heads=4, ffn=64)
-LLAMA = Transformer("tiny-llama", vocab=64, context=16, width=32, depth=2, heads=4, ffn=48,
-                    style="llama", tied=False)
-STYLES = {"gpt2": GPT2, "llama": LLAMA}
-CLASSES = 3
-B, T = 4, 12        # shorter than the context: gpt2 reads the first T learned positions
 ZO_METHODS = [("full-zo", 0), ("elastic-zo", 1)]
 HYPER = {"lr_zo": 1e-3, "lr_bp": 1e-2, "eps": 1e-3}
 

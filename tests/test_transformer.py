@@ -21,12 +21,8 @@ from workloads.spec import JobSpec, SpecError
 from workloads.torch_runner import TorchEngine, make_engine
 from workloads.transformer_torch import TransformerNet
 
-GPT2 = Transformer("tiny-gpt2", vocab=64, context=16, width=32, depth=2, heads=4, ffn=64)
-LLAMA = Transformer("tiny-llama", vocab=64, context=16, width=32, depth=2, heads=4, ffn=48,
-                    style="llama", tied=False)
-STYLES = {"gpt2": GPT2, "llama": LLAMA}
-CLASSES = 3
-B, T = 4, 12        # shorter than the context: gpt2 reads the first T learned positions
+from testkit.transformers import B, CLASSES, STYLES, T
+
 
 
 def model(style: str, classes: int = 0) -> Transformer:
