@@ -97,6 +97,11 @@ def evaluate_start(engine, spec, test_split) -> dict | None:
     return {"test_loss": test_loss, "test_accuracy": test_acc}
 
 
+def out_of_time(h, seconds: float) -> bool:
+    """hyper.max_train_seconds is spent (the C++ binary's train.cpp applies the same rule)."""
+    return 0 < h.max_train_seconds <= seconds
+
+
 def train(engine, spec, train_split, test_split, clock, state: TrainState, meter) -> None:
     """The timed epochs. clock times the phases; meter measures each epoch's timed loop's energy."""
     h = spec.hyper
@@ -136,7 +141,10 @@ def train(engine, spec, train_split, test_split, clock, state: TrainState, meter
             if time.perf_counter() - last_emit > EMIT_EVERY_S:
                 last_emit = time.perf_counter()
                 emit("step", step=state.steps, loss=host(r["loss"]))
+            if out_of_time(h, state.train_seconds + time.perf_counter() - t0):
+                break
         clock.step_end()
+        steps = b + 1
         seconds = time.perf_counter() - t0
         joules = meter.end(seconds)
         state.train_seconds += seconds
@@ -148,7 +156,9 @@ def train(engine, spec, train_split, test_split, clock, state: TrainState, meter
         clock.lap("eval")
         clock.step_end()
         record = {"epoch": epoch + 1, "seconds": seconds, "phases": clock.since(snap),
-                  "train_loss": host(loss_sum) / steps_per_epoch, "test_loss": test_loss,
+                  "train_loss": host(loss_sum) / steps, "test_loss": test_loss,
                   "test_accuracy": test_acc, "joules": joules}
         state.epochs.append(record)
         emit("epoch", step=state.steps, **{k: v for k, v in record.items() if k != "phases"})
+        if out_of_time(h, state.train_seconds):
+            break

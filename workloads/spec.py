@@ -83,6 +83,10 @@ class Hyper:
     # transformers: the BP part keeps only each block's input and recomputes the block's
     # activations during backward (per-block activation checkpointing)
     checkpointing: bool = False
+    # stop at the first step boundary where the timed training reaches this many seconds (0 = no
+    # limit): the epoch in progress is evaluated and recorded with the steps it made, and no other
+    # starts. Methods then get the same wall-clock time, not the same steps (Katti et al. Fig. 4)
+    max_train_seconds: float = 0.0
     warmup_steps: int = -1        # untimed steps before training, weights restored after (-1 = the device's default)
     fault: str = ""               # test-only fault injection: KIND[@METHOD_KEY], KIND in hang, crash, oom
     inject_slowdown: float = 0.0  # test-only: busy-wait this fraction of every step (0.2 = 20% slower)
@@ -99,6 +103,7 @@ class Hyper:
         "eps": Bounds(0, open_lo=True), "zo_grad_clip": Bounds(0), "train_samples": Bounds(0, INT32_MAX),
         "test_samples": Bounds(0, INT32_MAX), "zo_scale": Bounds(1, 127), "trace_steps": Bounds(0, INT32_MAX),
         "points": Bounds(0, 1 << 16), "context": Bounds(0, 1 << 20), "inject_slowdown": Bounds(0),
+        "max_train_seconds": Bounds(0),
         "adam_beta1": Bounds(0, 1.0, open_hi=True), "adam_beta2": Bounds(0, 1.0, open_hi=True),
         "adam_eps": Bounds(0, open_lo=True),
         "warmup_steps": Bounds(-1, 10_000)}

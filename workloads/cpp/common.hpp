@@ -44,6 +44,7 @@ struct Hyper {
     int zo_scale = 8;
     int warmup_steps = 0;  // untimed steps before training, the trainable state restored after (train.cpp warm_up)
     double inject_slowdown = 0;  // test-only: busy-wait this fraction of every step
+    double max_train_seconds = 0;  // stop at the first step boundary past this much timed training (0: none)
     double lr_bp = 0.05, lr_zo = 1e-3, lr_decay = 0.8, eps = 1e-3, zo_grad_clip = 5.0;
     std::string fault;
     std::string optimizer = "sgd";  // the BP part's: sgd, or adam (FP32 only: fp32_net.hpp bp_update)

@@ -72,7 +72,7 @@ static Spec read_spec(const std::string& path) {
 #define TAKE(field) take(h, #field, s.h.field)
         TAKE(epochs); TAKE(batch_size); TAKE(lr_bp); TAKE(lr_zo); TAKE(lr_decay); TAKE(lr_decay_every);
         TAKE(eps); TAKE(zo_grad_clip); TAKE(train_samples); TAKE(test_samples); TAKE(trace_steps); TAKE(fault);
-        TAKE(zo_scale); TAKE(inject_slowdown); TAKE(points); TAKE(warmup_steps);
+        TAKE(zo_scale); TAKE(inject_slowdown); TAKE(points); TAKE(warmup_steps); TAKE(max_train_seconds);
         TAKE(optimizer); TAKE(adam_beta1); TAKE(adam_beta2); TAKE(adam_eps);
 #undef TAKE
     }
@@ -382,6 +382,11 @@ static json evaluate_start(const Spec& s, NetT& net, const Split& te) {
     return {{"test_loss", test_loss}, {"test_accuracy", test_accuracy}};
 }
 
+// hyper.max_train_seconds is spent (workloads/loop.py out_of_time: the same rule)
+static bool out_of_time(const Spec& s, double seconds) {
+    return s.h.max_train_seconds > 0 && seconds >= s.h.max_train_seconds;
+}
+
 template <class NetT>
 static void train(const Spec& s, NetT& net, const Split& tr, const Split& te, PhaseClock& clock, State& st) {
     const int B = s.h.batch_size;
@@ -393,6 +398,7 @@ static void train(const Spec& s, NetT& net, const Split& tr, const Split& te, Ph
         const std::vector<int> order = permutation(s.seed, epoch, tr.n);
         PhaseClock snap = clock;
         double loss_sum = 0;
+        int steps = 0;
         clock.start();
         const auto t0 = Clock::now();
         for (int b = 0; b < steps_per_epoch; ++b) {
@@ -419,6 +425,8 @@ static void train(const Spec& s, NetT& net, const Split& tr, const Split& te, Ph
                 last_emit = Clock::now();
                 emit({{"event", "step"}, {"step", st.steps}, {"loss", r.loss}});
             }
+            steps = b + 1;
+            if (out_of_time(s, st.train_seconds + std::chrono::duration<double>(Clock::now() - t0).count())) break;
         }
         const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
         st.train_seconds += seconds;
@@ -426,7 +434,7 @@ static void train(const Spec& s, NetT& net, const Split& tr, const Split& te, Ph
         const auto [test_loss, test_accuracy] = evaluate(s, net, te);
         clock.lap(EVAL);
         json rec = {{"epoch", epoch + 1}, {"seconds", seconds}, {"phases", clock.as_json(&snap)},
-                    {"train_loss", loss_sum / steps_per_epoch}, {"test_loss", test_loss},
+                    {"train_loss", loss_sum / steps}, {"test_loss", test_loss},
                     {"test_accuracy", test_accuracy}};
         st.epochs.push_back(rec);
         json ev = rec;
@@ -434,6 +442,7 @@ static void train(const Spec& s, NetT& net, const Split& tr, const Split& te, Ph
         ev["event"] = "epoch";
         ev["step"] = st.steps;
         emit(ev);
+        if (out_of_time(s, st.train_seconds)) break;
     }
 }
 
