@@ -41,6 +41,8 @@ bench: setup-bench
 	$(BIN)/python benchmarks/farm_parallel.py
 	$(BIN)/python benchmarks/compare_noise.py
 	$(BIN)/python benchmarks/gpu.py
+	$(BIN)/python benchmarks/memory_fit.py --malloc fixed
+	$(BIN)/python benchmarks/memory_fit.py --models gpt2-4m gpt2-29m --contexts 256
 
 clean:
 	rm -rf $(VENV) results .pytest_cache

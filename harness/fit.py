@@ -5,7 +5,7 @@ The analytic memory model (harness/memory_model.py) predicts; short real runs un
 confirm. A prediction alone is not the answer: a runtime's own footprint (the interpreter,
 torch's libraries, the data, allocator slack) is no part of the model, and it differs by board
 and runtime. So the first probe is the smallest configuration: it measures that footprint (the
-runner's resident set before training, baseline_rss_bytes) and tells at once whether anything
+runner's resident set once loaded, before its first step: loaded_rss_bytes) and tells at once whether anything
 fits. Then the search starts at the largest configuration predicted to fit with that footprint
 added, and walks up while probes end ok, or down while they end oom: the answer is a
 configuration that ended ok whose next one up ended oom (or the top of the ladder). Each probe
@@ -64,8 +64,12 @@ class Method:
     checkpointing: bool = False
 
     def model_bytes(self, c: Config) -> int:
-        return memory_model.breakdown(c.model, self.choice.method, c.batch, "fp32", self.choice.bp_layers,
-                                      self.optimizer, c.context, self.checkpointing).total_bytes
+        """The larger of the parts' total and the predicted peak: a runner's resident set is
+        glibc's high-water mark, which keeps freed tensors resident, so the live peak alone is
+        too little, and with few tokens and a large vocabulary the peak passes the total."""
+        b = memory_model.breakdown(c.model, self.choice.method, c.batch, "fp32", self.choice.bp_layers,
+                                   self.optimizer, c.context, self.checkpointing)
+        return max(b.total_bytes, b.peak_bytes)
 
 
 def configs(vary: str, family: str, model: Transformer | None, batch: int, context: int) -> list[Config]:
@@ -89,7 +93,7 @@ def configs(vary: str, family: str, model: Transformer | None, batch: int, conte
 def search(candidates: list[Config], budget: int, predict, run) -> tuple[Config | None, list[Probe]]:
     """The largest candidate that runs ok, by the rule of the module docstring. predict(config,
     footprint) -> bytes; run(config, predicted) -> the ended Probe, whose result carries the
-    footprint (baseline_rss_bytes) as its second value: run returns (probe, footprint)."""
+    footprint (loaded_rss_bytes) as its second value: run returns (probe, footprint)."""
     probes: list[Probe] = []
     status: dict[int, str] = {}
 
@@ -155,7 +159,7 @@ def run(store: Store, target: Target, candidates: list[Config], method: Method, 
                                 view)
         mem = result.get("memory") or {}
         return (Probe(c, predicted, job.job_id, result["status"], mem.get("peak_rss_bytes"), result.get("error")),
-                mem.get("baseline_rss_bytes") or 0)
+                mem.get("loaded_rss_bytes") or mem.get("baseline_rss_bytes") or 0)
 
     best, probes = search(candidates, budget, predict, probe)
     return best, probes, run_id

@@ -50,6 +50,9 @@ workloads/transformer_torch.py op by op (symbols in Sizes; 4 bytes a value):
   ZO part).
 - inputs: the token batch as the engine holds it (int64 tokens and targets) and the tables
   every forward reads, built once per length: the causal mask, llama's rotary cos and sin.
+The parts' total bounds a step's memory; peak_bytes predicts it: the parameters, optimizer and
+inputs, there all along, plus the most the step holds at one of its moments (peak_moments),
+each counting what is alive then -- activations not yet freed, gradients already made.
 """
 from __future__ import annotations
 
@@ -74,9 +77,13 @@ class Breakdown:
     parts: dict
     context: int | None = None          # transformers only: tokens a sequence
     checkpointing: bool | None = None   # transformers only
+    # transformers only: the most the step holds at one moment (peak_moments), and the moment
+    peak_bytes: int | None = None
+    peak_at: str | None = None
 
     @property
     def total_bytes(self) -> int:
+        """The parts summed as if each were at its largest at once: an upper bound (the paper's)."""
         return sum(self.parts.values())
 
     def to_dict(self) -> dict:
@@ -232,6 +239,62 @@ def moments(z: Sizes, zo_blocks: bool, zo_head: bool, bp_blocks: bool, bp_head: 
     return found
 
 
+def peak_moments(m: Transformer, z: Sizes, first: int, passes: int, activations: int, head: int,
+                 first_block: int, zo: dict[str, int], chunk: int, optimizer: str) -> dict[str, int]:
+    """Values alive, besides the parameters, optimizer state and inputs, at each moment of a step
+    that can hold its most (the engine's order: methods.bp_step, zo_step; torch's autograd frees
+    a saved tensor once its node has run, and makes a parameter's gradient when it reaches it).
+    activations: the activations part; head: the values the head keeps a pass; first_block: the
+    values the first BP block keeps (its input's included), or 0 without BP blocks; zo: the ZO
+    moments (moments()); chunk: the z values perturbed at a time.
+    - zo-pass: a ZO forward's largest moment; ElasticZO's second pass also holds the first's
+      kept activations.
+    - bp-forward: a BP block's forward at its scores (bp-attention less O, which no pass has
+      made yet), every activation but the head's kept, and the first pass's O under ElasticZO.
+    - loss-backward: the loss's backward, every activation still kept and no gradient made:
+      bp-head's 3 O. The measured peak of a language model's Full BP and ElasticZO step.
+    - block-backward: the first BP block's MLP backward, the last block backward reaches: O,
+      every gradient made but the block's own (its MLP output projection's made) and the
+      embeddings', the block's kept values (with checkpointing, recomputed), the gradient
+      flowing in (N D), and the MLP's gradients beyond the tensors they replace (gpt2 N F,
+      llama 2 N F).
+    - embedding-backward (Full BP): every gradient, O, the embedding output's gradient N D, and
+      the dense [V, D] gradient the embedding's backward makes with new_zeros and then
+      index_put, out of place: twice V D, of which a tied embedding's already made .grad is one
+      (it receives the LM head's) and an untied one's is the result.
+    - pass-gradients (ElasticZO): the two passes' gradients of a BP tensor meet in autograd's
+      input buffer, which adds them out of place: for the largest, both and their sum, beside
+      O and the other gradients.
+    - zo-update: the perturbation's chunk of z (chunk values), as the last perturbation
+      (restore and update) runs: O and, under ElasticZO, both passes' activations are alive.
+    - adam-update: Adam's three temporaries the size of the largest BP tensor (methods.
+      adam_update's expressions), beside O and every gradient."""
+    N, D, F, O, V = z.N, z.D, z.F, z.out, z.V
+    trained = [t for t in m.tensors() if t.unit >= first and not (m.classes and t.name == "lm_head.weight")]
+    grads = sum(t.size for t in trained)
+    found = {}
+    if zo:
+        found["zo-pass"] = activations * (passes - 1) // passes + max(zo.values())
+    if first_block:
+        found["bp-forward"] = activations - head + O * (passes - 1) + 2 * z.S + 3 * N * D
+        u = max(first, 1)
+        made = sum(t.size for t in trained if t.unit > u or (t.unit == u and t.name.startswith(
+            (f"h{u - 1}.mlp.proj", f"h{u - 1}.mlp.down"))) or (t.name == "wte" and m.tied and not m.classes))
+        found["block-backward"] = O + made + first_block + N * D + (1 + z.llama) * N * F
+    if head:
+        found["loss-backward"] = activations + 3 * O
+    if first == 0:
+        found["embedding-backward"] = grads + O + N * D + V * D * (1 + (m.tied and not m.classes))
+    largest = max((t.size for t in trained), default=0)
+    if passes == 2 and trained:
+        found["pass-gradients"] = O + grads + 2 * largest
+    if chunk:
+        found["zo-update"] = activations + O + chunk
+    if optimizer == "adam" and trained:
+        found["adam-update"] = grads + O + 3 * largest
+    return found
+
+
 def _transformer(m: Transformer, method: str, batch: int, precision: str, bp_layers: int, optimizer: str,
                  context: int, checkpointing: bool) -> Breakdown:
     if precision != "fp32":
@@ -257,14 +320,22 @@ def _transformer(m: Transformer, method: str, batch: int, precision: str, bp_lay
     trained = [t for t in m.tensors() if t.unit >= first]
     read = sum(t.size for t in trained if not (m.classes and t.name == "lm_head.weight"))
     bp = sum(t.size for t in trained)
-    peak = max(moments(z, first > 1, method == "full-zo", len(blocks) > 0, method != "full-zo").values())
+    found = moments(z, first > 1, method == "full-zo", len(blocks) > 0, method != "full-zo")
+    peak = max(found.values())
+    chunk = min(zrng.CHUNK, m.params_total - bp)
     tables = z.T ** 2 + (2 * z.T * m.head_dim * FLOAT if z.llama else 0)       # bool mask; cos, sin
     parts = {"parameters": FLOAT * m.params_total, "gradients": FLOAT * read,
              "optimizer": 2 * FLOAT * bp if optimizer == "adam" else 0,
              "activations": FLOAT * activations, "recompute": FLOAT * recompute,
-             "working": FLOAT * (peak + min(zrng.CHUNK, m.params_total - bp)),
+             "working": FLOAT * (peak + chunk),
              "inputs": TOKEN * (z.N + (z.B if z.C else z.N)) + tables}
-    return Breakdown(method, bp_layers, precision, batch, optimizer, parts, T, checkpointing)
+    zo = {k: v for k, v in found.items() if k.startswith("zo-")}
+    first_block = (z.N * z.D + recompute if checkpointing else sum(kept[0])) if kept else 0
+    at = peak_moments(m, z, first, passes, activations, head, first_block, zo, chunk, optimizer)
+    name = max(at, key=at.get)
+    resident = parts["parameters"] + parts["optimizer"] + parts["inputs"]
+    return Breakdown(method, bp_layers, precision, batch, optimizer, parts, T, checkpointing,
+                     resident + FLOAT * at[name], name)
 
 
 def configurations(model: Model, method: str | None, bp_layers: int | None) -> list[tuple[str, int]]:
@@ -291,14 +362,16 @@ def label(r: Breakdown) -> str:
 
 def table(rows: list[Breakdown]) -> str:
     """One line per breakdown, a column per part of its kind (transformers': TRANSFORMER_PARTS,
-    and their context)."""
+    their context, and the predicted peak beside the total that bounds it)."""
     ctx = any(r.context is not None for r in rows)
     parts = [p for p in dict.fromkeys(TRANSFORMER_PARTS + PARTS if ctx else PARTS + TRANSFORMER_PARTS)
              if any(p in r.parts for r in rows)]
     head = f"{'method':34} {'prec':5} {'batch':>5} " + (f"{'ctx':>6} " if ctx else "") + \
-        " ".join(f"{p:>12}" for p in parts) + f" {'total':>12}"
+        " ".join(f"{p:>12}" for p in parts) + f" {'total':>12}" + (f" {'peak':>12}" if ctx else "")
     lines = [head]
     for r in rows:
+        peak = f" {human(r.peak_bytes) if r.peak_bytes is not None else '':>12}" if ctx else ""
         lines.append(f"{label(r):34} {r.precision:5} {r.batch:5d} " + (f"{r.context or '':>6} " if ctx else "") +
-                     " ".join(f"{human(r.parts.get(p, 0)):>12}" for p in parts) + f" {human(r.total_bytes):>12}")
+                     " ".join(f"{human(r.parts.get(p, 0)):>12}" for p in parts) + f" {human(r.total_bytes):>12}" +
+                     peak)
     return "\n".join(lines)

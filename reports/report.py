@@ -26,13 +26,13 @@ from workloads.datasets import variant_name
 from workloads.spec import JobSpec
 from workloads.vocab import METHODS, PAPER_CONFIGS, TRAIN_PHASES, method_label, precision_key
 
-from . import charts, finetune
+from . import charts, finetune, transformers
 
 MIB = 2 ** 20
 # A job group: its repeats (and the same job in several runs) are averaged.
-GROUP = ["method", "bp_layers", "runtime", "precision", "target", "workload", "stage"]
+GROUP = ["method", "bp_layers", "runtime", "precision", "target", "workload", "stage", "setup"]
 # Named in a chart label only when the report holds more than one of them.
-VARIANTS = ["runtime", "precision", "target", "workload", "stage"]
+VARIANTS = ["runtime", "precision", "target", "workload", "stage", "setup"]
 # The paper's four configurations first, so each keeps its colour in every report.
 KNOWN = [method_label(m, k) for m, k in PAPER_CONFIGS]
 CHARTS = {"time_breakdown": "Training time per optimizer step, by phase, per runtime and target (Fig. 7 shape)",
@@ -44,7 +44,10 @@ CHARTS = {"time_breakdown": "Training time per optimizer step, by phase, per run
                     "(jobs with a power meter)",
           "loss": "Train and test loss per epoch, per precision (Figs. 2-3 shape)",
           "int8_ratios": "INT8 vs FP32: speed-up and memory ratio, measured and analytic",
-          "finetune": "Fine-tuning: test accuracy on the shifted data per epoch, from the pretrained weights (epoch 0)"}
+          "finetune": "Fine-tuning: test accuracy on the shifted data per epoch, from the pretrained weights (epoch 0)",
+          "context": "Transformer memory against context length (Katti et al. Fig. 3 shape): the memory model's "
+                     "predicted peak per method (lines) and parts' total (light), the jobs' measured training increment "
+                     "(points), MeZO over BP (dashed, right axis)"}
 CSS = """body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}
 table{border-collapse:collapse;margin:1em 0;font-size:.9em}th,td{border:1px solid #ccc;padding:.3em .6em}
 th{background:#f0f0f0}td{text-align:right}img{max-width:100%}figcaption{color:#555;font-size:.9em}"""
@@ -77,13 +80,16 @@ def build(store, run_ids: list[str], out: Path | None = None, targets=(), method
             "energy": lambda: charts.energy(ok[ok["j_step"].notna()], palette),
             "loss": lambda: charts.loss_curves(ok, palette),
             "int8_ratios": lambda: charts.int8_ratios(ratios, palette),
-            "finetune": lambda: finetune.curves(ok, palette)}
+            "finetune": lambda: finetune.curves(ok, palette),
+            "context": lambda: transformers.context_chart(df, palette)}
     if not ok["j_step"].notna().any():      # the report says why in a line instead of an empty chart
         del draw["energy"]
     if not len(finetune.tuned(ok)):
         del draw["finetune"]
     if not models:
         del draw["memory"]
+    if not len(transformers.trained(df)):
+        del draw["context"]
     with sns.axes_style("whitegrid"), sns.plotting_context("notebook", font_scale=0.85):
         for name, make in draw.items():
             fig = make() if len(ok) else _nothing_to_chart()
@@ -134,6 +140,9 @@ def _load(store, run_ids: list[str], plans: list[dict]) -> pd.DataFrame:
             phases, last = r.get("phases") or {}, (r.get("epochs") or [{}])[-1]
             energy = r.get("energy") or {}
             data = variant_name(job["workload"]["dataset"], job["workload"].get("rotate", 0.0))
+            spec = JobSpec.from_dict(job)
+            network = spec.model()
+            context, checkpointing = transformers.shape(spec.hyper, network)
             rows.append({
                 "run_id": run_id, "job_id": job["job_id"], "repeat": job.get("repeat", 0),
                 **{k: job[k] for k in ("method", "bp_layers", "runtime", "target")},
@@ -147,13 +156,16 @@ def _load(store, run_ids: list[str], plans: list[dict]) -> pd.DataFrame:
                 "mlabel": method_label(job["method"], job["bp_layers"]),
                 "batch": (job.get("hyper") or {}).get("batch_size", 32), "model": job["workload"].get("model", "lenet5"),
                 "optimizer": (job.get("hyper") or {}).get("optimizer", "sgd"),
-                "network": JobSpec.from_dict(job).model(),
+                "network": network, "context": context, "checkpointing": checkpointing,
+                # a transformer's context and checkpointing change its memory: jobs differing in them are not averaged
+                "setup": f"T={context}" + (" +ckpt" if checkpointing else "") if context else "",
                 "status": r["status"], "error": r.get("error") or "", "steps": steps,
                 "train_s": r.get("train_seconds") or math.nan,
                 # A runner that never trained reports 0 s and 0 bytes: unknown, not free.
                 "ms_step": 1000 * step if (step := step_seconds(r)) else math.nan,
                 "peak_mib": (mem.get("peak_rss_bytes") or math.nan) / MIB,
                 "baseline_mib": (mem.get("baseline_rss_bytes") or math.nan) / MIB,
+                "loaded_mib": (mem.get("loaded_rss_bytes") or math.nan) / MIB,
                 "buffers_mib": (mem.get("buffers_bytes") or math.nan) / MIB,
                 # a cuda job's GPU memory: torch's peak allocation, and NVML's used (nvidia-smi's figure)
                 "device_peak_mib": _nan(mem.get("device_peak_bytes")) / MIB,
@@ -279,6 +291,13 @@ def _blocks(run_ids: list[str], plans: list[dict], df: pd.DataFrame, ok: pd.Data
             blocks += [("p", "Final test accuracy (%) on the shifted test set, and in brackets the gain in points "
                              f"over {finetune.BEFORE} (the pretrained weights on the same test set; the paper's "
                              "Table 2)."), ("table", finetune.table(ok))]
+    fits = transformers.fit_table(df, transformers.fit_runs(run_ids, plans))
+    if len(fits):
+        blocks += [("h2", "Largest trainable model (zobench fit)"),
+                   ("p", "Per fit run: the largest configuration whose probe ended ok under the budget, the next "
+                         "larger one probed and how it ended, and its parameters over those of Full BP's (SGD) largest "
+                         "under the same budget, target, runtime, batch and context, where the report holds that run "
+                         "(Katti et al.'s question; docs/transformers.md)."), ("table", fits)]
     return blocks + (_energy_blocks(ok, accuracy) if len(ok) else []) + [("h2", "Charts")]
 
 
@@ -362,9 +381,10 @@ def _results_table(df: pd.DataFrame) -> pd.DataFrame:
               peak_mib=("peak_mib", "mean"), device_peak_mib=("device_peak_mib", "mean"), j_step=("j_step", "mean"),
               train_loss=("train_loss", "mean"), test_loss=("test_loss", "mean"), test_acc=("test_acc", "mean"))
          .reset_index())
-    # a GPU's memory and the energy only where some job measured them: a CPU-only report keeps its shape
+    # a GPU's memory and the energy only where some job measured them, a stage or a transformer's
+    # setup only where some job has one: a CPU-only report of layer models keeps its shape
     t = t.drop(columns=[c for c in ("device_peak_mib", "j_step") if t[c].isna().all()]
-               + (["stage"] if not t["stage"].astype(bool).any() else []))    # a run without stages keeps its shape
+               + [c for c in ("stage", "setup") if not t[c].astype(bool).any()])
     formats = {"steps": ".0f", "ms_step": ".2f", "train_s": ".2f", "peak_mib": ".1f", "device_peak_mib": ".1f",
                "j_step": ".4g", "train_loss": ".3f", "test_loss": ".3f", "test_acc": ".1f"}
     for col, f in formats.items():

@@ -42,10 +42,11 @@ def md_rows(md: str) -> dict:
 def charted(report) -> list[str]:
     """The charts of the ok run's report: the energy chart only where a meter (RAPL, on an x86
     machine that lets a user read it) measured a job (tests/test_energy_report.py), the
-    fine-tuning chart only for a run with a pretraining stage (tests/test_finetune.py)."""
+    fine-tuning chart only for a run with a pretraining stage (tests/test_finetune.py), the
+    context chart only for transformers (tests/test_report_transformers.py)."""
     metered = any((r.get("energy") or {}).get("joules_per_step") is not None
                   for r in report["store"].results(report["ok"]))
-    return [name for name in CHARTS if (metered or name != "energy") and name != "finetune"]
+    return [name for name in CHARTS if (metered or name != "energy") and name not in ("finetune", "context")]
 
 
 def test_files_are_written_in_the_runs_report_folder(report):
@@ -56,12 +57,13 @@ def test_files_are_written_in_the_runs_report_folder(report):
         assert data.startswith(PNG) and len(data) > 10_000
         assert (out / f"{name}.svg").read_text().lstrip().startswith("<?xml")
     assert (out / "energy.png").exists() == ("energy" in charted(report)) and (out / "report.md").is_file()
+    assert not (out / "context.png").exists()
 
 
 def test_results_table_agrees_with_the_raw_results(report):
     rows = md_rows((report["html"].parent / "report.md").read_text())
     results = {r["job"]["method"]: r for r in report["store"].results(report["ok"])}
-    assert set(rows) == {"Full BP", "Full ZO"}
+    assert set(rows) == {"Full BP", "Full ZO"} and "setup" not in rows["Full BP"]     # a transformer's column
     for label, method in (("Full BP", "full-bp"), ("Full ZO", "full-zo")):
         r = results[method]
         assert rows[label]["status"] == "ok"

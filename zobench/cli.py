@@ -114,7 +114,8 @@ def build_parser() -> Parser:
     p.add_argument("--out", type=Path, help="write here instead of stdout")
 
     p = sub.add_parser("memory", help="analytic memory model: the paper's (Eqs. 2-5, 13-15) from layer shapes, "
-                                      "a transformer's from its ops (docs/transformers.md)")
+                                      "a transformer's from its ops, with its step's predicted peak beside the "
+                                      "total that bounds it (docs/transformers.md)")
     p.add_argument("--model", default="lenet5", choices=tuple(MODELS), help="the network (workloads/models.py)")
     p.add_argument("--points", type=number(int, Bounds(1)),
                    help="a point-cloud model: the number of points per cloud (default: the model's own)")

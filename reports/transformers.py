@@ -1,0 +1,160 @@
+"""The transformer section of a report (docs/transformers.md): Katti et al.'s Fig. 3, memory
+against context length for BP, BP with checkpointing and MeZO on one model, and the largest
+model each method trains within a budget (zobench fit).
+
+The chart's lines are the memory model's, since no run measures every context; its points are
+what jobs measured, so each point says how far the model is from this runtime on this board.
+The fit table recomputes each answer from the run's probes rather than trusting a printed line:
+a report is made from the store, and the probes are what the store keeps.
+"""
+from __future__ import annotations
+
+import pandas as pd
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+
+from harness import memory_model
+from harness.suites import MethodChoice
+from workloads.models import Transformer
+from workloads.vocab import METHODS, method_label
+
+from . import charts
+
+MIB, GIB = charts.MIB, 2 ** 30
+# Fig. 3's curves, drawn on every panel whether or not a job ran them: (method, bp_layers, checkpointing)
+FIG3 = (("full-bp", 0, False), ("full-bp", 0, True), ("full-zo", 0, False))
+SHORTEST = 16           # the shortest context drawn, as zobench fit --vary context starts
+REFERENCE = ("full-bp", 0, "sgd", False)    # the fit table's ratios are to Full BP with SGD
+
+
+def shape(hyper, network) -> tuple[int, bool]:
+    """A job's (context, checkpointing): what, beside its method, decides a transformer's memory,
+    so the report must not average two jobs that differ in them. (0, False) for a layer model."""
+    if network.kind != Transformer.kind:
+        return 0, False
+    return hyper.context or network.context, hyper.checkpointing
+
+
+def trained(df: pd.DataFrame) -> pd.DataFrame:
+    """The transformer jobs that ended ok with a measured peak: the chart's points."""
+    ok = df[(df["status"] == "ok") & df["peak_mib"].notna()]
+    return ok[[n.kind == Transformer.kind for n in ok["network"]]]
+
+
+def increment_mib(rows: pd.DataFrame) -> pd.Series:
+    """What training added to the runner's resident set: its peak less what was resident once the
+    runtime, the data and the weights were loaded, before warm-up (loaded_rss_bytes; after
+    warm-up the allocator already holds a step's memory); baseline_rss_bytes in results written
+    before it existed, and the whole peak where a runner measured neither."""
+    return rows["peak_mib"] - rows["loaded_mib"].fillna(rows["baseline_mib"]).fillna(0)
+
+
+def curve_label(method: str, bp_layers: int, checkpointing: bool, optimizer: str) -> str:
+    """The method's report name, with what changes its memory; no optimizer for MeZO, which has
+    no BP part for one to keep state for."""
+    adam = ", Adam" if optimizer == "adam" and method != "full-zo" else ""
+    return method_label(method, bp_layers) + (" + checkpointing" if checkpointing else "") + adam
+
+
+def _contexts(m: Transformer, measured) -> list[int]:
+    """Powers of two from SHORTEST to the model's learned positions, and for a llama-style model
+    (rotary positions, no table) on to 4x its context, as Fig. 3 goes past the trained length;
+    with every context a job used, so that each point has the line's value at its x."""
+    top = m.context if m.style == "gpt2" else 4 * m.context
+    return sorted({1 << i for i in range(SHORTEST.bit_length() - 1, top.bit_length())} | set(measured))
+
+
+def context_chart(df: pd.DataFrame, palette: dict) -> Figure:
+    """Fig. 3: one panel per transformer and batch the report trained. Lines: the memory model's
+    predicted peak at each context for Full BP, Full BP with checkpointing, MeZO (Full ZO) and
+    any other configuration a job ran, and lighter its parts' total, the paper's way of counting
+    (a bound, but where a small batch meets a large vocabulary: docs/transformers.md); points:
+    each job's training increment at its context (fit probes included: they are jobs too);
+    dashed, on the right axis, MeZO's predicted peak over Full BP's."""
+    rows = trained(df).assign(increment=increment_mib)
+    panels = sorted(rows.groupby(["model", "batch"]), key=lambda p: (p[1]["network"].iloc[0].params_total, p[0][1]))
+    fig, axes = charts.figure(1, len(panels), width=7.5, height=4.6)
+    for ax, ((name, batch), g) in zip(axes.flat, panels):
+        m = g["network"].iloc[0]
+        bp = g[g["method"] != "full-zo"]
+        optimizer = bp["optimizer"].mode()[0] if len(bp) else "sgd"
+        # a MeZO job's optimizer names nothing it uses: it joins the panel's curve
+        g = g.assign(opt=[o if meth != "full-zo" else optimizer for meth, o in zip(g["method"], g["optimizer"])])
+        ran = g[["method", "bp_layers", "checkpointing", "opt"]].itertuples(index=False, name=None)
+        curves = dict.fromkeys([(meth, k, c, optimizer) for meth, k, c in FIG3] + list(ran))
+        xs = _contexts(m, g["context"])
+        model = {c: [memory_model.breakdown(m, c[0], int(batch), "fp32", int(c[1]), c[3], x, bool(c[2])) for x in xs]
+                 for c in curves}
+        unit, size = ("GiB", GIB) if max(b.total_bytes for bs in model.values() for b in bs) > 2 * GIB else ("MiB", MIB)
+        for (meth, k, ckpt, opt), bs in model.items():
+            color, style = palette.get(method_label(meth, k), "0.3"), ":" if ckpt else "-"
+            label = curve_label(meth, k, ckpt, opt)
+            ax.plot(xs, [b.peak_bytes / size for b in bs], color=color, linestyle=style, linewidth=1.7,
+                    label=f"model peak: {label}", gid=f"peak|{label}")
+            ax.plot(xs, [b.total_bytes / size for b in bs], color=color, linestyle=style, linewidth=1.0, alpha=0.35,
+                    gid=f"total|{label}")
+            got = g[(g["method"] == meth) & (g["bp_layers"] == k) & (g["checkpointing"] == ckpt) & (g["opt"] == opt)]
+            if len(got):
+                ax.scatter(got["context"], got["increment"] * MIB / size, color=color, edgecolor="0.2", zorder=3,
+                           marker="s" if ckpt else "o", label=f"measured: {label}", gid=f"measured|{label}")
+        ax.set_xscale("log", base=2)
+        ax.set(title=f"{name}, batch {batch}, {m.style}", xlabel="context length (tokens, log2)",
+               ylabel=f"memory ({unit})")
+        ax.set_ylim(bottom=0)
+        twin = ax.twinx()
+        zo, full = model[("full-zo", 0, False, optimizer)], model[("full-bp", 0, False, optimizer)]
+        twin.plot(xs, [z.peak_bytes / b.peak_bytes for z, b in zip(zo, full)], color="0.35", linestyle="--",
+                  linewidth=1.2, label=f"MeZO / {curve_label('full-bp', 0, False, optimizer)}\n(model peaks, right axis)")
+        twin.set(ylim=(0, 1.05), ylabel="MeZO / BP memory (model peaks)")
+        twin.grid(False)
+        bound = Line2D([], [], color="0.3", linewidth=1.0, alpha=0.35, label="model total, the parts' sum\n"
+                                                                              "(light, each method's colour)")
+        handles = ax.get_legend_handles_labels()[0] + [bound] + twin.get_legend_handles_labels()[0]
+        ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.12, 1), frameon=False, fontsize=7)
+    fig.suptitle("Memory against context length (Katti et al. Fig. 3): the memory model's predicted peak (lines) and\n"
+                 "parts' total (light), the jobs' training increments, peak RSS less RSS before training (points)")
+    return fig
+
+
+def fit_runs(run_ids: list[str], plans: list[dict]) -> dict[str, dict]:
+    """The report's zobench fit runs: run id -> the run's fit table (family, method, budget...)."""
+    return {r: p["fit"] for r, p in zip(run_ids, plans) if p.get("fit")}
+
+
+def _size(row: pd.Series) -> tuple:
+    """How probes are ordered: by parameters, then batch, then context (a fit run grows one)."""
+    return row["network"].params_total, row["batch"], row["context"]
+
+
+def fit_table(df: pd.DataFrame, fits: dict[str, dict]) -> pd.DataFrame:
+    """Per fit run (a method, its optimizer and checkpointing, under a budget on a target): the
+    largest configuration that ended ok, the next larger probe and how it ended, and its
+    parameters over those of Full BP's (SGD) largest under the same budget, target, runtime,
+    batch and context, where the report holds such a run."""
+    found = []
+    for run_id, meta in fits.items():
+        probes = sorted((p for _, p in df[df["run_id"] == run_id].iterrows()), key=_size)
+        if not probes:                  # left out by --target or --method
+            continue
+        ok = [p for p in probes if p["status"] == "ok"]
+        best = ok[-1] if ok else None
+        nxt = next((p for p in probes if best is None or _size(p) > _size(best)), None)
+        at = best if best is not None else probes[0]
+        choice = MethodChoice.parse(meta["method"])
+        found.append({
+            "key": (meta["target"], meta["budget_bytes"], meta["runtime"], meta["dataset"], at["batch"], at["context"]),
+            "config": (choice.method, choice.bp_layers, meta["optimizer"], meta["checkpointing"]),
+            "params": best["network"].params_total if best is not None else 0,
+            "method": curve_label(choice.method, choice.bp_layers, meta["checkpointing"], meta["optimizer"]),
+            "budget": memory_model.human(meta["budget_bytes"]), "target": meta["target"],
+            "B": at["batch"], "T": at["context"],
+            "largest ok": best["model"] if best is not None else "none fits",
+            "parameters": f"{best['network'].params_total / 1e6:.2f} M" if best is not None else "-",
+            "next up": f"{nxt['model']}: {nxt['status']}" if nxt is not None else "- (none probed)",
+            "run": run_id})
+    reference = {f["key"]: f["params"] for f in found if f["config"] == REFERENCE}
+    for f in found:
+        ref = reference.get(f["key"])
+        f["x Full BP (SGD)"] = f"{f['params'] / ref:.2f}" if ref else "-"
+    found.sort(key=lambda f: (f["key"][1], METHODS.index(f["config"][0]), f["config"][1:]))
+    return pd.DataFrame(found).drop(columns=["key", "config", "params"], errors="ignore")
