@@ -20,12 +20,13 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from workloads import datasets
+from workloads.launch import parse_size
 from workloads.models import Transformer, ladder
 
 from . import memory_model, paths, plan
 from .bundle import prepare
 from .errors import UserError
-from .inventory import Target
+from .inventory import MEM_LIMIT, Target
 from .progress import ProgressView
 from .scheduler import execute
 from .store import Store
@@ -172,13 +173,7 @@ def check_dataset(name: str) -> None:
 
 
 def parse_budget(text: str) -> int:
-    """'512M', '2G', '1.5G' or a number of bytes."""
-    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-    t = text.strip().upper().removesuffix("B").removesuffix("I")
-    try:
-        value = float(t[:-1]) * units[t[-1]] if t and t[-1] in units else float(t)
-    except ValueError:
-        value = -1
-    if not value > 0:
+    """A budget is written as a target's mem_limit is ("512M", "2G"): one rule for both."""
+    if not MEM_LIMIT.match(text):
         raise UserError(f"fit --budget {text!r}: expected a size like 512M or 2G")
-    return int(value)
+    return parse_size(text)

@@ -49,12 +49,18 @@ def lineage(df: pd.DataFrame) -> list[str]:
     return lines
 
 
-def table(ok: pd.DataFrame) -> pd.DataFrame:
-    """Table 2: final test accuracy (%) per method, with the gain over "w/o fine-tuning" in points."""
+def _columned(ok: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
+    """The fine-tuning jobs, each with its Table 2 column (runtime and target named where they
+    vary), and the columns in order."""
     t = tuned(ok)
     varying = [v for v in ("runtime", "target") if t[v].nunique() > 1]
     t = t.assign(column=[column(r, varying) for _, r in t.iterrows()])
-    cols = list(dict.fromkeys(t["column"]))
+    return t, list(dict.fromkeys(t["column"]))
+
+
+def table(ok: pd.DataFrame) -> pd.DataFrame:
+    """Table 2: final test accuracy (%) per method, with the gain over "w/o fine-tuning" in points."""
+    t, cols = _columned(ok)
     before = t.groupby("column")["start_acc"].mean()
     final = t.groupby(["mlabel", "column"])["test_acc"].mean()
     out = {BEFORE: {c: f"{before[c]:.1f}" if pd.notna(before.get(c)) else "-" for c in cols}}
@@ -70,10 +76,7 @@ def table(ok: pd.DataFrame) -> pd.DataFrame:
 def curves(ok: pd.DataFrame, palette: dict) -> Figure:
     """Test accuracy per epoch of the fine-tuning jobs, epoch 0 being the pretrained weights,
     one panel per data set, angle and precision (Table 2's columns)."""
-    t = tuned(ok)
-    varying = [v for v in ("runtime", "target") if t[v].nunique() > 1]
-    t = t.assign(column=[column(r, varying) for _, r in t.iterrows()])
-    cols = list(dict.fromkeys(t["column"]))
+    t, cols = _columned(ok)
     ncols = min(4, len(cols))
     fig, axes = charts.figure(ncols, -(-len(cols) // ncols), width=4.2, height=3.4, sharey=True)
     for ax, c in zip(axes.flat, cols):
