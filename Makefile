@@ -43,6 +43,7 @@ bench: setup-bench
 	$(BIN)/python benchmarks/gpu.py
 	$(BIN)/python benchmarks/memory_fit.py --malloc fixed
 	$(BIN)/python benchmarks/memory_fit.py --models gpt2-4m gpt2-29m --contexts 256
+	$(BIN)/python benchmarks/store_scale.py
 
 clean:
 	rm -rf $(VENV) results .pytest_cache

@@ -135,13 +135,14 @@ def suite_for(base: Suite, c: Config, method: Method, dataset: str) -> Suite:
 
 
 def run(store: Store, target: Target, candidates: list[Config], method: Method, budget: int, *,
-        dataset: str = "fortunes", runtime: str = "torch", timeout_s: float = 900.0, seed: int = 0):
+        vary: str = "model", dataset: str = "fortunes", runtime: str = "torch", timeout_s: float = 900.0,
+        seed: int = 0):
     """Search candidates on target under budget; returns (largest Config or None, probes, run id).
     The run's plan grows by one job per probe, so its results are exactly the probes made."""
     check_dataset(dataset)
-    limited = dataclasses.replace(target, mem_limit=f"{-(-budget // 1024)}K")
+    limit = f"{-(-budget // 1024)}K"
     base = Suite("fit", paths.SUITES_DIR / "fit", runtimes=[runtime], seed=seed, timeout_s=timeout_s)
-    meta = {"family": candidates[0].model.family, "method": str(method.choice), "optimizer": method.optimizer,
+    meta = {"vary": vary, "family": candidates[0].model.family, "method": str(method.choice), "optimizer": method.optimizer,
             "checkpointing": method.checkpointing, "budget_bytes": budget, "target": target.name,
             "dataset": dataset, "runtime": runtime}
     run_id = store.new_run({"created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -151,13 +152,12 @@ def run(store: Store, target: Target, candidates: list[Config], method: Method, 
         return method.model_bytes(c) + footprint
 
     def probe(c: Config, predicted: int) -> tuple[Probe, int]:
-        jobs, _ = plan.make(suite_for(base, c, method, dataset), [limited])
-        job = jobs[0]
+        jobs, _ = plan.make(suite_for(base, c, method, dataset), [target])
+        job = dataclasses.replace(jobs[0], mem_limit=limit)
         job.job_id = job.spec["job_id"] = plan.safe_name(f"fit.{c.label}.{job.job_id}")
         store.extend_plan(run_id, [job.to_dict()])
-        with ProgressView({limited.name: 1}) as view:
-            (result,) = execute(store, run_id, [job], {limited.name: limited}, prepare([job], {limited.name: limited}),
-                                view)
+        with ProgressView({target.name: 1}) as view:
+            (result,) = execute(store, run_id, [job], {target.name: target}, prepare([job], {target.name: target}), view)
         mem = result.get("memory") or {}
         return (Probe(c, predicted, job.job_id, result["status"], mem.get("peak_rss_bytes"), result.get("error")),
                 mem.get("loaded_rss_bytes") or mem.get("baseline_rss_bytes") or 0)

@@ -49,7 +49,7 @@ CLOCK_SLACK_S = 1.0     # the kernel log's clock and CLOCK_MONOTONIC may differ 
 class Evidence:
     """What the target said about a job's memory, raw, for classify to judge."""
     launch: dict = field(default_factory=dict)  # the launcher's first event: pid, monotonic, method, cgroup
-    mem_limit: str = ""                         # the target's limit as written ("512M"), "" for none
+    mem_limit: str = ""                         # the job's limit as written ("512M"), "" for none
     cgroup_counters: str = ""                   # its cgroup's memory.events (v2) / memory.oom_control (v1), after it
     kernel_log: str = ""                        # KERNEL_LOG's lines, read after a SIGKILL
 
@@ -181,9 +181,10 @@ def run_job(job: Job, target: Target, site: Site, work: Path, on_event=None) -> 
     py = target.python
     runtime = job.spec["runtime"]
     runner = [site.binary] if runtime == "cpp" else [py, "-m", RUNNER_MODULES[runtime]]
-    argv = [py, "-m", "workloads.launch"] + (["--mem-limit", target.mem_limit] if target.mem_limit else []) + \
+    limit = job.mem_limit or target.mem_limit
+    argv = [py, "-m", "workloads.launch"] + (["--mem-limit", limit] if limit else []) + \
            ["--", *runner, "--spec", f"{job_dir}/spec.json", "--out", f"{job_dir}/result.json"]
-    steps, evidence = 0, Evidence(mem_limit=target.mem_limit)
+    steps, evidence = 0, Evidence(mem_limit=limit)
 
     def on_line(line: str) -> None:
         nonlocal steps

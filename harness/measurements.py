@@ -89,8 +89,10 @@ def fingerprint(env: dict) -> dict:
     return {**{k: env.get(k) for k in FINGERPRINT}, "gpu": gpuinfo.fingerprint(env.get("gpu"))}
 
 
-def from_results(results: list[tuple[str, dict]]) -> dict[str, Measurement]:
-    """The ok results, each with the run id it came from, grouped by job key."""
+def from_results(results: list[tuple[str, dict]], across_builds: bool = False) -> dict[str, Measurement]:
+    """The ok results, each with the run id it came from, grouped by job key. Repeats of one key
+    must share a fingerprint and, unless across_builds (a baseline pooled from a branch's last
+    runs, one commit each: harness/pgstore.py), a build."""
     out: dict[str, Measurement] = {}
     epochs: dict[str, list] = {}
     first: dict[str, tuple[str, dict]] = {}       # key -> (run id/job id, identity) of its first repeat
@@ -100,7 +102,7 @@ def from_results(results: list[tuple[str, dict]]) -> dict[str, Measurement]:
         key, facts = job_key(r["job"])
         env = r.get("env") or {}
         fp = fingerprint(env)
-        identity = {**fp, **{k: env.get(k) for k in BUILD}}
+        identity = {**fp, **({} if across_builds else {k: env.get(k) for k in BUILD})}
         m = out.setdefault(key, Measurement(key, facts, fingerprint=fp,
                                             binary_sha256=env.get("binary_sha256"),
                                             harness_commit=env.get("harness_commit", "")))

@@ -9,4 +9,9 @@ SUITES_DIR = REPO / "workloads" / "suites"
 def user_inventory() -> Path:
     return Path("~/.config/zobench/targets.toml").expanduser()
 
+
+def user_config() -> Path:
+    """The user's settings beside the inventory: a [store] table (harness/pgstore.py)."""
+    return Path("~/.config/zobench/config.toml").expanduser()
+
 DEFAULT_RESULTS = Path("results")

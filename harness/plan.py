@@ -1,6 +1,7 @@
 """From a suite, targets, filters and --set overrides to the list of jobs of a run."""
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -41,9 +42,14 @@ class Job:
     target: str
     timeout_s: float
     spec: dict
+    # a memory budget of the job's own ("700M"), in place of its target's mem_limit: fit's probes
+    # and an equal-memory study run under one budget while their pretraining job on the same
+    # target does not; "" = the target's
+    mem_limit: str = ""
 
     def to_dict(self) -> dict:
-        return {"job_id": self.job_id, "target": self.target, "timeout_s": self.timeout_s, "spec": self.spec}
+        return {"job_id": self.job_id, "target": self.target, "timeout_s": self.timeout_s, "spec": self.spec,
+                **({"mem_limit": self.mem_limit} if self.mem_limit else {})}
 
 
 def cpp_refuses(model: Model) -> str | None:
@@ -115,13 +121,27 @@ def parse_set(items: list[str]) -> dict:
     return out
 
 
-def harness_commit() -> str:
+def _git(*args: str) -> str:
     try:
-        rev = subprocess.run(["git", "-C", str(paths.REPO), "describe", "--always", "--dirty", "--abbrev=12"],
-                             capture_output=True, text=True, timeout=10)
-        return rev.stdout.strip()
+        rev = subprocess.run(["git", "-C", str(paths.REPO), *args], capture_output=True, text=True, timeout=10)
+        return rev.stdout.strip() if rev.returncode == 0 else ""
     except (OSError, subprocess.SubprocessError):
         return ""
+
+
+def harness_commit() -> str:
+    return _git("describe", "--always", "--dirty", "--abbrev=12")
+
+
+def git_facts() -> dict:
+    """The commit and branch a run's code came from: a shared store orders history by them and
+    takes a CI baseline from a branch's runs. $ZOBENCH_BRANCH names the branch where a CI
+    checkout is detached (git says HEAD there), $ZOBENCH_COMMIT the commit where the code came
+    without its .git (an unpacked artifact); a dirty tree is said so, since its commit is not
+    what ran."""
+    branch = os.environ.get("ZOBENCH_BRANCH") or _git("rev-parse", "--abbrev-ref", "HEAD")
+    return {"commit": os.environ.get("ZOBENCH_COMMIT") or _git("rev-parse", "HEAD"),
+            "branch": "" if branch == "HEAD" else branch, "dirty": harness_commit().endswith("-dirty")}
 
 
 def safe_name(text: str) -> str:
@@ -201,12 +221,8 @@ def _select(kind: str, values: list, wanted: list[str], known) -> list:
     return picked
 
 
-def make(suite: Suite, targets: list[Target], *, methods=(), runtimes=(), precisions=(),
-         overrides: dict | None = None, timeout_s: float | None = None,
-         pretrain_target: Target | None = None) -> tuple[list[Job], list[str]]:
-    """The jobs of a run, and notes on the combinations left out (and why). A suite with a
-    [pretrain] stage gets, first, one pretraining job per precision and data set its other jobs
-    use (on pretrain_target, the host by default), each of them starting from its final weights."""
+def select_methods(suite: Suite, methods=()) -> list[MethodChoice]:
+    """The suite's methods that --method names (all of them without it)."""
     for m in methods:
         if ":" in m:
             try:
@@ -214,36 +230,54 @@ def make(suite: Suite, targets: list[Target], *, methods=(), runtimes=(), precis
             except ValueError as e:
                 raise UserError(f"--method {m!r}: {e}") from None
     known_methods = list(vocab.METHODS) + [str(m) for m in suite.methods]
-    method_list = _select("method", suite.methods, list(methods), known_methods)
+    return _select("method", suite.methods, list(methods), known_methods)
+
+
+def make(suite: Suite, targets: list[Target], *, methods=(), runtimes=(), precisions=(),
+         overrides: dict | None = None, timeout_s: float | None = None,
+         pretrain_target: Target | None = None, models: dict[str, str] | None = None) -> tuple[list[Job], list[str]]:
+    """The jobs of a run, and notes on the combinations left out (and why). A suite with a
+    [pretrain] stage gets, first, one pretraining job per precision, data set and model its other
+    jobs use (on pretrain_target, the host by default), each of them starting from its final
+    weights. models: a model per method (as the suite writes it) in place of the workload's, as an
+    equal_memory suite has (harness/equal_memory.py), whose jobs then run under its budget."""
+    method_list = select_methods(suite, methods)
     runtime_list = _select("runtime", suite.runtimes, list(runtimes), vocab.RUNTIMES)
     precision_list = _select("precision", suite.precisions, list(precisions), vocab.PRECISIONS)
     overrides = overrides or {}
     hyper = {**suite.hyper, **overrides}
+    equal = suite.equal_memory
+    models = models or {}
+    if equal is not None and (missing := [str(m) for m in method_list if str(m) not in models]):
+        raise UserError(f"{suite.path}: equal_memory: no model for {', '.join(missing)} (give it in "
+                        "equal_memory.models, or let zobench run fit it)")
     try:
-        model = Workload(**suite.workload).resolve()
+        model_of = {str(m): Workload(**{**suite.workload, **({"model": models[str(m)]} if str(m) in models else {})}
+                                     ).resolve() for m in method_list}
     except SpecError as e:
         raise UserError(f"{suite.path}: {e}") from None
+    by_name = {m.name: m for m in model_of.values()}
     variants = suite.variants()
     named = suite.pretrain is not None or len(variants) > 1    # job ids then name the data they learn
     commit = harness_commit()
 
-    def workload_spec(dataset: str, rotate: float, hyper: dict) -> dict:
+    def workload_spec(dataset: str, rotate: float, hyper: dict, model) -> dict:
         """Every runner executes the description in its spec, not a name it would look up: a
         transformer's with the classification head its text set's labels need (none for a
         language model)."""
-        w = {**suite.workload, "dataset": dataset, "rotate": rotate}
+        w = {**suite.workload, "model": model.name, "dataset": dataset, "rotate": rotate}
         data_dir = check_data(suite, Workload(**w), Hyper(**hyper), overrides)
         trained = model.with_classes(datasets.classes(dataset, data_dir)) if datasets.is_text(dataset) else model
         return {**w, "architecture": trained.to_dict()}
 
-    def job(job_id: str, target: Target, spec: dict) -> Job:
+    def job(job_id: str, target: Target, spec: dict, mem_limit: str = "") -> Job:
         spec = {"job_id": job_id, "device": target.device, "seed": suite.seed, "threads": target.threads,
                 "target": target.name, "harness_commit": commit, **spec}
         try:
             spec = JobSpec.from_dict(spec).to_dict()
         except SpecError as e:
             raise UserError(f"{suite.path}: {e}") from None
-        return Job(job_id, target.name, timeout_s or suite.timeout_s, spec)
+        return Job(job_id, target.name, timeout_s or suite.timeout_s, spec, mem_limit)
 
     pre = suite.pretrain
     if pre is not None and pretrain_target is None:
@@ -251,13 +285,14 @@ def make(suite: Suite, targets: list[Target], *, methods=(), runtimes=(), precis
         if pretrain_target is None:
             raise UserError(f"{suite.path}: pretrain.target: {pre.target!r} is not resolved (give it to plan.make)")
 
-    def pretrain_id(precision: str, dataset: str) -> str:
+    def pretrain_id(precision: str, dataset: str, model) -> str:
         return safe_name(f"pretrain.{pre.target}.{pre.runtime}.{vocab.method_key(pre.method.method, pre.method.bp_layers)}"
-                         f".{precision}.{datasets.variant_name(dataset, pre.rotate)}")
+                         f".{precision}.{datasets.variant_name(pre.dataset or dataset, pre.rotate)}"
+                         + (f".{model.name}" if models else ""))
 
     jobs, notes = [], []
     for dataset, rotate in variants:
-        data = workload_spec(dataset, rotate, hyper)
+        data = {name: workload_spec(dataset, rotate, hyper, m) for name, m in by_name.items()}
         for target in targets:
             for runtime in runtime_list:
                 if runtime not in target.runtimes:
@@ -272,12 +307,13 @@ def make(suite: Suite, targets: list[Target], *, methods=(), runtimes=(), precis
                         for m in method_list:
                             if m.method == "full-bp" and zo_loss != zo_losses[0]:
                                 continue    # full-bp computes no ZO loss: one job per precision, not per zo_loss
+                            model = model_of[str(m)]
                             why = unsupported(runtime, m.method, precision, dataset, target.device, model,
                                               hyper.get("optimizer", Hyper.optimizer), m.bp_layers)
                             if why:
                                 notes.append(f"{m} {precision} on {runtime}: {why}")
                                 continue
-                            stage = {"pretrained_from": pretrain_id(precision, dataset), "eval_start": True} \
+                            stage = {"pretrained_from": pretrain_id(precision, dataset, model), "eval_start": True} \
                                 if pre is not None else {}
                             for r in range(suite.repeats):
                                 job_id = safe_name(".".join([
@@ -286,8 +322,8 @@ def make(suite: Suite, targets: list[Target], *, methods=(), runtimes=(), precis
                                     *([datasets.variant_name(dataset, rotate)] if named else []), f"r{r}"]))
                                 jobs.append(job(job_id, target, {
                                     "method": m.method, "runtime": runtime, "bp_layers": m.bp_layers,
-                                    "precision": precision, "zo_loss": zo_loss, "workload": data,
-                                    "hyper": dict(hyper), "repeat": r, **stage}))
+                                    "precision": precision, "zo_loss": zo_loss, "workload": data[model.name],
+                                    "hyper": dict(hyper), "repeat": r, **stage}, equal.budget if equal else ""))
     if not jobs:
         raise UserError("the plan has no job: " + ("; ".join(dict.fromkeys(notes)) or "nothing selected"))
     # Each target runs its jobs round-robin over repeats (every key's repeat 0, then every
@@ -296,15 +332,19 @@ def make(suite: Suite, targets: list[Target], *, methods=(), runtimes=(), precis
     # two runs of one plan meet the machine's drift in the same order.
     where = {t.name: i for i, t in enumerate(targets)}
     jobs.sort(key=lambda j: (where[j.target], j.spec["repeat"]))
-    used = dict.fromkeys((j.spec["precision"], j.spec["workload"]["dataset"]) for j in jobs) if pre else {}
-    return [_pretrain_job(suite, pretrain_target, precision, dataset, pretrain_id(precision, dataset),
-                          {**hyper, **pre.hyper[precision]}, workload_spec, job, model)
-            for precision, dataset in used] + jobs, list(dict.fromkeys(notes))
+    used = dict.fromkeys((j.spec["precision"], j.spec["workload"]["dataset"], j.spec["workload"]["model"])
+                         for j in jobs) if pre else {}
+    return [_pretrain_job(suite, pretrain_target, precision, pre.dataset or dataset,
+                          pretrain_id(precision, dataset, by_name[name]),
+                          {**hyper, **pre.hyper[precision]}, workload_spec, job, by_name[name])
+            for precision, dataset, name in used] + jobs, list(dict.fromkeys(notes))
 
 
 def _pretrain_job(suite: Suite, target: Target, precision: str, dataset: str, job_id: str, hyper: dict,
-                  workload_spec, job, model: Model) -> Job:
-    """The job a stage's fine-tuning jobs start from: it must be able to run, or none of them can."""
+                  workload_spec, job, model: Model | Transformer) -> Job:
+    """The job a stage's fine-tuning jobs start from: it must be able to run, or none of them can.
+    It learns the stage's data set (pre.dataset or the fine-tuning one), on the host by default,
+    with no budget: what it costs is no part of a study."""
     pre = suite.pretrain
     if pre.runtime not in target.runtimes:
         raise UserError(f"{suite.path}: pretrain.runtime: target {target.name} has no {pre.runtime} runtime "
@@ -314,5 +354,5 @@ def _pretrain_job(suite: Suite, target: Target, precision: str, dataset: str, jo
     if why:
         raise UserError(f"{suite.path}: pretrain: {pre.method} {precision} on {pre.runtime}: {why}")
     return job(job_id, target, {"method": pre.method.method, "runtime": pre.runtime, "bp_layers": pre.method.bp_layers,
-                                "precision": precision, "workload": workload_spec(dataset, pre.rotate, hyper),
+                                "precision": precision, "workload": workload_spec(dataset, pre.rotate, hyper, model),
                                 "hyper": hyper, "save_weights": True})

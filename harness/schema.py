@@ -14,6 +14,7 @@ import re
 
 from workloads import vocab
 
+from .inventory import MEM_LIMIT
 from .plan import Job
 
 NUMBER = (int, float)
@@ -147,9 +148,13 @@ def plan_problems(plan) -> list[str]:
     if not isinstance(plan, dict) or not isinstance(plan.get("jobs"), list):
         return ["not a JSON object with a list of jobs"]
     keys = {f.name for f in dataclasses.fields(Job)}
+    needed = {f.name for f in dataclasses.fields(Job) if f.default is dataclasses.MISSING}
     for i, j in enumerate(plan["jobs"]):
-        if not isinstance(j, dict) or set(j) != keys:
-            return [f"jobs[{i}] needs exactly {', '.join(sorted(keys))}"]
+        if not isinstance(j, dict) or not needed <= set(j) <= keys:
+            return [f"jobs[{i}] needs {', '.join(sorted(needed))}"
+                    f" (and may have {', '.join(sorted(keys - needed))}), nothing else"]
+        if not isinstance(j.get("mem_limit", ""), str) or not MEM_LIMIT.match(j.get("mem_limit") or "0K"):
+            return [f"jobs[{i}].mem_limit {j['mem_limit']!r} is not a size like 512M"]
         if not isinstance(j["job_id"], str) or not JOB_ID.fullmatch(j["job_id"]):
             return [f"jobs[{i}].job_id {j['job_id']!r} is not a file name"]
         if not isinstance(j["spec"], dict) or j["spec"].get("job_id") != j["job_id"]:

@@ -11,6 +11,7 @@ end ok, or left no such file, ends failed with that reason and never starts.
 """
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from workloads import vocab
@@ -51,7 +52,7 @@ def link(store, run_id: str, jobs: list[Job]) -> tuple[list[Job], list[dict]]:
             continue
         sha = r["model"]["weights_sha256"]
         pretrained_weights_file(path, sha)
-        ready.append(Job(job.job_id, job.target, job.timeout_s, {**job.spec, "init_sha256": sha}))
+        ready.append(dataclasses.replace(job, spec={**job.spec, "init_sha256": sha}))
     return ready, failed
 
 

@@ -113,6 +113,19 @@ class Store:
             raise UserError(f"cannot write a run to {self.runs}: {e.strerror}") from None
         return run_id
 
+    def adopt_run(self, run_id: str, plan: dict) -> None:
+        """Keep a run made elsewhere (zobench pull) under its own id: its folder and plan, once;
+        a run of that id here with another plan is refused, never overwritten."""
+        d = self.run_dir(run_id)
+        if (d / "run.json").is_file():
+            if self.run_plan(run_id) != plan:
+                raise UserError(f"run {run_id} in {self.root} has another plan than the one pulled: "
+                                "left as it is")
+            return
+        self.check_writable()
+        (d / "work").mkdir(parents=True, exist_ok=True)
+        write_atomic(d / "run.json", plan)
+
     def extend_plan(self, run_id: str, jobs: list[dict]) -> None:
         """Add jobs to a run whose next job depends on the last one's outcome (zobench fit)."""
         plan = self.run_plan(run_id)

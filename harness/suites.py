@@ -5,10 +5,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from workloads import vocab
+from workloads.models import MODELS, Transformer
 from workloads.spec import Bounds, Hyper, JobSpec, SpecError, Workload, check_value
 
 from . import paths, tomlfile
 from .errors import UserError
+from .inventory import MEM_LIMIT
 
 # A job's timeout, from a suite or --timeout: positive, and at most 30 days (a finite deadline)
 TIMEOUT_S = Bounds(0, 30 * 86400, open_lo=True)
@@ -47,7 +49,19 @@ class Pretrain:
     runtime: str = "torch"
     method: MethodChoice = field(default_factory=lambda: MethodChoice("full-bp"))
     rotate: float = 0.0             # the data it learns: the data set unrotated, by default
+    dataset: str = ""               # ... or another data set: "" = the fine-tuning jobs' own; a
+                                    # transformer fine-tuned on fortunes-topics learns fortunes first
     hyper: dict = field(default_factory=dict)   # precision -> its hyper, over the suite's [hyper] and --set
+
+
+@dataclass
+class EqualMemory:
+    """Katti et al.'s Fig. 4: under one memory budget each method trains the largest model of a
+    family that fits it (models[method], else what zobench fit finds on the suite's target when
+    the run starts), every job under that budget, for the same hyper.max_train_seconds."""
+    budget: str                     # as a target's mem_limit is written: "700M", "2G"
+    family: str = "gpt2"
+    models: dict = field(default_factory=dict)      # method as the suite writes it -> model name
 
 
 @dataclass
@@ -69,6 +83,7 @@ class Suite:
     datasets: list = field(default_factory=list)
     rotations: list = field(default_factory=list)
     pretrain: Pretrain | None = None
+    equal_memory: EqualMemory | None = None
 
     def variants(self) -> list[tuple[str, float]]:
         """(data set, rotation) of every group of jobs, in the suite's order."""
@@ -110,6 +125,7 @@ def load(name_or_path: str) -> Suite:
     s.datasets = t.take("datasets", list, default=[], item=str)
     s.rotations = t.take("rotations", list, default=[])
     pretrain = t.take("pretrain", dict, default=None)
+    equal = t.take("equal_memory", dict, default=None)
     t.done()
     if any(isinstance(r, bool) or not isinstance(r, (int, float)) for r in s.rotations):
         raise t.error("rotations", f"expected a list of angles in degrees, got {s.rotations!r}")
@@ -123,6 +139,13 @@ def load(name_or_path: str) -> Suite:
             s.methods.append(MethodChoice.parse(m))
         except ValueError as e:
             raise t.error("methods", f"{e}, got {m!r}") from None
+    if equal is not None:
+        s.equal_memory = _equal_memory(tomlfile.Table(equal, path, "equal_memory."), s)
+        if "model" in s.workload:       # one home for each job's model
+            raise t.error("workload.model", "an equal_memory suite gives each method its model "
+                                            "(equal_memory.models, or zobench fit's answer); leave it out")
+        if len(s.targets) != 1:
+            raise t.error("targets", "an equal_memory suite fits its models to one target; expected one")
     for key, values in (("methods", [str(m) for m in s.methods]), ("targets", s.targets),
                         ("runtimes", s.runtimes), ("precisions", s.precisions), ("zo_losses", s.zo_losses),
                         ("datasets", s.datasets), ("rotations", [float(r) for r in s.rotations])):
@@ -153,6 +176,7 @@ def _pretrain(t: tomlfile.Table) -> Pretrain:
     p.runtime = t.take("runtime", str, default=p.runtime, choices=vocab.RUNTIMES)
     method = t.take("method", str, default=str(p.method))
     p.rotate = t.take("rotate", float, default=p.rotate)
+    p.dataset = t.take("dataset", str, default=p.dataset)
     for precision in vocab.PRECISIONS:
         p.hyper[precision] = t.take(precision, dict, default={})
     t.done()
@@ -161,3 +185,20 @@ def _pretrain(t: tomlfile.Table) -> Pretrain:
     except ValueError as e:
         raise t.error("method", f"{e}, got {method!r}") from None
     return p
+
+
+def _equal_memory(t: tomlfile.Table, suite: Suite) -> EqualMemory:
+    families = sorted({m.family for m in MODELS.values() if isinstance(m, Transformer)})
+    e = EqualMemory(t.take("budget", str, default=...))
+    e.family = t.take("family", str, default=e.family, choices=families)
+    e.models = t.take("models", dict, default={})
+    t.done()
+    if not MEM_LIMIT.match(e.budget):
+        raise t.error("budget", f"expected a size like \"512M\" or \"2G\", got {e.budget!r}")
+    ladder = [n for n, m in MODELS.items() if isinstance(m, Transformer) and m.family == e.family]
+    for method, name in e.models.items():
+        if method not in [str(m) for m in suite.methods]:
+            raise t.error(f"models.{method}", f"not a method of the suite ({', '.join(map(str, suite.methods))})")
+        if name not in ladder:
+            raise t.error(f"models.{method}", f"expected a {e.family} model, one of {', '.join(ladder)}; got {name!r}")
+    return e

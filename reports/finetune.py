@@ -24,8 +24,9 @@ ROWS = [BEFORE] + [method_label(m, k) for m, k in (("full-zo", 0), ("elastic-zo"
 
 
 def tuned(df: pd.DataFrame) -> pd.DataFrame:
-    """The fine-tuning jobs of a report's rows."""
-    return df[df["pretrained_from"].astype(bool)]
+    """The fine-tuning jobs of a report's rows, but an equal-memory study's (reports/equal_memory.py):
+    its methods fine-tune different models, so no one "w/o fine-tuning" row is theirs."""
+    return df[df["pretrained_from"].astype(bool) & ~df["study"]]
 
 
 def column(row: pd.Series, varying: list[str]) -> str:
@@ -34,17 +35,17 @@ def column(row: pd.Series, varying: list[str]) -> str:
     return " · ".join([row["data_set"], row["precision"].upper(), *(str(row[v]) for v in varying)])
 
 
-def lineage(df: pd.DataFrame) -> list[str]:
-    """One line per pretraining job: what its fine-tuning jobs started from, and whether each
-    of them did (the hash its result records against the pretraining job's final one)."""
+def lineage(df: pd.DataFrame, rows: pd.DataFrame) -> list[str]:
+    """One line per pretraining job of rows: what its fine-tuning jobs started from, and whether
+    each of them did (the hash its result records against the pretraining job's final one)."""
     lines = []
-    for src, g in tuned(df).groupby("pretrained_from", sort=False):
+    for src, g in rows[rows["pretrained_from"].astype(bool)].groupby("pretrained_from", sort=False):
         pre = df[df["job_id"] == src]
         sha = pre["weights_sha256"].iloc[0] if len(pre) and pre["weights_sha256"].iloc[0] else None
         started = g["init_sha256"].dropna()
         same = int((started == sha).sum()) if sha else 0
         acc = f", final test accuracy {pre['test_acc'].iloc[0]:.1f}%" if len(pre) and pd.notna(pre["test_acc"].iloc[0]) else ""
-        lines.append(f"{len(g)} jobs fine-tuned from {src} {sha[:12] if sha else '(no weights: it did not end ok)'}"
+        lines.append(f"{len(g)} job{'s' * (len(g) != 1)} fine-tuned from {src} {sha[:12] if sha else '(no weights: it did not end ok)'}"
                      f"{acc}; {same} of them started from exactly its final weights (sha256)")
     return lines
 

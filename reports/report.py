@@ -26,7 +26,8 @@ from workloads.datasets import variant_name
 from workloads.spec import JobSpec
 from workloads.vocab import METHODS, PAPER_CONFIGS, TRAIN_PHASES, method_label, precision_key
 
-from . import charts, finetune, transformers
+from . import charts, equal_memory, finetune, transformers
+from .history import chart as history_chart
 
 MIB = 2 ** 20
 # A job group: its repeats (and the same job in several runs) are averaged.
@@ -47,17 +48,22 @@ CHARTS = {"time_breakdown": "Training time per optimizer step, by phase, per run
           "finetune": "Fine-tuning: test accuracy on the shifted data per epoch, from the pretrained weights (epoch 0)",
           "context": "Transformer memory against context length (Katti et al. Fig. 3 shape): the memory model's "
                      "predicted peak per method (lines) and parts' total (light), the jobs' measured training increment "
-                     "(points), MeZO over BP (dashed, right axis)"}
+                     "(points), MeZO over BP (dashed, right axis)",
+          "history": "History of the run's job keys in the shared store: per key and machine, step time, peak memory, "
+                     "energy and final accuracy against commits, with the changes detected (docs/store.md)",
+          "equal_memory": "Equal memory (Katti et al. Fig. 4 shape): test loss and accuracy against training seconds, "
+                          "each method on the largest model within one budget"}
 CSS = """body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}
 table{border-collapse:collapse;margin:1em 0;font-size:.9em}th,td{border:1px solid #ccc;padding:.3em .6em}
 th{background:#f0f0f0}td{text-align:right}img{max-width:100%}figcaption{color:#555;font-size:.9em}"""
 
 
 def build(store, run_ids: list[str], out: Path | None = None, targets=(), methods=(),
-          accuracy: float | None = None) -> Path:
+          accuracy: float | None = None, history: list | None = None) -> Path:
     """The report of the runs' results, of only the given targets and methods when named
     (a method as full-zo, elastic-zo or elastic-zo:K); `accuracy` (%) is the test accuracy the
-    energy-to-accuracy table counts up to (default: per workload, what every charted job reaches)."""
+    energy-to-accuracy table counts up to (default: per workload, what every charted job reaches);
+    `history`: the shared store's series of the runs' keys (harness/history.py), charted."""
     plans = [store.run_plan(r) for r in run_ids]    # first: an unknown run makes no folder
     df = _load(store, run_ids, plans)
     if targets:
@@ -73,6 +79,7 @@ def build(store, run_ids: list[str], out: Path | None = None, targets=(), method
     palette = _method_palette(df)
     ratios = _int8_ratios(ok)
     models = _models(df)
+    studies = equal_memory.studies(run_ids, plans)
     draw = {"time_breakdown": lambda: charts.time_breakdown(ok, palette),
             "cross_device": lambda: charts.cross_device(ok, palette),
             "memory": lambda: charts.memory(ok, palette, models),
@@ -81,7 +88,9 @@ def build(store, run_ids: list[str], out: Path | None = None, targets=(), method
             "loss": lambda: charts.loss_curves(ok, palette),
             "int8_ratios": lambda: charts.int8_ratios(ratios, palette),
             "finetune": lambda: finetune.curves(ok, palette),
-            "context": lambda: transformers.context_chart(df, palette)}
+            "context": lambda: transformers.context_chart(df, palette),
+            "equal_memory": lambda: equal_memory.chart(df, studies, palette),
+            "history": lambda: history_chart(history)}
     if not ok["j_step"].notna().any():      # the report says why in a line instead of an empty chart
         del draw["energy"]
     if not len(finetune.tuned(ok)):
@@ -90,6 +99,10 @@ def build(store, run_ids: list[str], out: Path | None = None, targets=(), method
         del draw["memory"]
     if not len(transformers.trained(df)):
         del draw["context"]
+    if not len(equal_memory.jobs(df, studies)):
+        del draw["equal_memory"]
+    if not history:
+        del draw["history"]
     with sns.axes_style("whitegrid"), sns.plotting_context("notebook", font_scale=0.85):
         for name, make in draw.items():
             fig = make() if len(ok) else _nothing_to_chart()
@@ -153,6 +166,8 @@ def _load(store, run_ids: list[str], plans: list[dict]) -> pd.DataFrame:
                 "init_sha256": (r.get("model") or {}).get("init_sha256"),
                 "weights_sha256": (r.get("model") or {}).get("weights_sha256"),
                 "start_acc": 100 * _nan((r.get("start_eval") or {}).get("test_accuracy")),
+                "start_loss": _nan((r.get("start_eval") or {}).get("test_loss")),
+                "study": bool(plan.get("equal_memory")),    # an equal-memory study's job (reports/equal_memory.py)
                 "mlabel": method_label(job["method"], job["bp_layers"]),
                 "batch": (job.get("hyper") or {}).get("batch_size", 32), "model": job["workload"].get("model", "lenet5"),
                 "optimizer": (job.get("hyper") or {}).get("optimizer", "sgd"),
@@ -206,7 +221,7 @@ def _chart_groups(df: pd.DataFrame) -> pd.DataFrame:
                                              *TRAIN_PHASES]].mean()
     firsts = ok.groupby("label", sort=False)[["mlabel", "method", "bp_layers", "precision", "runtime", "target",
                                               "workload", "panel", "variant", "batch", "model", "network", "optimizer",
-                                              "data_set", "stage", "pretrained_from",
+                                              "data_set", "stage", "pretrained_from", "study",
                                               "energy_source", "no_energy"]].first()
     curves = pd.Series({label: pd.DataFrame([e for es in s for e in es]).groupby("epoch")[
         ["train_loss", "test_loss", "test_acc", "joules"]].mean()
@@ -286,11 +301,20 @@ def _blocks(run_ids: list[str], plans: list[dict], df: pd.DataFrame, ok: pd.Data
                                                "fp32_mib": "FP32 MiB", "int8_mib": "INT8 MiB",
                                                "memory_ratio": "memory x", "analytic_ratio": "analytic memory x"}))]
     if len(finetune.tuned(df)):
-        blocks += [("h2", "Fine-tuning"), *(("p", line) for line in finetune.lineage(df))]
+        blocks += [("h2", "Fine-tuning"), *(("p", line) for line in finetune.lineage(df, finetune.tuned(df)))]
         if len(finetune.tuned(ok)):
             blocks += [("p", "Final test accuracy (%) on the shifted test set, and in brackets the gain in points "
                              f"over {finetune.BEFORE} (the pretrained weights on the same test set; the paper's "
                              "Table 2)."), ("table", finetune.table(ok))]
+    found = equal_memory.studies(run_ids, plans)
+    if found:
+        blocks += [("h2", "Equal memory (Katti et al. Fig. 4)"),
+                   ("p", "Under one memory budget each method trained the largest model that fits it (the suite's "
+                         "choice, or zobench fit's on the target), every job under that budget, for the same "
+                         "training seconds (hyper.max_train_seconds); start: the pretrained weights before the "
+                         "first step (docs/transformers.md)."),
+                   ("table", equal_memory.table(df, found)),
+                   *(("p", line) for line in finetune.lineage(df, equal_memory.jobs(df, found)))]
     fits = transformers.fit_table(df, transformers.fit_runs(run_ids, plans))
     if len(fits):
         blocks += [("h2", "Largest trainable model (zobench fit)"),

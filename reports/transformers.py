@@ -126,6 +126,12 @@ def _size(row: pd.Series) -> tuple:
     return row["network"].params_total, row["batch"], row["context"]
 
 
+def _largest(probe: pd.Series, vary: str) -> str:
+    """What a fit run grew, as its answer names it: the model, or the model at its batch or context."""
+    return probe["model"] if vary == "model" else \
+        f"{probe['model']} B={probe['batch']}" if vary == "batch" else f"{probe['model']} T={probe['context']}"
+
+
 def fit_table(df: pd.DataFrame, fits: dict[str, dict]) -> pd.DataFrame:
     """Per fit run (a method, its optimizer and checkpointing, under a budget on a target): the
     largest configuration that ended ok, the next larger probe and how it ended, and its
@@ -148,9 +154,10 @@ def fit_table(df: pd.DataFrame, fits: dict[str, dict]) -> pd.DataFrame:
             "method": curve_label(choice.method, choice.bp_layers, meta["checkpointing"], meta["optimizer"]),
             "budget": memory_model.human(meta["budget_bytes"]), "target": meta["target"],
             "B": at["batch"], "T": at["context"],
-            "largest ok": best["model"] if best is not None else "none fits",
+            "largest ok": _largest(best, meta.get("vary", "model")) if best is not None else "none fits",
             "parameters": f"{best['network'].params_total / 1e6:.2f} M" if best is not None else "-",
-            "next up": f"{nxt['model']}: {nxt['status']}" if nxt is not None else "- (none probed)",
+            "next up": f"{_largest(nxt, meta.get('vary', 'model'))}: {nxt['status']}" if nxt is not None
+                       else "- (none probed)",
             "run": run_id})
     reference = {f["key"]: f["params"] for f in found if f["config"] == REFERENCE}
     for f in found:

@@ -54,6 +54,9 @@ TOOLS = (
     Tool("ssh-keygen", "openssh-client", TEST),
     Tool("aarch64-linux-gnu-g++", "g++-aarch64-linux-gnu", TEST),
     Tool("qemu-aarch64", "qemu-user", TEST),
+    # the shared results store's server, started per test session (testkit/postgres.py); Debian keeps
+    # its programs off PATH, under the major version
+    Tool("initdb", "postgresql", TEST, tuple(f"/usr/lib/postgresql/{v}/bin/initdb" for v in range(13, 20))),
     # the Cortex-A53's cycle estimate from its pipeline model (benchmarks/a53_estimate.py)
     Tool("llvm-mca", "llvm", BENCH),
 )

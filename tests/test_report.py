@@ -43,10 +43,12 @@ def charted(report) -> list[str]:
     """The charts of the ok run's report: the energy chart only where a meter (RAPL, on an x86
     machine that lets a user read it) measured a job (tests/test_energy_report.py), the
     fine-tuning chart only for a run with a pretraining stage (tests/test_finetune.py), the
-    context chart only for transformers (tests/test_report_transformers.py)."""
+    context chart only for transformers (tests/test_report_transformers.py), the equal-memory
+    chart only for an equal_memory run (tests/test_equal_memory.py), the history chart only with a
+    shared store (tests/test_shared_store.py)."""
     metered = any((r.get("energy") or {}).get("joules_per_step") is not None
                   for r in report["store"].results(report["ok"]))
-    return [name for name in CHARTS if (metered or name != "energy") and name not in ("finetune", "context")]
+    return [name for name in CHARTS if (metered or name != "energy") and name not in ("finetune", "context", "equal_memory", "history")]
 
 
 def test_files_are_written_in_the_runs_report_folder(report):

@@ -8,6 +8,7 @@ epochs completed).
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import resource
@@ -22,6 +23,7 @@ from . import datasets, energy, envinfo, gpuinfo, memory, vocab, zrng
 from .jsonfile import write_atomic
 from .clock import EventClock, PhaseClock
 from .loop import TrainState, emit, evaluate_start, train, warm_up
+from .models import Transformer
 from .spec import JobSpec, SpecError
 
 SCHEMA = 1
@@ -39,10 +41,26 @@ def initial_weights(spec: JobSpec, model):
     if not spec.init_weights:
         return model.init_weights(spec.seed)
     w = np.fromfile(spec.init_weights, dtype="<f4")
+    body = model.with_classes(0).params_total if model.kind == Transformer.kind and model.classes else None
+    if w.size == body:
+        # a language model's weights under a classifier: its head's tensors come last in the
+        # layout (Transformer.tensors), so the file is the body and the head is drawn from the seed
+        return np.concatenate([w, model.init_weights(spec.seed)[body:]]).astype(np.float32)
     if w.size != model.params_total:
         raise SpecError(f"init_weights: {spec.init_weights} holds {w.size} float32 values, "
-                        f"expected {model.params_total} for {model.name}")
+                        f"expected {model.params_total} for {model.name}"
+                        + (f" (or {body}, its language model without the classification head)" if body else ""))
     return w.astype(np.float32)
+
+
+def started_from(engine, spec: JobSpec) -> str:
+    """The sha256 of the engine's starting weights, as far as they came from the init_weights
+    file: all of them, or the body of a classifier fine-tuned from a language model, whose head
+    was drawn from the seed (the harness checks it against the file's own hash)."""
+    data = engine.weights_bytes()
+    if spec.init_weights:
+        data = data[:os.path.getsize(spec.init_weights)]
+    return hashlib.sha256(data).hexdigest()
 
 
 def save_weights(result_path: str, data: bytes) -> str:
@@ -93,7 +111,7 @@ def main(make_engine, packages: tuple[str, ...], argv=None) -> int:
         test_split = datasets.load(spec.workload.dataset, "test", spec.hyper.test_samples,
                                    spec.workload.data_dir, spec.precision, points, spec.workload.rotate, context)
         engine = make_engine(spec, model, initial_weights(spec, model))
-        init_sha256 = engine.weights_sha256()
+        init_sha256 = started_from(engine, spec)
         # before warm-up, whose steps leave the allocator holding a step's memory: peak less this
         # is what training needs beyond the runtime, the data and the weights (a memory model's
         # measure); baseline_rss_bytes, after warm-up, is what the timed steps start from

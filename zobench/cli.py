@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import shlex
 import signal
@@ -14,7 +15,7 @@ from workloads import jsonfile
 from workloads.models import MODELS, ModelError, Transformer
 from workloads.spec import Bounds, Hyper, JobSpec, SpecError
 
-from harness import fit, inventory, paths, plan, stages, suites
+from harness import equal_memory, fit, inventory, paths, pgstore, plan, stages, suites
 from harness.artifacts import sha256
 from harness.build import build, cpu_choice
 from harness.bundle import prepare
@@ -53,6 +54,11 @@ def _add_results(p):
                    help="results directory (default ./results)")
 
 
+def _add_store(p, what: str = "read the run from this shared store first (pulled into --results)"):
+    p.add_argument("--store", metavar="URL", help=f"{what}: postgresql://USER@HOST[:PORT]/DB "
+                                                  "(default $ZOBENCH_STORE or ~/.config/zobench/config.toml's [store])")
+
+
 def build_parser() -> Parser:
     ap = Parser(prog="zobench", description=__doc__)
     sub = ap.add_subparsers(dest="command", required=True, parser_class=Parser)
@@ -70,14 +76,41 @@ def build_parser() -> Parser:
                    help="per-job timeout in seconds (default: the suite's)")
     p.add_argument("--resume", metavar="RUN_ID", help="re-run the jobs of RUN_ID that did not end ok")
     p.add_argument("--no-report", action="store_true", help="do not write the report after the run")
+    _add_store(p, "push the run's results to this shared store when it ends")
+
+    p = sub.add_parser("push", help="copy local runs into the shared store (pushing twice changes nothing)")
+    _add_results(p)
+    _add_store(p, "the shared store")
+    p.add_argument("--branch", help="record the runs under this branch (default: the branch they ran on)")
+    p.add_argument("runs", nargs="+", metavar="RUN_ID")
+
+    p = sub.add_parser("history", help="per job key and fingerprint: step time, memory, energy and accuracy "
+                                       "against commits, from the shared store, with the changes detected")
+    _add_store(p, "the shared store")
+    p.add_argument("keys", nargs="*", metavar="KEY", help="only job keys containing one of these (default: all)")
+    p.add_argument("--target", help="only this target")
+    p.add_argument("--since", metavar="REF", help="from the first run of this commit (a prefix) or run id on")
+    p.add_argument("--branch", help="only runs of this branch")
+    p.add_argument("--threshold", type=number(float, Bounds(0, 1000.0)), default=5.0, metavar="PCT",
+                   help="smallest relative change that counts, in percent (default 5, as compare)")
+    p.add_argument("--estimator", choices=("min", "median"), default="min")
+    p.add_argument("--format", choices=("text", "markdown", "json"), default="text")
+    p.add_argument("--out", type=Path, help="also write the chart here (history.png and .svg)")
+
+    p = sub.add_parser("pull", help="copy runs of the shared store into the local results folder")
+    _add_results(p)
+    _add_store(p, "the shared store")
+    p.add_argument("runs", nargs="+", metavar="RUN_ID")
 
     p = sub.add_parser("results", help="the results of a run as a table, CSV or JSON")
     _add_results(p)
+    _add_store(p)
     p.add_argument("--run", help="run id (default: the latest)")
     p.add_argument("--format", choices=("table", "csv", "json"), default="table")
 
     p = sub.add_parser("report", help="charts, report.md and report.html for runs")
     _add_results(p)
+    _add_store(p)
     p.add_argument("--run", action="append", default=[], help="run id (repeatable; default: the latest)")
     p.add_argument("--target", action="append", default=[], help="only these targets (repeatable)")
     p.add_argument("--method", action="append", default=[], help="only these methods (full-zo, elastic-zo:1, ...)")
@@ -96,8 +129,16 @@ def build_parser() -> Parser:
                        help="per job key: significant and large changes in step time, peak memory and energy",
                        epilog=f"{EXIT_CODES} (docs/compare.md)")
     _add_results(p)
-    p.add_argument("baseline", help="run id, or a file from `zobench export --format pytest-benchmark`")
-    p.add_argument("current", help="run id, or an exported file")
+    p.add_argument("runs", nargs="+", metavar="BASELINE CURRENT",
+                   help="the baseline (a run id, several joined by commas, or a file from `zobench export "
+                        "--format pytest-benchmark`) and the current side; with --baseline-from, the current only")
+    _add_store(p, "read the named runs from this shared store first (pulled into --results)")
+    p.add_argument("--baseline-from", metavar="URL",
+                   help="take the baseline from this shared store: the same job keys and fingerprint in the "
+                        "last --last runs of --branch")
+    p.add_argument("--branch", default="main", help="--baseline-from's branch (default main)")
+    p.add_argument("--last", type=number(int, Bounds(1, 1000)), default=5, metavar="N",
+                   help="--baseline-from pools the last N runs of each key (default 5)")
     p.add_argument("--threshold", type=number(float, Bounds(0, 1000.0)), default=5.0, metavar="PCT",
                    help="smallest relative change that counts, in percent (default 5)")
     p.add_argument("--estimator", choices=("min", "median"), default="min",
@@ -109,6 +150,7 @@ def build_parser() -> Parser:
 
     p = sub.add_parser("export", help="a run's measurements as pytest-benchmark JSON or CSV")
     _add_results(p)
+    _add_store(p)
     p.add_argument("--format", choices=("pytest-benchmark", "csv"), required=True)
     p.add_argument("--run", help="run id (default: the latest)")
     p.add_argument("--out", type=Path, help="write here instead of stdout")
@@ -135,6 +177,7 @@ def build_parser() -> Parser:
     p = sub.add_parser("fit", help="the largest model (or batch, or context) a method trains on a target "
                                    "within a memory budget: predicted, then confirmed by short runs")
     _add_results(p)
+    _add_store(p, "push the fit run (its probes) to this shared store when it ends")
     p.add_argument("--target", default="local", help="where the probes run (default: this machine)")
     p.add_argument("--inventory", type=Path)
     p.add_argument("--budget", help="memory budget, like 512M or 2G (default: the target's mem_limit)")
@@ -163,6 +206,12 @@ def build_parser() -> Parser:
 
 def cmd_run(args) -> int:
     store = Store(args.results)
+    shared = pgstore.url_from(args.store)
+    if shared:      # told now, not after hours of board time; the run goes on and pushes at its end
+        try:
+            pgstore.SharedStore(shared).close()
+        except UserError as e:
+            print(f"zobench: warning: {e}; the run goes on, its results kept in {store.root}", file=sys.stderr)
     if args.resume:
         if args.suite != "quick" or args.method or args.runtime or args.precision or args.set or args.target:
             raise UserError("--resume replays the run's own plan; it takes no suite, target, filter or --set"
@@ -195,16 +244,26 @@ def cmd_run(args) -> int:
         chosen = inventory.resolve(args.target or suite.targets, args.inventory)
         pretrain = suite.pretrain and (next((t for t in chosen if t.name == suite.pretrain.target), None)
                                        or inventory.resolve([suite.pretrain.target], args.inventory)[0])
+        overrides, study, fitted = plan.parse_set(args.set), {}, []
+        if suite.equal_memory is not None:
+            if len(chosen) != 1:
+                raise UserError("--target: an equal_memory suite fits its models to one target; give one")
+            methods, fit_runs, fitted = equal_memory.models(store, suite, chosen[0], overrides,
+                                                            plan.select_methods(suite, args.method), args.timeout)
+            study = {"equal_memory": {"budget": suite.equal_memory.budget, "family": suite.equal_memory.family,
+                                      "models": methods, "fit_runs": fit_runs}}
+            args.method = list(methods)     # a method nothing fits is left out, its note printed below
         jobs, notes = plan.make(suite, chosen, methods=args.method, runtimes=args.runtime,
-                                precisions=args.precision, overrides=plan.parse_set(args.set),
-                                timeout_s=args.timeout, pretrain_target=pretrain or None)
-        for n in notes:
+                                precisions=args.precision, overrides=overrides, timeout_s=args.timeout,
+                                pretrain_target=pretrain or None, models=study and study["equal_memory"]["models"])
+        for n in fitted + notes:
             print(f"note: left out {n}", file=sys.stderr)
         targets = {t.name: t for t in [*chosen, *([pretrain] if pretrain else [])]}
         prepared = prepare(jobs, targets)
         run_id = store.new_run({"created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                                "suite": suite.name, "suite_path": str(suite.path), "argv": sys.argv[1:],
-                                "jobs": [j.to_dict() for j in jobs]})
+                                "suite": suite.name, "suite_path": str(suite.path),
+                                "argv": [pgstore.shown(a) if a.startswith("postgres") else a for a in sys.argv[1:]],
+                                "git": plan.git_facts(), **study, "jobs": [j.to_dict() for j in jobs]})
         print(f"run {run_id}: {len(jobs)} jobs on {', '.join(targets)} -> {store.runs / run_id}", file=sys.stderr)
     counts = {}
     for j in jobs:
@@ -232,19 +291,117 @@ def cmd_run(args) -> int:
               f"{len(jobs) - len(results)} not started; finish it with: {resume}", file=sys.stderr)
         return 128 + caught[0]
     bad = [r for r in store.results(run_id) if r["status"] != "ok"]
+    pushed = not shared or _push(shared, store, [run_id], None)     # first: the report charts its history
     if not args.no_report:
         from reports import build as build_report
-        print(f"report: {build_report(store, [run_id]).resolve()}")
+        history = _history_of(shared, store, [run_id]) if shared and pushed else None
+        print(f"report: {build_report(store, [run_id], history=history).resolve()}")
     print(f"run {run_id}: {len(results)} jobs run, {len(bad)} not ok"
           + (f"; finish them with: {resume}" if bad else ""), file=sys.stderr)
-    return 1 if bad else 0
+    return 2 if not pushed else 1 if bad else 0
+
+
+def _push(url: str, store: Store, run_ids: list[str], branch: str | None) -> bool:
+    """Push runs; on a store that cannot be reached, say so and how to push them later."""
+    try:
+        with pgstore.SharedStore(url) as shared:
+            for run_id in run_ids:
+                n = shared.push(store, run_id, branch)
+                print(f"run {run_id} -> store {pgstore.shown(url)}: {n.added} results added, {n.updated} updated, "
+                      f"{n.unchanged} unchanged", file=sys.stderr)
+    except UserError as e:
+        where = "" if store.root.resolve() == paths.DEFAULT_RESULTS.resolve() else f" --results {shlex.quote(str(store.root))}"
+        print(f"zobench: error: {e}; the results are kept in {store.root}: push them later with "
+              f"zobench push {' '.join(run_ids)} --store {shlex.quote(pgstore.shown(url))}{where}", file=sys.stderr)
+        return False
+    return True
+
+
+def cmd_push(args) -> int:
+    store = Store(args.results)
+    for run_id in args.runs:
+        store.run_plan(run_id)      # an unknown or corrupt run is refused before anything is sent
+    return 0 if _push(pgstore.required(args.store, "push"), store, args.runs, args.branch) else 2
+
+
+def cmd_pull(args) -> int:
+    store = Store(args.results)
+    with pgstore.SharedStore(pgstore.required(args.store, "pull")) as shared:
+        for run_id in args.runs:
+            n = shared.pull(run_id, store)
+            print(f"run {run_id} -> {store.runs / run_id}: {n} results written", file=sys.stderr)
+    return 0
+
+
+def cmd_history(args) -> int:
+    from harness import history
+
+    with pgstore.SharedStore(pgstore.required(args.store, "history")) as shared:
+        rows, facts = shared.history(args.keys, args.target, args.since, args.branch)
+    found = history.build(rows, facts)
+    if not found:
+        raise UserError("history: no ok result in the store matches" + (f" {' '.join(args.keys)}" if args.keys else ""))
+    for s in found:
+        s.changes = history.detect(s, args.threshold / 100, args.estimator)
+    if args.format == "json":
+        print(jsonfile.dumps([dataclasses.asdict(s) for s in found]))
+    else:
+        print(history.render(found, args.format, args.estimator), end="")
+    if args.out:
+        from reports.history import chart
+
+        args.out.mkdir(parents=True, exist_ok=True)
+        fig = chart(found, args.estimator)
+        fig.tight_layout()
+        for ext in ("png", "svg"):
+            fig.savefig(args.out / f"history.{ext}", dpi=110, bbox_inches="tight")
+        print(f"chart: {(args.out / 'history.png').resolve()}", file=sys.stderr)
+    return 0
+
+
+def _history_of(url: str | None, store: Store, run_ids: list[str]) -> list | None:
+    """The shared store's series of the runs' job keys, for their report; None without a store,
+    or when it cannot be reached (said on stderr: a report never fails for its history)."""
+    if not url:
+        return None
+    from harness import history, measurements
+
+    keys = sorted({measurements.job_key(r["job"])[0] for run_id in run_ids for r in store.results(run_id)})
+    try:
+        with pgstore.SharedStore(url) as shared:
+            rows, facts = shared.history(keys, None, None, None, exact=True)
+    except UserError as e:
+        print(f"zobench: warning: {e}: the report has no history chart", file=sys.stderr)
+        return None
+    found = history.build(rows, facts)
+    for s in found:
+        s.changes = history.detect(s, 0.05)
+    return found
+
+
+def _pulled(args, run_ids: list[str]) -> list[str]:
+    """A reading command's runs, pulled from --store first where one is given (the latest of the
+    store where none is named), or from $ZOBENCH_STORE's (or the config's) store where a named run
+    is not here; the local results folder then serves the command as ever."""
+    url = pgstore.url_from(args.store)
+    local = Store(args.results)
+    here = all((local.runs / r / "run.json").is_file() for r in run_ids) if run_ids else bool(local.run_ids())
+    if not url or (here and not args.store):
+        return run_ids
+    with pgstore.SharedStore(url) as shared:
+        run_ids = run_ids or shared.run_ids()[-1:]
+        if not run_ids:
+            raise UserError(f"store {pgstore.shown(url)} has no runs")
+        for run_id in run_ids:
+            shared.pull(run_id, Store(args.results))
+    return run_ids
 
 
 def cmd_results(args) -> int:
     import pandas as pd
 
     store = Store(args.results)
-    run_id = args.run or store.latest()
+    run_id = (_pulled(args, [args.run] if args.run else []) or [None])[0] or store.latest()
     saved = store.run_plan(run_id)
     rows = [summary(run_id, r) for r in store.results(run_id, saved)]
     not_run = store.not_run(run_id, saved)
@@ -284,8 +441,11 @@ def cmd_report(args) -> int:
     from reports import build as build_report
 
     store = Store(args.results)
+    runs = _pulled(args, args.run)
     try:
-        print(build_report(store, args.run or [store.latest()], args.out, targets=args.target, methods=args.method,
+        runs = runs or [store.latest()]
+        print(build_report(store, runs, args.out, targets=args.target, methods=args.method,
+                           history=_history_of(pgstore.url_from(args.store), store, runs),
                            accuracy=args.energy_accuracy))
     except OSError as e:    # a read-only results folder or --out: the first write fails, nothing is half-made
         raise UserError(f"report: cannot write {e.filename}: {e.strerror}") from None
@@ -313,8 +473,20 @@ def cmd_build(args) -> int:
 def cmd_compare(args) -> int:
     from harness import compare, measurements
 
-    base_name, base = measurements.load(args.baseline, args.results)
-    cur_name, cur = measurements.load(args.current, args.results)
+    if len(args.runs) != (1 if args.baseline_from else 2):
+        raise UserError("compare: expected BASELINE CURRENT" if not args.baseline_from else
+                        "compare --baseline-from: expected the current run only, the baseline comes from the store")
+    named = [r for side in args.runs if not side.endswith(".json") for r in side.split(",")]
+    if named:
+        _pulled(args, named)
+    cur_name, cur = measurements.load(args.runs[-1], args.results)
+    if args.baseline_from:
+        url = pgstore.url_from(args.baseline_from, "--baseline-from")
+        with pgstore.SharedStore(url) as shared:
+            base, runs = shared.baseline(cur, args.branch, args.last, cur_name.split(","))
+        base_name = f"{args.branch} ({', '.join(runs) or 'no run'})"
+    else:
+        base_name, base = measurements.load(args.runs[0], args.results)
     if not base or not cur:
         raise UserError(f"compare: {base_name if not base else cur_name} has no ok result to compare")
     verdicts = compare.compare(base, cur, args.threshold / 100, args.estimator)
@@ -329,7 +501,7 @@ def cmd_export(args) -> int:
     from harness import export, measurements
 
     store = Store(args.results)
-    run_id = args.run or store.latest()
+    run_id = (_pulled(args, [args.run] if args.run else []) or [None])[0] or store.latest()
     store.run_plan(run_id)      # a run of this store, not an exported file that measurements.load also reads
     _, found = measurements.load(run_id, args.results)
     text = export.pytest_benchmark(run_id, found) if args.format == "pytest-benchmark" else export.csv_text(run_id, found)
@@ -423,8 +595,9 @@ def cmd_fit(args) -> int:
     method = fit.Method(choice, args.optimizer, args.checkpointing)
     candidates = fit.configs(args.vary, args.model_family, model, args.batch, args.context or 0)
     store = Store(args.results)
-    best, probes, run_id = fit.run(store, target, candidates, method, budget, dataset=args.dataset,
+    best, probes, run_id = fit.run(store, target, candidates, method, budget, vary=args.vary, dataset=args.dataset,
                                    runtime=args.runtime, timeout_s=args.timeout)
+    pushed = not (url := pgstore.url_from(args.store)) or _push(url, store, [run_id], None)
     human = fit.memory_model.human
     print(f"{'probe':40} {'params':>10} {'predicted':>11} {'peak RSS':>11}  status")
     for p in probes:
@@ -435,9 +608,9 @@ def cmd_fit(args) -> int:
     if best is None:
         print(f"fit: nothing trains: {what} is too small for {candidates[0].label}, the smallest "
               f"(run {run_id})", file=sys.stderr)
-        return 1
+        return 1 if pushed else 2
     print(f"largest: {best.label} ({best.model.params_total / 1e6:.2f}M parameters) trains {what} (run {run_id})")
-    return 0
+    return 0 if pushed else 2
 
 
 def main(argv=None) -> int:
@@ -445,7 +618,7 @@ def main(argv=None) -> int:
         args = build_parser().parse_args(argv)
         return {"run": cmd_run, "results": cmd_results, "report": cmd_report, "targets": cmd_targets,
                 "build": cmd_build, "memory": cmd_memory, "compare": cmd_compare,
-                "export": cmd_export, "fit": cmd_fit}[args.command](args)
+                "export": cmd_export, "fit": cmd_fit, "push": cmd_push, "pull": cmd_pull, "history": cmd_history}[args.command](args)
     except UserError as e:
         print(f"zobench: error: {e}", file=sys.stderr)
         return 2

@@ -1,0 +1,53 @@
+"""Katti et al.'s Fig. 4 as a run: under one memory budget, each method trains the largest model
+of a family that fits it, for the same wall-clock time (hyper.max_train_seconds), so that what is
+compared is what a board with that much memory can reach, not one model's speed.
+
+The model of each method is the suite's (equal_memory.models), else zobench fit's answer on the
+suite's target, searched when the run starts with the run's own batch, context, optimizer and
+data: a fit run per method, kept in the store like any other, which the study's plan names. Each
+study job then runs under the budget itself (Job.mem_limit), so a model that fitted in the
+probes' three steps but not in a whole run ends oom, visibly, rather than passing unchecked.
+"""
+from __future__ import annotations
+
+import sys
+
+from workloads.spec import Hyper
+
+from . import fit
+from .errors import UserError
+from .inventory import Target
+from .store import Store
+from .suites import Suite
+
+
+def models(store: Store, suite: Suite, target: Target, overrides: dict, methods: list,
+           timeout_s: float | None = None) -> tuple[dict[str, str], dict[str, str], list[str]]:
+    """(method -> model, method -> the fit run that chose it, notes) for the selected methods: a
+    method for which nothing of the family fits is left out, with the reason."""
+    equal = suite.equal_memory
+    budget = fit.parse_budget(equal.budget)
+    hyper = Hyper(**{**suite.hyper, **overrides})
+    dataset = suite.variants()[0][0]
+    chosen, runs, notes = {}, {}, []
+    for m in methods:
+        if str(m) in equal.models:
+            chosen[str(m)] = equal.models[str(m)]
+            continue
+        candidates = fit.configs("model", equal.family, None, hyper.batch_size, hyper.context)
+        best, probes, run_id = fit.run(store, target, candidates, fit.Method(m, hyper.optimizer, hyper.checkpointing),
+                                       budget, dataset=dataset, runtime=suite.runtimes[0],
+                                       timeout_s=timeout_s or suite.timeout_s, seed=suite.seed)
+        runs[str(m)] = run_id
+        tried = ", ".join(f"{p.config.model.name} {p.status}" for p in probes)
+        if best is None:
+            notes.append(f"{m}: no {equal.family} model trains within {equal.budget} on {target.name} "
+                         f"(fit run {run_id}: {tried})")
+            continue
+        chosen[str(m)] = best.model.name
+        print(f"equal memory: {m} trains {best.model.name} ({best.model.params_total / 1e6:.2f}M parameters) within {equal.budget} "
+              f"on {target.name} (fit run {run_id}: {tried})", file=sys.stderr)
+    if not chosen:
+        raise UserError(f"{suite.path}: equal_memory: no method trains any {equal.family} model within "
+                        f"{equal.budget}: " + "; ".join(notes))
+    return chosen, runs, notes

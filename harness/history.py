@@ -1,0 +1,146 @@
+"""`zobench history`: per job key and target fingerprint, step time, peak memory, energy and
+final accuracy against commit order, from the shared store, with the commits where a change is
+detected (docs/store.md).
+
+Change points use the rule the regression gate already applies (harness/compare.py), along the
+series: at each commit boundary, the samples of up to WINDOW commits before it against those of
+up to WINDOW commits from it on; a boundary is a change when the two-sided Mann-Whitney U test
+is significant (alpha 0.05) and the estimates (min by default, as the gate) differ by more than
+the threshold. A step shows at its own boundary and, weaker, at its neighbours (their windows
+straddle it, and a min estimate does not see that, since one side keeps a sample of the old
+level): of adjacent flagged boundaries the most significant (smallest p) is kept, the first on a tie. Why not a library's
+detector (ruptures' PELT, say): they assume a noise model (Gaussian, a penalty to tune) that a
+shared machine's one-sided noise breaks, and a lab already trusts the gate's verdicts; here the
+history finds exactly what compare would have flagged between those commits.
+
+A series is one job key on one fingerprint: a fingerprint change (CPU, governor, kernel, runtime
+versions, GPU and driver) starts a new series, listed with what changed, never joined.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .compare import ALPHA, ESTIMATORS, mann_whitney_p
+
+WINDOW = 3
+METRICS = (("step_seconds", "step time", "ms/step", 1e3), ("peak_rss_bytes", "peak memory", "MiB", 2 ** -20),
+           ("joules_per_step", "energy", "J/step", 1.0))
+
+
+@dataclass
+class Point:
+    commit: str
+    first_run: str                                 # its first run (when the commit entered the series)
+    samples: dict = field(default_factory=dict)    # metric -> values, one per result
+    accuracy: list = field(default_factory=list)   # final test accuracy per result
+
+
+@dataclass
+class Change:
+    metric: str
+    commit: str            # the first commit of the new level
+    at: int                # its point's index in the series
+    before: float          # estimates, in the metric's unit
+    after: float
+    change: float          # after / before - 1
+    p_value: float
+
+
+@dataclass
+class Series:
+    key: str
+    target: str
+    fingerprint: str
+    facts: dict
+    points: list = field(default_factory=list)
+    changes: list = field(default_factory=list)
+    split_from: str = ""   # what differs from the previous series of the key (a fingerprint change)
+
+
+def build(rows: list[tuple], facts: dict[str, dict]) -> list[Series]:
+    """Series from the store's rows (job_key, target, fingerprint, git_commit, run_id, step_seconds,
+    peak_rss_bytes, joules_per_step, test_accuracy), in run order."""
+    series: dict[tuple, Series] = {}
+    for key, target, fp, commit, run_id, *values, acc in rows:
+        s = series.setdefault((key, fp), Series(key, target, fp, facts.get(fp, {})))
+        commit = commit or run_id        # a run pushed without its commit stands for one
+        if not s.points or s.points[-1].commit != commit:
+            s.points.append(Point(commit, run_id))
+        p = s.points[-1]
+        for (name, *_), v in zip(METRICS, values):
+            if v is not None:
+                p.samples.setdefault(name, []).append(v)
+        if acc is not None:
+            p.accuracy.append(acc)
+    out = list(series.values())
+    last: dict[str, Series] = {}
+    for s in out:      # in order of first appearance: what changed from the key's previous machine
+        prev = last.get(s.key)
+        if prev is not None:
+            s.split_from = ", ".join(f"{k} {prev.facts.get(k)!r} -> {s.facts.get(k)!r}"
+                                     for k in sorted(set(prev.facts) | set(s.facts))
+                                     if prev.facts.get(k) != s.facts.get(k)) or "fingerprint"
+        last[s.key] = s
+    return out
+
+
+def detect(s: Series, threshold: float, estimator: str = "min", window: int = WINDOW) -> list[Change]:
+    """The series' change points, per metric, by the rule of the module docstring."""
+    estimate, found = ESTIMATORS[estimator], []
+    for name, *_ in METRICS:
+        flagged = []
+        for i in range(1, len(s.points)):
+            before = [v for p in s.points[max(0, i - window):i] for v in p.samples.get(name, [])]
+            after = [v for p in s.points[i:i + window] for v in p.samples.get(name, [])]
+            if not before or not after:
+                continue
+            b, a = estimate(before), estimate(after)
+            change = a / b - 1 if b else 0.0
+            p = mann_whitney_p(before, after)
+            if p < ALPHA and abs(change) > threshold:
+                flagged.append((i, Change(name, s.points[i].commit, i, b, a, change, p)))
+        run: list = []
+        for i, c in flagged + [(None, None)]:      # of each run of adjacent boundaries, the most significant
+            if run and (i is None or i != run[-1][0] + 1):
+                found.append(min(run, key=lambda x: x[1].p_value)[1])
+                run = []
+            if i is not None:
+                run.append((i, c))
+    return found
+
+
+def render(all_series: list[Series], fmt: str, estimator: str = "min") -> str:
+    """Per series its points (commit, results, each metric's estimate and spread, accuracy) and
+    its change points; Markdown for a CI job summary."""
+    estimate, lines = ESTIMATORS[estimator], []
+    md = fmt == "markdown"
+    for s in all_series:
+        head = f"{s.key} on {s.target} (fingerprint {s.fingerprint[:12]})"
+        lines += [f"### {head}" if md else head]
+        if s.split_from:
+            lines.append(f"new series: the fingerprint changed ({s.split_from})")
+        shown = [m for m in METRICS if any(p.samples.get(m[0]) for p in s.points)]
+        cols = ["commit", "n", *(f"{title} {unit} ({estimator}, range)" for _, title, unit, _ in shown), "accuracy %"]
+        rows = []
+        for p in s.points:
+            cells = [p.commit[:12], str(max((len(v) for v in p.samples.values()), default=0))]
+            for name, _, _, scale in shown:
+                v = p.samples.get(name)
+                cells.append(f"{estimate(v) * scale:.4g} ({min(v) * scale:.4g}-{max(v) * scale:.4g})" if v else "-")
+            cells.append(f"{100 * sum(p.accuracy) / len(p.accuracy):.1f}" if p.accuracy else "-")
+            rows.append(cells)
+        if md:
+            lines += ["", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols),
+                      *("| " + " | ".join(r) + " |" for r in rows), ""]
+        else:
+            widths = [max(len(x) for x in col) for col in zip(cols, *rows)]
+            lines += ["  " + "  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in [cols, *rows]]
+        units = {name: (title, unit, scale) for name, title, unit, scale in METRICS}
+        for c in s.changes:
+            title, unit, scale = units[c.metric]
+            lines.append(f"{'- ' if md else '  '}change at {c.commit[:12]}: {title} {c.before * scale:.4g} -> "
+                         f"{c.after * scale:.4g} {unit} ({c.change:+.1%}, p = {c.p_value:.3g})")
+        if not s.changes:
+            lines.append(f"{'- ' if md else '  '}no change detected")
+        lines.append("")
+    return "\n".join(lines).rstrip() + "\n"

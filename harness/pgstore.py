@@ -1,0 +1,296 @@
+"""The shared results store on PostgreSQL (`--store postgresql://user@host/db`, $ZOBENCH_STORE):
+where a lab's boards, people and CI runners keep one history (docs/store.md).
+
+The local folder (harness/store.py) stays where a run writes: a board's results land there first
+whatever the network does, and a run that cannot reach the shared store loses nothing. `push`
+copies a run into the shared store, `pull` copies one back. The result JSON is stored whole
+(JSONB: the source of truth, from which every other column can be recomputed) beside the
+columns the commands query: job key, target, fingerprint, commit, branch, status, step time,
+peak memory, energy, accuracy.
+
+A push is one transaction, keyed by (run id, job id): pushing twice changes nothing, a run
+resumed since its last push updates just the results that changed, and any number of pushes
+from different machines at once neither lose nor duplicate a row (the primary key decides;
+INSERT ... ON CONFLICT is atomic in PostgreSQL). A second version of zobench extends the schema
+with a new entry of MIGRATIONS, applied once, under a lock, by whichever process connects first.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+
+from . import measurements, paths, tomlfile
+from .errors import UserError
+from .schema import joules_per_step, step_seconds, stored_problems
+from .store import Store
+
+ENV = "ZOBENCH_STORE"
+LOCK = 0x7A6F62656E6368      # "zobench": the advisory lock that serialises migrations
+# Each entry is one schema version, applied in order, never edited once released: a later
+# version appends. (1) the runs and their results, with the columns history and compare read.
+MIGRATIONS = (
+    """
+    CREATE TABLE runs (
+        run_id      text PRIMARY KEY,
+        created_at  timestamptz NOT NULL,
+        suite       text NOT NULL DEFAULT '',
+        git_commit  text NOT NULL DEFAULT '',
+        branch      text NOT NULL DEFAULT '',
+        plan        jsonb NOT NULL,
+        pushed_at   timestamptz NOT NULL DEFAULT now()
+    );
+    CREATE INDEX runs_by_branch ON runs (branch, created_at DESC);
+    CREATE INDEX runs_by_commit ON runs (git_commit text_pattern_ops);
+    CREATE TABLE fingerprints (
+        fingerprint text PRIMARY KEY,       -- sha256 of facts, measurements.fingerprint()
+        facts       jsonb NOT NULL
+    );
+    -- one row per job key and machine: history resolves its filters here (thousands of rows at
+    -- lab scale), then reads each series by results_by_series
+    CREATE TABLE series (
+        job_key     text NOT NULL,
+        fingerprint text NOT NULL REFERENCES fingerprints,
+        target      text NOT NULL,
+        PRIMARY KEY (job_key, fingerprint)
+    );
+    CREATE TABLE results (
+        run_id          text NOT NULL REFERENCES runs ON DELETE CASCADE,
+        job_id          text NOT NULL,
+        job_key         text NOT NULL,
+        target          text NOT NULL,
+        fingerprint     text NOT NULL REFERENCES fingerprints,
+        status          text NOT NULL,
+        step_seconds    double precision,
+        peak_rss_bytes  bigint,
+        joules_per_step double precision,
+        test_accuracy   double precision,
+        started_at      timestamptz,
+        result          jsonb NOT NULL,
+        PRIMARY KEY (run_id, job_id)
+    );
+    CREATE INDEX results_by_series ON results (job_key, fingerprint, run_id);
+    """,
+)
+
+
+def url_from(arg: str | None, what: str = "--store") -> str | None:
+    """--store, else $ZOBENCH_STORE, else the user config's [store] url; None: no shared store."""
+    url, where = arg, what
+    if not url and os.environ.get(ENV):
+        url, where = os.environ[ENV], f"${ENV}"
+    config = paths.user_config()
+    if not url and config.is_file():
+        t = tomlfile.Table(tomlfile.load(config), config)
+        table = tomlfile.Table(t.take("store", dict, default={}), config, "store.")
+        t.done()
+        url, where = table.take("url", str), f"{config}: store.url"
+        table.done()
+    if url and not url.startswith(("postgresql://", "postgres://")):
+        raise UserError(f"{where}: expected a PostgreSQL URL, postgresql://USER@HOST[:PORT]/DB, got {shown(url)!r}")
+    return url or None
+
+
+def required(arg: str | None, command: str) -> str:
+    url = url_from(arg)
+    if url is None:
+        raise UserError(f"{command}: no store: give --store postgresql://USER@HOST/DB, or set ${ENV}")
+    return url
+
+
+def shown(url: str) -> str:
+    """The URL without its password, for a message (a password belongs in ~/.pgpass or
+    $PGPASSWORD, never on a line zobench prints or a file it writes)."""
+    head, at, tail = url.rpartition("@")
+    if not at:
+        return url
+    scheme, _, cred = head.partition("://")
+    return f"{scheme}://{cred.split(':')[0]}@{tail}"
+
+
+@dataclass
+class Pushed:
+    added: int = 0
+    updated: int = 0
+    unchanged: int = 0
+
+
+def fingerprint_id(facts: dict) -> str:
+    return hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()
+
+
+class SharedStore:
+    """One connection to the shared store, its schema brought up to date on connect."""
+
+    def __init__(self, url: str, connect_timeout: int = 10):
+        import psycopg    # noqa: PLC0415 (only the commands that use a shared store load the driver)
+
+        self.url = url
+        try:
+            self.conn = psycopg.connect(url, connect_timeout=connect_timeout, application_name="zobench")
+        except psycopg.Error as e:
+            raise UserError(f"store {shown(url)}: cannot connect: {str(e).strip().splitlines()[0]}") from None
+        self.migrate()
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def migrate(self) -> int:
+        """Apply the migrations this store has not had; the schema version after them."""
+        with self.conn.transaction():
+            self.conn.execute("SELECT pg_advisory_xact_lock(%s)", (LOCK,))
+            self.conn.execute("CREATE TABLE IF NOT EXISTS zobench_schema (version integer NOT NULL)")
+            row = self.conn.execute("SELECT max(version) FROM zobench_schema").fetchone()
+            version = row[0] or 0
+            if version > len(MIGRATIONS):
+                raise UserError(f"store {shown(self.url)}: its schema is version {version}, newer than this "
+                                f"zobench's {len(MIGRATIONS)}: upgrade zobench")
+            for v, sql in enumerate(MIGRATIONS[version:], start=version + 1):
+                self.conn.execute(sql)
+                self.conn.execute("INSERT INTO zobench_schema VALUES (%s)", (v,))
+        return len(MIGRATIONS)
+
+    # -- writing ------------------------------------------------------------
+    def push(self, store: Store, run_id: str, branch: str | None = None) -> Pushed:
+        """Copy run_id's plan and valid results from the local store, in one transaction."""
+        from psycopg.types.json import Jsonb    # noqa: PLC0415
+
+        plan = store.run_plan(run_id)
+        results = store.results(run_id, plan)
+        git = plan.get("git") or {}
+        out = Pushed()
+        with self.conn.transaction():
+            self.conn.execute(
+                "INSERT INTO runs (run_id, created_at, suite, git_commit, branch, plan) VALUES (%s, %s, %s, %s, %s, %s) "
+                "ON CONFLICT (run_id) DO UPDATE SET plan = EXCLUDED.plan WHERE runs.plan IS DISTINCT FROM EXCLUDED.plan",
+                (run_id, plan.get("created_at"), plan.get("suite") or "", git.get("commit") or "",
+                 branch if branch is not None else git.get("branch") or "", Jsonb(plan)))
+            for r in results:
+                env = r.get("env") or {}
+                facts = measurements.fingerprint(env)
+                fp = fingerprint_id(facts)
+                self.conn.execute("INSERT INTO fingerprints VALUES (%s, %s) ON CONFLICT DO NOTHING", (fp, Jsonb(facts)))
+                last = (r.get("epochs") or [{}])[-1]
+                key, _ = measurements.job_key(r["job"])
+                self.conn.execute("INSERT INTO series VALUES (%s, %s, %s) ON CONFLICT DO NOTHING",
+                                  (key, fp, r["job"].get("target", "")))
+                got = self.conn.execute(
+                    "INSERT INTO results (run_id, job_id, job_key, target, fingerprint, status, step_seconds, "
+                    "peak_rss_bytes, joules_per_step, test_accuracy, started_at, result) "
+                    "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) "
+                    "ON CONFLICT (run_id, job_id) DO UPDATE SET job_key = EXCLUDED.job_key, "
+                    "target = EXCLUDED.target, fingerprint = EXCLUDED.fingerprint, status = EXCLUDED.status, "
+                    "step_seconds = EXCLUDED.step_seconds, peak_rss_bytes = EXCLUDED.peak_rss_bytes, "
+                    "joules_per_step = EXCLUDED.joules_per_step, test_accuracy = EXCLUDED.test_accuracy, "
+                    "started_at = EXCLUDED.started_at, result = EXCLUDED.result "
+                    "WHERE results.result IS DISTINCT FROM EXCLUDED.result RETURNING (xmax = 0)",
+                    (run_id, r["job"]["job_id"], key, r["job"].get("target", ""), fp, r["status"], step_seconds(r),
+                     (r.get("memory") or {}).get("peak_rss_bytes"), joules_per_step(r), last.get("test_accuracy"),
+                     r.get("started_at"), Jsonb(r))).fetchone()
+                if got is None:
+                    out.unchanged += 1
+                elif got[0]:
+                    out.added += 1
+                else:
+                    out.updated += 1
+        return out
+
+    # -- reading ------------------------------------------------------------
+    def run_ids(self, branch: str | None = None) -> list[str]:
+        sql, args = "SELECT run_id FROM runs", ()
+        if branch is not None:
+            sql, args = sql + " WHERE branch = %s", (branch,)
+        return [r[0] for r in self.conn.execute(sql + " ORDER BY created_at, run_id", args)]
+
+    def run_plan(self, run_id: str) -> dict:
+        row = self.conn.execute("SELECT plan FROM runs WHERE run_id = %s", (run_id,)).fetchone()
+        if row is None:
+            latest = ", ".join(self.run_ids()[-5:]) or "none"
+            raise UserError(f"unknown run {run_id!r} in store {shown(self.url)}; its latest runs: {latest}")
+        return row[0]
+
+    def results(self, run_id: str, plan: dict | None = None) -> list[dict]:
+        """The run's results in plan order, each checked against the schema as a local one is."""
+        plan = plan if plan is not None else self.run_plan(run_id)
+        got = {job_id: r for job_id, r in self.conn.execute(
+            "SELECT job_id, result FROM results WHERE run_id = %s", (run_id,))}
+        return [got[j["job_id"]] for j in plan["jobs"]
+                if j["job_id"] in got and not stored_problems(got[j["job_id"]], j["job_id"])]
+
+    def pull(self, run_id: str, store: Store) -> int:
+        """Copy run_id into the local store (its plan, and every result the local copy lacks or
+        holds differently); the number of results written."""
+        plan = self.run_plan(run_id)
+        store.adopt_run(run_id, plan)
+        local = {r["job"]["job_id"]: r for r in store.results(run_id, plan)}
+        written = 0
+        for r in self.results(run_id, plan):
+            if local.get(r["job"]["job_id"]) != r:
+                store.add_result(run_id, r)
+                written += 1
+        return written
+
+    def baseline(self, current: dict, branch: str, last: int, exclude: list[str]) -> tuple[dict, list[str]]:
+        """For each measurement of current, the ok results of the same job key and fingerprint in
+        the last `last` runs of branch that hold it (exclude: the current runs themselves),
+        pooled into one measurement; and the runs they came from."""
+        keys = list(current)
+        fps = [fingerprint_id(current[k].fingerprint) for k in keys]
+        rows = self.conn.execute(
+            """SELECT run_id, result FROM (
+                   SELECT r.run_id, r.result, dense_rank() OVER (
+                       PARTITION BY r.job_key ORDER BY u.created_at DESC, u.run_id DESC) AS newest
+                   FROM results r JOIN runs u USING (run_id)
+                   JOIN unnest(%s::text[], %s::text[]) AS want(job_key, fingerprint) USING (job_key, fingerprint)
+                   WHERE u.branch = %s AND r.status = 'ok' AND r.run_id <> ALL(%s)
+               ) t WHERE newest <= %s ORDER BY run_id""",
+            (keys, fps, branch, exclude, last)).fetchall()
+        return measurements.from_results(rows, across_builds=True), sorted({r for r, _ in rows})
+
+    def history(self, keys: list[str], target: str | None, since: str | None,
+                branch: str | None, exact: bool = False) -> tuple[list[tuple], dict[str, dict]]:
+        """The ok results whose job key contains one of keys (is one of them: exact; all keys
+        where none), in run order, as history.build reads them; and their fingerprints' facts."""
+        rows = self.conn.execute(*self.history_query(keys, target, since, branch, exact)).fetchall()
+        fps = sorted({r[2] for r in rows})
+        facts = dict(self.conn.execute("SELECT fingerprint, facts FROM fingerprints WHERE fingerprint = ANY(%s)",
+                                       (fps,)).fetchall())
+        return rows, facts
+
+    def history_query(self, keys: list[str], target: str | None, since: str | None, branch: str | None,
+                      exact: bool = False) -> tuple[str, list]:
+        """history's SQL: the series table picks the (key, fingerprint) pairs, results_by_series
+        reads each one (benchmarks/store_scale.py prints its plan)."""
+        chosen, where, args = ["true"], ["r.status = 'ok'"], []
+        if keys and exact:
+            chosen.append("job_key = ANY(%s)")
+            args.append(keys)
+        elif keys:
+            chosen.append("(" + " OR ".join("strpos(job_key, %s) > 0" for _ in keys) + ")")
+            args += keys
+        if target:
+            chosen.append("target = %s")
+            args.append(target)
+        if branch is not None:
+            where.append("u.branch = %s")
+            args.append(branch)
+        if since:
+            prefix = since.lower() + "%" if all(c in "0123456789abcdefABCDEF" for c in since) else since
+            start = self.conn.execute("SELECT min(created_at) FROM runs WHERE git_commit LIKE %s OR run_id = %s",
+                                      (prefix, since)).fetchone()[0]
+            if start is None:
+                raise UserError(f"history --since {since!r}: no run of that commit or id in store {shown(self.url)}")
+            where.append("u.created_at >= %s")
+            args.append(start)
+        return (f"WITH s AS (SELECT job_key, fingerprint FROM series WHERE {' AND '.join(chosen)}) "
+                "SELECT r.job_key, r.target, r.fingerprint, u.git_commit, r.run_id, r.step_seconds, r.peak_rss_bytes, "
+                "r.joules_per_step, r.test_accuracy FROM s JOIN results r USING (job_key, fingerprint) "
+                f"JOIN runs u USING (run_id) WHERE {' AND '.join(where)} ORDER BY u.created_at, r.run_id, r.job_id",
+                args)

@@ -1,0 +1,30 @@
+#!/bin/sh
+# The regression workflow's steps (.github/workflows/bench.yml): the same on a hosted runner, on a
+# board that runs the CI job, and on this machine (scripts/ci-local.py runs them against a
+# throwaway PostgreSQL).
+#   scripts/bench-ci.sh main   run the ci suite; the run is pushed to $ZOBENCH_STORE as a run of main
+#   scripts/bench-ci.sh pr     run it (pushed under its own branch), compare it with the last runs of
+#                              main in the store, write the Markdown verdicts to $GITHUB_STEP_SUMMARY
+#                              (stdout without it); exit 1 on a regression, as `zobench compare` does
+# $ZOBENCH_CI_ARGS: more `zobench run` arguments (e.g. "--runtime cpp" for a board without torch);
+# $ZOBENCH_COMPARE_ARGS: more `zobench compare` arguments (e.g. "--threshold 10").
+set -eu
+: "${ZOBENCH_STORE:?set ZOBENCH_STORE to the shared store, postgresql://USER@HOST/DB (password in ~/.pgpass or PGPASSWORD)}"
+ZOBENCH=${ZOBENCH:-.venv/bin/zobench}
+RESULTS=${RESULTS:-results}
+case ${1:-} in
+  main) export ZOBENCH_BRANCH="${ZOBENCH_BRANCH:-main}" ;;
+  pr) ;;
+  *) echo "usage: scripts/bench-ci.sh main|pr" >&2; exit 2 ;;
+esac
+# shellcheck disable=SC2086  # ZOBENCH_CI_ARGS is a list of words
+"$ZOBENCH" run --suite ci --no-report --results "$RESULTS" ${ZOBENCH_CI_ARGS:-}
+run=$(ls "$RESULTS/runs" | tail -n 1)
+[ "$1" = main ] && exit 0
+rc=0
+# shellcheck disable=SC2086
+"$ZOBENCH" compare --baseline-from "$ZOBENCH_STORE" --branch main --results "$RESULTS" --format markdown \
+    ${ZOBENCH_COMPARE_ARGS:-} "$run" \
+    > "$RESULTS/compare-$run.md" || rc=$?
+cat "$RESULTS/compare-$run.md" >> "${GITHUB_STEP_SUMMARY:-/dev/stdout}"
+exit $rc

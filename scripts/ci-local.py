@@ -1,0 +1,69 @@
+#!/usr/bin/env python3
+"""The bench workflow (.github/workflows/bench.yml) end to end on this machine, against a
+throwaway PostgreSQL (Debian's `postgresql`, started in a temporary folder and stopped at the
+end: testkit/postgres.py): a few pushes to main, then a pull request of the same code (the gate
+passes, exit 0) and one with a 20% slowdown injected (the gate fails, exit 1).
+
+    .venv/bin/python scripts/ci-local.py [--mains 3] [--full]
+
+Without --full the ci suite is narrowed to its single-threaded C++ Full ZO key (seconds a run);
+with it, the whole suite runs each time (minutes). Exits 0 when each step ended as it should.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from testkit.postgres import Postgres  # noqa: E402
+
+# the ci suite's single-threaded C++ Full ZO key (testkit/compare_runs.py's SOLO: one thread, so
+# that other work on the other core moves it less)
+NARROW = "--runtime cpp --precision fp32 --method full-zo --set train_samples=3200 --target solo --inventory {inv}"
+
+
+def step(name: str, mode: str, env: dict, want: int) -> bool:
+    print(f"== {name}: scripts/bench-ci.sh {mode}", flush=True)
+    rc = subprocess.run([str(REPO / "scripts/bench-ci.sh"), mode], cwd=REPO, env=env).returncode
+    ok = rc == want
+    print(f"== {name}: exit {rc} ({'as expected' if ok else f'expected {want}'})", flush=True)
+    return ok
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--mains", type=int, default=3, help="runs pushed to main before the pull requests")
+    ap.add_argument("--full", action="store_true", help="the whole ci suite each run")
+    ap.add_argument("--slowdown", type=float, default=0.2, help="what the slower pull request injects (0.2 = 20%%)")
+    ap.add_argument("--threshold", type=float, default=5.0, help="the gate's threshold in percent (compare's default 5)")
+    args = ap.parse_args()
+    pg = Postgres()
+    try:
+        with tempfile.TemporaryDirectory(prefix="zobench-ci-") as results:
+            inv = Path(results) / "inventory.toml"
+            inv.write_text('[targets.solo]\nprofile = "local"\nthreads = 1\n')
+            env = {**os.environ, "ZOBENCH_STORE": pg.new_database(), "RESULTS": str(Path(results) / "results"),
+                   "ZOBENCH": str(REPO / ".venv/bin/zobench"),
+                   "ZOBENCH_CI_ARGS": "" if args.full else NARROW.format(inv=inv),
+                   "ZOBENCH_COMPARE_ARGS": f"--threshold {args.threshold}"}
+            env.pop("GITHUB_STEP_SUMMARY", None)
+            ok = all(step(f"push to main {i + 1}/{args.mains}", "main", env, 0) for i in range(args.mains))
+            pr = {**env, "ZOBENCH_BRANCH": "same-code"}
+            ok = step("pull request, same code", "pr", pr, 0) and ok
+            slow = {**env, "ZOBENCH_BRANCH": "slower",
+                    "ZOBENCH_CI_ARGS": f"{env['ZOBENCH_CI_ARGS']} --set inject_slowdown={args.slowdown}"}
+            ok = step(f"pull request, {args.slowdown:.0%} slower", "pr", slow, 1) and ok
+    finally:
+        pg.stop()
+    print("ci-local: " + ("every step ended as the workflow should" if ok else "a step did not end as it should"))
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
