@@ -173,7 +173,10 @@ def _load(store, run_ids: list[str], plans: list[dict]) -> pd.DataFrame:
                 "optimizer": (job.get("hyper") or {}).get("optimizer", "sgd"),
                 "network": network, "context": context, "checkpointing": checkpointing,
                 # a transformer's context and checkpointing change its memory: jobs differing in them are not averaged
-                "setup": f"T={context}" + (" +ckpt" if checkpointing else "") if context else "",
+                # and the optimizer of a BP part: Adam's moments and update are other work than SGD's
+                "setup": " ".join(filter(None, [f"T={context}" + (" +ckpt" if checkpointing else "") if context else "",
+                                                "adam" if spec.hyper.optimizer == "adam" and job["method"] != "full-zo"
+                                                else ""])),
                 "status": r["status"], "error": r.get("error") or "", "steps": steps,
                 "train_s": r.get("train_seconds") or math.nan,
                 # A runner that never trained reports 0 s and 0 bytes: unknown, not free.

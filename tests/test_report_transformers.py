@@ -20,10 +20,12 @@ def section(md: str, title: str) -> list[list[str]]:
 
 
 def test_context_chart_draws_the_model_and_the_measured_increments(tmp_path):
-    """Full BP and MeZO on gpt2-1m at T = 64, and Full BP with checkpointing in a second run."""
+    """Full BP and MeZO on gpt2-1m at T = 64, Full BP with checkpointing in a second run, and
+    Full BP with SGD instead of Adam in a third."""
     quick = ["run", "--suite", "quick-transformer", "--results", str(tmp_path), "--no-report", *SHORT]
     assert main([*quick, "--method", "full-bp", "--method", "full-zo"]) == 0
     assert main([*quick, "--method", "full-bp", "--set", "checkpointing=true"]) == 0
+    assert main([*quick, "--method", "full-bp", "--set", "optimizer=sgd"]) == 0
     store = Store(tmp_path)
     ids = store.run_ids()
     html = build(store, ids)
@@ -31,11 +33,12 @@ def test_context_chart_draws_the_model_and_the_measured_increments(tmp_path):
     assert (out / "context.png").read_bytes().startswith(b"\x89PNG") and (out / "context.svg").is_file()
     md = (out / "report.md").read_text()
     assert "context.png" in md and "Largest trainable model" not in md
-    # BP with and without checkpointing are two rows, not one averaged
+    # BP with and without checkpointing, with Adam and with SGD, are rows of their own, not averaged
     head, *rows = section(md, "Results")
     setups = {(r[0], r[head.index("setup")]) for r in rows}
-    assert setups == {("Full BP", "T=64"), ("Full BP", "T=64 +ckpt"), ("Full ZO", "T=64")}
+    assert setups == {("Full BP", "T=64 adam"), ("Full BP", "T=64 +ckpt adam"), ("Full BP", "T=64"), ("Full ZO", "T=64")}
 
+    ids = ids[:2]       # the chart of the Adam runs (the SGD one adds a curve of its own)
     df = rep._load(store, ids, [store.run_plan(r) for r in ids])
     fig = transformers.context_chart(df, rep._method_palette(df))
     ax, twin = [a for a in fig.axes if a.get_title()], [a for a in fig.axes if not a.get_title()]
