@@ -194,10 +194,12 @@ def test_compare_takes_its_baseline_from_the_main_branchs_runs(capsys, tmp_path,
 
 def test_history_finds_an_injected_slowdown_at_its_commit_and_nothing_in_the_same_code(capsys, tmp_path, server,
                                                                                         monkeypatch):
-    """Two series of real short runs over six commits, taken in turn: in one a 20% slowdown is
+    """Two series of real short runs over six commits, taken in turn: in one a slowdown is
     injected from the fourth commit on, the other is the same code throughout. Then compare
     --baseline-from, on real runs: the same code against the second series' main runs exits 0,
-    the slowed code exits 1."""
+    the slowed code exits 1. A 50% slowdown against a 25% threshold: beside the other test
+    worker, all five repeats of one commit can run 10% slow (seen once in a full make test), and
+    what is tested here is finding the commit, not the gate's power (tests/test_compare.py)."""
     slow_url, same_url = server.new_database(), server.new_database()
     inv = compare_runs.solo_inventory(tmp_path)
     commits = [f"{i:x}" * 40 for i in range(1, 7)]
@@ -206,7 +208,7 @@ def test_history_finds_an_injected_slowdown_at_its_commit_and_nothing_in_the_sam
     def run(url: str | None, slowed: bool) -> str:
         r = cli(capsys, "run", "--results", tmp_path / "results", "--no-report", "--inventory", inv,
                 *(["--store", url] if url else []), *compare_runs.SOLO,
-                *(["--set", "inject_slowdown=0.2"] if slowed else []))
+                *(["--set", "inject_slowdown=0.5"] if slowed else []))
         assert r.returncode == 0, r.stderr
         return Store(tmp_path / "results").latest()
 
@@ -214,19 +216,18 @@ def test_history_finds_an_injected_slowdown_at_its_commit_and_nothing_in_the_sam
         monkeypatch.setenv("ZOBENCH_COMMIT", commit)
         run(slow_url, i >= 3)
         last_same = run(same_url, False)
-    # 10%: the other test worker's load on this two-core machine moves a 5% gate now and then
-    r = cli(capsys, "history", "--store", slow_url, "--format", "json", "--out", tmp_path / "chart", "--threshold", "10")
+    r = cli(capsys, "history", "--store", slow_url, "--format", "json", "--out", tmp_path / "chart", "--threshold", "25")
     assert r.returncode == 0, r.stderr
     (s,) = json.loads(r.stdout)
     assert [p["commit"] for p in s["points"]] == commits and all(len(p["samples"]["step_seconds"]) == 5
                                                                  for p in s["points"])
     assert [(c["metric"], c["commit"]) for c in s["changes"]] == [("step_seconds", commits[3])]
-    assert 0.1 < s["changes"][0]["change"] < 0.4
+    assert 0.3 < s["changes"][0]["change"] < 0.8
     assert (tmp_path / "chart" / "history.png").is_file()
-    r = cli(capsys, "history", "--store", same_url, "--format", "json", "--threshold", "10")
+    r = cli(capsys, "history", "--store", same_url, "--format", "json", "--threshold", "25")
     (s,) = json.loads(r.stdout)
     assert len(s["points"]) == 6 and s["changes"] == []
-    r = cli(capsys, "history", "--store", same_url, "--since", commits[4][:8], "--threshold", "10")
+    r = cli(capsys, "history", "--store", same_url, "--since", commits[4][:8], "--threshold", "25")
     assert r.returncode == 0 and commits[3][:12] not in r.stdout and commits[4][:12] in r.stdout
     assert "no change detected" in r.stdout
     # the report of a run, given the store, charts its keys' history
@@ -240,7 +241,7 @@ def test_history_finds_an_injected_slowdown_at_its_commit_and_nothing_in_the_sam
     for slowed, want in ((False, 0), (True, 1)):
         current = run(None, slowed)
         r = cli(capsys, "compare", "--baseline-from", same_url, "--branch", "main", current,
-                "--results", tmp_path / "results", "--threshold", "10")
+                "--results", tmp_path / "results", "--threshold", "25")
         assert r.returncode == want, r.stdout + r.stderr
 
 
