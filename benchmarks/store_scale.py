@@ -56,7 +56,7 @@ def fill(conn, result: dict, boards: int, keys: int, runs: int, per_commit: int)
         "INSERT INTO results SELECT 'run-' || g, 'job-' || k, "
         "'lenet5/fashion-mnist key-' || k || ' fp32 cpp board-' || (g %% %s) || ' threads=1', "
         "'board-' || (g %% %s), board.fingerprint, 'ok', 0.0015 * (1 + 0.05 * random()), "
-        "20000000 + (random() * 1000)::int, NULL, 0.7 + 0.01 * random(), "
+        "20000000 + (random() * 1000)::int, NULL, 0.7 + 0.01 * random(), 0.0, "
         "timestamptz '2024-01-01' + g * interval '1 minute', "
         "%s || jsonb_build_object('started_at', g::text) "
         "FROM generate_series(0, %s - 1) g JOIN board ON board.b = g %% %s, generate_series(0, %s - 1) k",

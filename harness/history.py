@@ -15,6 +15,11 @@ detector (ruptures' PELT, say): they assume a noise model (Gaussian, a penalty t
 shared machine's one-sided noise breaks, and a lab already trusts the gate's verdicts; here the
 history finds exactly what compare would have flagged between those commits.
 
+A result that ran beside other work is left out of the change points as the gate leaves a
+"noisy" side out: when other processes or steal took more than compare.LOADED of the CPU its
+job wanted (results.starved, from its load record); the point counts it as loaded. Its memory
+and accuracy, which load does not move, stay.
+
 A series is one job key on one fingerprint: a fingerprint change (CPU, governor, kernel, runtime
 versions, GPU and driver) starts a new series, listed with what changed, never joined.
 """
@@ -22,11 +27,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .compare import ALPHA, ESTIMATORS, mann_whitney_p
+from .compare import ALPHA, ESTIMATORS, LOADED, mann_whitney_p
 
 WINDOW = 3
 METRICS = (("step_seconds", "step time", "ms/step", 1e3), ("peak_rss_bytes", "peak memory", "MiB", 2 ** -20),
            ("joules_per_step", "energy", "J/step", 1.0))
+LOADED_METRICS = ("step_seconds", "joules_per_step")     # what other work on the machine moves
 
 
 @dataclass
@@ -35,6 +41,8 @@ class Point:
     first_run: str                                 # its first run (when the commit entered the series)
     samples: dict = field(default_factory=dict)    # metric -> values, one per result
     accuracy: list = field(default_factory=list)   # final test accuracy per result
+    results: int = 0
+    loaded: int = 0        # of them, those whose time and energy other work moved: left out of both
 
 
 @dataclass
@@ -61,16 +69,19 @@ class Series:
 
 def build(rows: list[tuple], facts: dict[str, dict]) -> list[Series]:
     """Series from the store's rows (job_key, target, fingerprint, git_commit, run_id, step_seconds,
-    peak_rss_bytes, joules_per_step, test_accuracy), in run order."""
+    peak_rss_bytes, joules_per_step, test_accuracy, starved), in run order."""
     series: dict[tuple, Series] = {}
-    for key, target, fp, commit, run_id, *values, acc in rows:
+    for key, target, fp, commit, run_id, *values, acc, share in rows:
         s = series.setdefault((key, fp), Series(key, target, fp, facts.get(fp, {})))
         commit = commit or run_id        # a run pushed without its commit stands for one
         if not s.points or s.points[-1].commit != commit:
             s.points.append(Point(commit, run_id))
         p = s.points[-1]
+        loaded = share is not None and share > LOADED
+        p.results += 1
+        p.loaded += loaded
         for (name, *_), v in zip(METRICS, values):
-            if v is not None:
+            if v is not None and not (loaded and name in LOADED_METRICS):
                 p.samples.setdefault(name, []).append(v)
         if acc is not None:
             p.accuracy.append(acc)
@@ -126,7 +137,7 @@ def render(all_series: list[Series], fmt: str, estimator: str = "min") -> str:
         cols = ["commit", "n", *(f"{title} {unit} ({estimator}, range)" for _, title, unit, _ in shown), "accuracy %"]
         rows = []
         for p in s.points:
-            cells = [p.commit[:12], str(max((len(v) for v in p.samples.values()), default=0))]
+            cells = [p.commit[:12], f"{p.results}" + (f" ({p.loaded} loaded)" if p.loaded else "")]
             for name, _, _, scale in shown:
                 v = p.samples.get(name)
                 cells.append(f"{estimate(v) * scale:.4g} ({min(v) * scale:.4g}-{max(v) * scale:.4g})" if v else "-")

@@ -22,6 +22,7 @@ import os
 from dataclasses import dataclass
 
 from . import measurements, paths, tomlfile
+from .compare import starved
 from .errors import UserError
 from .schema import joules_per_step, step_seconds, stored_problems
 from .store import Store
@@ -66,6 +67,7 @@ MIGRATIONS = (
         peak_rss_bytes  bigint,
         joules_per_step double precision,
         test_accuracy   double precision,
+        starved         double precision,   -- the share of the CPU it wanted that other work took (compare.starved)
         started_at      timestamptz,
         result          jsonb NOT NULL,
         PRIMARY KEY (run_id, job_id)
@@ -183,17 +185,17 @@ class SharedStore:
                                   (key, fp, r["job"].get("target", "")))
                 got = self.conn.execute(
                     "INSERT INTO results (run_id, job_id, job_key, target, fingerprint, status, step_seconds, "
-                    "peak_rss_bytes, joules_per_step, test_accuracy, started_at, result) "
-                    "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) "
+                    "peak_rss_bytes, joules_per_step, test_accuracy, starved, started_at, result) "
+                    "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) "
                     "ON CONFLICT (run_id, job_id) DO UPDATE SET job_key = EXCLUDED.job_key, "
                     "target = EXCLUDED.target, fingerprint = EXCLUDED.fingerprint, status = EXCLUDED.status, "
                     "step_seconds = EXCLUDED.step_seconds, peak_rss_bytes = EXCLUDED.peak_rss_bytes, "
                     "joules_per_step = EXCLUDED.joules_per_step, test_accuracy = EXCLUDED.test_accuracy, "
-                    "started_at = EXCLUDED.started_at, result = EXCLUDED.result "
+                    "starved = EXCLUDED.starved, started_at = EXCLUDED.started_at, result = EXCLUDED.result "
                     "WHERE results.result IS DISTINCT FROM EXCLUDED.result RETURNING (xmax = 0)",
                     (run_id, r["job"]["job_id"], key, r["job"].get("target", ""), fp, r["status"], step_seconds(r),
                      (r.get("memory") or {}).get("peak_rss_bytes"), joules_per_step(r), last.get("test_accuracy"),
-                     r.get("started_at"), Jsonb(r))).fetchone()
+                     starved(r.get("load"), r["job"].get("threads", 0)), r.get("started_at"), Jsonb(r))).fetchone()
                 if got is None:
                     out.unchanged += 1
                 elif got[0]:
@@ -291,6 +293,6 @@ class SharedStore:
             args.append(start)
         return (f"WITH s AS (SELECT job_key, fingerprint FROM series WHERE {' AND '.join(chosen)}) "
                 "SELECT r.job_key, r.target, r.fingerprint, u.git_commit, r.run_id, r.step_seconds, r.peak_rss_bytes, "
-                "r.joules_per_step, r.test_accuracy FROM s JOIN results r USING (job_key, fingerprint) "
+                "r.joules_per_step, r.test_accuracy, r.starved FROM s JOIN results r USING (job_key, fingerprint) "
                 f"JOIN runs u USING (run_id) WHERE {' AND '.join(where)} ORDER BY u.created_at, r.run_id, r.job_id",
                 args)

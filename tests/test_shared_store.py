@@ -295,3 +295,29 @@ def test_the_ci_workflow_runs_end_to_end_against_a_local_postgresql():
     ends = [line for line in r.stdout.splitlines() if line.startswith("== ") and ": exit " in line]
     assert [line.split(": exit ")[1].split()[0] for line in ends] == ["0", "0", "0", "1"]
     assert "regressed" in r.stdout       # the pull request's Markdown summary, on stdout outside a CI job
+
+
+def test_results_that_ran_beside_other_work_are_left_out_of_the_change_points(capsys, tmp_path, server):
+    """Made-up runs over six commits, 30% slower from the fourth on. Measured quietly, that is a
+    change at the fourth commit; measured while other work took 95% of the CPU the jobs wanted
+    (the gate's "noisy"), the slow results are left out of the change points, and counted."""
+    store = Store(tmp_path)
+
+    def series(busy: bool) -> list[dict]:
+        db = server.new_database()
+        for n, ms in enumerate((10.0, 10.0, 10.0, 13.0, 13.0, 13.0)):
+            load = compare_runs.load_at(0.95 if busy and ms > 10 else 0.0)
+            run_id = compare_runs.made_up_run(
+                store, [compare_runs.made_up_result(ms * (1 + 0.002 * i), repeat=i, threads=1, load=load)
+                        for i in range(5)], f"2026-01-01T00:00:{n:02d}+00:00")
+            assert cli(capsys, "push", run_id, "--store", db, "--results", tmp_path).returncode == 0
+        r = cli(capsys, "history", "--store", db, "--format", "json")
+        (found,) = json.loads(r.stdout)
+        return found, cli(capsys, "history", "--store", db).stdout
+
+    quiet, _ = series(busy=False)
+    assert [(c["metric"], c["at"]) for c in quiet["changes"]] == [("step_seconds", 3)]
+    busy, text = series(busy=True)
+    assert busy["changes"] == [] and [p["loaded"] for p in busy["points"]] == [0, 0, 0, 5, 5, 5]
+    assert "step_seconds" not in busy["points"][3]["samples"] and len(busy["points"][3]["samples"]["peak_rss_bytes"]) == 5
+    assert "5 (5 loaded)" in text
