@@ -97,6 +97,14 @@ def build(rows: list[tuple], facts: dict[str, dict]) -> list[Series]:
     return out
 
 
+def series(rows: list[tuple], facts: dict[str, dict], threshold: float, estimator: str = "min") -> list[Series]:
+    """build()'s series, each with its change points (detect())."""
+    found = build(rows, facts)
+    for s in found:
+        s.changes = detect(s, threshold, estimator)
+    return found
+
+
 def detect(s: Series, threshold: float, estimator: str = "min", window: int = WINDOW) -> list[Change]:
     """The series' change points, per metric, by the rule of the module docstring."""
     estimate, found = ESTIMATORS[estimator], []

@@ -174,15 +174,17 @@ class SharedStore:
                 "ON CONFLICT (run_id) DO UPDATE SET plan = EXCLUDED.plan WHERE runs.plan IS DISTINCT FROM EXCLUDED.plan",
                 (run_id, plan.get("created_at"), plan.get("suite") or "", git.get("commit") or "",
                  branch if branch is not None else git.get("branch") or "", Jsonb(plan)))
-            for r in results:
-                env = r.get("env") or {}
-                facts = measurements.fingerprint(env)
-                fp = fingerprint_id(facts)
-                self.conn.execute("INSERT INTO fingerprints VALUES (%s, %s) ON CONFLICT DO NOTHING", (fp, Jsonb(facts)))
+            facts = [measurements.fingerprint(r.get("env") or {}) for r in results]
+            fps = [fingerprint_id(f) for f in facts]
+            keys = [measurements.job_key(r["job"])[0] for r in results]
+            with self.conn.cursor() as cur:     # each once, however many results share it
+                cur.executemany("INSERT INTO fingerprints VALUES (%s, %s) ON CONFLICT DO NOTHING",
+                                list({fp: (fp, Jsonb(f)) for fp, f in zip(fps, facts)}.values()))
+                cur.executemany("INSERT INTO series VALUES (%s, %s, %s) ON CONFLICT DO NOTHING",
+                                list({(k, fp): (k, fp, r["job"].get("target", ""))
+                                      for k, fp, r in zip(keys, fps, results)}.values()))
+            for r, fp, key in zip(results, fps, keys):
                 last = (r.get("epochs") or [{}])[-1]
-                key, _ = measurements.job_key(r["job"])
-                self.conn.execute("INSERT INTO series VALUES (%s, %s, %s) ON CONFLICT DO NOTHING",
-                                  (key, fp, r["job"].get("target", "")))
                 got = self.conn.execute(
                     "INSERT INTO results (run_id, job_id, job_key, target, fingerprint, status, step_seconds, "
                     "peak_rss_bytes, joules_per_step, test_accuracy, starved, started_at, result) "

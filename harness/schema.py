@@ -153,8 +153,9 @@ def plan_problems(plan) -> list[str]:
         if not isinstance(j, dict) or not needed <= set(j) <= keys:
             return [f"jobs[{i}] needs {', '.join(sorted(needed))}"
                     f" (and may have {', '.join(sorted(keys - needed))}), nothing else"]
-        if not isinstance(j.get("mem_limit", ""), str) or not MEM_LIMIT.match(j.get("mem_limit") or "0K"):
-            return [f"jobs[{i}].mem_limit {j['mem_limit']!r} is not a size like 512M"]
+        limit = j.get("mem_limit", "")
+        if not isinstance(limit, str) or (limit and not MEM_LIMIT.match(limit)):
+            return [f"jobs[{i}].mem_limit {limit!r} is not a size like 512M"]
         if not isinstance(j["job_id"], str) or not JOB_ID.fullmatch(j["job_id"]):
             return [f"jobs[{i}].job_id {j['job_id']!r} is not a file name"]
         if not isinstance(j["spec"], dict) or j["spec"].get("job_id") != j["job_id"]:

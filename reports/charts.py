@@ -25,6 +25,13 @@ PRECISIONS = ("fp32", "int8", "int8*")
 RUNTIME_MARKERS = {"cpp": "D", "torch": "o", "ort": "s"}
 
 
+def save(fig, out, name: str) -> None:
+    """A chart as out/name.png and out/name.svg, laid out."""
+    fig.tight_layout()
+    for ext in ("png", "svg"):
+        fig.savefig(out / f"{name}.{ext}", dpi=120, bbox_inches="tight")
+
+
 def figure(ncols: int, nrows: int = 1, width: float = 5.0, height: float = 4.2, sharey=False):
     fig = Figure(figsize=(width * ncols + 1.5, height * nrows))
     FigureCanvasAgg(fig)

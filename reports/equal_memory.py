@@ -11,6 +11,8 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
+from harness.suites import MethodChoice
+
 from . import charts
 
 
@@ -50,7 +52,7 @@ def table(df: pd.DataFrame, found: dict[str, dict]) -> pd.DataFrame:
 
 def _key(row: pd.Series) -> str:
     """The method as a suite writes it, the key of the study's models and fit runs."""
-    return f"{row['method']}:{row['bp_layers']}" if row["method"] == "elastic-zo" else row["method"]
+    return str(MethodChoice(row["method"], row["bp_layers"]))
 
 
 def _pair(a: float, b: float, fmt: str) -> str:

@@ -105,10 +105,7 @@ def build(store, run_ids: list[str], out: Path | None = None, targets=(), method
         del draw["history"]
     with sns.axes_style("whitegrid"), sns.plotting_context("notebook", font_scale=0.85):
         for name, make in draw.items():
-            fig = make() if len(ok) else _nothing_to_chart()
-            fig.tight_layout()
-            for ext in ("png", "svg"):
-                fig.savefig(out / f"{name}.{ext}", dpi=120, bbox_inches="tight")
+            charts.save(make() if len(ok) else _nothing_to_chart(), out, name)
     blocks = _blocks(run_ids, plans, df, ok, ratios, accuracy) + [("img", name) for name in draw]
     (out / "report.md").write_text(_markdown(blocks))
     (out / "report.html").write_text(_html(blocks, out, f"zobench report: {', '.join(run_ids)}"))

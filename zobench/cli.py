@@ -338,11 +338,9 @@ def cmd_history(args) -> int:
 
     with pgstore.SharedStore(pgstore.required(args.store, "history")) as shared:
         rows, facts = shared.history(args.keys, args.target, args.since, args.branch)
-    found = history.build(rows, facts)
+    found = history.series(rows, facts, args.threshold / 100, args.estimator)
     if not found:
         raise UserError("history: no ok result in the store matches" + (f" {' '.join(args.keys)}" if args.keys else ""))
-    for s in found:
-        s.changes = history.detect(s, args.threshold / 100, args.estimator)
     if args.format == "json":
         print(jsonfile.dumps([dataclasses.asdict(s) for s in found]))
     else:
@@ -350,11 +348,10 @@ def cmd_history(args) -> int:
     if args.out:
         from reports.history import chart
 
+        from reports.charts import save
+
         args.out.mkdir(parents=True, exist_ok=True)
-        fig = chart(found, args.estimator)
-        fig.tight_layout()
-        for ext in ("png", "svg"):
-            fig.savefig(args.out / f"history.{ext}", dpi=110, bbox_inches="tight")
+        save(chart(found, args.estimator), args.out, "history")
         print(f"chart: {(args.out / 'history.png').resolve()}", file=sys.stderr)
     return 0
 
@@ -373,10 +370,7 @@ def _history_of(url: str | None, store: Store, run_ids: list[str]) -> list | Non
     except UserError as e:
         print(f"zobench: warning: {e}: the report has no history chart", file=sys.stderr)
         return None
-    found = history.build(rows, facts)
-    for s in found:
-        s.changes = history.detect(s, 0.05)
-    return found
+    return history.series(rows, facts, 0.05)
 
 
 def _pulled(args, run_ids: list[str]) -> list[str]:
@@ -393,15 +387,21 @@ def _pulled(args, run_ids: list[str]) -> list[str]:
         if not run_ids:
             raise UserError(f"store {pgstore.shown(url)} has no runs")
         for run_id in run_ids:
-            shared.pull(run_id, Store(args.results))
+            shared.pull(run_id, local)
     return run_ids
+
+
+def _the_run(args, store: Store) -> str:
+    """A command's one run: --run (pulled from a store first where one is given), else the
+    latest of the store or of the results folder."""
+    return (_pulled(args, [args.run] if args.run else []) or [None])[0] or store.latest()
 
 
 def cmd_results(args) -> int:
     import pandas as pd
 
     store = Store(args.results)
-    run_id = (_pulled(args, [args.run] if args.run else []) or [None])[0] or store.latest()
+    run_id = _the_run(args, store)
     saved = store.run_plan(run_id)
     rows = [summary(run_id, r) for r in store.results(run_id, saved)]
     not_run = store.not_run(run_id, saved)
@@ -501,7 +501,7 @@ def cmd_export(args) -> int:
     from harness import export, measurements
 
     store = Store(args.results)
-    run_id = (_pulled(args, [args.run] if args.run else []) or [None])[0] or store.latest()
+    run_id = _the_run(args, store)
     store.run_plan(run_id)      # a run of this store, not an exported file that measurements.load also reads
     _, found = measurements.load(run_id, args.results)
     text = export.pytest_benchmark(run_id, found) if args.format == "pytest-benchmark" else export.csv_text(run_id, found)
