@@ -219,8 +219,9 @@ def test_history_finds_an_injected_slowdown_at_its_commit_and_nothing_in_the_sam
     r = cli(capsys, "history", "--store", slow_url, "--format", "json", "--out", tmp_path / "chart", "--threshold", "25")
     assert r.returncode == 0, r.stderr
     (s,) = json.loads(r.stdout)
-    assert [p["commit"] for p in s["points"]] == commits and all(len(p["samples"]["step_seconds"]) == 5
-                                                                 for p in s["points"])
+    # five results a commit; those that ran beside other work are counted, not sampled
+    assert [p["commit"] for p in s["points"]] == commits and all(
+        p["results"] == 5 == len(p["samples"].get("step_seconds", [])) + p["loaded"] for p in s["points"])
     assert [(c["metric"], c["commit"]) for c in s["changes"]] == [("step_seconds", commits[3])]
     assert 0.3 < s["changes"][0]["change"] < 0.8
     assert (tmp_path / "chart" / "history.png").is_file()
