@@ -5,7 +5,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: setup setup-test setup-bench run test test-slow bench clean
+.PHONY: setup setup-test setup-bench run test test-slow bench reproduce clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -44,6 +44,10 @@ bench: setup-bench
 	$(BIN)/python benchmarks/memory_fit.py --malloc fixed
 	$(BIN)/python benchmarks/memory_fit.py --models gpt2-4m gpt2-29m --contexts 256
 	$(BIN)/python benchmarks/store_scale.py
+
+# the suites named for the ElasticZO paper, as tuned, and docs/reproduction.md regenerated (hours)
+reproduce: setup
+	$(BIN)/python scripts/reproduce.py run
 
 clean:
 	rm -rf $(VENV) results .pytest_cache

@@ -231,6 +231,46 @@ def rotated_idx(name: str, data_dir: str, degrees: float) -> RawIdx:
     return RawIdx(out.parent, files)
 
 
+def validation_idx(name: str, data_dir: str, rotate: float, held: int) -> RawIdx:
+    """The data set (rotated by `rotate`, rotated_idx) with a validation split: `held` training
+    samples drawn with zobench-z (zrng.holdout) become its test files, the rest its train files,
+    each kept in its order, and the validation file names the count a runner checks. Made once
+    into a folder keyed by the source folder's key and the count; no split is the source's own
+    folder, byte for byte."""
+    source = rotated_idx(name, data_dir, rotate)
+    if not held:
+        return source
+    datasets.check_splittable(name, held)
+    train = {kind: source.files[f"{name}/train-{kind}"] for kind in ("labels-idx1-ubyte", _samples(name))}
+    n = datasets.read_idx(train["labels-idx1-ubyte"]).shape[0]
+    if held >= n:
+        raise datasets.DatasetError(f"dataset {name!r}: workload.validation: expected fewer than its {n} training "
+                                    f"samples, got {held}")
+    key = hashlib.sha256(json.dumps([source.dir.name, held, zrng.VERSION]).encode()).hexdigest()[:16]
+    out = root() / DATA / f"{datasets.variant_name(name, rotate, held)}-{key}" / name
+    out_mask = np.zeros(n, dtype=bool)
+    out_mask[zrng.holdout(n, held)] = True
+    files = {}
+    for kind, src in train.items():
+        type_byte = 0x0D if kind.startswith("points") else 0x08
+        for split, mask in (("train", ~out_mask), ("t10k", out_mask)):
+            dest = write_once(out / f"{split}-{kind}",
+                              lambda tmp, src=src, mask=mask, t=type_byte: datasets.write_idx(
+                                  tmp, np.ascontiguousarray(datasets.read_idx(src, t)[mask]), t))
+            files[f"{name}/{dest.name}"] = dest
+    for rel, src in source.files.items():   # the rotation file, where there is one
+        if not rel.startswith((f"{name}/train-", f"{name}/t10k-")):
+            files[rel] = write_once(out / src.name, lambda tmp, src=src: shutil.copyfile(src, tmp))
+    marker = write_once(out / datasets.VALIDATION_FILE, lambda tmp: tmp.write_text(f"{held}\n"))
+    files[f"{name}/{marker.name}"] = marker
+    return RawIdx(out.parent, files)
+
+
+def _samples(name: str) -> str:
+    """The stem of a split's sample file after its prefix: points or images."""
+    return "points-idx3-float" if datasets.is_points(name) else "images-idx3-ubyte"
+
+
 def init_weights_dir() -> Path:
     return root() / INIT
 

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from workloads import vocab
 
-from . import machine_load, schema
+from . import convergence, machine_load, schema
 from .artifacts import content_id
 from .bundle import Site
 from .inventory import Target
@@ -221,6 +221,8 @@ def run_job(job: Job, target: Target, site: Site, work: Path, on_event=None) -> 
     result = classify(job, outcome, work / "result.json", started_at, wall, steps, evidence)
     if result["status"] == "ok":
         result = _check_weights(job, result, t, f"{job_dir}/{vocab.WEIGHTS_FILE}", work / vocab.WEIGHTS_FILE)
+    if result["status"] == "ok":    # a loss that exploded leaves the job ok, but flagged (harness/convergence.py)
+        result["convergence"] = convergence.judge(result)
     result["load"] = machine_load.during(load_before, load_after, result.get("cpu_seconds"))
     if runtime == "cpp":
         result["env"]["binary_sha256"] = site.binary_sha256

@@ -18,7 +18,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from workloads import gpuinfo, vocab
+from workloads import datasets, gpuinfo, vocab
 from workloads.spec import Hyper
 
 from .errors import UserError
@@ -60,20 +60,26 @@ class Measurement:
     joules_per_step: list = field(default_factory=list)  # J, per repeat (or epoch) a meter measured
 
 
-def hyper_key(hyper: dict, device: str = "cpu") -> str:
+def changed_hyper(hyper: dict, device: str = "cpu") -> list[tuple[str, object]]:
     """The hyperparameters that differ from their defaults, in workloads.spec.Hyper's field
     order. The spec resolves the warm-up to its device's default, which is a default still: a
     result from before there was a warm-up (none in its hyper) keeps the key it had."""
     defaults = {**HYPER_DEFAULTS, "warmup_steps": vocab.WARMUP_STEPS[device]}
     order = {k: i for i, k in enumerate(HYPER_DEFAULTS)}
-    return " ".join(f"{k}={v}" for k, v in sorted(hyper.items(), key=lambda kv: (order.get(kv[0], len(order)), kv[0]))
-                    if k not in KEY_IGNORES and (k not in defaults or v != defaults[k]))
+    return [(k, v) for k, v in sorted(hyper.items(), key=lambda kv: (order.get(kv[0], len(order)), kv[0]))
+            if k not in KEY_IGNORES and (k not in defaults or v != defaults[k])]
+
+
+def hyper_key(hyper: dict, device: str = "cpu") -> str:
+    return " ".join(f"{k}={v}" for k, v in changed_hyper(hyper, device))
 
 
 def job_key(job: dict) -> tuple[str, dict]:
     w = job.get("workload") or {}
     precision = vocab.precision_key(job.get("precision", "fp32"), job.get("zo_loss", "float"), job["method"])
-    facts = {"workload": f"{w.get('model', 'lenet5')}/{w.get('dataset', 'fashion-mnist')}",
+    # the data set as the job read it: a rotated variant or a validation split is other data
+    data = datasets.variant_name(w.get("dataset", "fashion-mnist"), w.get("rotate", 0.0), w.get("validation", 0))
+    facts = {"workload": f"{w.get('model', 'lenet5')}/{data}",
              "method": vocab.method_key(job["method"], job.get("bp_layers", 0)), "precision": precision,
              "runtime": job.get("runtime", "torch"), "target": job.get("target", ""),
              "threads": job.get("threads", 0),

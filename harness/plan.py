@@ -179,6 +179,7 @@ def check_data(suite: Suite, workload: Workload, hyper: Hyper, overrides: dict) 
                         f"but workload.model {model.name} has {model.classes} outputs")
     try:
         datasets.check_rotatable(name, workload.rotate)
+        datasets.check_splittable(name, workload.validation)
     except datasets.DatasetError as e:
         raise UserError(f"{suite.path}: {e}") from None
     if hyper.points > datasets.STORED_POINTS:
@@ -193,6 +194,11 @@ def check_data(suite: Suite, workload: Workload, hyper: Hyper, overrides: dict) 
         vocab = datasets.manifest(name, data_dir)["vocab"] if datasets.is_text(name) else 0
     except datasets.DatasetError as e:
         raise UserError(f"{suite.path}: workload.dataset: {e}") from None
+    if workload.validation:     # the split's train files are the rest, its test files the held-out samples
+        if workload.validation >= size["train"]:
+            raise UserError(f"{suite.path}: workload.validation: expected fewer than the {size['train']} training "
+                            f"samples of {name}, got {workload.validation}")
+        size = {"train": size["train"] - workload.validation, "test": workload.validation}
     if datasets.is_text(name) and vocab > model.vocab:
         raise UserError(f"{suite.path}: workload.model: {model.name} has a vocabulary of {model.vocab} tokens, "
                         f"but the tokenizer of {name} has {vocab}")
@@ -206,6 +212,10 @@ def check_data(suite: Suite, workload: Workload, hyper: Hyper, overrides: dict) 
         raise UserError(f"{origin('batch_size')}: expected at most the {train} training {what}, "
                         f"got {hyper.batch_size}")
     return data_dir
+
+
+# the hyperparameters that take samples from a data set: check_data checks each job's against it
+DATA_SIZES = ("batch_size", "train_samples", "test_samples", "points", "context")
 
 
 def _select(kind: str, values: list, wanted: list[str], known) -> list:
@@ -233,7 +243,7 @@ def select_methods(suite: Suite, methods=()) -> list[MethodChoice]:
     return _select("method", suite.methods, list(methods), known_methods)
 
 
-def make(suite: Suite, targets: list[Target], *, methods=(), runtimes=(), precisions=(),
+def make(suite: Suite, targets: list[Target], *, methods=(), runtimes=(), precisions=(), data=(),
          overrides: dict | None = None, timeout_s: float | None = None,
          pretrain_target: Target | None = None, models: dict[str, str] | None = None) -> tuple[list[Job], list[str]]:
     """The jobs of a run, and notes on the combinations left out (and why). A suite with a
@@ -245,7 +255,6 @@ def make(suite: Suite, targets: list[Target], *, methods=(), runtimes=(), precis
     runtime_list = _select("runtime", suite.runtimes, list(runtimes), vocab.RUNTIMES)
     precision_list = _select("precision", suite.precisions, list(precisions), vocab.PRECISIONS)
     overrides = overrides or {}
-    hyper = {**suite.hyper, **overrides}
     equal = suite.equal_memory
     models = models or {}
     if equal is not None and (missing := [str(m) for m in method_list if str(m) not in models]):
@@ -258,17 +267,29 @@ def make(suite: Suite, targets: list[Target], *, methods=(), runtimes=(), precis
         raise UserError(f"{suite.path}: {e}") from None
     by_name = {m.name: m for m in model_of.values()}
     variants = suite.variants()
-    named = suite.pretrain is not None or len(variants) > 1    # job ids then name the data they learn
+    if data:    # --dataset: only these data sets (a variant's name, fashion-mnist-rot30, or the set's)
+        names = {datasets.variant_name(d, r): (d, r) for d, r in variants}
+        for w in data:
+            if w not in names and w not in {d for d, _ in variants}:
+                raise UserError(f"--dataset {w!r}: the suite learns {', '.join(names)}")
+        variants = [(d, r) for name, (d, r) in names.items() if name in data or d in data]
+    # job ids then name the data they learn
+    named = suite.pretrain is not None or len(suite.variants()) > 1 or bool(suite.workload.get("validation"))
     commit = harness_commit()
+
+    checked: dict[tuple, dict] = {}
 
     def workload_spec(dataset: str, rotate: float, hyper: dict, model) -> dict:
         """Every runner executes the description in its spec, not a name it would look up: a
         transformer's with the classification head its text set's labels need (none for a
-        language model)."""
-        w = {**suite.workload, "model": model.name, "dataset": dataset, "rotate": rotate}
-        data_dir = check_data(suite, Workload(**w), Hyper(**hyper), overrides)
-        trained = model.with_classes(datasets.classes(dataset, data_dir)) if datasets.is_text(dataset) else model
-        return {**w, "architecture": trained.to_dict()}
+        language model). Checked once per data set, model and the sizes hyper takes from it."""
+        sizes = tuple(hyper.get(k) for k in DATA_SIZES)
+        if (dataset, rotate, model.name, sizes) not in checked:
+            w = {**suite.workload, "model": model.name, "dataset": dataset, "rotate": rotate}
+            data_dir = check_data(suite, Workload(**w), Hyper(**hyper), overrides)
+            trained = model.with_classes(datasets.classes(dataset, data_dir)) if datasets.is_text(dataset) else model
+            checked[dataset, rotate, model.name, sizes] = {**w, "architecture": trained.to_dict()}
+        return checked[dataset, rotate, model.name, sizes]
 
     def job(job_id: str, target: Target, spec: dict, mem_limit: str = "") -> Job:
         spec = {"job_id": job_id, "device": target.device, "seed": suite.seed, "threads": target.threads,
@@ -292,7 +313,6 @@ def make(suite: Suite, targets: list[Target], *, methods=(), runtimes=(), precis
 
     jobs, notes = [], []
     for dataset, rotate in variants:
-        data = {name: workload_spec(dataset, rotate, hyper, m) for name, m in by_name.items()}
         for target in targets:
             for runtime in runtime_list:
                 if runtime not in target.runtimes:
@@ -308,6 +328,7 @@ def make(suite: Suite, targets: list[Target], *, methods=(), runtimes=(), precis
                             if m.method == "full-bp" and zo_loss != zo_losses[0]:
                                 continue    # full-bp computes no ZO loss: one job per precision, not per zo_loss
                             model = model_of[str(m)]
+                            hyper = {**suite.hyper_for(m, precision, zo_loss), **overrides}
                             why = unsupported(runtime, m.method, precision, dataset, target.device, model,
                                               hyper.get("optimizer", Hyper.optimizer), m.bp_layers)
                             if why:
@@ -319,10 +340,12 @@ def make(suite: Suite, targets: list[Target], *, methods=(), runtimes=(), precis
                                 job_id = safe_name(".".join([
                                     target.name, runtime, vocab.method_key(m.method, m.bp_layers),
                                     vocab.precision_key(precision, zo_loss, m.method),
-                                    *([datasets.variant_name(dataset, rotate)] if named else []), f"r{r}"]))
+                                    *([datasets.variant_name(dataset, rotate, suite.workload.get("validation", 0))]
+                                      if named else []), f"r{r}"]))
                                 jobs.append(job(job_id, target, {
                                     "method": m.method, "runtime": runtime, "bp_layers": m.bp_layers,
-                                    "precision": precision, "zo_loss": zo_loss, "workload": data[model.name],
+                                    "precision": precision, "zo_loss": zo_loss,
+                                    "workload": workload_spec(dataset, rotate, hyper, model),
                                     "hyper": dict(hyper), "repeat": r, **stage}, equal.budget if equal else ""))
     if not jobs:
         raise UserError("the plan has no job: " + ("; ".join(dict.fromkeys(notes)) or "nothing selected"))
@@ -336,7 +359,7 @@ def make(suite: Suite, targets: list[Target], *, methods=(), runtimes=(), precis
                          for j in jobs) if pre else {}
     return [_pretrain_job(suite, pretrain_target, precision, pre.dataset or dataset,
                           pretrain_id(precision, dataset, by_name[name]),
-                          {**hyper, **pre.hyper[precision]}, workload_spec, job, by_name[name])
+                          {**suite.hyper, **overrides, **pre.hyper[precision]}, workload_spec, job, by_name[name])
             for precision, dataset, name in used] + jobs, list(dict.fromkeys(notes))
 
 

@@ -14,6 +14,7 @@ import re
 
 from workloads import vocab
 
+from . import convergence
 from .inventory import MEM_LIMIT
 from .plan import Job
 
@@ -74,6 +75,7 @@ def problems(r) -> list[str]:
             break
         out += _amount(e.get("joules"), f"epochs[{i}].joules", NUMBER)
     out += _warmup(r.get("warmup")) + _energy(r.get("energy")) + _start_eval(r.get("start_eval"))
+    out += _convergence(r.get("convergence"))
     if r["status"] == "ok" and not isinstance(r.get("model"), dict):
         out.append("an ok result needs model")
     return out
@@ -108,6 +110,26 @@ def _start_eval(s) -> list[str]:
     if isinstance(acc, bool) or not isinstance(acc, NUMBER) or not 0 <= acc <= 1:
         return [f"start_eval.test_accuracy: {json.dumps(acc)[:40]} is not a number in [0, 1]"]
     return _amount(s["test_loss"], "start_eval.test_loss", NUMBER)
+
+
+def _convergence(c) -> list[str]:
+    """The harness's judgement of the epochs (harness/convergence.py): absent in a result stored
+    before there was one, null for a job with no epochs."""
+    if c is None:
+        return []
+    if not isinstance(c, dict) or not isinstance(c.get("flags"), list) \
+            or not all(f in convergence.FLAGS for f in c["flags"]):
+        return [f"convergence needs flags, a list of {', '.join(convergence.FLAGS)}"]
+    out = []
+    for key in ("first_train_loss", "min_train_loss", "final_train_loss"):
+        x = c.get(key)
+        if x is not None and (isinstance(x, bool) or not isinstance(x, NUMBER) or not math.isfinite(x)):
+            out.append(f"convergence.{key}: {json.dumps(x)[:40]} is not null or a finite number")
+    for key in ("best_test_accuracy", "final_test_accuracy"):
+        x = c.get(key)
+        if x is not None and (isinstance(x, bool) or not isinstance(x, NUMBER) or not 0 <= x <= 1):
+            out.append(f"convergence.{key}: {json.dumps(x)[:40]} is not null or a number in [0, 1]")
+    return out + _amount(c.get("best_epoch"), "convergence.best_epoch", int)
 
 
 def _energy(e) -> list[str]:

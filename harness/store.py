@@ -27,7 +27,7 @@ from pathlib import Path
 
 from workloads.jsonfile import loads, write_atomic
 
-from . import paths
+from . import convergence, paths
 from .errors import UserError
 from .plan import safe_name
 from .schema import plan_problems, step_seconds, stored_problems
@@ -62,6 +62,7 @@ def summary(run_id: str, r: dict) -> dict:
     job = r.get("job") or {}
     last = r["epochs"][-1] if r.get("epochs") else {}
     model = r.get("model") or {}
+    judged = convergence.of(r) or {}
     return {
         "run_id": run_id, "job_id": job.get("job_id"), "target": job.get("target"),
         "runtime": job.get("runtime"), "method": job.get("method"), "bp_layers": job.get("bp_layers", 0),
@@ -73,6 +74,8 @@ def summary(run_id: str, r: dict) -> dict:
         "step_seconds": step_seconds(r),
         "peak_rss_bytes": (r.get("memory") or {}).get("peak_rss_bytes"),
         "test_accuracy": last.get("test_accuracy"), "train_loss": last.get("train_loss"),
+        # diverged / unstable, or None (harness/convergence.py), and the best epoch's accuracy beside the final one
+        "flags": convergence.worst(judged.get("flags") or []), "best_test_accuracy": judged.get("best_test_accuracy"),
         "nonfinite": "; ".join(r.get("nonfinite") or []) or None,
         # lineage: what the job started from and ended with (fine-tuning: its pretraining job's weights)
         "pretrained_from": job.get("pretrained_from") or None,
@@ -130,6 +133,12 @@ class Store:
         """Add jobs to a run whose next job depends on the last one's outcome (zobench fit)."""
         plan = self.run_plan(run_id)
         plan["jobs"] += jobs
+        write_atomic(self.run_dir(run_id) / "run.json", plan)
+
+    def set_in_plan(self, run_id: str, key: str, value) -> None:
+        """Record what a search found so far in its run.json (zobench tune's study)."""
+        plan = self.run_plan(run_id)
+        plan[key] = value
         write_atomic(self.run_dir(run_id) / "run.json", plan)
 
     def check_writable(self, run_id: str | None = None) -> None:

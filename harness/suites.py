@@ -1,6 +1,8 @@
 """Suites: named experiment plans (workloads/suites/*.toml)."""
 from __future__ import annotations
 
+import re
+
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -78,12 +80,28 @@ class Suite:
     seed: int = 0
     timeout_s: float = 1800.0
     workload: dict = field(default_factory=dict)
-    hyper: dict = field(default_factory=dict)
+    hyper: dict = field(default_factory=dict)        # [hyper]'s own keys: every job's
+    # [hyper.SCOPE] tables over them: a precision (fp32, int8, or int8-float / int8-integer for
+    # INT8 / INT8*), a method as the suite writes it or its name for every K, or a method's
+    # precision ([hyper."full-zo".fp32]): the paper tunes its learning rates per method
+    # (Sec. 5.1.1). Scope -> its hyper; hyper_for applies them.
+    scoped: dict = field(default_factory=dict)
     # the data each job learns, one job per (data set, angle); [] = the workload's own
     datasets: list = field(default_factory=list)
     rotations: list = field(default_factory=list)
     pretrain: Pretrain | None = None
     equal_memory: EqualMemory | None = None
+
+    def hyper_for(self, method: MethodChoice, precision: str, zo_loss: str = "float") -> dict:
+        """A job's hyperparameters from the suite: [hyper], then its precision's table (int8
+        before int8-float), then its method's (the name before the name with :K), each with
+        its precision's table inside, the more specific one winning (--set goes over all)."""
+        levels = [precision, vocab.precision_key(precision, zo_loss, method.method)]
+        out = dict(self.hyper)
+        for scope in dict.fromkeys([*levels, *(f"{m}.{p}" for m in dict.fromkeys([method.method, str(method)])
+                                               for p in ["", *levels])]):
+            out.update(self.scoped.get(scope.rstrip("."), {}))
+        return out
 
     def variants(self) -> list[tuple[str, float]]:
         """(data set, rotation) of every group of jobs, in the suite's order."""
@@ -122,6 +140,8 @@ def load(name_or_path: str) -> Suite:
     s.timeout_s = t.take("timeout_s", float, default=s.timeout_s, bounds=TIMEOUT_S)
     s.workload = t.take("workload", dict, default={})
     s.hyper = t.take("hyper", dict, default={})
+    s.hyper, s.scoped = {k: v for k, v in s.hyper.items() if not isinstance(v, dict)}, \
+        _scopes({k: v for k, v in s.hyper.items() if isinstance(v, dict)})
     s.datasets = t.take("datasets", list, default=[], item=str)
     s.rotations = t.take("rotations", list, default=[])
     pretrain = t.take("pretrain", dict, default=None)
@@ -162,12 +182,56 @@ def load(name_or_path: str) -> Suite:
                 check_value(Workload, key, v, f"{listing}: ")
         for k, v in s.hyper.items():
             check_value(Hyper, k, v, "hyper.")
+        for scope, hyper in s.scoped.items():
+            for k, v in hyper.items():
+                check_value(Hyper, k, v, f"hyper.{scope_name(scope)}.")
         for precision, hyper in (s.pretrain.hyper.items() if s.pretrain else ()):
             for k, v in hyper.items():
                 check_value(Hyper, k, v, f"pretrain.{precision}.")
     except SpecError as e:
         raise UserError(f"{path}: {e}") from None
+    _check_scopes(s, t)
     return s
+
+
+# the precision scopes of [hyper]: a precision, or INT8's with its ZO loss (vocab.precision_key)
+PRECISION_SCOPES = (*vocab.PRECISIONS, *(f"int8-{z}" for z in vocab.ZO_LOSSES))
+
+
+def _scopes(tables: dict) -> dict:
+    """[hyper]'s tables flattened to scope -> hyper: "fp32", "full-zo", "elastic-zo:1.int8"."""
+    out = {}
+    for name, table in tables.items():
+        out[name] = {k: v for k, v in table.items() if not isinstance(v, dict)}
+        for inner, sub in table.items():
+            if isinstance(sub, dict):
+                out[f"{name}.{inner}"] = sub
+    return out
+
+
+def scope_name(scope: str) -> str:
+    """A scope as TOML writes its table's name: hyper."elastic-zo:1".fp32."""
+    head, _, tail = scope.partition(".")
+    return (head if re.fullmatch(r"[A-Za-z0-9_-]+", head) else f'"{head}"') + (f".{tail}" if tail else "")
+
+
+def _check_scopes(s: Suite, t: tomlfile.Table) -> None:
+    """Every scope names a precision or a method of the suite, and a method's inner table one of
+    the suite's precisions: a misspelt scope would otherwise set nothing, silently."""
+    methods = [str(m) for m in s.methods] + [m.method for m in s.methods]
+    precisions = [p for p in PRECISION_SCOPES if p.split("-")[0] in s.precisions]
+    for scope in s.scoped:
+        head, _, tail = scope.partition(".")
+        if not tail and head in PRECISION_SCOPES:
+            if head not in precisions:
+                raise t.error(f"hyper.{head}", f"the suite trains {', '.join(s.precisions)} only")
+            continue
+        if head not in methods:
+            raise t.error(f"hyper.{scope_name(head)}", "expected a hyperparameter, a precision "
+                          f"({', '.join(precisions)}) or a method of the suite ({', '.join(dict.fromkeys(methods))})")
+        if tail and tail not in precisions:
+            raise t.error(f"hyper.{scope_name(scope)}", f"expected a precision of the suite ({', '.join(precisions)}) "
+                          "or a hyperparameter")
 
 
 def _pretrain(t: tomlfile.Table) -> Pretrain:

@@ -11,6 +11,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
+from harness import convergence
 from harness.suites import MethodChoice
 
 from . import charts
@@ -44,7 +45,8 @@ def table(df: pd.DataFrame, found: dict[str, dict]) -> pd.DataFrame:
             "status": r["status"], "steps": r["steps"],
             "training s": "-" if math.isnan(r["train_s"]) else f"{r['train_s']:.0f}",
             "ms/step": "-" if math.isnan(r["ms_step"]) else f"{r['ms_step']:.1f}",
-            "test acc % (start → end)": _pair(r["start_acc"], r["test_acc"], ".1f"),
+            "test acc % (start → end)": convergence.annotate(_pair(r["start_acc"], r["test_acc"], ".1f"), r["flag"],
+                                                             "-" if math.isnan(r["best_acc"]) else f"{r['best_acc']:.1f}"),
             "test loss (start → end)": _pair(r["start_loss"], r["test_loss"], ".3f"),
         })
     return pd.DataFrame(out)

@@ -12,6 +12,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import MaxNLocator
 
+from harness import convergence
 from workloads.vocab import method_label
 
 from . import charts
@@ -44,7 +45,9 @@ def lineage(df: pd.DataFrame, rows: pd.DataFrame) -> list[str]:
         sha = pre["weights_sha256"].iloc[0] if len(pre) and pre["weights_sha256"].iloc[0] else None
         started = g["init_sha256"].dropna()
         same = int((started == sha).sum()) if sha else 0
-        acc = f", final test accuracy {pre['test_acc'].iloc[0]:.1f}%" if len(pre) and pd.notna(pre["test_acc"].iloc[0]) else ""
+        acc = (", final test accuracy " + convergence.annotate(f"{pre['test_acc'].iloc[0]:.1f}%", pre["flag"].iloc[0],
+                                                               f"{pre['best_acc'].iloc[0]:.1f}%")
+               if len(pre) and pd.notna(pre["test_acc"].iloc[0]) else "")
         lines.append(f"{len(g)} job{'s' * (len(g) != 1)} fine-tuned from {src} {sha[:12] if sha else '(no weights: it did not end ok)'}"
                      f"{acc}; {same} of them started from exactly its final weights (sha256)")
     return lines
@@ -60,17 +63,21 @@ def _columned(ok: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
 
 
 def table(ok: pd.DataFrame) -> pd.DataFrame:
-    """Table 2: final test accuracy (%) per method, with the gain over "w/o fine-tuning" in points."""
+    """Table 2: final test accuracy (%) per method, with the gain over "w/o fine-tuning" in points,
+    and where a method's run diverged or was unstable, its flag and best epoch's accuracy."""
     t, cols = _columned(ok)
     before = t.groupby("column")["start_acc"].mean()
-    final = t.groupby(["mlabel", "column"])["test_acc"].mean()
+    cells = t.groupby(["mlabel", "column"])
+    final, best = cells["test_acc"].mean(), cells["best_acc"].mean()
+    flags = cells["flag"].agg(lambda f: convergence.worst(f) or "")
     out = {BEFORE: {c: f"{before[c]:.1f}" if pd.notna(before.get(c)) else "-" for c in cols}}
     for label in [r for r in ROWS[1:] if r in set(t["mlabel"])] + [m for m in dict.fromkeys(t["mlabel"]) if m not in ROWS]:
         out[label] = {}
         for c in cols:
-            acc, base = final.get((label, c)), before.get(c)
-            out[label][c] = "-" if acc is None or pd.isna(acc) else \
-                f"{acc:.1f} ({acc - base:+.1f})" if pd.notna(base) else f"{acc:.1f}"
+            acc, base, top = final.get((label, c)), before.get(c), best.get((label, c))
+            out[label][c] = "-" if acc is None or pd.isna(acc) else convergence.annotate(
+                f"{acc:.1f} ({acc - base:+.1f})" if pd.notna(base) else f"{acc:.1f}",
+                flags.get((label, c)), "-" if top is None or pd.isna(top) else f"{top:.1f}")
     return pd.DataFrame.from_dict(out, orient="index", columns=cols).rename_axis("method").reset_index()
 
 

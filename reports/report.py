@@ -19,21 +19,22 @@ import seaborn as sns
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from harness import memory_model
+from harness import convergence, memory_model
+from harness.measurements import KEY_IGNORES, changed_hyper
 from harness.errors import UserError
 from harness.schema import joules_per_step, step_seconds
 from workloads.datasets import variant_name
 from workloads.spec import JobSpec
 from workloads.vocab import METHODS, PAPER_CONFIGS, TRAIN_PHASES, method_label, precision_key
 
-from . import charts, equal_memory, finetune, transformers
+from . import charts, equal_memory, finetune, paper, transformers, tune
 from .history import chart as history_chart
 
 MIB = 2 ** 20
 # A job group: its repeats (and the same job in several runs) are averaged.
-GROUP = ["method", "bp_layers", "runtime", "precision", "target", "workload", "stage", "setup"]
+GROUP = ["method", "bp_layers", "runtime", "precision", "target", "workload", "stage", "setup", "hyper"]
 # Named in a chart label only when the report holds more than one of them.
-VARIANTS = ["runtime", "precision", "target", "workload", "stage", "setup"]
+VARIANTS = ["runtime", "precision", "target", "workload", "stage", "setup", "hyper"]
 # The paper's four configurations first, so each keeps its colour in every report.
 KNOWN = [method_label(m, k) for m, k in PAPER_CONFIGS]
 CHARTS = {"time_breakdown": "Training time per optimizer step, by phase, per runtime and target (Fig. 7 shape)",
@@ -52,7 +53,9 @@ CHARTS = {"time_breakdown": "Training time per optimizer step, by phase, per run
           "history": "History of the run's job keys in the shared store: per key and machine, step time, peak memory, "
                      "energy and final accuracy against commits, with the changes detected (docs/store.md)",
           "equal_memory": "Equal memory (Katti et al. Fig. 4 shape): test loss and accuracy against training seconds, "
-                          "each method on the largest model within one budget"}
+                          "each method on the largest model within one budget",
+          "tune": "zobench tune: each trial's last validation accuracy against the value searched (o whole, x pruned, "
+                  "best in red), and its validation accuracy per epoch"}
 CSS = """body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}
 table{border-collapse:collapse;margin:1em 0;font-size:.9em}th,td{border:1px solid #ccc;padding:.3em .6em}
 th{background:#f0f0f0}td{text-align:right}img{max-width:100%}figcaption{color:#555;font-size:.9em}"""
@@ -80,6 +83,7 @@ def build(store, run_ids: list[str], out: Path | None = None, targets=(), method
     ratios = _int8_ratios(ok)
     models = _models(df)
     studies = equal_memory.studies(run_ids, plans)
+    searches = tune.studies(run_ids, plans)
     draw = {"time_breakdown": lambda: charts.time_breakdown(ok, palette),
             "cross_device": lambda: charts.cross_device(ok, palette),
             "memory": lambda: charts.memory(ok, palette, models),
@@ -90,7 +94,8 @@ def build(store, run_ids: list[str], out: Path | None = None, targets=(), method
             "finetune": lambda: finetune.curves(ok, palette),
             "context": lambda: transformers.context_chart(df, palette),
             "equal_memory": lambda: equal_memory.chart(df, studies, palette),
-            "history": lambda: history_chart(history)}
+            "history": lambda: history_chart(history),
+            "tune": lambda: tune.chart(searches)}
     if not ok["j_step"].notna().any():      # the report says why in a line instead of an empty chart
         del draw["energy"]
     if not len(finetune.tuned(ok)):
@@ -103,6 +108,8 @@ def build(store, run_ids: list[str], out: Path | None = None, targets=(), method
         del draw["equal_memory"]
     if not history:
         del draw["history"]
+    if not searches:
+        del draw["tune"]
     with sns.axes_style("whitegrid"), sns.plotting_context("notebook", font_scale=0.85):
         for name, make in draw.items():
             charts.save(make() if len(ok) else _nothing_to_chart(), out, name)
@@ -149,7 +156,8 @@ def _load(store, run_ids: list[str], plans: list[dict]) -> pd.DataFrame:
             job, steps, mem = r["job"], r.get("steps") or 0, r.get("memory") or {}
             phases, last = r.get("phases") or {}, (r.get("epochs") or [{}])[-1]
             energy = r.get("energy") or {}
-            data = variant_name(job["workload"]["dataset"], job["workload"].get("rotate", 0.0))
+            data = variant_name(job["workload"]["dataset"], job["workload"].get("rotate", 0.0),
+                                job["workload"].get("validation", 0))
             spec = JobSpec.from_dict(job)
             network = spec.model()
             context, checkpointing = transformers.shape(spec.hyper, network)
@@ -193,9 +201,15 @@ def _load(store, run_ids: list[str], plans: list[dict]) -> pd.DataFrame:
                    for p in TRAIN_PHASES},
                 "train_loss": _nan(last.get("train_loss")), "test_loss": _nan(last.get("test_loss")),
                 "test_acc": 100 * _nan(last.get("test_accuracy")),
+                # a run whose loss exploded: its final accuracy is not the method's (harness/convergence.py)
+                "flag": convergence.flag(r) or "",
+                "best_acc": 100 * _nan((convergence.of(r) or {}).get("best_test_accuracy")),
                 "epochs": [{**e, **{k: _nan(e.get(k)) for k in ("train_loss", "test_loss", "joules")},
                             "test_acc": 100 * _nan(e.get("test_accuracy"))} for e in r.get("epochs") or []],
                 "env": r.get("env") or {},
+                "hyperparameters": " ".join(f"{k}={_value(v)}" for k, v in changed_hyper(job.get("hyper") or {},
+                                                                                         job.get("device", "cpu"))),
+                "hyper_values": job.get("hyper") or {},
             })
     if not rows:
         raise UserError(f"report: {', '.join(run_ids)} has no result yet "
@@ -203,6 +217,7 @@ def _load(store, run_ids: list[str], plans: list[dict]) -> pd.DataFrame:
     df = pd.DataFrame(rows)
     sources = set(df["pretrained_from"])
     df["stage"] = ["pretrain" if j in sources else "fine-tune" if p else "" for j, p in zip(df.job_id, df.pretrained_from)]
+    df["hyper"] = _differing(df)
     df["order"] = [(METHODS.index(m) if m in METHODS else len(METHODS), k) for m, k in zip(df.method, df.bp_layers)]
     df = df.sort_values(["order", *VARIANTS, "run_id", "repeat"], kind="stable").drop(columns="order")
     varying = [v for v in VARIANTS if df[v].nunique() > 1]
@@ -213,20 +228,57 @@ def _load(store, run_ids: list[str], plans: list[dict]) -> pd.DataFrame:
     return df.reset_index(drop=True)
 
 
+def _differing(df: pd.DataFrame) -> list[str]:
+    """Per job, the hyperparameters that differ between jobs of its method, precision and stage
+    (a tuning run's trials): jobs that trained with other values are other groups, never
+    averaged. What a method trains with throughout is the Hyperparameters table's."""
+    same = df.groupby(["method", "bp_layers", "precision", "stage"], sort=False)["hyper_values"]
+    varying = {name: sorted(k for k in set().union(*map(set, hypers)) if k not in KEY_IGNORES
+                            and len({repr(h.get(k)) for h in hypers}) > 1) for name, hypers in same}
+    return [" ".join(f"{k}={_value(h.get(k))}" for k in varying[key])
+            for key, h in zip(zip(df.method, df.bp_layers, df.precision, df.stage), df.hyper_values)]
+
+
+def _value(v) -> str:
+    """A hyperparameter as the report shows it: a rate to 3 significant digits."""
+    return f"{v:.3g}" if isinstance(v, float) else str(v)
+
+
+def _hyper_table(df: pd.DataFrame) -> pd.DataFrame:
+    """What each method and precision trained with, where it differs from Hyper's defaults."""
+    t = df[["mlabel", "precision", "stage", "hyperparameters"]].drop_duplicates()
+    t = t.drop(columns=[] if t["stage"].astype(bool).any() else ["stage"])
+    return t.rename(columns={"mlabel": "method", "hyperparameters": "hyperparameters (other than the defaults)"})
+
+
 def _chart_groups(df: pd.DataFrame) -> pd.DataFrame:
     """The ok jobs, one row per group (the label names the group uniquely)."""
     ok = df[df["status"] == "ok"]
-    means = ok.groupby("label", sort=False)[["ms_step", "peak_mib", "baseline_mib", "buffers_mib", "test_acc", "start_acc",
+    means = ok.groupby("label", sort=False)[["ms_step", "peak_mib", "baseline_mib", "buffers_mib", "test_acc", "best_acc",
+                                             "start_acc",
                                              "device_peak_mib", "device_used_mib", "j_step", "steps_per_epoch",
                                              *TRAIN_PHASES]].mean()
     firsts = ok.groupby("label", sort=False)[["mlabel", "method", "bp_layers", "precision", "runtime", "target",
                                               "workload", "panel", "variant", "batch", "model", "network", "optimizer",
-                                              "data_set", "stage", "pretrained_from", "study",
+                                              "data_set", "stage", "hyper", "pretrained_from", "study",
                                               "energy_source", "no_energy"]].first()
     curves = pd.Series({label: pd.DataFrame([e for es in s for e in es]).groupby("epoch")[
         ["train_loss", "test_loss", "test_acc", "joules"]].mean()
         for label, s in ok.groupby("label", sort=False)["epochs"]}, name="curve", dtype=object)
-    return pd.concat([firsts, means, curves], axis=1).rename_axis("label").reset_index()
+    flags = ok.groupby("label", sort=False)["flag"].agg(worst_flag)
+    return pd.concat([firsts, means, flags, curves], axis=1).rename_axis("label").reset_index()
+
+
+def worst_flag(flags) -> str:
+    """A group's convergence flag: its worst repeat's, "" when every one converged."""
+    return convergence.worst(flags) or ""
+
+
+def accuracy_cell(acc: float, flag: str, best: float) -> str:
+    """A test accuracy (%) as the report's tables show it: with its flag and best epoch's beside it
+    when the run diverged or was unstable."""
+    pct = lambda v: "-" if pd.isna(v) else f"{v:.1f}"     # noqa: E731
+    return convergence.annotate(pct(acc), flag, pct(best))
 
 
 def _int8_ratios(ok: pd.DataFrame) -> pd.DataFrame:
@@ -274,8 +326,16 @@ def _blocks(run_ids: list[str], plans: list[dict], df: pd.DataFrame, ok: pd.Data
               ("h2", "Machine"), _machine(df), ("h2", "Results"),
               ("p", "One row per job group (method, runtime, precision, target, workload; int8* is INT8 with the "
                     "integer-only ZO loss); repeats are averaged (n = how many). Jobs that did not end ok are listed "
-                    "with their error and left out of the charts."),
-              ("table", _results_table(df)), ("h2", "Where training time goes")]
+                    "with their error and left out of the charts. A test accuracy marked diverged (the train loss "
+                    "ended above its first epoch's, or was not finite) or unstable (it ended far above its lowest, or "
+                    "the accuracy far below its best epoch's, in brackets) is not what the method reaches: that run "
+                    "did not converge (docs/results.md, \"Convergence\")."),
+              ("table", _results_table(df)),
+              ("h2", "Hyperparameters"),
+              ("p", "The values each method trained with where they differ from zobench's defaults "
+                    "(workloads/spec.py Hyper): a suite sets them per method and precision (its [hyper.METHOD.PRECISION] "
+                    "tables, e.g. from zobench tune), --set over all; they are part of each job's key."),
+              ("table", _hyper_table(df)), ("h2", "Where training time goes")]
     if len(ok):
         phases = ok.set_index("label")[list(TRAIN_PHASES)].fillna(0)
         share = phases.div(phases.sum(axis=1), axis=0).mul(100).map(lambda v: f"{v:.1f}" if v else "-")
@@ -286,6 +346,14 @@ def _blocks(run_ids: list[str], plans: list[dict], df: pd.DataFrame, ok: pd.Data
     if len(ok):
         blocks += [("h2", "Accuracy"), ("p", "Final test accuracy (%) by method and precision, per runtime and target "
                                               "(the shape of the paper's Table 1)."), ("table", _accuracy_table(ok))]
+    if len(ok) and paper.shown(plans):
+        for name, t in (("Table 1", paper.table1(ok)), ("Table 2", paper.table2(ok))):
+            if len(t):
+                blocks += [("h2", f"Against the paper: {name}"),
+                           ("p", f"Final test accuracy (%) of each job group beside the ElasticZO paper's {name} "
+                                 "(INT8: the ZO gradient from the float loss, INT8*: from the integer loss), and the "
+                                 "difference in points; the target is every cell within 2 (docs/reproduction.md)."),
+                           ("table", t)]
     if len(ratios):
         t = ratios[["mlabel", "panel", "fp32_ms", "int8_ms", "speedup", "memory", "fp32_mib", "int8_mib",
                     "memory_ratio", "analytic_ratio"]].copy()
@@ -315,6 +383,15 @@ def _blocks(run_ids: list[str], plans: list[dict], df: pd.DataFrame, ok: pd.Data
                          "first step (docs/transformers.md)."),
                    ("table", equal_memory.table(df, found)),
                    *(("p", line) for line in finetune.lineage(df, equal_memory.jobs(df, found)))]
+    searches = tune.studies(run_ids, plans)
+    if searches:
+        blocks += [("h2", "Tuning"),
+                   ("p", "Per zobench tune run: the hyperparameters searched, on the validation split (training samples "
+                         "held out, never the test set), the trials (pruned: stopped when they fell behind the others), "
+                         "and the values chosen, scored by the last epoch's validation accuracy (docs/reproduction.md)."),
+                   ("table", tune.table(searches))]
+        for run_id, study in searches.items():
+            blocks += [("p", f"Trials of {tune.title(study)} (run {run_id}):"), ("table", tune.trials(study))]
     fits = transformers.fit_table(df, transformers.fit_runs(run_ids, plans))
     if len(fits):
         blocks += [("h2", "Largest trainable model (zobench fit)"),
@@ -374,8 +451,14 @@ def _energy_to_accuracy(ok: pd.DataFrame, goals: dict) -> pd.DataFrame:
 
 
 def _accuracy_table(ok: pd.DataFrame) -> pd.DataFrame:
-    t = ok.pivot_table(index=["mlabel", "panel"], columns="precision", values="test_acc", sort=False)
-    t = t[[p for p in charts.PRECISIONS if p in t.columns]].map(lambda v: "-" if pd.isna(v) else f"{v:.1f}")
+    rows = ["mlabel", "panel", *(["hyper"] if ok["hyper"].astype(bool).any() else [])]   # a tuning run's trials apart
+    t = ok.pivot_table(index=rows, columns="precision", values="test_acc", sort=False)
+    t = t[[p for p in charts.PRECISIONS if p in t.columns]]
+    # beside each cell its flag and best epoch's accuracy (a group's worst repeat's flag)
+    best, flags = (ok.pivot_table(index=rows, columns="precision", values=v, aggfunc=f, sort=False)
+                   .reindex(index=t.index, columns=t.columns) for v, f in (("best_acc", "mean"), ("flag", worst_flag)))
+    t = t.apply(lambda col: pd.Series([accuracy_cell(a, f, b) for a, f, b in zip(col, flags[col.name], best[col.name])],
+                                      index=col.index, dtype=object))
     return t.rename(columns=str.upper).reset_index().rename(columns={"mlabel": "method", "panel": "runtime · target"})
 
 
@@ -403,14 +486,16 @@ def _results_table(df: pd.DataFrame) -> pd.DataFrame:
     t = (df.groupby(["mlabel", *GROUP[2:], "status", "error"], sort=False)
          .agg(n=("job_id", "size"), steps=("steps", "mean"), ms_step=("ms_step", "mean"), train_s=("train_s", "mean"),
               peak_mib=("peak_mib", "mean"), device_peak_mib=("device_peak_mib", "mean"), j_step=("j_step", "mean"),
-              train_loss=("train_loss", "mean"), test_loss=("test_loss", "mean"), test_acc=("test_acc", "mean"))
+              train_loss=("train_loss", "mean"), test_loss=("test_loss", "mean"), test_acc=("test_acc", "mean"),
+              best_acc=("best_acc", "mean"), flag=("flag", worst_flag))
          .reset_index())
+    t["test_acc"] = [accuracy_cell(a, f, b) for a, f, b in zip(t.pop("test_acc"), t.pop("flag"), t.pop("best_acc"))]
     # a GPU's memory and the energy only where some job measured them, a stage or a transformer's
     # setup only where some job has one: a CPU-only report of layer models keeps its shape
     t = t.drop(columns=[c for c in ("device_peak_mib", "j_step") if t[c].isna().all()]
-               + [c for c in ("stage", "setup") if not t[c].astype(bool).any()])
+               + [c for c in ("stage", "setup", "hyper") if not t[c].astype(bool).any()])
     formats = {"steps": ".0f", "ms_step": ".2f", "train_s": ".2f", "peak_mib": ".1f", "device_peak_mib": ".1f",
-               "j_step": ".4g", "train_loss": ".3f", "test_loss": ".3f", "test_acc": ".1f"}
+               "j_step": ".4g", "train_loss": ".3f", "test_loss": ".3f"}
     for col, f in formats.items():
         if col in t:
             t[col] = t[col].map(lambda v: "-" if pd.isna(v) else format(v, f))

@@ -13,16 +13,18 @@ from testkit.runners import run_runner
 
 def test_paper_fmnist_suite_is_the_papers_table1_setting():
     s = suites.load("paper-fmnist")
-    jobs, notes = plan.make(s, inventory.resolve(["local"], None))
+    jobs, notes = plan.make(s, inventory.resolve(["local"], None), runtimes=["cpp"])
     assert notes == []
-    assert [(j.spec["method"], j.spec["bp_layers"]) for j in jobs] == [
-        ("full-bp", 0), ("full-zo", 0), ("elastic-zo", 1), ("elastic-zo", 2)]
+    configs = [(j.spec["method"], j.spec["bp_layers"], j.spec["precision"], j.spec["zo_loss"]) for j in jobs]
+    methods = [("full-bp", 0), ("full-zo", 0), ("elastic-zo", 1), ("elastic-zo", 2)]
+    assert configs == [(m, k, "fp32", "float") for m, k in methods] + \
+        [(m, k, "int8", z) for z in ("float", "integer") for m, k in methods if m != "full-bp" or z == "float"]
     for j in jobs:
         h = JobSpec.from_dict(j.spec).hyper
-        assert (h.epochs, h.batch_size, h.lr_decay, h.lr_decay_every) == (100, 32, 0.8, 10)
+        assert (h.epochs, h.batch_size, h.lr_decay, h.lr_decay_every, h.zo_grad_clip) == (100, 32, 0.8, 10, 5.0)
         assert h.train_samples == 0 and h.test_samples == 0          # the whole data set
         assert j.spec["workload"] == {"model": "lenet5", "dataset": "fashion-mnist", "data_dir": "", "rotate": 0.0,
-                                      "architecture": LENET5.to_dict()}
+                                      "validation": 0, "architecture": LENET5.to_dict()}
 
 
 def test_filters_overrides_and_repeats():

@@ -45,10 +45,11 @@ def charted(report) -> list[str]:
     fine-tuning chart only for a run with a pretraining stage (tests/test_finetune.py), the
     context chart only for transformers (tests/test_report_transformers.py), the equal-memory
     chart only for an equal_memory run (tests/test_equal_memory.py), the history chart only with a
-    shared store (tests/test_shared_store.py)."""
+    shared store (tests/test_shared_store.py), the tuning chart only for a zobench tune run
+    (tests/test_tune.py)."""
     metered = any((r.get("energy") or {}).get("joules_per_step") is not None
                   for r in report["store"].results(report["ok"]))
-    return [name for name in CHARTS if (metered or name != "energy") and name not in ("finetune", "context", "equal_memory", "history")]
+    return [name for name in CHARTS if (metered or name != "energy") and name not in ("finetune", "context", "equal_memory", "history", "tune")]
 
 
 def test_files_are_written_in_the_runs_report_folder(report):

@@ -59,6 +59,13 @@ MANIFEST, TOKENIZER = "manifest.json", "tokenizer.json"
 ROTATION_FILE = "rotation"
 ROTATION_MADE = ("the harness makes the rotated files (harness/artifacts.py rotated_idx) and gives a job "
                  "their folder as its data_dir")
+# A validation split's folder holds this file, how many training samples it holds out: its
+# train files are the rest of the training set, its test files the held-out samples (drawn with
+# zobench-z, zrng.holdout). A runner told to read a split checks it, so a job can never score
+# a tuning trial on the test set, nor a final run on a held-out part of the training set.
+VALIDATION_FILE = "validation"
+VALIDATION_MADE = ("the harness makes a validation split's files (harness/artifacts.py validation_idx) and "
+                   "gives a job their folder as its data_dir")
 # IDX type byte -> element type (IDX is big-endian)
 IDX_TYPES = {0x08: np.dtype(">u1"), 0x0C: np.dtype(">i4"), 0x0D: np.dtype(">f4")}
 IDX_NAMES = {0x08: "unsigned-byte", 0x0C: "int32", 0x0D: "float32"}
@@ -99,10 +106,38 @@ def rotated(degrees: float) -> bool:
     return degrees % 360 != 0
 
 
-def variant_name(name: str, rotate: float = 0.0) -> str:
-    """A data set as a job reads it, 'fashion-mnist-rot30': the one name reports, summaries and a
-    board's bundle folders give a rotated variant."""
-    return f"{name}-rot{rotate:g}" if rotated(rotate) else name
+def variant_name(name: str, rotate: float = 0.0, validation: int = 0) -> str:
+    """A data set as a job reads it, 'fashion-mnist-rot30', 'fashion-mnist-val10000': the one
+    name reports, summaries and a board's bundle folders give a rotated variant or a
+    validation split."""
+    return name + (f"-rot{rotate:g}" if rotated(rotate) else "") + (f"-val{validation}" if validation else "")
+
+
+def check_splittable(name: str, validation: int) -> None:
+    """Refuse a validation split of a data set that is not stored as IDX samples with labels:
+    the host splits those files (a text set's samples are spans of one token stream, and digits
+    is made by scikit-learn where it runs)."""
+    if validation and (is_text(name) or name == "digits"):
+        what = "text" if is_text(name) else "made by scikit-learn"
+        raise DatasetError(f"dataset {name!r}: workload.validation = {validation}: only image and point "
+                           f"sets are split, not {name} ({what})")
+
+
+def check_validation(name: str, folder: Path, held: int) -> None:
+    """Refuse a folder that is not the validation split the job asks for: without the file it
+    holds the whole training set and the test set; with it, `held` samples held out."""
+    marker = folder / VALIDATION_FILE
+    try:
+        made = int(marker.read_text())
+    except FileNotFoundError:
+        made = 0
+    except (OSError, ValueError) as e:
+        raise DatasetError(f"dataset {name!r}: cannot read {marker} ({e}); {VALIDATION_MADE}") from None
+    if made != held:
+        has = f"a validation split of {made} held-out samples" if made else \
+            f"the training and test sets (no {VALIDATION_FILE} file)"
+        raise DatasetError(f"dataset {name!r}: {folder} holds {has}, but workload.validation is {held}; "
+                           f"{VALIDATION_MADE}")
 
 
 def check_rotatable(name: str, degrees: float) -> None:
@@ -271,9 +306,10 @@ def _records(path: Path, type_byte: int) -> int:
 
 
 def _idx_split(name: str, split: str, data_dir: str | None, limit: int = 0,
-               rotate: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+               rotate: float = 0.0, validation: int = 0) -> tuple[np.ndarray, np.ndarray]:
     sample_file, label_file = files(name, split, data_dir)
     check_rotation(name, sample_file.parent, rotate)
+    check_validation(name, sample_file.parent, validation)
     samples = read_idx(sample_file, 0x0D if is_points(name) else 0x08, limit)
     labels = read_idx(label_file, 0x08, limit)
     if samples.ndim != 3 or labels.ndim != 1 or len(samples) != len(labels):
@@ -330,9 +366,9 @@ def quantise_points(x: np.ndarray) -> np.ndarray:
 
 
 def _load_points(name: str, split: str, limit: int, data_dir: str | None, precision: str,
-                 points: int) -> PointSplit:
+                 points: int, validation: int = 0) -> PointSplit:
     """The first `points` points of the first `limit` clouds, and nothing more is read."""
-    clouds, labels = _idx_split(name, split, data_dir, limit)
+    clouds, labels = _idx_split(name, split, data_dir, limit, validation=validation)
     if clouds.shape[2] != 3 or points > clouds.shape[1]:
         raise DatasetError(f"dataset {name!r} {split}: clouds of shape {clouds.shape[1:]}, "
                            f"expected [>= {points}, 3]")
@@ -341,26 +377,30 @@ def _load_points(name: str, split: str, limit: int, data_dir: str | None, precis
 
 
 def load(name: str, split: str, limit: int = 0, data_dir: str | None = None, precision: str = "fp32",
-         points: int = 0, rotate: float = 0.0, context: int = 0) -> Split | PointSplit | TokenSplit | EntrySplit:
+         points: int = 0, rotate: float = 0.0, context: int = 0,
+         validation: int = 0) -> Split | PointSplit | TokenSplit | EntrySplit:
     """The first `limit` samples (0 = all) of a split ('train' or 'test'). For int8 the
     table maps a pixel to pixel >> 1, the 7-bit input with exponent -7 (docs/int8.md). A point
     set's clouds keep their first `points` points (0 = all stored). Images rotated by `rotate`
     degrees are read from the folder the host rotated them into, never turned here: every
     runtime reads the same bytes (check_rotation refuses any other folder). A text set's
-    samples are `context` tokens long (the job's hyper.context, or its model's)."""
+    samples are `context` tokens long (the job's hyper.context, or its model's). With
+    `validation` held-out samples the split is read from the folder the host split them into:
+    'train' is the rest of the training set, 'test' the held-out samples (check_validation)."""
     if name not in DATASETS:
         raise DatasetError(f"unknown dataset {name!r}; expected one of {', '.join(DATASETS)}")
     check_rotatable(name, rotate)
+    check_splittable(name, validation)
     if is_text(name):
         return _load_text(name, split, limit, data_dir, _context(name, context))
     if is_points(name):
-        return _load_points(name, split, limit, data_dir, precision, points)
+        return _load_points(name, split, limit, data_dir, precision, points, validation)
     if name == "digits":
         images, labels = _digits_split(split)
         if limit:   # a copy, so the full split is freed and does not count in the runner's RSS
             images, labels = images[:limit].copy(), labels[:limit].copy()
     else:           # read_idx copies only the first `limit` records out of the file
-        images, labels = _idx_split(name, split, data_dir, limit, rotate)
+        images, labels = _idx_split(name, split, data_dir, limit, rotate, validation)
     lut = (np.arange(256) >> 1).astype(np.int8) if precision == "int8" else lookup_table(name)
     return Split(np.ascontiguousarray(images), labels.astype(np.int64), lut)
 

@@ -106,10 +106,11 @@ def main(make_engine, packages: tuple[str, ...], argv=None) -> int:
         model = spec.model()
         points = model.input_shape[0] if model.points else 0     # a point model's clouds keep this many
         context = (spec.hyper.context or model.context) if spec.transformer else 0   # tokens a sequence
-        train_split = datasets.load(spec.workload.dataset, "train", spec.hyper.train_samples,
-                                    spec.workload.data_dir, spec.precision, points, spec.workload.rotate, context)
-        test_split = datasets.load(spec.workload.dataset, "test", spec.hyper.test_samples,
-                                   spec.workload.data_dir, spec.precision, points, spec.workload.rotate, context)
+        w = spec.workload
+        train_split, test_split = (datasets.load(w.dataset, split, limit, w.data_dir, spec.precision, points, w.rotate,
+                                                 context, w.validation)
+                                   for split, limit in (("train", spec.hyper.train_samples),
+                                                        ("test", spec.hyper.test_samples)))
         engine = make_engine(spec, model, initial_weights(spec, model))
         init_sha256 = started_from(engine, spec)
         # before warm-up, whose steps leave the allocator holding a step's memory: peak less this

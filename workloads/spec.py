@@ -120,9 +120,13 @@ class Workload:
     # the images of train and test turned by this many degrees counter-clockwise (Rotated MNIST):
     # the host rotates them once and every runtime reads those files (docs/datasets.md)
     rotate: float = 0.0
+    # hold out this many training samples (drawn with zobench-z, zrng.holdout): the job trains on
+    # the rest and is evaluated on them in place of the test set. The host splits the files once
+    # and every runtime reads them (docs/datasets.md); zobench tune scores its trials so.
+    validation: int = 0
 
     CHOICES: typing.ClassVar[dict] = {"dataset": DATASETS}
-    BOUNDS: typing.ClassVar[dict] = {"rotate": Bounds(-360.0, 360.0)}
+    BOUNDS: typing.ClassVar[dict] = {"rotate": Bounds(-360.0, 360.0), "validation": Bounds(0, INT32_MAX)}
 
     def resolve(self) -> Model | Transformer:
         """The model this workload trains; SpecError names what is wrong with it."""

@@ -36,6 +36,7 @@ _MASK = (1 << 64) - 1
 STREAM_ZO = 1      # counter = global optimizer step, i = flat parameter index
 STREAM_INIT = 2    # counter = 0, i = flat parameter index
 STREAM_DATA = 3    # counter = epoch (0-based), i = training sample index
+STREAM_SPLIT = 4   # counter = 0, i = training sample index: the validation split (holdout)
 
 # 1 / sqrt(Var(sum of four U{0..255})) = sqrt(3 / (256^2 - 1))
 Z_SCALE = np.float32(np.sqrt(3.0 / (256.0 ** 2 - 1.0)))
@@ -137,3 +138,10 @@ def normal_chunks(key: int, start: int, count: int):
 def permutation(seed: int, epoch: int, n: int) -> np.ndarray:
     """Epoch order of n samples: indices sorted by their 64-bit draw (stable)."""
     return np.argsort(bits(stream_key(seed, STREAM_DATA, epoch), 0, n), kind="stable")
+
+
+def holdout(n: int, held: int, seed: int = 0) -> np.ndarray:
+    """The `held` of n training samples a validation split holds out, in ascending order: the
+    first `held` of the samples sorted by their 64-bit draw on STREAM_SPLIT. A larger split
+    holds every sample of a smaller one."""
+    return np.sort(np.argsort(bits(stream_key(seed, STREAM_SPLIT, 0), 0, n), kind="stable")[:held])

@@ -11,11 +11,11 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
-from workloads import jsonfile
+from workloads import jsonfile, vocab
 from workloads.models import MODELS, ModelError, Transformer
 from workloads.spec import Bounds, Hyper, JobSpec, SpecError
 
-from harness import equal_memory, fit, inventory, paths, pgstore, plan, stages, suites
+from harness import equal_memory, fit, inventory, paths, pgstore, plan, stages, suites, tune
 from harness.artifacts import sha256
 from harness.build import build, cpu_choice
 from harness.bundle import prepare
@@ -71,6 +71,8 @@ def build_parser() -> Parser:
     p.add_argument("--method", action="append", default=[], help="only these methods (full-zo, elastic-zo:1, ...)")
     p.add_argument("--runtime", action="append", default=[], help="only these runtimes")
     p.add_argument("--precision", action="append", default=[], help="only these precisions")
+    p.add_argument("--dataset", action="append", default=[],
+                   help="only these of the suite's data sets (mnist, or a variant: fashion-mnist-rot30)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a hyperparameter")
     p.add_argument("--timeout", type=number(float, suites.TIMEOUT_S),
                    help="per-job timeout in seconds (default: the suite's)")
@@ -195,6 +197,31 @@ def build_parser() -> Parser:
     p.add_argument("--timeout", type=number(float, suites.TIMEOUT_S), default=900.0, metavar="S",
                    help="seconds a probe may take (default 900)")
 
+    p = sub.add_parser("tune", help="search a method's learning rates (INT8: its perturbation scale) on a "
+                                    "validation split held out of the training set; prints the suite's TOML lines")
+    _add_results(p)
+    p.add_argument("--suite", default="paper-fmnist", help="the suite whose job is tuned (default paper-fmnist)")
+    p.add_argument("--method", required=True, help="one of the suite's methods: full-bp, full-zo, elastic-zo:K")
+    p.add_argument("--precision", choices=vocab.PRECISIONS, default="fp32")
+    p.add_argument("--zo-loss", choices=vocab.ZO_LOSSES, default="float", help="int8: float (INT8) or integer (INT8*)")
+    p.add_argument("--runtime", choices=vocab.RUNTIMES, default="cpp", help="where trials train (default cpp)")
+    p.add_argument("--target", default="local", help="where trials run (default: this machine)")
+    p.add_argument("--inventory", type=Path)
+    p.add_argument("--dataset", default="", help="which of the suite's data sets (default: its first)")
+    p.add_argument("--param", action="append", default=[], metavar="NAME=LOW:HIGH[:log|linear]",
+                   help="a hyperparameter and its range (default: the paper's knobs for the method and precision)")
+    p.add_argument("--trials", type=number(int, Bounds(1, 10_000)), default=12, help="trials at most (default 12)")
+    p.add_argument("--epochs", type=number(int, Hyper.BOUNDS["epochs"]), default=10,
+                   help="epochs a trial trains (default 10)")
+    p.add_argument("--validation", type=number(int, Bounds(1, Hyper.BOUNDS["train_samples"].hi)),
+                   help="training samples held out to score on (default: a sixth of the training set)")
+    p.add_argument("--sampler", choices=tune.SAMPLERS, default="tpe", help="tpe (default) or grid")
+    p.add_argument("--grid-points", type=number(int, Bounds(1, 100)), default=5, help="grid: values per parameter")
+    p.add_argument("--pruner", choices=tune.PRUNERS, default="median", help="median (default), halving or none")
+    p.add_argument("--seed", type=number(int, Bounds(0, 2**32 - 1)), default=0, help="the sampler's seed")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a hyperparameter")
+    p.add_argument("--timeout", type=number(float, suites.TIMEOUT_S), metavar="S", help="seconds a trial may take")
+
     p = sub.add_parser("targets", help="the targets zobench knows")
     _add_results(p)
     p.add_argument("--inventory", type=Path)
@@ -213,14 +240,16 @@ def cmd_run(args) -> int:
         except UserError as e:
             print(f"zobench: warning: {e}; the run goes on, its results kept in {store.root}", file=sys.stderr)
     if args.resume:
-        if args.suite != "quick" or args.method or args.runtime or args.precision or args.set or args.target:
+        if args.suite != "quick" or args.method or args.runtime or args.precision or args.dataset or args.set \
+                or args.target:
             raise UserError("--resume replays the run's own plan; it takes no suite, target, filter or --set"
                             " (--timeout may be raised)")
         run_id = args.resume
         saved = store.run_plan(run_id)
-        if "fit" in saved:
-            raise UserError(f"run {run_id} is a zobench fit search: each probe followed from the last, "
-                            "so it is not resumed; run zobench fit again")
+        for search in ("fit", "tune"):
+            if search in saved:
+                raise UserError(f"run {run_id} is a zobench {search} search: each {'probe' if search == 'fit' else 'trial'} "
+                                f"followed from the last, so it is not resumed; run zobench {search} again")
         done = {r["job"]["job_id"] for r in store.results(run_id, saved) if r["status"] == "ok"}
         again = stages.to_rerun(saved["jobs"], done, store, run_id)
         jobs = [Job(**j) for j in saved["jobs"] if j["job_id"] in again]
@@ -254,7 +283,8 @@ def cmd_run(args) -> int:
                                       "models": methods, "fit_runs": fit_runs}}
             args.method = list(methods)     # a method nothing fits is left out, its note printed below
         jobs, notes = plan.make(suite, chosen, methods=args.method, runtimes=args.runtime,
-                                precisions=args.precision, overrides=overrides, timeout_s=args.timeout,
+                                precisions=args.precision, data=args.dataset, overrides=overrides,
+                                timeout_s=args.timeout,
                                 pretrain_target=pretrain or None, models=study and study["equal_memory"]["models"])
         for n in fitted + notes:
             print(f"note: left out {n}", file=sys.stderr)
@@ -400,6 +430,8 @@ def _the_run(args, store: Store) -> str:
 def cmd_results(args) -> int:
     import pandas as pd
 
+    from harness import convergence
+
     store = Store(args.results)
     run_id = _the_run(args, store)
     saved = store.run_plan(run_id)
@@ -423,7 +455,8 @@ def cmd_results(args) -> int:
                       f"{r['status']}; not finite: {r['nonfinite']}" if r["nonfinite"] else r["status"],
                       str(r["steps"]), fmt(r["step_seconds"] and 1000 * r["step_seconds"], ".2f"),
                       fmt(r["train_seconds"], ".1f"), fmt(r["peak_rss_bytes"] and r["peak_rss_bytes"] / 2**20, ".1f"),
-                      fmt(r["test_accuracy"], ".3f"), fmt(r["train_loss"], ".3f"))
+                      convergence.annotate(fmt(r["test_accuracy"], ".3f"), r["flags"], fmt(r["best_test_accuracy"], ".3f")),
+                      fmt(r["train_loss"], ".3f"))
         console = Console(width=None if sys.stdout.isatty() else 160)
         console.print(t)
         for r in rows:
@@ -613,12 +646,50 @@ def cmd_fit(args) -> int:
     return 0 if pushed else 2
 
 
+def cmd_tune(args) -> int:
+    suite = suites.load(args.suite)
+    try:
+        choice = suites.MethodChoice.parse(args.method)
+    except ValueError as e:
+        raise UserError(f"tune --method {args.method!r}: {e}") from None
+    (target,) = inventory.resolve([args.target], args.inventory)
+    params = [tune.Param.parse(p) for p in args.param] or tune.default_params(choice, args.precision)
+    overrides = plan.parse_set(args.set)
+    if (both := sorted({p.name for p in params} & set(overrides))):
+        raise UserError(f"tune --set {both[0]}: it is the parameter searched; leave it out of --set")
+    opts = tune.Options(choice, args.precision, args.zo_loss if args.precision == "int8" else "float", args.runtime,
+                        args.dataset, params, args.trials, args.epochs, args.validation or 0, args.sampler,
+                        args.grid_points, args.pruner, args.seed, overrides, args.timeout)
+    store, stop, caught = Store(args.results), Stop(), []
+
+    def on_signal(signum, _frame):
+        if not caught:      # the trial in progress is stopped, and no other starts
+            caught.append(signum)
+            stop.request(f"interrupted by {signal.Signals(signum).name}")
+
+    before = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        outcome = tune.run(store, suite, target, opts, stop, show=lambda line: print(line, file=sys.stderr))
+    finally:
+        for s, handler in before.items():
+            signal.signal(s, handler)
+    run_id, best = outcome.run_id, outcome.best
+    if caught:
+        print(f"tune run {run_id}: {outcome.interrupted} after {len(outcome.record['trials'])} trials"
+              + ("; the best so far:" if best else "; no trial completed"), file=sys.stderr)
+    if best is None:
+        print(f"tune run {run_id}: no trial completed, nothing chosen", file=sys.stderr)
+        return 128 + caught[0] if caught else 1
+    print("\n".join(tune.toml_lines(outcome.record, best)))
+    return 128 + caught[0] if caught else 0
+
+
 def main(argv=None) -> int:
     try:
         args = build_parser().parse_args(argv)
         return {"run": cmd_run, "results": cmd_results, "report": cmd_report, "targets": cmd_targets,
                 "build": cmd_build, "memory": cmd_memory, "compare": cmd_compare,
-                "export": cmd_export, "fit": cmd_fit, "push": cmd_push, "pull": cmd_pull, "history": cmd_history}[args.command](args)
+                "export": cmd_export, "fit": cmd_fit, "tune": cmd_tune, "push": cmd_push, "pull": cmd_pull, "history": cmd_history}[args.command](args)
     except UserError as e:
         print(f"zobench: error: {e}", file=sys.stderr)
         return 2

@@ -64,6 +64,7 @@ static Spec read_spec(const std::string& path) {
         take(j["workload"], "dataset", s.dataset);
         take(j["workload"], "data_dir", s.data_dir);
         take(j["workload"], "rotate", s.rotate);
+        take(j["workload"], "validation", s.validation);
     }
     if (!j.contains("workload") || !j["workload"].contains("architecture"))
         throw SpecError("workload.architecture: missing (the model's layer list, which this binary runs)");
@@ -167,6 +168,23 @@ static void check_rotation(const Spec& s, const std::string& dir) {
                     "folder as its data_dir");
 }
 
+// The host splits a validation set off the training set (harness/artifacts.py validation_idx) into a
+// folder whose `validation` file says how many samples it holds out: refuse any other folder, so a
+// tuning trial never scores on the test set (the rule of workloads/datasets.py check_validation).
+static void check_validation(const Spec& s, const std::string& dir) {
+    const std::string marker = dir + "/validation";
+    long made = 0;
+    std::ifstream f(marker);
+    if (f && (!(f >> made >> std::ws) || !f.eof())) throw SpecError(marker + ": not a sample count");
+    if (made == s.validation) return;
+    throw SpecError("dataset '" + s.dataset + "': " + dir + " holds " +
+                    (made ? "a validation split of " + std::to_string(made) + " held-out samples"
+                          : std::string("the training and test sets (no validation file)")) +
+                    ", but workload.validation is " + std::to_string(s.validation) +
+                    "; the harness makes a validation split's files (harness/artifacts.py validation_idx) and "
+                    "gives a job their folder as its data_dir");
+}
+
 // The first `limit` samples (0: all) of a split: images [N][C][H][W] as the model's input
 // shape, or the first `points` of each cloud [N][P][3]; only what is used is read.
 static Split load_split(const Spec& s, bool train, int limit) {
@@ -183,6 +201,7 @@ static Split load_split(const Spec& s, bool train, int limit) {
         Idx data(d + "/" + data_name);
         if (data.dims.empty()) continue;
         check_rotation(s, d);
+        check_validation(s, d);
         Idx lab(d + "/" + prefix + "-labels-idx1-ubyte");
         if (lab.dims.size() != 1 || lab.dims[0] != data.dims[0]) throw SpecError(d + ": data and labels do not match");
         const bool fits = points ? data.dims.size() == 3 && data.dims[2] == 3 && data.dims[1] >= uint32_t(first.rows)

@@ -1,0 +1,62 @@
+"""The suites named for the ElasticZO paper: their reports set each cell beside the paper's, and
+(slow) one epoch of each tuned configuration gives the first-epoch loss its reproduction run
+recorded (tests/fixtures/reproduction.json), so a change that moves the reproduced numbers is
+seen without the hours of `make reproduce`."""
+import json
+from pathlib import Path
+
+import pytest
+
+from harness.store import Store
+from reports import paper
+
+from testkit.runners import cli
+
+FIXTURE = Path(__file__).parent / "fixtures" / "reproduction.json"
+
+
+def test_a_paper_suite_report_sets_each_cell_beside_the_papers(tmp_path, capsys, native):
+    results = tmp_path / "results"
+    r = cli(capsys, "run", "--suite", "paper-fmnist", "--runtime", "cpp", "--precision", "fp32", "--method", "full-zo",
+            "--method", "elastic-zo:2", "--target", "local-1t", "--set", "epochs=1", "--set", "train_samples=320",
+            "--set", "test_samples=200", "--results", results)
+    assert r.returncode == 0, r.stderr
+    store = Store(results)
+    run_id = store.latest()
+    accuracy = {x["job"]["method"] + str(x["job"]["bp_layers"]): 100 * x["epochs"][-1]["test_accuracy"]
+                for x in store.results(run_id)}
+    md = (results / "runs" / run_id / "report" / "report.md").read_text()
+    assert "## Against the paper: Table 1" in md and "Table 2" not in md.split("## Against the paper: Table 1")[1]
+    for method, key, cell in (("Full ZO", "full-zo0", 77.09), ("ElasticZO k=2 (ZO-Feat-Cls1)", "elastic-zo2", 86.60)):
+        row = next(line for line in md.splitlines() if line.startswith(f"| {method} | fashion-mnist | FP32 | cpp |"))
+        assert f"| {accuracy[key]:.2f} | {cell:.2f} | {accuracy[key] - cell:+.2f} | no |" in row
+
+
+def test_the_papers_cells_are_looked_up_by_data_precision_and_angle():
+    assert paper.paper_table1("fashion-mnist", "int8*", "ElasticZO k=1 (ZO-Feat-Cls2)") == 77.93
+    assert paper.paper_table1("fashion-mnist", "int8*", "Full BP") is None
+    assert paper.paper_table1("fashion-mnist-val10000", "fp32", "Full ZO") is None      # a split is no paper cell
+    assert paper.paper_table2("fashion-mnist-rot60", "int8", "Full BP") == 80.86
+    assert paper.paper_table2("mnist-rot30", "fp32", "w/o fine-tuning") == 74.41
+    assert paper.paper_table2("fashion-mnist-rot45", "fp32", "Full ZO") is None
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("key", sorted(json.loads(FIXTURE.read_text())["first_epoch"]) if FIXTURE.is_file() else [])
+def test_one_epoch_of_a_tuned_configuration_gives_its_recorded_first_epoch_loss(tmp_path, capsys, native, key):
+    """The paper suite's job of `key` (method, precision, runtime), as the suite now tunes it, for
+    one epoch: its training loss is the first epoch's of the reproduction run (FP32 to float
+    tolerance, INT8 bit for bit)."""
+    recorded = json.loads(FIXTURE.read_text())["first_epoch"][key]
+    suite, method, precision, zo_loss, runtime = key.split()
+    r = cli(capsys, "run", "--suite", suite, "--method", method, "--precision", precision, "--runtime", runtime,
+            "--target", "local-1t", "--set", "epochs=1", "--no-report", "--results", tmp_path,
+            *(["--dataset", "fashion-mnist"] if suite == "paper-finetune" else []))
+    assert r.returncode == 0, r.stderr
+    store = Store(tmp_path)
+    (result,) = [x for x in store.results(store.latest()) if x["job"]["zo_loss"] == zo_loss
+                 and x["job"]["method"] == method.partition(":")[0] and not x["job"]["job_id"].startswith("pretrain")
+                 and x["job"]["workload"].get("rotate", 0) == recorded.get("rotate", 0)]
+    assert result["job"]["hyper"] == {**result["job"]["hyper"], **recorded["hyper"]}
+    loss = result["epochs"][0]["train_loss"]
+    assert loss == (recorded["train_loss"] if precision == "int8" else pytest.approx(recorded["train_loss"], rel=1e-4))

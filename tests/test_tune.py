@@ -1,0 +1,294 @@
+"""Per-method hyperparameters in a suite, the validation split zobench tune scores on, and the
+search itself: scopes resolve most specific last and reach every runtime's update, the split
+is disjoint from training, stable, the same in every runtime and checked by each, and the
+search finds a known optimum and prunes what falls behind."""
+import math
+import tomllib
+
+import numpy as np
+import pytest
+
+from harness import artifacts, inventory, plan, suites, tune
+from harness.errors import UserError
+from harness.inventory import Target
+from harness.transport import Stop
+from workloads import datasets, zrng
+from workloads.models import LENET5
+from workloads.spec import Hyper
+
+from testkit.runners import ORT_RUNNER, TORCH_RUNNER, cli, job_spec, run_runner
+
+SCOPED = """
+description = "scoped"
+targets = ["local"]
+runtimes = ["torch", "cpp"]
+precisions = ["fp32", "int8"]
+zo_losses = ["float", "integer"]
+methods = ["full-zo", "elastic-zo:1", "elastic-zo:2", "full-bp"]
+[workload]
+model = "lenet5"
+dataset = "fashion-mnist"
+[hyper]
+epochs = 1
+train_samples = 320
+test_samples = 64
+lr_zo = 1e-3
+[hyper.int8]
+zo_scale = 4
+[hyper.int8-integer]
+zo_scale = 6
+[hyper."full-zo".fp32]
+lr_zo = 1e-4
+[hyper.elastic-zo]
+lr_bp = 0.01
+[hyper."elastic-zo:1".int8]
+zo_scale = 2
+"""
+
+
+@pytest.fixture
+def tiny_mnist(tmp_path, monkeypatch):
+    """A small MNIST (600 train, 50 test) of random pixels and labels in $ZOBENCH_DATA, each
+    training image stamped with its index, and a cache of its own (artifacts.root follows HOME)."""
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("ZOBENCH_DATA", str(tmp_path / "data"))
+    folder = tmp_path / "data" / "mnist"
+    folder.mkdir(parents=True)
+    rng = np.random.default_rng(3)
+    for prefix, n in (("train", 600), ("t10k", 50)):
+        images = rng.integers(0, 256, (n, 28, 28), dtype=np.uint8)
+        images[:, 0, :2] = np.stack([np.arange(n) // 256, np.arange(n) % 256], axis=1)
+        datasets.write_idx(folder / f"{prefix}-images-idx3-ubyte", images, 0x08)
+        datasets.write_idx(folder / f"{prefix}-labels-idx1-ubyte", rng.integers(0, 10, n, dtype=np.uint8), 0x08)
+    return folder
+
+
+def _jobs(tmp_path, text=SCOPED, **kw):
+    path = tmp_path / "scoped.toml"
+    path.write_text(text)
+    jobs, _ = plan.make(suites.load(str(path)), inventory.resolve(["local"], None), **kw)
+    return {j.job_id: j.spec["hyper"] for j in jobs}
+
+
+def test_scoped_hyperparameters_resolve_most_specific_last_and_name_the_key(tmp_path):
+    h = _jobs(tmp_path)
+    assert h["local.cpp.full-zo.fp32.r0"]["lr_zo"] == 1e-4                 # the method's precision table
+    assert h["local.cpp.elastic-zo-k1.fp32.r0"]["lr_zo"] == 1e-3            # [hyper]
+    assert h["local.cpp.elastic-zo-k2.fp32.r0"]["lr_bp"] == 0.01            # the method's name, every K
+    assert h["local.cpp.full-bp.fp32.r0"]["lr_bp"] == Hyper.lr_bp          # the default
+    assert h["local.cpp.full-zo.int8-float.r0"]["zo_scale"] == 4            # the precision's table
+    assert h["local.cpp.full-zo.int8-integer.r0"]["zo_scale"] == 6          # INT8*'s, over int8's
+    assert h["local.cpp.elastic-zo-k1.int8-integer.r0"]["zo_scale"] == 2    # the method's over the precision's
+    assert h["local.cpp.elastic-zo-k2.int8-float.r0"]["zo_scale"] == 4
+    # --set over every table
+    assert _jobs(tmp_path, overrides={"lr_zo": 5e-4})["local.torch.full-zo.fp32.r0"]["lr_zo"] == 5e-4
+    # the job key carries what each job used, so two learning rates are never pooled
+    from harness.measurements import job_key
+    keys = {job_key({"method": "full-zo", "hyper": h[j]})[0] for j in ("local.cpp.full-zo.fp32.r0",
+                                                                       "local.cpp.elastic-zo-k1.fp32.r0")}
+    assert any("lr_zo=0.0001" in k for k in keys) and len(keys) == 2
+
+
+@pytest.mark.parametrize("table, expected", [
+    ('[hyper."full-z"]\nlr_zo = 1', 'hyper.full-z: expected a hyperparameter, a precision'),
+    ('[hyper."full-zo".int4]\nlr_zo = 1', 'hyper.full-zo.int4: expected a precision of the suite'),
+    ('[hyper."elastic-zo:1"]\nlr_zoo = 1', 'hyper."elastic-zo:1".lr_zoo: unknown key'),
+    ('[hyper."full-zo".fp32]\nlr_zo = "x"', 'hyper.full-zo.fp32.lr_zo: expected a number'),
+])
+def test_a_misspelt_scope_is_refused_with_its_file_and_key(tmp_path, capsys, table, expected):
+    path = tmp_path / "bad.toml"
+    path.write_text(SCOPED.split("[hyper.int8]")[0].replace('["fp32", "int8"]', '["fp32"]') + table + "\n")
+    r = cli(capsys, "run", "--suite", path, "--results", tmp_path / "results")
+    assert r.returncode == 2 and f"{path}: {expected}" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_a_scoped_learning_rate_drives_the_update_of_every_runtime(tmp_path, native):
+    """One ZO step per runtime from the same init: the weights move by lr * g * z with the lr of
+    the method's table ([hyper."full-zo".fp32] = 0.05 over [hyper] 1e-3), g the step's traced
+    projected gradient and z zobench-z's normal draw for step 0."""
+    (tmp_path / "s.toml").write_text(SCOPED.replace('lr_zo = 1e-4', 'lr_zo = 0.05'))
+    ((job,), _) = plan.make(suites.load(str(tmp_path / "s.toml")), inventory.resolve(["local"], None),
+                            methods=["full-zo"], runtimes=["torch"], precisions=["fp32"])
+    hyper = {**job.spec["hyper"], "train_samples": 32, "trace_steps": 1, "warmup_steps": 0}
+    assert hyper["lr_zo"] == 0.05
+    init = artifacts.init_weights_file(LENET5, 0)
+    theta0 = np.fromfile(init, dtype="<f4").astype(np.float64)
+    z = zrng.normal(zrng.stream_key(0, zrng.STREAM_ZO, 0), 0, LENET5.params_total).astype(np.float64)
+    for runtime, command in (("torch", TORCH_RUNNER), ("ort", ORT_RUNNER), ("cpp", native)):
+        spec = job_spec("full-zo", 0, seed=0, steps=1, data_dir=str(artifacts.raw_idx("fashion-mnist", "").dir),
+                        hyper=hyper, runtime=runtime, init_weights=str(init), save_weights=True, threads=1)
+        if runtime == "ort":
+            spec["onnx_model"] = str(artifacts.onnx_graph(LENET5, "full-zo", 0))
+        r = run_runner(spec, tmp_path / runtime, command, check=True)
+        theta1 = np.fromfile(tmp_path / runtime / "weights.bin", dtype="<f4").astype(np.float64)
+        g = r["trace"][0]["grad"]
+        moved = z != 0      # zobench-z's normal is a sum of four bytes: exactly 0 now and then
+        lr = np.median((theta0 - theta1)[moved] / (g * z[moved]))
+        assert lr == pytest.approx(0.05, rel=1e-3), runtime
+
+
+def test_the_validation_split_is_disjoint_stable_and_nested(tiny_mnist):
+    held = artifacts.validation_idx("mnist", "", 0.0, 100)
+    assert held.dir.name.startswith("mnist-val100-")
+    raw = {s: datasets.read_idx(tiny_mnist / f"train-{s}") for s in ("images-idx3-ubyte", "labels-idx1-ubyte")}
+    split = {p: {s: datasets.read_idx(held.files[f"mnist/{p}-{s}"]) for s in raw} for p in ("train", "t10k")}
+    out = zrng.holdout(600, 100)
+    keep = np.setdiff1d(np.arange(600), out)
+    for s, arr in raw.items():      # the held-out samples are the test split, the rest (in order) training
+        assert np.array_equal(split["t10k"][s], arr[out]) and np.array_equal(split["train"][s], arr[keep])
+    index = lambda images: set((images[:, 0, 0].astype(int) * 256 + images[:, 0, 1]).tolist())  # noqa: E731
+    assert index(split["train"]["images-idx3-ubyte"]).isdisjoint(index(split["t10k"]["images-idx3-ubyte"]))
+    assert len(index(split["train"]["images-idx3-ubyte"]) | index(split["t10k"]["images-idx3-ubyte"])) == 600
+    assert (held.dir / "mnist" / datasets.VALIDATION_FILE).read_text() == "100\n"
+    again = artifacts.validation_idx("mnist", "", 0.0, 100)     # stable: the same folder and bytes
+    assert again == held and all(p.read_bytes() == held.files[r].read_bytes() for r, p in again.files.items())
+    assert set(zrng.holdout(600, 40).tolist()) < set(out.tolist())     # a smaller split is part of a larger
+    assert len(set(out.tolist())) == 100 and list(out) == sorted(out)
+    with pytest.raises(datasets.DatasetError, match="expected fewer than its 600 training samples"):
+        artifacts.validation_idx("mnist", "", 0.0, 600)
+
+
+def test_every_runtime_scores_on_the_same_held_out_samples_and_refuses_another_folder(tmp_path, native):
+    """The start of training evaluated on the split's test files: the same loss in every
+    runtime, another than on the test set; a runner pointed at the unsplit folder refuses it."""
+    split = artifacts.validation_idx("fashion-mnist", "", 0.0, 5000)
+    losses = {}
+    for runtime, command in (("torch", TORCH_RUNNER), ("ort", ORT_RUNNER), ("cpp", native)):
+        spec = job_spec("full-zo", 0, seed=0, steps=1, data_dir=str(split.dir), test_samples=500, runtime=runtime,
+                        eval_start=True, init_weights=str(artifacts.init_weights_file(LENET5, 0)), threads=1)
+        spec["workload"]["validation"] = 5000
+        if runtime == "ort":
+            spec["onnx_model"] = str(artifacts.onnx_graph(LENET5, "full-zo", 0))
+        losses[runtime] = run_runner(spec, tmp_path / runtime, command, check=True)["start_eval"]["test_loss"]
+        spec["workload"]["data_dir"] = str(artifacts.raw_idx("fashion-mnist", "").dir)    # the whole sets
+        r = run_runner(spec, tmp_path / f"{runtime}-unsplit", command)
+        assert r["status"] == "failed" and "no validation file" in r["error"] and "validation is 5000" in r["error"]
+    assert losses["ort"] == pytest.approx(losses["torch"], rel=1e-5)
+    assert losses["cpp"] == pytest.approx(losses["torch"], rel=1e-5)
+    test_set = run_runner(job_spec("full-zo", 0, seed=0, steps=1, test_samples=500, eval_start=True),
+                          tmp_path / "test-set", TORCH_RUNNER, check=True)["start_eval"]["test_loss"]
+    assert test_set != pytest.approx(losses["torch"], rel=1e-4)
+
+
+def test_a_text_set_is_not_split_and_the_split_must_leave_training_samples(tmp_path):
+    with pytest.raises(datasets.DatasetError, match="only image and point sets are split"):
+        datasets.check_splittable("fortunes", 10)
+    text = SCOPED.replace('dataset = "fashion-mnist"', 'dataset = "fashion-mnist"\nvalidation = 60000')
+    with pytest.raises(UserError, match="workload.validation: expected fewer than the 60000 training samples"):
+        _jobs(tmp_path, text)
+
+
+def test_params_parse_with_their_scale_and_bounds():
+    assert tune.Param.parse("lr_zo=1e-5:1e-2") == tune.Param("lr_zo", 1e-5, 1e-2, True)
+    p = tune.Param.parse("zo_scale=1:32")
+    assert p.integer and not p.log and p.grid(4) == [1, 11, 22, 32]
+    assert tune.Param("lr_zo", 1e-5, 1e-1).grid(5) == [1e-5, 1e-4, 1e-3, 1e-2, 1e-1]
+    for bad, why in (("lr_zo=1e-2:1e-5", "LOW < HIGH"), ("epochs=1:10", "numeric hyperparameter"),
+                     ("zo_scale=1:300", "<= 127"), ("lr_zo=0:1", "both > 0 on a log scale"), ("lr_zo", "NAME=LOW")):
+        with pytest.raises(UserError, match=why):
+            tune.Param.parse(bad)
+    assert [p.name for p in tune.default_params(suites.MethodChoice("elastic-zo", 1), "fp32")] == ["lr_zo", "lr_bp"]
+    assert [p.name for p in tune.default_params(suites.MethodChoice("full-zo"), "int8")] == ["zo_scale"]
+    assert tune.default_params(suites.MethodChoice("full-bp"), "int8") == []
+
+
+def _curve(lr: float, epochs: int) -> list[float]:
+    """A made-up training: accuracy rises each epoch towards a ceiling that peaks at lr = 1e-3."""
+    top = 0.9 - 0.2 * (math.log10(lr) + 3) ** 2
+    return [top * (1 - 0.5 ** (e + 1)) for e in range(epochs)]
+
+
+@pytest.mark.parametrize("sampler", ["grid", "tpe"])
+def test_the_search_finds_a_known_optimum_and_prunes_what_falls_behind(sampler):
+    opts = tune.Options(suites.MethodChoice("full-zo"), params=[tune.Param("lr_zo", 1e-5, 1e-1)], trials=12,
+                        epochs=6, sampler=sampler, grid_points=9, pruner="median", seed=1)
+    seen = {}
+
+    def train(entry, report):
+        curve = _curve(entry["values"]["lr_zo"], opts.epochs)
+        for epoch, acc in enumerate(curve, 1):
+            if report(epoch, acc, 1 - acc):
+                break
+        seen[entry["number"]] = curve
+        return "ok", [], None
+
+    records = tune.search(opts, train)
+    best = tune.best_of(records)
+    assert len(records) == (9 if sampler == "grid" else 12)
+    if sampler == "grid":       # the grid holds the optimum: found exactly
+        assert best["values"]["lr_zo"] == pytest.approx(1e-3)
+    else:                       # TPE homes in on it
+        assert abs(math.log10(best["values"]["lr_zo"]) + 3) < 0.5
+    pruned = [t for t in records if t["state"] == "pruned"]
+    assert pruned, "a trial far from the optimum falls behind the median and is stopped"
+    for t in pruned:    # stopped before its last epoch, below the median of the whole trials before it there
+        e = t["pruned_at"]
+        assert 2 <= e < opts.epochs and len(t["validation_accuracy"]) == e
+        earlier = [seen[u["number"]][e - 1] for u in records[:t["number"]] if u["state"] == "complete"]
+        assert t["validation_accuracy"][-1] < np.median(earlier)
+    assert best["state"] == "complete" and best["score"] == max(t["score"] for t in records if t["score"] is not None)
+
+
+def test_a_trial_that_did_not_converge_ranks_after_every_one_that_did():
+    opts = tune.Options(suites.MethodChoice("full-zo"), params=[tune.Param("lr_zo", 1e-5, 1e-1)], trials=3,
+                        epochs=1, sampler="grid", grid_points=3, pruner="none")
+
+    def train(entry, report):     # the largest rate scores best, but its loss diverged
+        report(1, 0.5 + entry["values"]["lr_zo"], 1.0)
+        return "ok", ["diverged"] if entry["values"]["lr_zo"] > 0.01 else [], None
+
+    best = tune.best_of(tune.search(opts, train))
+    assert best["values"]["lr_zo"] == pytest.approx(1e-3) and best["flags"] == []
+
+
+def test_a_stop_ends_the_search_and_a_failed_trial_is_no_score():
+    opts = tune.Options(suites.MethodChoice("full-zo"), params=[tune.Param("lr_zo", 1e-5, 1e-1)], trials=5,
+                        epochs=2, pruner="none")
+    stop = Stop()
+
+    def train(entry, report):
+        if entry["number"] == 0:
+            return "failed", [], "runner exited with code 1"
+        report(1, 0.5, 1.0)
+        report(2, 0.6, 0.9)
+        stop.request("interrupted by SIGINT")
+        return "ok", [], None
+
+    records = tune.search(opts, train, stop)
+    assert [t["state"] for t in records] == ["failed", "complete"]
+    assert records[0]["error"] == "runner exited with code 1" and tune.best_of(records)["score"] == 0.6
+
+
+def test_tune_runs_trials_as_jobs_and_prints_lines_a_suite_reads(tmp_path, capsys, native):
+    results = tmp_path / "results"
+    r = cli(capsys, "tune", "--suite", "quick", "--method", "full-zo", "--trials", "2", "--epochs", "2",
+            "--validation", "500", "--set", "train_samples=320", "--set", "test_samples=200",
+            "--results", results, "--target", "local-1t")
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.strip().splitlines()
+    assert lines[0].startswith("# zobench tune run ") and lines[1] == "[hyper.full-zo.fp32]"
+    chosen = tomllib.loads("\n".join(lines[1:]))["hyper"]["full-zo"]["fp32"]["lr_zo"]
+    from harness.store import Store
+    store = Store(results)
+    run_id = lines[0].split()[4].rstrip(":")
+    study = store.run_plan(run_id)["tune"]
+    assert [t["state"] for t in study["trials"]] == ["complete", "complete"]
+    assert study["best"]["values"]["lr_zo"] == pytest.approx(chosen, rel=1e-2)
+    assert study["validation"] == 500 and study["dataset"] == "fashion-mnist"
+    jobs = {j["job_id"]: j for j in store.run_plan(run_id)["jobs"]}
+    for t in study["trials"]:       # each trial a job on the split, scored on its held-out samples
+        spec = jobs[t["job_id"]]["spec"]
+        assert spec["workload"]["validation"] == 500 and spec["hyper"]["lr_zo"] == t["values"]["lr_zo"]
+        result = next(x for x in store.results(run_id) if x["job"]["job_id"] == t["job_id"])
+        assert [e["test_accuracy"] for e in result["epochs"]] == t["validation_accuracy"]
+    # the chosen line read back by a suite: its job trains with the tuned rate
+    suite = tmp_path / "tuned.toml"
+    suite.write_text((suites.find("quick").read_text() + "\n" + "\n".join(lines[1:]) + "\n"))
+    assert _jobs(tmp_path, suite.read_text())["local.cpp.full-zo.fp32.r0"]["lr_zo"] == chosen
+    # a tune run is not resumed, and its report charts the search
+    r = cli(capsys, "run", "--resume", run_id, "--results", results)
+    assert r.returncode == 2 and "zobench tune search" in r.stderr
+    r = cli(capsys, "report", "--run", run_id, "--results", results)
+    assert r.returncode == 0, r.stderr
+    md = (results / "runs" / run_id / "report" / "report.md").read_text()
+    assert "## Tuning" in md and f"lr_zo={chosen:.3g}" in md and (results / "runs" / run_id / "report" / "tune.png").is_file()
