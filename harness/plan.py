@@ -243,7 +243,7 @@ def select_methods(suite: Suite, methods=()) -> list[MethodChoice]:
     return _select("method", suite.methods, list(methods), known_methods)
 
 
-def make(suite: Suite, targets: list[Target], *, methods=(), runtimes=(), precisions=(), data=(),
+def make(suite: Suite, targets: list[Target], *, methods=(), runtimes=(), precisions=(), data=(), zo_losses=(),
          overrides: dict | None = None, timeout_s: float | None = None,
          pretrain_target: Target | None = None, models: dict[str, str] | None = None) -> tuple[list[Job], list[str]]:
     """The jobs of a run, and notes on the combinations left out (and why). A suite with a
@@ -254,6 +254,7 @@ def make(suite: Suite, targets: list[Target], *, methods=(), runtimes=(), precis
     method_list = select_methods(suite, methods)
     runtime_list = _select("runtime", suite.runtimes, list(runtimes), vocab.RUNTIMES)
     precision_list = _select("precision", suite.precisions, list(precisions), vocab.PRECISIONS)
+    loss_list = _select("zo-loss", suite.zo_losses, list(zo_losses), vocab.ZO_LOSSES)
     overrides = overrides or {}
     equal = suite.equal_memory
     models = models or {}
@@ -322,7 +323,7 @@ def make(suite: Suite, targets: list[Target], *, methods=(), runtimes=(), precis
                     raise UserError(f"{target.source}: targets.{target.name}.arch: missing; the cpp runtime is "
                                     f"built for the board's arch, one of {', '.join(ARCHES)}")
                 for precision in precision_list:
-                    zo_losses = suite.zo_losses if precision == "int8" else ["float"]
+                    zo_losses = loss_list if precision == "int8" else ["float"]
                     for zo_loss in zo_losses:
                         for m in method_list:
                             if m.method == "full-bp" and zo_loss != zo_losses[0]:

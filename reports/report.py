@@ -55,7 +55,7 @@ CHARTS = {"time_breakdown": "Training time per optimizer step, by phase, per run
           "equal_memory": "Equal memory (Katti et al. Fig. 4 shape): test loss and accuracy against training seconds, "
                           "each method on the largest model within one budget",
           "tune": "zobench tune: each trial's last validation accuracy against the value searched (o whole, x pruned, "
-                  "best in red), and its validation accuracy per epoch"}
+                  "best in red, diverged or unstable in orange), its validation accuracy and its train loss per epoch"}
 CSS = """body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}
 table{border-collapse:collapse;margin:1em 0;font-size:.9em}th,td{border:1px solid #ccc;padding:.3em .6em}
 th{background:#f0f0f0}td{text-align:right}img{max-width:100%}figcaption{color:#555;font-size:.9em}"""

@@ -54,9 +54,9 @@ def trials(study: dict) -> pd.DataFrame:
 
 def chart(found: dict[str, dict]):
     """Per search: the score of every trial against the (first) value searched, pruned ones at
-    the accuracy they were stopped at; and each trial's validation accuracy per epoch."""
-    fig, axes = charts.figure(2, len(found), width=5.0, height=3.8)
-    for (score_ax, curve_ax), s in zip(axes, found.values()):
+    the accuracy they were stopped at; each trial's validation accuracy and train loss per epoch."""
+    fig, axes = charts.figure(3, len(found), width=4.6, height=3.8)
+    for (score_ax, curve_ax, loss_ax), s in zip(axes, found.values()):
         name = s["params"][0]["name"]
         best = (s.get("best") or {}).get("number")
         for t in s["trials"]:
@@ -64,13 +64,18 @@ def chart(found: dict[str, dict]):
             if not acc:
                 continue
             marker = STATE_MARKERS.get(t["state"], "s")
-            colour = "C3" if t["number"] == best else "C0" if t["state"] == "complete" else "0.55"
+            colour = ("C3" if t["number"] == best else "0.55" if t["state"] != "complete"
+                      else "C1" if t.get("flags") else "C0")
             score_ax.scatter([t["values"][name]], [acc[-1]], marker=marker, color=colour, zorder=3)
-            curve_ax.plot(range(1, len(acc) + 1), acc, color=colour, marker=".", alpha=0.9,
-                          linestyle="-" if t["state"] == "complete" else ":", linewidth=1.6 if t["number"] == best else 1)
+            style = {"color": colour, "marker": ".", "alpha": 0.9, "linestyle": "-" if t["state"] == "complete" else ":",
+                     "linewidth": 1.6 if t["number"] == best else 1}
+            curve_ax.plot(range(1, len(acc) + 1), acc, **style)
+            loss = [math.nan if x is None else x for x in t["train_loss"]]
+            loss_ax.plot(range(1, len(loss) + 1), loss, **style)
         if s["params"][0]["log"]:
             score_ax.set_xscale("log")
         score_ax.set(xlabel=name, ylabel="validation accuracy at the last epoch (%)", title=title(s))
         curve_ax.set(xlabel="epoch", ylabel="validation accuracy (%)",
-                     title="per trial: best red, pruned dotted grey")
+                     title="per trial: best red, diverged or unstable orange, pruned dotted grey")
+        loss_ax.set(xlabel="epoch", ylabel="train loss (nats, log scale)", yscale="log", title="train loss per trial")
     return fig

@@ -102,6 +102,26 @@ def job_spec(method: str, k: int, *, seed: int, steps: int, batch: int = 32, tes
     return spec
 
 
+def small_mnist(tmp: Path, monkeypatch, train: int, test: int, seed: int, mark=lambda prefix, images: None) -> Path:
+    """A small MNIST of random pixels and labels in $ZOBENCH_DATA/mnist under tmp, and a cache of
+    its own (artifacts.root follows HOME); mark(prefix, images) may draw on a split's images
+    before they are written. Its folder."""
+    import numpy as np
+    from workloads import datasets
+
+    monkeypatch.setenv("HOME", str(tmp / "home"))
+    monkeypatch.setenv("ZOBENCH_DATA", str(tmp / "data"))
+    folder = tmp / "data" / "mnist"
+    folder.mkdir(parents=True)
+    rng = np.random.default_rng(seed)
+    for prefix, n in (("train", train), ("t10k", test)):
+        images = rng.integers(0, 256, (n, 28, 28), dtype=np.uint8)
+        mark(prefix, images)
+        datasets.write_idx(folder / f"{prefix}-images-idx3-ubyte", images, 0x08)
+        datasets.write_idx(folder / f"{prefix}-labels-idx1-ubyte", rng.integers(0, 10, n, dtype=np.uint8), 0x08)
+    return folder
+
+
 def idx_data_dir() -> str:
     """The folder of Fashion-MNIST as raw IDX files, the C++ binary's data_dir."""
     return str(raw_idx("fashion-mnist", "").dir)

@@ -15,7 +15,7 @@ from workloads import datasets
 from workloads.spec import JobSpec
 
 from testkit.agreement import assert_same_fp32_steps
-from testkit.runners import TORCH_RUNNER, cli, job_spec, run_runner
+from testkit.runners import TORCH_RUNNER, cli, job_spec, run_runner, small_mnist
 
 STEMS = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")
 # a 4x4 block of 200s centred 8 pixels right of the image's centre (13.5, 13.5): the first training image
@@ -27,18 +27,12 @@ def mnist(tmp_path, monkeypatch) -> dict[str, bytes]:
     """A small MNIST (320 train, 64 test) of random pixels in $ZOBENCH_DATA/mnist, the first
     training image the off-centre BLOCK, and an empty cache of its own (artifacts.root()
     follows HOME); returns each file's bytes by stem."""
-    monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    monkeypatch.setenv("ZOBENCH_DATA", str(tmp_path / "data"))
-    folder = tmp_path / "data" / "mnist"
-    folder.mkdir(parents=True)
-    rng = np.random.default_rng(5)
-    for prefix, n in (("train", 320), ("t10k", 64)):
-        images = rng.integers(0, 256, (n, 28, 28), dtype=np.uint8)
+    def block(prefix, images):
         if prefix == "train":
             images[0] = 0
             images[0][BLOCK] = 200
-        datasets.write_idx(folder / f"{prefix}-images-idx3-ubyte", images, 0x08)
-        datasets.write_idx(folder / f"{prefix}-labels-idx1-ubyte", rng.integers(0, 10, n, dtype=np.uint8), 0x08)
+
+    folder = small_mnist(tmp_path, monkeypatch, 320, 64, 5, block)
     return {stem: (folder / stem).read_bytes() for stem in STEMS}
 
 

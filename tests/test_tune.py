@@ -16,7 +16,7 @@ from workloads import datasets, zrng
 from workloads.models import LENET5
 from workloads.spec import Hyper
 
-from testkit.runners import ORT_RUNNER, TORCH_RUNNER, cli, job_spec, run_runner
+from testkit.runners import ORT_RUNNER, TORCH_RUNNER, cli, job_spec, run_runner, small_mnist
 
 SCOPED = """
 description = "scoped"
@@ -50,17 +50,10 @@ zo_scale = 2
 def tiny_mnist(tmp_path, monkeypatch):
     """A small MNIST (600 train, 50 test) of random pixels and labels in $ZOBENCH_DATA, each
     training image stamped with its index, and a cache of its own (artifacts.root follows HOME)."""
-    monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    monkeypatch.setenv("ZOBENCH_DATA", str(tmp_path / "data"))
-    folder = tmp_path / "data" / "mnist"
-    folder.mkdir(parents=True)
-    rng = np.random.default_rng(3)
-    for prefix, n in (("train", 600), ("t10k", 50)):
-        images = rng.integers(0, 256, (n, 28, 28), dtype=np.uint8)
-        images[:, 0, :2] = np.stack([np.arange(n) // 256, np.arange(n) % 256], axis=1)
-        datasets.write_idx(folder / f"{prefix}-images-idx3-ubyte", images, 0x08)
-        datasets.write_idx(folder / f"{prefix}-labels-idx1-ubyte", rng.integers(0, 10, n, dtype=np.uint8), 0x08)
-    return folder
+    def stamp(prefix, images):
+        images[:, 0, :2] = np.stack([np.arange(len(images)) // 256, np.arange(len(images)) % 256], axis=1)
+
+    return small_mnist(tmp_path, monkeypatch, 600, 50, 3, stamp)
 
 
 def _jobs(tmp_path, text=SCOPED, **kw):
@@ -281,10 +274,10 @@ def test_tune_runs_trials_as_jobs_and_prints_lines_a_suite_reads(tmp_path, capsy
         assert spec["workload"]["validation"] == 500 and spec["hyper"]["lr_zo"] == t["values"]["lr_zo"]
         result = next(x for x in store.results(run_id) if x["job"]["job_id"] == t["job_id"])
         assert [e["test_accuracy"] for e in result["epochs"]] == t["validation_accuracy"]
-    # the chosen line read back by a suite: its job trains with the tuned rate
-    suite = tmp_path / "tuned.toml"
-    suite.write_text((suites.find("quick").read_text() + "\n" + "\n".join(lines[1:]) + "\n"))
-    assert _jobs(tmp_path, suite.read_text())["local.cpp.full-zo.fp32.r0"]["lr_zo"] == chosen
+    # the chosen lines read back by a suite without that table: its job trains with the tuned rate
+    untuned = SCOPED.replace('[hyper."full-zo".fp32]\nlr_zo = 1e-4\n', "")
+    assert _jobs(tmp_path, untuned)["local.cpp.full-zo.fp32.r0"]["lr_zo"] == 1e-3
+    assert _jobs(tmp_path, untuned + "\n".join(lines) + "\n")["local.cpp.full-zo.fp32.r0"]["lr_zo"] == chosen
     # a tune run is not resumed, and its report charts the search
     r = cli(capsys, "run", "--resume", run_id, "--results", results)
     assert r.returncode == 2 and "zobench tune search" in r.stderr

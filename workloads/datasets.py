@@ -126,18 +126,23 @@ def check_splittable(name: str, validation: int) -> None:
 def check_validation(name: str, folder: Path, held: int) -> None:
     """Refuse a folder that is not the validation split the job asks for: without the file it
     holds the whole training set and the test set; with it, `held` samples held out."""
-    marker = folder / VALIDATION_FILE
-    try:
-        made = int(marker.read_text())
-    except FileNotFoundError:
-        made = 0
-    except (OSError, ValueError) as e:
-        raise DatasetError(f"dataset {name!r}: cannot read {marker} ({e}); {VALIDATION_MADE}") from None
+    made = _marker(name, folder / VALIDATION_FILE, int, 0, VALIDATION_MADE)
     if made != held:
         has = f"a validation split of {made} held-out samples" if made else \
             f"the training and test sets (no {VALIDATION_FILE} file)"
         raise DatasetError(f"dataset {name!r}: {folder} holds {has}, but workload.validation is {held}; "
                            f"{VALIDATION_MADE}")
+
+
+def _marker(name: str, marker: Path, parse, absent, made_by: str):
+    """What a folder the host made says it holds (its marker file's text, parsed); `absent` where
+    the folder has no such file: the data set as it is."""
+    try:
+        return parse(marker.read_text())
+    except FileNotFoundError:
+        return absent
+    except (OSError, ValueError) as e:
+        raise DatasetError(f"dataset {name!r}: cannot read {marker} ({e}); {made_by}") from None
 
 
 def check_rotatable(name: str, degrees: float) -> None:
@@ -159,13 +164,7 @@ def marker_text(degrees: float) -> str:
 def check_rotation(name: str, folder: Path, degrees: float) -> None:
     """Refuse images that are not turned by `degrees`: a folder without a rotation file holds
     the original images, one with it holds them turned by the angle it names."""
-    marker = folder / ROTATION_FILE
-    try:
-        made = float(marker.read_text())
-    except FileNotFoundError:
-        made = 0.0
-    except (OSError, ValueError) as e:
-        raise DatasetError(f"dataset {name!r}: cannot read {marker} ({e}); {ROTATION_MADE}") from None
+    made = _marker(name, folder / ROTATION_FILE, float, 0.0, ROTATION_MADE)
     if made != degrees and (rotated(made) or rotated(degrees)):
         held = f"images rotated by {made:g} degrees" if rotated(made) else f"unrotated images (no {ROTATION_FILE} file)"
         raise DatasetError(f"dataset {name!r}: {folder} holds {held}, but workload.rotate is {degrees:g}; {ROTATION_MADE}")

@@ -73,6 +73,7 @@ def build_parser() -> Parser:
     p.add_argument("--precision", action="append", default=[], help="only these precisions")
     p.add_argument("--dataset", action="append", default=[],
                    help="only these of the suite's data sets (mnist, or a variant: fashion-mnist-rot30)")
+    p.add_argument("--zo-loss", action="append", default=[], help="int8: only these ZO losses (float, integer)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a hyperparameter")
     p.add_argument("--timeout", type=number(float, suites.TIMEOUT_S),
                    help="per-job timeout in seconds (default: the suite's)")
@@ -240,7 +241,8 @@ def cmd_run(args) -> int:
         except UserError as e:
             print(f"zobench: warning: {e}; the run goes on, its results kept in {store.root}", file=sys.stderr)
     if args.resume:
-        if args.suite != "quick" or args.method or args.runtime or args.precision or args.dataset or args.set \
+        if args.suite != "quick" or args.method or args.runtime or args.precision or args.dataset or args.zo_loss \
+                or args.set \
                 or args.target:
             raise UserError("--resume replays the run's own plan; it takes no suite, target, filter or --set"
                             " (--timeout may be raised)")
@@ -283,7 +285,8 @@ def cmd_run(args) -> int:
                                       "models": methods, "fit_runs": fit_runs}}
             args.method = list(methods)     # a method nothing fits is left out, its note printed below
         jobs, notes = plan.make(suite, chosen, methods=args.method, runtimes=args.runtime,
-                                precisions=args.precision, data=args.dataset, overrides=overrides,
+                                precisions=args.precision, data=args.dataset, zo_losses=args.zo_loss,
+                                overrides=overrides,
                                 timeout_s=args.timeout,
                                 pretrain_target=pretrain or None, models=study and study["equal_memory"]["models"])
         for n in fitted + notes:
