@@ -57,9 +57,9 @@ def paper_table2(data_set: str, precision: str, mlabel: str) -> float | None:
     return cells[ANGLES.index(float(angle))][rows.index(mlabel)] if mlabel in rows else None
 
 
-def _row(mlabel, data_set, precision, runtime, ours, paper, flag="", best=float("nan")) -> dict:
+def _row(mlabel, data_set, precision, runtime, ours, paper, flag="", best=float("nan"), hyper="") -> dict:
     pct = lambda v: "-" if v is None or pd.isna(v) else f"{v:.2f}"   # noqa: E731
-    return {"method": mlabel, "data": data_set, "precision": precision.upper(), "runtime": runtime,
+    return {"method": mlabel, "data": data_set, "precision": precision.upper(), "runtime": runtime, "hyper": hyper,
             "zobench %": convergence.annotate(pct(ours), flag, pct(best)), "paper %": pct(paper),
             "difference (points)": "-" if paper is None or pd.isna(ours) else f"{ours - paper:+.2f}",
             "within 2 points": "-" if paper is None or pd.isna(ours) else ("yes" if abs(ours - paper) <= 2 else "no")}
@@ -70,7 +70,7 @@ def table1(ok: pd.DataFrame) -> pd.DataFrame:
     cell and the difference in points."""
     g = ok[~ok["pretrained_from"].astype(bool) & (ok["stage"] != "pretrain") & ~ok["study"]]
     rows = [_row(r.mlabel, r.data_set, r.precision, r.runtime, r.test_acc, paper_table1(r.data_set, r.precision, r.mlabel),
-                 r.flag, r.best_acc) for r in g.itertuples()]
+                 r.flag, r.best_acc, r.hyper) for r in g.itertuples()]
     return _ordered(pd.DataFrame(rows))
 
 
@@ -83,13 +83,16 @@ def table2(ok: pd.DataFrame) -> pd.DataFrame:
         rows.append(_row(BEFORE, data_set, precision, runtime, col["start_acc"].mean(),
                          paper_table2(data_set, precision, BEFORE)))
         rows += [_row(r.mlabel, data_set, precision, runtime, r.test_acc, paper_table2(data_set, precision, r.mlabel),
-                      r.flag, r.best_acc) for r in col.itertuples()]
+                      r.flag, r.best_acc, r.hyper) for r in col.itertuples()]
     return _ordered(pd.DataFrame(rows))
 
 
 def _ordered(t: pd.DataFrame) -> pd.DataFrame:
+    """Rows by data set, runtime, precision and the paper's method order; the hyper column (what
+    sets apart two groups of one method, as the report's) only where some row has one."""
     if not len(t):
         return t
+    t = t if t["hyper"].astype(bool).any() else t.drop(columns="hyper")
     rank = {m: i for i, m in enumerate((BEFORE, *METHODS))}
     return t.sort_values(["data", "runtime", "precision", "method"], key=lambda c: c.map(rank) if c.name == "method"
                          else c, kind="stable").reset_index(drop=True)

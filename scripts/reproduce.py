@@ -14,6 +14,7 @@ The ids of the runs made are kept in results/reproduce.json, so `doc` can be run
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import re
 import shutil
@@ -77,6 +78,8 @@ def doc(results: Path, run_ids: list[str]) -> None:
     from reports import report as r
 
     store = Store(results)
+    checks = short_runs(store, run_ids)
+    run_ids = [i for i in run_ids if i not in checks]
     plans = [store.run_plan(i) for i in run_ids]
     with tempfile.TemporaryDirectory() as tmp:
         build(store, run_ids, Path(tmp))
@@ -98,6 +101,11 @@ def doc(results: Path, run_ids: list[str]) -> None:
     for title, t in (("Table 1 (Fashion-MNIST columns)", paper.table1(ok)), ("Table 2", paper.table2(ok))):
         lines += ["", f"### {title}", ""]
         lines += [r._markdown([("table", t)]).strip()] if len(t) else ["not run"]
+    check = agreement(store, run_ids + checks)
+    if len(check):
+        lines += ["", "### torch against the C++ binary (FP32)", "",
+                  "The same jobs on torch for their first epochs, against the C++ binary's 100-epoch runs at the same "
+                  "epoch: train loss and test accuracy (%).", "", r._markdown([("table", check)]).strip()]
     lines += ["", "### Figs. 2-3: loss per epoch", "", "![Train and test loss per epoch](reproduction/loss.png)"]
     if (FIGURES / "finetune.png").is_file():
         lines += ["", "![Fine-tuning: test accuracy per epoch](reproduction/finetune.png)"]
@@ -108,11 +116,42 @@ def doc(results: Path, run_ids: list[str]) -> None:
     print(f"{DOC}: regenerated from {', '.join(run_ids)}")
 
 
+def short_runs(store: Store, run_ids: list[str]) -> list[str]:
+    """The runs of fewer epochs than their suite's (--set epochs=N): checks, not reproductions."""
+    return [i for i in run_ids if any(a.startswith("epochs=") for a in store.run_plan(i).get("argv", []))]
+
+
+def agreement(store: Store, run_ids: list[str]):
+    """Per FP32 method that torch trained too (for fewer epochs): its last epoch beside the C++
+    binary's same epoch."""
+    import pandas as pd
+    from workloads.vocab import method_label
+
+    runs = {}
+    for run_id in run_ids:
+        for x in store.results(run_id):
+            job = x["job"]
+            if x["status"] == "ok" and job["precision"] == "fp32" and not job.get("pretrained_from") \
+                    and job["runtime"] in ("cpp", "torch"):
+                runs[job["runtime"], method_label(job["method"], job["bp_layers"])] = x["epochs"]
+    rows = []
+    for (runtime, label), epochs in runs.items():
+        cpp = runs.get(("cpp", label))
+        if runtime != "torch" or not cpp or len(cpp) < len(epochs):
+            continue
+        t, c = epochs[-1], cpp[len(epochs) - 1]
+        rows.append({"method": label, "epoch": t["epoch"], "cpp train loss": f"{c['train_loss']:.4f}",
+                     "torch train loss": f"{t['train_loss']:.4f}", "cpp test %": f"{100 * c['test_accuracy']:.2f}",
+                     "torch test %": f"{100 * t['test_accuracy']:.2f}"})
+    return pd.DataFrame(rows)
+
+
 def fixture(results: Path, run_ids: list[str]) -> None:
     """tests/fixtures/reproduction.json: per tuned configuration of the runs (suite, method,
     precision, ZO loss, runtime) its first epoch's training loss and the hyperparameters the
     suite tunes, which the slow test checks one epoch against."""
     from harness.suites import MethodChoice, load
+    from workloads.spec import Hyper
     from workloads.vocab import method_key
 
     store, out = Store(results), {}
@@ -125,10 +164,12 @@ def fixture(results: Path, run_ids: list[str]) -> None:
                     or job["hyper"]["epochs"] != (suite.hyper.get("epochs") or job["hyper"]["epochs"]):
                 continue
             method = MethodChoice(job["method"], job["bp_layers"])
-            planned = suite.hyper_for(method, job["precision"], job["zo_loss"])
+            given = suite.hyper_for(method, job["precision"], job["zo_loss"])
+            planned = {**dataclasses.asdict(Hyper()), **given}
+            del planned["warmup_steps"]     # resolved per device in the job's spec
             if any(job["hyper"].get(k) != v for k, v in planned.items()):
                 continue        # not the suite as it is tuned now
-            tuned = {k: v for k, v in planned.items() if suite.hyper.get(k) != v}
+            tuned = {k: v for k, v in given.items() if suite.hyper.get(k) != v}
             key = " ".join([plan["suite"], str(method), job["precision"], job["zo_loss"], job["runtime"]])
             out[key] = {"train_loss": r["epochs"][0]["train_loss"], "rotate": job["workload"].get("rotate", 0.0),
                         "hyper": tuned, "run": run_id,
