@@ -175,5 +175,5 @@ def check_dataset(name: str) -> None:
 def parse_budget(text: str) -> int:
     """A budget is written as a target's mem_limit is ("512M", "2G"): one rule for both."""
     if not MEM_LIMIT.match(text):
-        raise UserError(f"fit --budget {text!r}: expected a size like 512M or 2G")
+        raise UserError(f"fit --budget {text!r}: expected a size above zero like 512M or 2G")
     return parse_size(text)

@@ -20,7 +20,8 @@ from . import cpu as cpus
 from . import paths, tomlfile
 from .errors import UserError
 
-MEM_LIMIT = re.compile(r"^[0-9]+[KMG]$")
+# a memory size above zero: "0M" would read as no limit at all
+MEM_LIMIT = re.compile(r"^0*[1-9][0-9]*[KMG]$")
 # What `uname -m` says on the boards zobench builds for; the arch names a build folder and a
 # toolchain file, so a fixed list keeps both inside the checkout.
 ARCHES = tuple(cpus.NAMES)
@@ -65,7 +66,7 @@ def _fields(t: tomlfile.Table, into: dict) -> dict:
             out[key] = v
     t.done()
     if out.get("mem_limit") and not MEM_LIMIT.match(out["mem_limit"]):
-        raise t.error("mem_limit", f"expected a size like \"512M\" or \"2G\", got {out['mem_limit']!r}")
+        raise t.error("mem_limit", f"expected a size above zero like \"512M\" or \"2G\", got {out['mem_limit']!r}")
     if out.get("cpu"):     # checked against the arch it is built for, which may come from a profile
         arch = out.get("arch") or (platform.machine() if out.get("transport") == "local" else "")
         if why := cpus.problem(arch, out["cpu"]):

@@ -17,6 +17,7 @@ from workloads import vocab
 from . import convergence
 from .inventory import MEM_LIMIT
 from .plan import Job
+from .suites import TIMEOUT_S
 
 NUMBER = (int, float)
 REQUIRED = {
@@ -182,6 +183,9 @@ def plan_problems(plan) -> list[str]:
             return [f"jobs[{i}].job_id {j['job_id']!r} is not a file name"]
         if not isinstance(j["spec"], dict) or j["spec"].get("job_id") != j["job_id"]:
             return [f"jobs[{i}].spec is not the spec of job {j['job_id']}"]
+        timeout = j["timeout_s"]    # a deadline --resume computes with: an edited one is refused here
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or TIMEOUT_S.problem(timeout):
+            return [f"jobs[{i}].timeout_s {timeout!r} is not a number of seconds ({TIMEOUT_S})"]
     return []
 
 

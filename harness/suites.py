@@ -258,7 +258,7 @@ def _equal_memory(t: tomlfile.Table, suite: Suite) -> EqualMemory:
     e.models = t.take("models", dict, default={})
     t.done()
     if not MEM_LIMIT.match(e.budget):
-        raise t.error("budget", f"expected a size like \"512M\" or \"2G\", got {e.budget!r}")
+        raise t.error("budget", f"expected a size above zero like \"512M\" or \"2G\", got {e.budget!r}")
     ladder = [n for n, m in MODELS.items() if isinstance(m, Transformer) and m.family == e.family]
     for method, name in e.models.items():
         if method not in [str(m) for m in suite.methods]:

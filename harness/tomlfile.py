@@ -25,6 +25,9 @@ def load(path: Path) -> dict:
         raise UserError(f"{path}: no such file") from None
     except tomllib.TOMLDecodeError as e:
         raise UserError(f"{path}: malformed TOML: {e}") from None
+    except UnicodeDecodeError as e:     # TOML is UTF-8: a file in another encoding, or not text
+        raise UserError(f"{path}: not UTF-8 text (byte {e.start}: {e.object[e.start:e.start + 1]!r}); "
+                        "TOML files are UTF-8") from None
     except OSError as e:
         raise UserError(f"{path}: cannot read: {e.strerror}") from None
 

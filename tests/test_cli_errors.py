@@ -149,6 +149,7 @@ def test_missing_dataset_is_a_configuration_error(tmp_path):
     ('[targets.".."]\nhost = "h"\n', ["targets: expected a board name", "got '..'"]),
     ('[targets."lab board"]\nhost = "h"\n', ["targets: expected a board name", "got 'lab board'"]),
     ('[targets.pi]\nhost = "h"\nmem_limit = "lots"\n', ["targets.pi.mem_limit", '"512M"']),
+    ('[targets.pi]\nhost = "h"\nmem_limit = "0M"\n', ["targets.pi.mem_limit: expected a size above zero", "'0M'"]),
     ('[targets.pi]\nhost = "h"\nruntimes = ["tflite"]\n', ["targets.pi.runtimes: expected one of"]),
     ('[targets.pi\n', ["malformed TOML"]),
     ('[boards.pi]\nhost = "h"\n', ["boards: unknown key"]),
@@ -156,6 +157,19 @@ def test_missing_dataset_is_a_configuration_error(tmp_path):
 def test_bad_inventory(tmp_path, text, needles):
     inv = write(tmp_path, "inventory.toml", text)
     check_user_error(zobench("targets", "list", "--inventory", inv), *needles)
+
+
+def test_a_toml_file_that_is_not_utf8_is_one_line_naming_it(tmp_path):
+    """A suite, an inventory and the user's config.toml (which even `zobench results` reads)."""
+    bad = b'description = "caf\xe9"\n'
+    for name, args in (("suite.toml", ["run", "--suite"]), ("inventory.toml", ["targets", "list", "--inventory"])):
+        (tmp_path / name).write_bytes(bad)
+        check_user_error(zobench(*args, tmp_path / name), f"{tmp_path / name}: not UTF-8 text (byte 18: b'\\xe9')")
+    config = tmp_path / "home" / ".config" / "zobench" / "config.toml"
+    config.parent.mkdir(parents=True)
+    config.write_bytes(bad)
+    check_user_error(zobench("results", "--results", tmp_path / "res", env={"HOME": str(tmp_path / "home")}),
+                     f"{config}: not UTF-8 text")
 
 
 def test_good_inventory_lists_boards_with_profile_defaults(tmp_path):

@@ -59,7 +59,8 @@ def suite_file(tmp_path: Path, budget="500M", models=BOTH, workload="", top='tar
 
 
 @pytest.mark.parametrize("change, what", [
-    (dict(budget="lots"), "equal_memory.budget: expected a size like"),
+    (dict(budget="lots"), "equal_memory.budget: expected a size above zero like"),
+    (dict(budget="0M"), "equal_memory.budget: expected a size above zero like"),
     (dict(models='models = { "elastic-zo:1" = "gpt2-1m" }'), "equal_memory.models.elastic-zo:1: not a method"),
     (dict(models='models = { "full-bp" = "lenet5" }'), "equal_memory.models.full-bp: expected a gpt2 model"),
     (dict(workload='model = "gpt2-1m"'), "workload.model: an equal_memory suite gives each method its model"),

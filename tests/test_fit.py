@@ -90,7 +90,7 @@ def test_fit_on_this_machine_under_a_budget(capsys, tmp_path):
 
 
 def test_fit_refuses_bad_input_in_one_line(capsys, tmp_path):
-    for args, what in ((["--budget", "lots"], "expected a size"),
+    for args, what in ((["--budget", "lots"], "expected a size"), (["--budget", "0M"], "expected a size above zero"),
                        (["--budget", "1G", "--vary", "batch", "--model", "lenet5"], "names one of the transformers"),
                        (["--budget", "1G", "--model-family", "opt"], "--model-family"),
                        (["--budget", "1G", "--method", "full-zo", "--checkpointing"], "checkpoint"),

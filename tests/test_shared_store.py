@@ -261,6 +261,11 @@ def test_a_fingerprint_change_starts_a_new_series_said_so(capsys, tmp_path, url)
     assert "new series: the fingerprint changed (kernel '6.1.0' -> '6.12.0')" in r.stdout
     r = cli(capsys, "history", "--store", url, "nothing-like-this")
     assert r.returncode == 2 and "no ok result" in r.stderr
+    (tmp_path / "a-file").write_text("kept")      # --out names a file: one line, the file untouched
+    r = cli(capsys, "history", "--store", url, "--out", tmp_path / "a-file")
+    assert r.returncode == 2 and r.stderr.strip().splitlines()[-1] == \
+        f"zobench: error: history --out {tmp_path / 'a-file'}: File exists; expected a folder for the chart"
+    assert (tmp_path / "a-file").read_text() == "kept"
 
 
 def test_the_store_comes_from_the_environment_or_the_users_config(capsys, tmp_path, url, monkeypatch):

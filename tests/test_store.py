@@ -130,10 +130,16 @@ def test_a_result_that_does_not_validate_is_corrupt_with_what_is_wrong(run):
 def test_a_corrupt_or_missing_plan_is_one_line_naming_it(run, capsys):
     root, run_id, folder = run
     plan = folder / "run.json"
-    plan.write_text(plan.read_text()[:100])
+    saved = plan.read_text()
+    plan.write_text(saved[:100])
     one_line_error(cli(capsys, "results", "--results", root, "--run", run_id), f"{plan} is corrupt (not valid JSON: ")
     plan.write_text(json.dumps({"jobs": [{"job_id": "../../x", "target": "local", "timeout_s": 1, "spec": {}}]}))
     one_line_error(cli(capsys, "run", "--results", root, "--resume", run_id), f"{plan} is corrupt (jobs[0].job_id '../../x'")
+    good = json.loads(saved)
+    good["jobs"][0]["timeout_s"] = "abc"       # an edited deadline: refused before anything runs
+    plan.write_text(json.dumps(good))
+    one_line_error(cli(capsys, "run", "--results", root, "--resume", run_id),
+                   f"{plan} is corrupt (jobs[0].timeout_s 'abc' is not a number of seconds (a value > 0 and <= 2592000))")
     plan.unlink()
     one_line_error(cli(capsys, "report", "--results", root, "--run", run_id), f"{plan} is missing")
     assert not (folder / "report").exists()

@@ -383,7 +383,10 @@ def cmd_history(args) -> int:
 
         from reports.charts import save
 
-        args.out.mkdir(parents=True, exist_ok=True)
+        try:
+            args.out.mkdir(parents=True, exist_ok=True)
+        except OSError as e:    # a regular file by that name, or a folder zobench may not write
+            raise UserError(f"history --out {args.out}: {e.strerror or e}; expected a folder for the chart") from None
         save(chart(found, args.estimator), args.out, "history")
         print(f"chart: {(args.out / 'history.png').resolve()}", file=sys.stderr)
     return 0
