@@ -189,6 +189,8 @@ def read_export(path: Path) -> dict[str, Measurement]:
             out[m.key] = m
     except BadSamples as e:
         raise UserError(f"{path}: benchmarks[{i}]: {e}") from None
+    except RecursionError:      # nested deeper than the JSON decoder goes: no export is
+        raise UserError(f"{path}: not a zobench pytest-benchmark export (nested too deeply to read)") from None
     except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as e:
         raise UserError(f"{path}: not a zobench pytest-benchmark export ({type(e).__name__}: {e})") from None
     return out
@@ -204,6 +206,9 @@ def from_benchmark(b: dict) -> Measurement:
         for k, v in (rec or {}).items():
             if v is not None:
                 number(v, f"{where}extra_info.zobench.load[{j}].{k}", positive=False)
+    for name in ("facts", "fingerprint"):      # tables compare reads by key: another type is no export
+        if not isinstance(z[name], dict):
+            raise BadSamples(f"{where}extra_info.zobench.{name}: expected a table, got {json.dumps(z[name])[:60]}")
     # an export from before zobench measured a GPU's memory or energy has neither: unknown
     optional = {attr: numbers(z[name], f"{where}extra_info.zobench.{name}", positive=False)
                 if z.get(name) not in (None, []) else []

@@ -271,6 +271,8 @@ BAD_EXPORTS = {
                "extra_info.zobench.peak_rss_bytes[0]: -1 is not >= 0"),
     "load": (lambda doc: doc["benchmarks"][1]["extra_info"]["zobench"]["load"].__setitem__(
         0, {"cpu_seconds_other": math.nan}), "extra_info.zobench.load[0].cpu_seconds_other: nan is not finite"),
+    "fingerprint": (_set(["extra_info", "zobench", "fingerprint"], "x86"),
+                    'extra_info.zobench.fingerprint: expected a table, got "x86"'),
 }
 
 
@@ -292,6 +294,14 @@ def test_an_export_that_is_not_utf8_is_refused_with_exit_2(made_up_export):
     p = compare(made_up_export["root"], str(path), made_up_export["run"])
     assert p.returncode == 2 and p.stdout == ""
     assert one_line(p).startswith(f"zobench: error: {path}: not UTF-8 text (byte 0xe9 at offset ")
+
+
+def test_an_export_nested_past_the_json_decoder_is_refused_with_exit_2(made_up_export):
+    path = made_up_export["file"]
+    path.write_text("[" * 100_000 + "]" * 100_000)
+    p = compare(made_up_export["root"], str(path), made_up_export["run"])
+    assert p.returncode == 2 and p.stdout == ""
+    assert one_line(p) == f"zobench: error: {path}: not a zobench pytest-benchmark export (nested too deeply to read)"
 
 
 def test_an_intact_export_of_two_keys_compares_both(made_up_export):
