@@ -36,6 +36,10 @@ from .suites import MethodChoice, Suite, scope_name
 from .transport import Stop
 
 SAMPLERS = ("tpe", "grid")
+# a trial is pruned only up to this share of its epochs: past it, what is left costs little and its
+# last accuracy is the score itself (successive halving's rung at epoch 48 of 50 stopped Full ZO
+# INT8* trials two epochs before their end, ahead of the one that finished)
+LAST_PRUNED = 0.9
 PRUNERS = ("median", "halving", "none")
 # a training set's share held out by default: Fashion-MNIST's 60,000 keep 50,000 to train on and
 # score on 10,000, as many as its test set
@@ -99,6 +103,18 @@ class Param:
 NOT_TUNED = ("epochs", "batch_size", "train_samples", "test_samples", "trace_steps", "points", "context",
              "max_train_seconds", "warmup_steps", "inject_slowdown")
 TUNABLE = tuple(k for k in Hyper.BOUNDS if k not in NOT_TUNED)
+
+
+# epochs a trial trains by default, at most the suite's own: a tenth of the paper's 100 for FP32,
+# where a rate that is too high shows within them (a loss rising from epoch 6); 50 for INT8, whose
+# sparsity and gradient bitwidth change at epochs 20 and 50 (int8.schedule): a 10-epoch trial never
+# sees either, and on Fashion-MNIST chose a Full ZO perturbation scale that ended 5.5 (INT8) and
+# 1.2 (INT8*) points below the one 50-epoch trials chose (docs/reproduction.md)
+TRIAL_EPOCHS = {"fp32": 10, "int8": 50}
+
+
+def default_epochs(suite: Suite, precision: str) -> int:
+    return min(TRIAL_EPOCHS[precision], suite.hyper.get("epochs", Hyper.epochs))
 
 
 def default_params(method: MethodChoice, precision: str) -> list[Param]:
@@ -234,7 +250,7 @@ def search(opts: Options, train, stop: Stop | None = None, on_trial=lambda entry
     train(record, report) runs the trial of record["values"] and returns its (status, flags,
     error); it calls
     report(epoch, validation accuracy, train loss) after each epoch, which answers True when the
-    pruner stops the trial there (never after its last epoch: that trial has ended). train may
+    pruner stops the trial there (never in the last tenth of its epochs: LAST_PRUNED). train may
     add to the trial's record (its job id). Returns the trials' records, each as on_trial saw it
     once it ended."""
     import optuna
@@ -254,7 +270,7 @@ def search(opts: Options, train, stop: Stop | None = None, on_trial=lambda entry
             entry["validation_accuracy"].append(accuracy)
             entry["train_loss"].append(train_loss)
             trial.report(accuracy if accuracy is not None else 0.0, epoch)     # a diverged loss scores nothing
-            if epoch < opts.epochs and trial.should_prune():
+            if epoch <= LAST_PRUNED * opts.epochs and trial.should_prune():
                 entry["state"], entry["pruned_at"] = "pruned", epoch
                 return True
             return False

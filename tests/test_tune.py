@@ -183,6 +183,10 @@ def test_params_parse_with_their_scale_and_bounds():
     assert [p.name for p in tune.default_params(suites.MethodChoice("elastic-zo", 1), "fp32")] == ["lr_zo", "lr_bp"]
     assert [p.name for p in tune.default_params(suites.MethodChoice("full-zo"), "int8")] == ["zo_scale"]
     assert tune.default_params(suites.MethodChoice("full-bp"), "int8") == []
+    # a trial sees INT8's schedule changes at epochs 20 and 50, and never trains longer than the suite
+    paper, quick = suites.load("paper-fmnist"), suites.load("quick")
+    assert (tune.default_epochs(paper, "fp32"), tune.default_epochs(paper, "int8")) == (10, 50)
+    assert (tune.default_epochs(quick, "fp32"), tune.default_epochs(quick, "int8")) == (3, 3)
 
 
 def _curve(lr: float, epochs: int) -> list[float]:
@@ -216,7 +220,7 @@ def test_the_search_finds_a_known_optimum_and_prunes_what_falls_behind(sampler):
     assert pruned, "a trial far from the optimum falls behind the median and is stopped"
     for t in pruned:    # stopped before its last epoch, below the median of the whole trials before it there
         e = t["pruned_at"]
-        assert 2 <= e < opts.epochs and len(t["validation_accuracy"]) == e
+        assert 2 <= e <= tune.LAST_PRUNED * opts.epochs and len(t["validation_accuracy"]) == e
         earlier = [seen[u["number"]][e - 1] for u in records[:t["number"]] if u["state"] == "complete"]
         assert t["validation_accuracy"][-1] < np.median(earlier)
     assert best["state"] == "complete" and best["score"] == max(t["score"] for t in records if t["score"] is not None)

@@ -212,8 +212,8 @@ def build_parser() -> Parser:
     p.add_argument("--param", action="append", default=[], metavar="NAME=LOW:HIGH[:log|linear]",
                    help="a hyperparameter and its range (default: the paper's knobs for the method and precision)")
     p.add_argument("--trials", type=number(int, Bounds(1, 10_000)), default=12, help="trials at most (default 12)")
-    p.add_argument("--epochs", type=number(int, Hyper.BOUNDS["epochs"]), default=10,
-                   help="epochs a trial trains (default 10)")
+    p.add_argument("--epochs", type=number(int, Hyper.BOUNDS["epochs"]),
+                   help="epochs a trial trains (default: FP32 10, INT8 50, at most the suite's)")
     p.add_argument("--validation", type=number(int, Bounds(1, Hyper.BOUNDS["train_samples"].hi)),
                    help="training samples held out to score on (default: a sixth of the training set)")
     p.add_argument("--sampler", choices=tune.SAMPLERS, default="tpe", help="tpe (default) or grid")
@@ -664,7 +664,8 @@ def cmd_tune(args) -> int:
     if (both := sorted({p.name for p in params} & set(overrides))):
         raise UserError(f"tune --set {both[0]}: it is the parameter searched; leave it out of --set")
     opts = tune.Options(choice, args.precision, args.zo_loss if args.precision == "int8" else "float", args.runtime,
-                        args.dataset, params, args.trials, args.epochs, args.validation or 0, args.sampler,
+                        args.dataset, params, args.trials, args.epochs or tune.default_epochs(suite, args.precision),
+                        args.validation or 0, args.sampler,
                         args.grid_points, args.pruner, args.seed, overrides, args.timeout)
     store, stop, caught = Store(args.results), Stop(), []
 
