@@ -241,8 +241,7 @@ def validation_idx(name: str, data_dir: str, rotate: float, held: int) -> RawIdx
     if not held:
         return source
     datasets.check_splittable(name, held)
-    train = {kind: source.files[f"{name}/train-{kind}"] for kind in ("labels-idx1-ubyte", _samples(name))}
-    n = datasets.read_idx(train["labels-idx1-ubyte"]).shape[0]
+    n = datasets.split_size(name, "train", str(source.dir))
     if held >= n:
         raise datasets.DatasetError(f"dataset {name!r}: workload.validation: expected fewer than its {n} training "
                                     f"samples, got {held}")
@@ -251,8 +250,9 @@ def validation_idx(name: str, data_dir: str, rotate: float, held: int) -> RawIdx
     out_mask = np.zeros(n, dtype=bool)
     out_mask[zrng.holdout(n, held)] = True
     files = {}
-    for kind, src in train.items():
-        type_byte = 0x0D if kind.startswith("points") else 0x08
+    for kind, type_byte in ((datasets.SAMPLES[datasets.is_points(name)], datasets.sample_type(name)),
+                            (datasets.LABELS, 0x08)):
+        src = source.files[f"{name}/train-{kind}"]
         for split, mask in (("train", ~out_mask), ("t10k", out_mask)):
             dest = write_once(out / f"{split}-{kind}",
                               lambda tmp, src=src, mask=mask, t=type_byte: datasets.write_idx(
@@ -264,11 +264,6 @@ def validation_idx(name: str, data_dir: str, rotate: float, held: int) -> RawIdx
     marker = write_once(out / datasets.VALIDATION_FILE, lambda tmp: tmp.write_text(f"{held}\n"))
     files[f"{name}/{marker.name}"] = marker
     return RawIdx(out.parent, files)
-
-
-def _samples(name: str) -> str:
-    """The stem of a split's sample file after its prefix: points or images."""
-    return "points-idx3-float" if datasets.is_points(name) else "images-idx3-ubyte"
 
 
 def init_weights_dir() -> Path:

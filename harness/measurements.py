@@ -74,6 +74,17 @@ def hyper_key(hyper: dict, device: str = "cpu") -> str:
     return " ".join(f"{k}={v}" for k, v in changed_hyper(hyper, device))
 
 
+def shown_value(v) -> str:
+    """A hyperparameter as people read it (and TOML reads back): a rate to 3 significant digits;
+    a key keeps every digit (hyper_key)."""
+    return f"{v:.3g}" if isinstance(v, float) else str(v)
+
+
+def shown_hyper(items) -> str:
+    """(name, value) pairs as people read them: "lr_zo=0.000316 zo_scale=8"."""
+    return " ".join(f"{k}={shown_value(v)}" for k, v in items)
+
+
 def job_key(job: dict) -> tuple[str, dict]:
     w = job.get("workload") or {}
     precision = vocab.precision_key(job.get("precision", "fp32"), job.get("zo_loss", "float"), job["method"])

@@ -130,15 +130,16 @@ class Store:
         write_atomic(d / "run.json", plan)
 
     def extend_plan(self, run_id: str, jobs: list[dict]) -> None:
-        """Add jobs to a run whose next job depends on the last one's outcome (zobench fit)."""
-        plan = self.run_plan(run_id)
-        plan["jobs"] += jobs
-        write_atomic(self.run_dir(run_id) / "run.json", plan)
+        """Add jobs to a run whose next job depends on the last one's outcome (zobench fit, tune)."""
+        self._change_plan(run_id, lambda plan: plan["jobs"].extend(jobs))
 
     def set_in_plan(self, run_id: str, key: str, value) -> None:
         """Record what a search found so far in its run.json (zobench tune's study)."""
+        self._change_plan(run_id, lambda plan: plan.__setitem__(key, value))
+
+    def _change_plan(self, run_id: str, change) -> None:
         plan = self.run_plan(run_id)
-        plan[key] = value
+        change(plan)
         write_atomic(self.run_dir(run_id) / "run.json", plan)
 
     def check_writable(self, run_id: str | None = None) -> None:

@@ -96,11 +96,12 @@ class Suite:
         """A job's hyperparameters from the suite: [hyper], then its precision's table (int8
         before int8-float), then its method's (the name before the name with :K), each with
         its precision's table inside, the more specific one winning (--set goes over all)."""
-        levels = [precision, vocab.precision_key(precision, zo_loss, method.method)]
+        precisions = dict.fromkeys([precision, vocab.precision_key(precision, zo_loss, method.method)])
+        scopes = [*precisions, *(scope for m in dict.fromkeys([method.method, str(method)])
+                                 for scope in (m, *(f"{m}.{p}" for p in precisions)))]
         out = dict(self.hyper)
-        for scope in dict.fromkeys([*levels, *(f"{m}.{p}" for m in dict.fromkeys([method.method, str(method)])
-                                               for p in ["", *levels])]):
-            out.update(self.scoped.get(scope.rstrip("."), {}))
+        for scope in scopes:
+            out.update(self.scoped.get(scope, {}))
         return out
 
     def variants(self) -> list[tuple[str, float]]:

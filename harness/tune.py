@@ -26,6 +26,7 @@ from workloads import datasets, vocab
 from workloads.spec import Hyper
 
 from . import convergence, plan
+from .measurements import shown_hyper, shown_value
 from .bundle import prepare
 from .errors import UserError
 from .inventory import Target
@@ -149,8 +150,7 @@ class Options:
 @dataclass
 class Outcome:
     run_id: str
-    record: dict                # run.json's "tune"
-    best: dict | None           # the best complete trial's record, None if none completed
+    record: dict                # run.json's "tune"; its "best" is None when no trial completed
     interrupted: str = ""       # why the search stopped early ("" = it ran every trial)
 
 
@@ -177,20 +177,15 @@ def resolve(suite: Suite, opts: Options) -> tuple[str, float]:
     if not opts.params:
         raise UserError(f"tune: {opts.method} {opts.precision} has nothing the paper tunes (INT8 Full BP learns at "
                         "NITI's scheduled bitwidth); name what to search with --param NAME=LOW:HIGH")
-    variants = suite.variants()
-    dataset, rotate = next(((d, r) for d, r in variants if d == opts.dataset), (None, 0.0)) if opts.dataset \
-        else variants[0]
-    if dataset is None:
+    variants = suite.variants()     # the plan refuses a data set that is not split (text)
+    matching = [(d, r) for d, r in variants if d == (opts.dataset or d)]
+    if not matching:
         raise UserError(f"tune --dataset {opts.dataset}: the suite learns "
                         f"{', '.join(dict.fromkeys(d for d, _ in variants))}")
-    try:
-        datasets.check_splittable(dataset, 1)
-    except datasets.DatasetError as e:
-        raise UserError(f"tune: {e}") from None
-    return dataset, rotate
+    return matching[0]
 
 
-def default_validation(suite: Suite, dataset: str, data_dir: str) -> int:
+def default_validation(dataset: str, data_dir: str) -> int:
     try:
         n = datasets.split_size(dataset, "train", data_dir or None)
     except datasets.DatasetError as e:
@@ -202,11 +197,12 @@ def _study(opts: Options):
     """TPE, seeded; or every point of the grid queued in an order drawn from the seed (Optuna's
     GridSampler ends a study it runs outside study.optimize with an error, so the grid is queued)."""
     import optuna
-    if opts.sampler != "grid":
-        return optuna.create_study(direction="maximize", pruner=_pruner(opts),
-                                   sampler=optuna.samplers.TPESampler(seed=opts.seed, n_startup_trials=min(5, opts.trials)))
-    study = optuna.create_study(direction="maximize", pruner=_pruner(opts),
-                                sampler=optuna.samplers.RandomSampler(seed=opts.seed))
+    grid = opts.sampler == "grid"
+    sampler = optuna.samplers.RandomSampler(seed=opts.seed) if grid else \
+        optuna.samplers.TPESampler(seed=opts.seed, n_startup_trials=min(5, opts.trials))
+    study = optuna.create_study(direction="maximize", pruner=_pruner(opts), sampler=sampler)
+    if not grid:
+        return study
     points = list(itertools.product(*(p.grid(opts.grid_points) for p in opts.params)))
     random.Random(opts.seed).shuffle(points)
     for point in points[:trials_of(opts)]:
@@ -235,14 +231,16 @@ def trials_of(opts: Options) -> int:
     return min(opts.trials, math.prod(len(p.grid(opts.grid_points)) for p in opts.params))
 
 
-def toml_lines(record: dict, best: dict) -> list[str]:
-    """The chosen values as the suite's table of the method and precision, ready to paste."""
+def toml_lines(run_id: str, record: dict) -> list[str]:
+    """The chosen values (record["best"]) as the suite's table of the method and precision, ready
+    to paste."""
+    best = record["best"]
     precision = vocab.precision_key(record["precision"], record["zo_loss"], MethodChoice.parse(record["method"]).method)
-    lines = [f"# zobench tune run {record['run_id']}: validation accuracy {best['score']:.4f} after "
+    lines = [f"# zobench tune run {run_id}: validation accuracy {best['score']:.4f} after "
              f"{record['epochs']} epochs on {record['validation']} held-out samples of {record['dataset']}, "
              f"{len(record['trials'])} trials ({sum(t['state'] == 'pruned' for t in record['trials'])} pruned)",
              f"[hyper.{scope_name(record['method'])}.{precision}]"]
-    return lines + [f"{k} = {v}" if isinstance(v, int) else f"{k} = {v:.3g}" for k, v in best["values"].items()]
+    return lines + [f"{k} = {shown_value(v)}" for k, v in best["values"].items()]
 
 
 def search(opts: Options, train, stop: Stop | None = None, on_trial=lambda entry: None) -> list[dict]:
@@ -308,7 +306,7 @@ def run(store: Store, suite: Suite, target: Target, opts: Options, stop: Stop | 
     stop = stop or Stop()
     dataset, rotate = resolve(suite, opts)
     if not opts.validation:
-        opts.validation = default_validation(suite, dataset, suite.workload.get("data_dir", ""))
+        opts.validation = default_validation(dataset, suite.workload.get("data_dir", ""))
     base = trial_suite(suite, opts, dataset, rotate)
     record = {"suite": suite.name, "method": str(opts.method), "precision": opts.precision, "zo_loss": opts.zo_loss,
               "runtime": opts.runtime, "target": target.name, "dataset": datasets.variant_name(dataset, rotate),
@@ -320,7 +318,6 @@ def run(store: Store, suite: Suite, target: Target, opts: Options, stop: Stop | 
     run_id = store.new_run({"created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                             "suite": suite.name, "suite_path": str(suite.path), "git": plan.git_facts(),
                             "tune": record, "jobs": []})
-    record["run_id"] = run_id
 
     def train(entry: dict, report) -> tuple[str, list, str | None]:
         ((job,), _) = plan.make(dataclasses.replace(base, hyper={**base.hyper, **entry["values"]}), [target],
@@ -339,7 +336,7 @@ def run(store: Store, suite: Suite, target: Target, opts: Options, stop: Stop | 
     best = best_of(record["trials"])
     record["best"] = best and {"number": best["number"], "values": best["values"], "score": best["score"]}
     store.set_in_plan(run_id, "tune", record)
-    return Outcome(run_id, record, best, stop.reason)
+    return Outcome(run_id, record, stop.reason)
 
 
 def _trial(store: Store, run_id: str, job, target: Target, prepared, report, run_stop: Stop) -> dict:
@@ -375,7 +372,7 @@ class _TrialStop(Stop):
 
 
 def _line(entry: dict) -> str:
-    values = " ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in entry["values"].items())
+    values = shown_hyper(entry["values"].items())
     acc = entry["validation_accuracy"]
     if entry["state"] == "complete":
         how = f"validation accuracy {entry['score']:.4f}" + (f" ({', '.join(entry['flags'])})" if entry["flags"] else "")

@@ -16,12 +16,18 @@ from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
 
 from harness import memory_model
-from workloads.vocab import PAPER_CONFIGS, TRAIN_PHASES, method_label
+from workloads.vocab import PAPER_CONFIGS, TRAIN_PHASES, method_label, precision_key
 
 MIB, KIB = 2 ** 20, 2 ** 10
 PHASE_COLORS = dict(zip(TRAIN_PHASES, sns.color_palette("Set2", len(TRAIN_PHASES))))
 PART_COLORS = dict(zip(memory_model.PARTS, sns.color_palette("Pastel1", len(memory_model.PARTS))))
 PRECISIONS = ("fp32", "int8", "int8*")
+
+
+def precision_label(job: dict) -> str:
+    """The paper's names: INT8 with the integer-only ZO loss is INT8*, with the float one INT8."""
+    key = precision_key(job.get("precision", "fp32"), job.get("zo_loss", "float"), job["method"])
+    return {"int8-float": "int8", "int8-integer": "int8*"}.get(key, key)
 RUNTIME_MARKERS = {"cpp": "D", "torch": "o", "ort": "s"}
 
 

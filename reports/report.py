@@ -20,12 +20,12 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from harness import convergence, memory_model
-from harness.measurements import KEY_IGNORES, changed_hyper
+from harness.measurements import KEY_IGNORES, changed_hyper, shown_hyper
 from harness.errors import UserError
 from harness.schema import joules_per_step, step_seconds
 from workloads.datasets import variant_name
 from workloads.spec import JobSpec
-from workloads.vocab import METHODS, PAPER_CONFIGS, TRAIN_PHASES, method_label, precision_key
+from workloads.vocab import METHODS, PAPER_CONFIGS, TRAIN_PHASES, method_label
 
 from . import charts, equal_memory, finetune, paper, transformers, tune
 from .history import chart as history_chart
@@ -136,12 +136,6 @@ def _method_palette(df: pd.DataFrame) -> dict:
     return {m: colors[i % len(colors)] for i, m in enumerate(KNOWN + others)}
 
 
-def precision_label(job: dict) -> str:
-    """The paper's names: INT8 with the integer-only ZO loss is INT8*, with the float one INT8."""
-    key = precision_key(job.get("precision", "fp32"), job.get("zo_loss", "float"), job["method"])
-    return {"int8-float": "int8", "int8-integer": "int8*"}.get(key, key)
-
-
 def _nan(value) -> float:
     """A number of a result as pandas holds a missing one: the store writes a loss that was not
     finite as null (naming it under "nonfinite"), which is NaN here, a gap in a chart."""
@@ -164,7 +158,7 @@ def _load(store, run_ids: list[str], plans: list[dict]) -> pd.DataFrame:
             rows.append({
                 "run_id": run_id, "job_id": job["job_id"], "repeat": job.get("repeat", 0),
                 **{k: job[k] for k in ("method", "bp_layers", "runtime", "target")},
-                "precision": precision_label(job),
+                "precision": charts.precision_label(job),
                 "data_set": data, "workload": f"{job['workload']['model']}/{data}",
                 # lineage: the job a fine-tuning job started from, and the hashes of what it started and ended with
                 "pretrained_from": job.get("pretrained_from") or "",
@@ -207,8 +201,7 @@ def _load(store, run_ids: list[str], plans: list[dict]) -> pd.DataFrame:
                 "epochs": [{**e, **{k: _nan(e.get(k)) for k in ("train_loss", "test_loss", "joules")},
                             "test_acc": 100 * _nan(e.get("test_accuracy"))} for e in r.get("epochs") or []],
                 "env": r.get("env") or {},
-                "hyperparameters": " ".join(f"{k}={_value(v)}" for k, v in changed_hyper(job.get("hyper") or {},
-                                                                                         job.get("device", "cpu"))),
+                "hyperparameters": shown_hyper(changed_hyper(job.get("hyper") or {}, job.get("device", "cpu"))),
                 "hyper_values": job.get("hyper") or {},
             })
     if not rows:
@@ -235,13 +228,8 @@ def _differing(df: pd.DataFrame) -> list[str]:
     same = df.groupby(["method", "bp_layers", "precision", "stage"], sort=False)["hyper_values"]
     varying = {name: sorted(k for k in set().union(*map(set, hypers)) if k not in KEY_IGNORES
                             and len({repr(h.get(k)) for h in hypers}) > 1) for name, hypers in same}
-    return [" ".join(f"{k}={_value(h.get(k))}" for k in varying[key])
+    return [shown_hyper((k, h.get(k)) for k in varying[key])
             for key, h in zip(zip(df.method, df.bp_layers, df.precision, df.stage), df.hyper_values)]
-
-
-def _value(v) -> str:
-    """A hyperparameter as the report shows it: a rate to 3 significant digits."""
-    return f"{v:.3g}" if isinstance(v, float) else str(v)
 
 
 def _hyper_table(df: pd.DataFrame) -> pd.DataFrame:

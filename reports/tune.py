@@ -6,6 +6,8 @@ import math
 
 import pandas as pd
 
+from harness.measurements import shown_hyper
+
 from . import charts
 
 STATE_MARKERS = {"complete": "o", "pruned": "x", "failed": "s", "interrupted": "s"}
@@ -17,12 +19,8 @@ def studies(run_ids: list[str], plans: list[dict]) -> dict[str, dict]:
 
 
 def title(study: dict) -> str:
-    precision = study["precision"] + ("*" if study["precision"] == "int8" and study["zo_loss"] == "integer" else "")
+    precision = charts.precision_label({**study, "method": study["method"].partition(":")[0]})
     return f"{study['method']} {precision} · {study['runtime']} · {study['target']}"
-
-
-def _values(values: dict) -> str:
-    return " ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in values.items())
 
 
 def table(found: dict[str, dict]) -> pd.DataFrame:
@@ -35,7 +33,7 @@ def table(found: dict[str, dict]) -> pd.DataFrame:
                      "searched": ", ".join(f"{p['name']} {p['low']:g}..{p['high']:g}" + (" log" if p["log"] else "")
                                            for p in s["params"]),
                      "trials": f"{len(states)} ({states.count('complete')} whole, {states.count('pruned')} pruned)",
-                     "epochs": s["epochs"], "chose": _values(best["values"]) if best else "-",
+                     "epochs": s["epochs"], "chose": shown_hyper(best["values"].items()) if best else "-",
                      "validation accuracy %": f"{100 * best['score']:.2f}" if best else "-"})
     return pd.DataFrame(rows)
 
@@ -45,7 +43,7 @@ def trials(study: dict) -> pd.DataFrame:
     rows = []
     for t in study["trials"]:
         acc = [math.nan if a is None else 100 * a for a in t["validation_accuracy"]]
-        rows.append({"trial": t["number"], "values": _values(t["values"]), "state": t["state"],
+        rows.append({"trial": t["number"], "values": shown_hyper(t["values"].items()), "state": t["state"],
                      "flags": ", ".join(t.get("flags") or []), "epochs": len(acc),
                      "validation accuracy %": f"{acc[-1]:.2f}" if acc else "-",
                      "best epoch %": f"{max(acc):.2f}" if acc and not all(map(math.isnan, acc)) else "-"})

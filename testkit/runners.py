@@ -10,10 +10,13 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
+
 from harness import cpu
 from harness.build import build
 from harness.artifacts import raw_idx
 from harness.inventory import Target
+from workloads import datasets
 from workloads.envinfo import cpu_facts
 from workloads.models import LENET5, Model
 
@@ -106,9 +109,6 @@ def small_mnist(tmp: Path, monkeypatch, train: int, test: int, seed: int, mark=l
     """A small MNIST of random pixels and labels in $ZOBENCH_DATA/mnist under tmp, and a cache of
     its own (artifacts.root follows HOME); mark(prefix, images) may draw on a split's images
     before they are written. Its folder."""
-    import numpy as np
-    from workloads import datasets
-
     monkeypatch.setenv("HOME", str(tmp / "home"))
     monkeypatch.setenv("ZOBENCH_DATA", str(tmp / "data"))
     folder = tmp / "data" / "mnist"

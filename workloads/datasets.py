@@ -250,6 +250,16 @@ def prefix(split: str) -> str:
     return "train" if split == "train" else "t10k"
 
 
+# an image or point set's IDX files after their split's prefix: the samples (images, points), the labels
+SAMPLES = {False: "images-idx3-ubyte", True: "points-idx3-float"}
+LABELS = "labels-idx1-ubyte"
+
+
+def sample_type(name: str) -> int:
+    """The IDX type byte of an image or point set's samples: uint8 pixels, float32 coordinates."""
+    return 0x0D if is_points(name) else 0x08
+
+
 def files(name: str, split: str, data_dir: str | None = None) -> tuple[Path, Path]:
     """The (images, points or tokens, labels) IDX files of a dataset's split; DatasetError if
     missing. A point or text set's files are the ones the host made (artifacts.raw_idx: its folder
@@ -258,8 +268,7 @@ def files(name: str, split: str, data_dir: str | None = None) -> tuple[Path, Pat
         found = text_files(name, split, data_dir)
         return found["tokens"], found["labels"]
     dirs, p = search_dirs(name, data_dir), prefix(split)
-    samples = f"{p}-points-idx3-float" if is_points(name) else f"{p}-images-idx3-ubyte"
-    return _find(name, samples, dirs), _find(name, f"{p}-labels-idx1-ubyte", dirs)
+    return _find(name, f"{p}-{SAMPLES[is_points(name)]}", dirs), _find(name, f"{p}-{LABELS}", dirs)
 
 
 def text_files(name: str, split: str, data_dir: str | None = None) -> dict[str, Path]:
@@ -309,7 +318,7 @@ def _idx_split(name: str, split: str, data_dir: str | None, limit: int = 0,
     sample_file, label_file = files(name, split, data_dir)
     check_rotation(name, sample_file.parent, rotate)
     check_validation(name, sample_file.parent, validation)
-    samples = read_idx(sample_file, 0x0D if is_points(name) else 0x08, limit)
+    samples = read_idx(sample_file, sample_type(name), limit)
     labels = read_idx(label_file, 0x08, limit)
     if samples.ndim != 3 or labels.ndim != 1 or len(samples) != len(labels):
         raise DatasetError(f"dataset {name!r} {split}: samples {samples.shape} do not match labels {labels.shape}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import os
 import shlex
@@ -241,9 +242,8 @@ def cmd_run(args) -> int:
         except UserError as e:
             print(f"zobench: warning: {e}; the run goes on, its results kept in {store.root}", file=sys.stderr)
     if args.resume:
-        if args.suite != "quick" or args.method or args.runtime or args.precision or args.dataset or args.zo_loss \
-                or args.set \
-                or args.target:
+        if args.suite != "quick" or args.target or args.set or any((args.method, args.runtime, args.precision,
+                                                                    args.dataset, args.zo_loss)):
             raise UserError("--resume replays the run's own plan; it takes no suite, target, filter or --set"
                             " (--timeout may be raised)")
         run_id = args.resume
@@ -286,8 +286,7 @@ def cmd_run(args) -> int:
             args.method = list(methods)     # a method nothing fits is left out, its note printed below
         jobs, notes = plan.make(suite, chosen, methods=args.method, runtimes=args.runtime,
                                 precisions=args.precision, data=args.dataset, zo_losses=args.zo_loss,
-                                overrides=overrides,
-                                timeout_s=args.timeout,
+                                overrides=overrides, timeout_s=args.timeout,
                                 pretrain_target=pretrain or None, models=study and study["equal_memory"]["models"])
         for n in fitted + notes:
             print(f"note: left out {n}", file=sys.stderr)
@@ -301,22 +300,8 @@ def cmd_run(args) -> int:
     counts = {}
     for j in jobs:
         counts[j.target] = counts.get(j.target, 0) + 1
-    stop, caught = Stop(), []
-
-    def on_signal(signum, _frame):
-        # a flag only: each board kills its running job and starts no more. Later signals are
-        # ignored, so the killing always finishes and no runner is left orphaned.
-        if not caught:
-            caught.append(signum)
-            stop.request(f"interrupted by {signal.Signals(signum).name}")
-
-    before = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        with ProgressView(counts) as view:
-            results = execute(store, run_id, jobs, targets, prepared, view, stop)
-    finally:
-        for s, handler in before.items():
-            signal.signal(s, handler)
+    with _signals_stop() as (stop, caught), ProgressView(counts) as view:
+        results = execute(store, run_id, jobs, targets, prepared, view, stop)
     resume = store.resume_command(run_id) + (f" --inventory {shlex.quote(str(args.inventory))}" if args.inventory else "")
     if caught:      # no report: what ended is stored, and the user asked to stop now
         stopped = sum(r["status"] == "interrupted" for r in results)
@@ -332,6 +317,26 @@ def cmd_run(args) -> int:
     print(f"run {run_id}: {len(results)} jobs run, {len(bad)} not ok"
           + (f"; finish them with: {resume}" if bad else ""), file=sys.stderr)
     return 2 if not pushed else 1 if bad else 0
+
+
+@contextlib.contextmanager
+def _signals_stop():
+    """SIGINT and SIGTERM, while the block runs, set a Stop (yielded with the list of the signals
+    caught): a flag only, so each board kills its running job and starts no more. Later signals
+    are ignored, so the killing always finishes and no runner is left orphaned."""
+    stop, caught = Stop(), []
+
+    def on_signal(signum, _frame):
+        if not caught:
+            caught.append(signum)
+            stop.request(f"interrupted by {signal.Signals(signum).name}")
+
+    before = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield stop, caught
+    finally:
+        for s, handler in before.items():
+            signal.signal(s, handler)
 
 
 def _push(url: str, store: Store, run_ids: list[str], branch: str | None) -> bool:
@@ -667,27 +672,17 @@ def cmd_tune(args) -> int:
                         args.dataset, params, args.trials, args.epochs or tune.default_epochs(suite, args.precision),
                         args.validation or 0, args.sampler,
                         args.grid_points, args.pruner, args.seed, overrides, args.timeout)
-    store, stop, caught = Store(args.results), Stop(), []
-
-    def on_signal(signum, _frame):
-        if not caught:      # the trial in progress is stopped, and no other starts
-            caught.append(signum)
-            stop.request(f"interrupted by {signal.Signals(signum).name}")
-
-    before = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        outcome = tune.run(store, suite, target, opts, stop, show=lambda line: print(line, file=sys.stderr))
-    finally:
-        for s, handler in before.items():
-            signal.signal(s, handler)
-    run_id, best = outcome.run_id, outcome.best
+    with _signals_stop() as (stop, caught):     # the trial in progress is stopped, and no other starts
+        outcome = tune.run(Store(args.results), suite, target, opts, stop,
+                           show=lambda line: print(line, file=sys.stderr))
+    run_id, best = outcome.run_id, outcome.record["best"]
     if caught:
         print(f"tune run {run_id}: {outcome.interrupted} after {len(outcome.record['trials'])} trials"
               + ("; the best so far:" if best else "; no trial completed"), file=sys.stderr)
     if best is None:
         print(f"tune run {run_id}: no trial completed, nothing chosen", file=sys.stderr)
         return 128 + caught[0] if caught else 1
-    print("\n".join(tune.toml_lines(outcome.record, best)))
+    print("\n".join(tune.toml_lines(run_id, outcome.record)))
     return 128 + caught[0] if caught else 0
 
 
