@@ -16,12 +16,12 @@ taken seconds apart), while the fastest repeat stays on the code's own cost (Che
 The statistical test alone flags tiny but consistent shifts. A bare percentage alone raises
 false alarms on noisy runners. And when other work kept the machine busy through every
 repeat of a side, even its fastest repeat is slow: each job records the machine's load
-(machine_load.py), and a key whose step time the load kept from measuring the code is "noisy"
-rather than regressed, improved or unchanged (its energy too: a step that takes longer draws
+(machine_load.py), and a key whose step time change (or lack of one) the load could explain on
+its own is "noisy" rather than regressed, improved or unchanged; load excuses no more than that (its energy too: a step that takes longer draws
 the device's idle power longer). Each key ends up in one of these states
 (docs/compare.md):
 - improved, regressed or unchanged;
-- noisy: a side ran under load it did not cause, enough to make or hide a change;
+- noisy: a side ran under load it did not cause, enough to make or hide the change measured;
 - not comparable: the target's fingerprint changed between the two sides (CPU, cores,
   governor, kernel, runtime versions, the CPU the C++ binary was built for and its kernel
   paths, or the binary's hash while the harness commit stayed the same, i.e. the build changed
@@ -46,9 +46,11 @@ ALPHA = 0.05
 ESTIMATORS = {"min": min, "median": statistics.median}
 STATUSES = ("regressed", "improved", "noisy", "unchanged", "not comparable", "missing")
 COMPARED = ("regressed", "improved", "unchanged")
-# A key's step time is judged only when the load let it measure the code (docs/compare.md):
-# other work took at most LOADED of the CPU a job wanted in each side's quietest repeat, and the
-# two sides' shares differ by less than could change the time by the threshold on its own.
+# Load excuses only what it can explain (docs/compare.md): a counted change is judged unless the
+# slower side's load could have made it on its own, and "unchanged" stands unless the busier
+# side's could have hidden a change of the threshold. Where one side's load is unknown (an export
+# from an older zobench), the other side's is judged alone: more than LOADED of the CPU its jobs
+# wanted, and no repeat of it measured the code.
 LOADED = 0.25
 EXIT_REGRESSED, EXIT_NOTHING_COMPARED = 1, 3
 EXIT_CODES = ("exit codes: 0 no regression; 1 a key regressed (--fail-on-change: or improved); "
@@ -135,11 +137,21 @@ def explained(busy: float, quiet: float) -> float:
     return (1 - quiet) / max(1 - busy, 0.01) - 1
 
 
-def noise(b: Measurement, c: Measurement, step: MetricChange, estimate, threshold: float) -> str:
-    """Why the key's step time cannot be judged, or "" when the load let it measure the code.
-    A counted change can only have come from the slower side's load (load adds time, never
-    takes it away); an "unchanged" can hide a change under either side's, so the busier is
-    the one that matters."""
+def unexplained(change: float, gap: float) -> float:
+    """What is left of a change between two sides (current / baseline - 1) once the slower side
+    is granted the slowdown `gap` its extra load can cause: the slower / faster ratio divided by
+    1 + gap, less 1."""
+    ratio = 1 + change if change > 0 else 1 / (1 + change)
+    return ratio / (1 + max(gap, 0.0)) - 1
+
+
+def noise(b: Measurement, c: Measurement, step: MetricChange, estimate, threshold: float) -> tuple[str, str]:
+    """(why the key's step time is not judged, or ""; a note on load it was judged beside, or "").
+    A counted change can only have come from the slower side's load (load adds time, never takes
+    it away): it is judged when more of it is left than the threshold once that side is granted
+    all the slowdown its extra load can cause. An "unchanged" can hide a change under either
+    side's load, so the busier side's matters: it stands unless that load could have hidden a
+    change larger than the threshold."""
     shares = {"baseline": side_load(b, estimate), "current": side_load(c, estimate)}
     if step.significant:
         side = "current" if step.change > 0 else "baseline"
@@ -148,13 +160,16 @@ def noise(b: Measurement, c: Measurement, step: MetricChange, estimate, threshol
     other = "baseline" if side == "current" else "current"
     mine, theirs = shares[side], shares[other]
     if mine is None:
-        return ""
-    gap = explained(mine, theirs) if theirs is not None else None
-    if not (mine > LOADED or (gap is not None and gap > threshold)):
-        return ""
-    return (f"{side} ran beside other work: other processes or steal took {100 * mine:.0f}% of the CPU its jobs "
-            "wanted (" + (f"{100 * theirs:.0f}% in {other}: enough to slow it by {100 * gap:.0f}%)" if gap is not None
-                          else f"unknown in {other})"))
+        return "", ""
+    said = f"{side} ran beside other work: other processes or steal took {100 * mine:.0f}% of the CPU its jobs wanted"
+    if theirs is None:
+        return (f"{said} (unknown in {other})", "") if mine > LOADED else ("", "")
+    gap = explained(mine, theirs)
+    said += f" ({100 * theirs:.0f}% in {other}: enough to slow it by {100 * gap:.0f}%)"
+    left = unexplained(step.change, gap) if step.significant else gap
+    if step.significant and left > threshold:
+        return "", f"{said}, not by the {100 * abs(step.change):.0f}% measured: judged" if gap > 0 else ""
+    return (said, "") if left > threshold or step.significant else ("", "")
 
 
 def judged(b: Measurement, c: Measurement, estimate, threshold: float) -> tuple[dict, list[str]]:
@@ -205,7 +220,7 @@ def compare(base: dict[str, Measurement], cur: dict[str, Measurement], threshold
             continue
         v, notes = Verdict(key, "unchanged"), []
         v.metrics, unjudged = judged(b, c, estimate, threshold)
-        noisy = noise(b, c, v.metrics["step_time"], estimate, threshold)
+        noisy, beside = noise(b, c, v.metrics["step_time"], estimate, threshold)
         # peak memory does not grow with a neighbour's CPU load: its verdict stands either way
         decisive = [m for name, m in v.metrics.items() if m.significant and not (noisy and name in LOADED_METRICS)]
         if any(m.change > 0 for m in decisive):
@@ -214,8 +229,8 @@ def compare(base: dict[str, Measurement], cur: dict[str, Measurement], threshold
             v.status = "improved"
         elif noisy:
             v.status = "noisy"
-        if noisy:
-            notes.append(noisy)
+        if noisy or beside:
+            notes.append(noisy or beside)
         n = min(len(b.step_s), len(c.step_s))
         if b.per_epoch or c.per_epoch:
             notes.append("one repeat: epochs used as samples (correlated)")

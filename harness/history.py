@@ -15,10 +15,10 @@ detector (ruptures' PELT, say): they assume a noise model (Gaussian, a penalty t
 shared machine's one-sided noise breaks, and a lab already trusts the gate's verdicts; here the
 history finds exactly what compare would have flagged between those commits.
 
-A result that ran beside other work is left out of the change points as the gate leaves a
-"noisy" side out: when other processes or steal took more than compare.LOADED of the CPU its
-job wanted (results.starved, from its load record); the point counts it as loaded. Its memory
-and accuracy, which load does not move, stay.
+A result that ran beside other work is left out of the change points' time and energy: when
+other processes or steal took more than compare.LOADED of the CPU its job wanted
+(results.starved, from its load record), none of its repeats measured the code alone; the point
+counts it as loaded. Its memory and accuracy, which load does not move, stay.
 
 A series is one job key on one fingerprint: a fingerprint change (CPU, governor, kernel, runtime
 versions, GPU and driver) starts a new series, listed with what changed, never joined.

@@ -77,9 +77,11 @@ def made_up_result(step_ms: float, *, repeat: int = 0, method: str = "full-zo", 
             "cpu_seconds": seconds + 0.1, "load": load}
 
 
-def made_up_run(store: Store, results: list[dict], created_at: str = "2026-01-01T00:00:00+00:00") -> str:
-    """A run of the store holding exactly these results; its id."""
-    run_id = store.new_run({"created_at": created_at, "suite": "made-up",
+def made_up_run(store: Store, results: list[dict], created_at: str = "2026-01-01T00:00:00+00:00",
+                git: dict | None = None) -> str:
+    """A run of the store holding exactly these results (of the commit and branch in `git`, as
+    plan.git_facts gives them); its id."""
+    run_id = store.new_run({"created_at": created_at, "suite": "made-up", **({"git": git} if git else {}),
                             "jobs": [{"job_id": r["job"]["job_id"], "target": r["job"]["target"], "timeout_s": 60,
                                       "spec": r["job"]} for r in results]})
     for r in results:

@@ -403,6 +403,44 @@ def test_a_slowdown_of_the_quieter_side_stands_however_busy_the_other_was(tmp_pa
     assert zo["status"] == "regressed" and zo["reason"] == ""
 
 
+def test_load_excuses_only_the_slowdown_it_can_explain(tmp_path):
+    """Other work that took a share s of the CPU a side wanted can slow it by 1 / (1 - s) - 1 at
+    most. Current 31% loaded, baseline quiet: that explains +45%, so +200% is a regression (with
+    the load in its note) and +30% stays noisy; with the load on both sides (34% and 31%) the
+    slowdown is the code's."""
+    store = Store(tmp_path)
+    quiet = _two_keys(store, [10.0, 10.1, 10.2, 10.0, 10.1], [0.02] * 5)
+    both = _two_keys(store, [14.0, 14.1, 14.2, 14.0, 14.1], [0.34] * 5)
+    for base, times, loads, status in ((quiet, [30.0, 30.2, 30.1, 30.4, 30.0], [0.31] * 5, "regressed"),
+                                       (quiet, [13.0, 13.2, 13.1, 13.4, 13.0], [0.31] * 5, "noisy"),
+                                       (both, [28.0, 28.2, 28.1, 28.4, 28.0], [0.31] * 5, "regressed")):
+        cur = _two_keys(store, times, loads)
+        p = compare(tmp_path, base, cur, "--format", "json")
+        (zo,) = [v for v in json.loads(p.stdout)["verdicts"] if "full-zo" in v["key"]]
+        assert zo["status"] == status, zo
+        assert p.returncode == (1 if status == "regressed" else 0)
+    assert zo["reason"] == ""       # the quieter side is the slower: nothing of the change is the load's
+    cur = _two_keys(store, [30.0, 30.2, 30.1, 30.4, 30.0], [0.31] * 5)
+    (zo,) = [v for v in json.loads(compare(tmp_path, quiet, cur, "--format", "json").stdout)["verdicts"]
+             if "full-zo" in v["key"]]
+    assert zo["reason"] == ("current ran beside other work: other processes or steal took 31% of the CPU its jobs "
+                            "wanted (2% in baseline: enough to slow it by 42%), not by the 200% measured: judged")
+
+
+def test_the_same_code_under_the_same_load_on_both_sides_is_unchanged(tmp_path):
+    """Both sides lost about a third of their CPU: that hides no change of the threshold, so the
+    gate compares them (before, any side past 25% made the key noisy and a gate of one key exit 3)."""
+    store = Store(tmp_path)
+    base = made_up_run(store, [made_up_result(t, repeat=i, load=load_at(0.34)) for i, t in
+                               enumerate([14.0, 14.3, 14.1, 14.6, 14.2])])
+    cur = made_up_run(store, [made_up_result(t, repeat=i, load=load_at(0.32)) for i, t in
+                              enumerate([14.2, 14.1, 14.5, 14.0, 14.4])])
+    p = compare(tmp_path, base, cur, "--format", "json")
+    assert p.returncode == 0, p.stdout + p.stderr
+    (v,) = json.loads(p.stdout)["verdicts"]
+    assert v["status"] == "unchanged"
+
+
 def test_memory_growth_is_a_regression_however_busy_the_machine_was(tmp_path):
     store = Store(tmp_path)
     quiet = _two_keys(store, [10.0, 10.1, 10.2, 10.0, 10.1], [0.02] * 5)
