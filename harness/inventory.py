@@ -4,9 +4,14 @@ A profile holds a board type's defaults (arch, runtimes, threads, ...). The
 inventory (--inventory FILE, else ~/.config/zobench/targets.toml) names real
 boards in [targets.NAME] tables that may start from a profile. A profile that
 needs no host (targets/local.toml) is a target by itself.
+
+Every target names the file its jobs lease on the board (harness/lease.py); targets that are
+one board (this machine's profiles; SSH targets of one host, port and user) lease one file,
+so two runs through two names still never share the board.
 """
 from __future__ import annotations
 
+import os
 import platform
 import re
 import sys
@@ -47,7 +52,12 @@ class Target:
     threads: int = 0
     mem_limit: str = ""
     cpu: str = ""                     # the CPU zobench-train is built for (harness/cpu.py); "": from the probe
+    lease: str | None = None          # the file its jobs lease on the board; "": none; None: the board's default
     source: str = ""                  # the file it was defined in
+
+    def board(self) -> tuple:
+        """What makes two targets one board: this machine, or one SSH host, port and user."""
+        return ("local",) if self.transport == "local" else (self.host, self.port, self.user)
 
 
 def _fields(t: tomlfile.Table, into: dict) -> dict:
@@ -60,6 +70,11 @@ def _fields(t: tomlfile.Table, into: dict) -> dict:
         "workdir": (str, None), "threads": (int, None), "mem_limit": (str, None), "cpu": (str, None)}
     bounds = {"port": PORT, "threads": JobSpec.BOUNDS["threads"]}
     out = dict(into)
+    if "lease" in t.data:   # a path, or false for none
+        v = t.take("lease", (str, bool))
+        if v is True or v == "":
+            raise t.error("lease", f"expected a file path on the board, or false for no lease, got {v!r}")
+        out["lease"] = v or ""
     for key, (kind, choices) in spec.items():
         v = t.take(key, kind, choices=choices, item=str if kind is list else None, bounds=bounds.get(key))
         if v is not None:
@@ -105,7 +120,7 @@ def load(inventory: Path | None = None) -> dict[str, Target]:
             targets[name] = _finish(name, values)
     path = inventory or paths.user_inventory()
     if inventory is None and not path.is_file():
-        return targets
+        return _shared_leases(targets)
     data = tomlfile.load(path)
     top = tomlfile.Table(data, path)
     boards = top.take("targets", dict, default={})
@@ -124,6 +139,17 @@ def load(inventory: Path | None = None) -> dict[str, Target]:
         values = _fields(tomlfile.Table(table, path, where), {**base, "source": str(path)})
         values.setdefault("transport", "ssh")
         targets[name] = _finish(name, values)
+    return _shared_leases(targets)
+
+
+def _shared_leases(targets: dict[str, Target]) -> dict[str, Target]:
+    """Each target without its own `lease` gets its board's: the first such target's
+    `<workdir>/lease` ($ZOBENCH_LOCAL_LEASE for this machine, where set)."""
+    first = {}
+    for t in targets.values():
+        if t.lease is None:
+            local = os.environ.get("ZOBENCH_LOCAL_LEASE") if t.transport == "local" else None
+            t.lease = first.setdefault(t.board(), local or f"{t.workdir.rstrip('/')}/lease")
     return targets
 
 

@@ -5,7 +5,8 @@ The same code serves this machine and a board over SSH: a Site (bundle.py) says 
 workloads code, the job's files and the job directories are on the target. The runner reports
 its own failures (status failed/oom with a reason); everything it cannot
 report -- a hang, a crash, a signal, a lost connection, an interrupted run, a missing or
-corrupt result -- is classified here, so every job that started ends with a result.
+corrupt result, a board leased to another run for the whole lease timeout (busy) -- is
+classified here, so every job that started ends with a result.
 
 A job is `oom` only on evidence that memory ran out (Evidence): a SIGKILL alone may be the
 OOM killer or anyone's `kill -9`, and is `failed` with the signal unless the job's memory
@@ -25,12 +26,12 @@ from pathlib import Path
 
 from workloads import vocab
 
-from . import convergence, machine_load, schema
+from . import convergence, lease, machine_load, schema
 from .artifacts import content_id
 from .bundle import Site
 from .inventory import Target
 from .plan import Job
-from .transport import KILLED, TransportError
+from .transport import KILLED, Deadline, TransportError
 
 RUNNER_MODULES = {"torch": "workloads.torch_runner", "ort": "workloads.ort_runner"}
 
@@ -116,10 +117,14 @@ def _last_line(text: str) -> str:
 
 
 def classify(job: Job, outcome, result_path: Path, started_at: str, wall: float, steps: int,
-             evidence: Evidence | None = None) -> dict:
+             evidence: Evidence | None = None, busy: dict | None = None) -> dict:
+    """busy: the launcher's "busy" line, when it gave up waiting for the board's lease."""
     def fail(status, error):
         return failure(job, status, error, started_at, wall, steps)
 
+    if busy and not result_path.is_file() and not outcome.interrupted:
+        return fail("busy", f"{job.target} was leased by {lease.describe(busy.get('holder'))} for the whole "
+                            f"{busy.get('waited_s', 0):g} s this job could wait (--lease-timeout)")
     if outcome.lost:
         return fail("lost", outcome.error)
     if outcome.interrupted:
@@ -167,8 +172,10 @@ def _check_weights(job: Job, result: dict, transport, remote: str, local: Path) 
     return result
 
 
-def run_job(job: Job, target: Target, site: Site, work: Path, on_event=None) -> dict:
-    """Launch the job's runner on the site and return its (validated) result."""
+def run_job(job: Job, target: Target, site: Site, work: Path, on_event=None,
+            terms: lease.Terms | None = None) -> dict:
+    """Launch the job's runner on the site, holding the board's lease on `terms` (None: no
+    lease), and return its (validated) result."""
     t, q = site.transport, shlex.quote
     # one folder per attempt: the orphaned runner of a lost attempt can never touch a later one's result
     job_dir = f"{site.jobs}/{job.job_id}/{datetime.now(timezone.utc):%Y%m%dT%H%M%S}-{secrets.token_hex(3)}"
@@ -182,9 +189,12 @@ def run_job(job: Job, target: Target, site: Site, work: Path, on_event=None) -> 
     runtime = job.spec["runtime"]
     runner = [site.binary] if runtime == "cpp" else [py, "-m", RUNNER_MODULES[runtime]]
     limit = job.mem_limit or target.mem_limit
-    argv = [py, "-m", "workloads.launch"] + (["--mem-limit", limit] if limit else []) + \
+    leased = lease.launcher_args(target.lease or "", terms, job.job_id, job.timeout_s) if terms else []
+    argv = [py, "-m", "workloads.launch", *leased] + (["--mem-limit", limit] if limit else []) + \
            ["--", *runner, "--spec", f"{job_dir}/spec.json", "--out", f"{job_dir}/result.json"]
-    steps, evidence = 0, Evidence(mem_limit=limit)
+    steps, evidence, busy = 0, Evidence(mem_limit=limit), {}
+    # the launcher gives up waiting for the lease itself; this is the job's own time, from the runner's start
+    ends = Deadline((terms.wait_s(job.timeout_s) if leased else 0) + job.timeout_s)
 
     def on_line(line: str) -> None:
         nonlocal steps
@@ -194,19 +204,27 @@ def run_job(job: Job, target: Target, site: Site, work: Path, on_event=None) -> 
             return
         if not isinstance(ev, dict) or "event" not in ev:
             return
-        if ev["event"] == "launch" and not evidence.launch:     # the launcher's line, first
+        if ev["event"] == "launch" and not evidence.launch:     # the launcher's line: the runner starts now
             evidence.launch = ev
+            ends.restart(job.timeout_s)
+        elif ev["event"] == "busy":
+            busy.update(ev)
         steps = ev.get("step", steps)
         if on_event:
             on_event(ev)
 
     started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    load_before = machine_load.sample(t)
     t0 = time.perf_counter()
-    outcome = t.run(argv, cwd=site.root, timeout=job.timeout_s, on_line=on_line,
+    outcome = t.run(argv, cwd=site.root, timeout=ends, on_line=on_line,
                     env={"PYTHONPATH": site.root, "PYTHONUNBUFFERED": "1"},
                     stdout_path=work / "stdout.log", stderr_path=work / "stderr.log")
-    wall = time.perf_counter() - t0
+    held = evidence.launch.get("lease")
+    held = held if isinstance(held, dict) else {}
+    waited = held.get("waited_s", busy.get("waited_s", 0.0))
+    waited = waited if isinstance(waited, (int, float)) and not isinstance(waited, bool) else 0.0
+    wall = max(0.0, time.perf_counter() - t0 - waited)     # the wait for the lease is not the job's time
+    # the machine's counters as the launcher read them once it held the lease, just before the runner
+    load_before = machine_load.parse(evidence.launch["load"]) if isinstance(evidence.launch.get("load"), str) else None
     load_after = None
     if not outcome.lost:
         load_after = machine_load.sample(t)
@@ -218,12 +236,17 @@ def run_job(job: Job, target: Target, site: Site, work: Path, on_event=None) -> 
         if outcome.returncode == -signal.SIGKILL:
             evidence.kernel_log = t.exec(KERNEL_LOG)[1]
         t.get(f"{job_dir}/result.json", work / "result.json")
-    result = classify(job, outcome, work / "result.json", started_at, wall, steps, evidence)
+    result = classify(job, outcome, work / "result.json", started_at, wall, steps, evidence, busy)
     if result["status"] == "ok":
         result = _check_weights(job, result, t, f"{job_dir}/{vocab.WEIGHTS_FILE}", work / vocab.WEIGHTS_FILE)
     if result["status"] == "ok":    # a loss that exploded leaves the job ok, but flagged (harness/convergence.py)
         result["convergence"] = convergence.judge(result)
     result["load"] = machine_load.during(load_before, load_after, result.get("cpu_seconds"))
+    if leased:
+        result["lease"] = {"file": held.get("file") or busy.get("lease"), "waited_s": waited,
+                           "waited_for": held.get("waited_for") if held else busy.get("holder"),
+                           "acquired_at": held.get("acquired_at"),
+                           "ended_by": datetime.now(timezone.utc).isoformat(timespec="milliseconds")}
     if runtime == "cpp":
         result["env"]["binary_sha256"] = site.binary_sha256
         result["env"]["build_cpu"], result["env"]["build_cpu_reason"] = site.build.cpu, site.build.why

@@ -1,5 +1,6 @@
 """Progress bars: per target, one bar over its jobs (with the run's ETA on that
-board) and one over the steps of the job running now (with that job's ETA).
+board) and one over the steps of the job running now (with that job's ETA), or whom the job
+waits for while another run holds the board's lease.
 Finished jobs are printed as lines, so a log without a terminal still shows them; names and
 error texts are printed literally (escaped), never read as rich markup."""
 from __future__ import annotations
@@ -11,10 +12,11 @@ from rich.markup import escape
 from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
                            TimeRemainingColumn)
 
+from .lease import describe
 from .schema import step_seconds
 
 STYLE = {"ok": "green", "failed": "red", "timeout": "yellow", "oom": "magenta", "lost": "yellow",
-         "interrupted": "yellow"}
+         "interrupted": "yellow", "busy": "yellow"}
 WIDTH = max(map(len, STYLE))
 
 
@@ -26,6 +28,8 @@ class ProgressView:
                                  console=self.console, transient=True, disable=not self.console.is_terminal)
         self.lock = threading.Lock()
         self.tasks = {}
+        self.running = {}           # target -> its job's id
+        self.waiting_for = {}       # target -> the lease holder last printed
         for target, n in jobs_per_target.items():
             jobs = self.progress.add_task(f"[bold]{escape(target)}[/] jobs", total=n)
             steps = self.progress.add_task(f"  {escape(target)}: waiting", total=None)
@@ -40,12 +44,26 @@ class ProgressView:
 
     def job_started(self, target: str, job_id: str) -> None:
         with self.lock:
-            self.progress.reset(self.tasks[target][1], total=None, description=f"  {escape(target)}: {escape(job_id)}")
+            self.running[target] = job_id
+            self._describe(target)
+
+    def _describe(self, target: str) -> None:
+        self.progress.reset(self.tasks[target][1], total=None,
+                            description=f"  {escape(target)}: {escape(self.running[target])}")
+        self.waiting_for.pop(target, None)
 
     def event(self, target: str, ev: dict) -> None:
         with self.lock:
             task = self.tasks[target][1]
-            if ev.get("event") == "start":
+            if ev.get("event") == "lease-wait":     # a line when the holder changes, so a log shows it too
+                line = f"waiting for {target}: leased by {describe(ev.get('holder'))}"
+                self.progress.update(task, description=f"  {escape(line)}")
+                if self.waiting_for.get(target) != line:
+                    self.waiting_for[target] = line
+                    self.console.print(escape(line), highlight=False, markup=True, soft_wrap=True)
+            elif ev.get("event") == "launch" and target in self.waiting_for:     # the lease is its now
+                self._describe(target)
+            elif ev.get("event") == "start":
                 self.progress.update(task, total=ev.get("steps_total"), completed=0)
             elif "step" in ev:
                 self.progress.update(task, completed=ev["step"])

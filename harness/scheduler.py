@@ -1,5 +1,6 @@
 """Executing a planned run: boards in parallel, one job at a time on each board
-(benchmarks must not share a board), every result stored as soon as it exists.
+(benchmarks must not share a board: within a run by this order, between runs by each board's
+lease, harness/lease.py), every result stored as soon as it exists.
 
 Whatever goes wrong on one board -- an unreachable host, a probe or deploy that fails or
 raises, a harness bug in one job -- ends only that board's jobs (status failed, lost or
@@ -13,7 +14,7 @@ from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor, wait
 from contextlib import closing
 
-from . import stages
+from . import lease, stages
 from .bundle import Prepared, open_site
 from .job import failure, reason, run_job
 from .inventory import Target
@@ -32,11 +33,14 @@ def transport_for(target: Target, stop: Stop | None = None):
 
 
 def execute(store: Store, run_id: str, jobs: list[Job], targets: dict[str, Target],
-            prepared: dict[str, Prepared], view: ProgressView, stop: Stop | None = None) -> list[dict]:
+            prepared: dict[str, Prepared], view: ProgressView, stop: Stop | None = None,
+            lease_timeout: float | None = None) -> list[dict]:
     """Run jobs with what bundle.prepare made for their targets; returns their results in plan
     order (a job that never started has none). Pretraining jobs and the jobs that start from
-    nothing run first; then the fine-tuning jobs, each from its pretraining job's weights."""
+    nothing run first; then the fine-tuning jobs, each from its pretraining job's weights. A job
+    waits for its board's lease up to lease_timeout seconds (None: its own timeout)."""
     stop = stop or Stop()
+    terms = lease.Terms(run_id, lease_timeout)
     results = {}
 
     def finish(name: str, result: dict) -> None:
@@ -45,18 +49,18 @@ def execute(store: Store, run_id: str, jobs: list[Job], targets: dict[str, Targe
         view.job_finished(name, result)
 
     first, then = stages.split(jobs)
-    _wave(store, run_id, first, targets, prepared, view, stop, results, finish)
+    _wave(store, run_id, first, targets, prepared, view, stop, results, finish, terms)
     if then and not stop.is_set():
         ready, failed = stages.link(store, run_id, then)
         for r in failed:
             finish(r["job"]["target"], r)
         prepared = {name: p.with_pretrained([j for j in ready if j.target == name]) for name, p in prepared.items()}
-        _wave(store, run_id, ready, targets, prepared, view, stop, results, finish)
+        _wave(store, run_id, ready, targets, prepared, view, stop, results, finish, terms)
     return [results[j.job_id] for j in jobs if j.job_id in results]
 
 
 def _wave(store: Store, run_id: str, jobs: list[Job], targets: dict[str, Target], prepared: dict[str, Prepared],
-          view: ProgressView, stop: Stop, results: dict, finish) -> None:
+          view: ProgressView, stop: Stop, results: dict, finish, terms: lease.Terms) -> None:
     """Boards in parallel, each running its jobs of this wave in turn."""
     by_target = defaultdict(list)
     for job in jobs:
@@ -87,7 +91,7 @@ def _wave(store: Store, run_id: str, jobs: list[Job], targets: dict[str, Target]
                 view.job_started(name, job.job_id)
                 try:
                     result = run_job(job, target, site, store.work_dir(run_id, job.job_id),
-                                     on_event=lambda ev: view.event(name, ev))
+                                     on_event=lambda ev: view.event(name, ev), terms=terms)
                 except TransportError as e:
                     result = failure(job, "lost", reason(e))
                 except Exception as e:  # a harness bug in one job: the board's next jobs still run

@@ -26,7 +26,7 @@ from fabric import Config, Connection
 
 from workloads.jsonfile import temp_name
 
-from .transport import KILLED, POLL_S, Outcome, Stop, TransportError
+from .transport import KILLED, POLL_S, Deadline, Outcome, Stop, TransportError, deadline
 
 MARK = "@zobench"
 GRACE_S = 3.0
@@ -136,7 +136,7 @@ class SshTransport:
         finally:
             chan.close()
 
-    def run(self, argv: list[str], *, cwd: str, timeout: float, on_line=None, env: dict | None = None,
+    def run(self, argv: list[str], *, cwd: str, timeout: float | Deadline, on_line=None, env: dict | None = None,
             stdout_path: Path | None = None, stderr_path: Path | None = None) -> Outcome:
         """Run a job's command, streaming stdout lines; kill its process group on timeout or Stop."""
         if self.stop.is_set():
@@ -149,10 +149,10 @@ class SshTransport:
         pgid, rc, buf, err_tail = None, None, b"", b""
         out_f = open(stdout_path, "w", buffering=1) if stdout_path else None   # line by line: live progress
         err_f = open(stderr_path, "wb") if stderr_path else None
-        deadline, ending = time.monotonic() + timeout, None
+        ends, ending = deadline(timeout), None
         try:
             while True:
-                if ending is None and (self.stop.is_set() or time.monotonic() > deadline):
+                if ending is None and (self.stop.is_set() or ends.passed()):
                     ending = time.monotonic()
                 # the group is known once the shell's first line is in: wait for it (briefly), or nothing is killed
                 if ending is not None and (pgid is not None or time.monotonic() > ending + PGID_WAIT_S):

@@ -16,6 +16,7 @@ from .inventory import MEM_LIMIT
 
 # A job's timeout, from a suite or --timeout: positive, and at most 30 days (a finite deadline)
 TIMEOUT_S = Bounds(0, 30 * 86400, open_lo=True)
+LEASE_TIMEOUT_S = Bounds(0, 30 * 86400)       # 0: a job does not wait for a board another run holds
 REPEATS = Bounds(1, 1000)
 
 

@@ -43,19 +43,21 @@ class Table:
         return UserError(f"{self.path}: {self.where}{key}: {msg}")
 
     def take(self, key: str, kind, default=None, choices=None, item=None, bounds: Bounds | None = None):
-        """The value of key, checked: its type, a list's item type, choices, and for a number
-        finiteness and bounds."""
+        """The value of key, checked: its type (kind, or a tuple of kinds), a list's item type,
+        choices, and for a number finiteness and bounds."""
         self.seen.add(key)
+        kinds = kind if isinstance(kind, tuple) else (kind,)
+        expected = " or ".join(TYPES.get(k, str(k)) for k in kinds)
         if key not in self.data:
             if default is ...:
-                raise self.error(key, f"missing; expected {TYPES.get(kind, kind)}")
+                raise self.error(key, f"missing; expected {expected}")
             return default
         v = self.data[key]
-        ok = isinstance(v, kind) and not (kind is not bool and isinstance(v, bool))
+        ok = isinstance(v, kinds) and not (bool not in kinds and isinstance(v, bool))
         if kind is float and isinstance(v, int) and not isinstance(v, bool):
             v, ok = float(v), True
         if not ok:
-            raise self.error(key, f"expected {TYPES.get(kind, kind)}, got {v!r}")
+            raise self.error(key, f"expected {expected}, got {v!r}")
         problem = (bounds or Bounds()).problem(v) if kind in (int, float) else None
         if problem:
             raise self.error(key, problem)

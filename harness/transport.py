@@ -3,7 +3,8 @@
 Every code path above it (probe, deploy, job execution) is the same for this
 machine and for a board over SSH (harness/ssh.py); only the transport differs.
 run() streams stdout lines to a callback, enforces a timeout by killing the
-job's whole process group, and reports how the command ended. A run-wide Stop
+job's whole process group (a Deadline its caller may restart), and reports how the command
+ended. A run-wide Stop
 (set by `zobench run`'s SIGINT/SIGTERM handler) makes every run() in progress kill
 its job's process group the same way and return Outcome(interrupted=True).
 """
@@ -42,6 +43,24 @@ class Stop:
 
     def is_set(self) -> bool:
         return bool(self.reason)
+
+
+class Deadline:
+    """A run()'s timeout, which its caller may restart from a line of the command's output: a
+    job's own time starts when its runner holds the board's lease, not while it waits for it."""
+
+    def __init__(self, seconds: float):
+        self.restart(seconds)
+
+    def restart(self, seconds: float) -> None:
+        self.at = time.monotonic() + seconds
+
+    def passed(self) -> bool:
+        return time.monotonic() > self.at
+
+
+def deadline(timeout: "float | Deadline") -> Deadline:
+    return timeout if isinstance(timeout, Deadline) else Deadline(timeout)
 
 
 @dataclass
@@ -90,7 +109,7 @@ class LocalTransport:
             raise
         return proc.returncode, out.decode(errors="replace"), err.decode(errors="replace")
 
-    def run(self, argv: list[str], *, cwd: str, timeout: float, on_line=None, env: dict | None = None,
+    def run(self, argv: list[str], *, cwd: str, timeout: float | Deadline, on_line=None, env: dict | None = None,
             stdout_path: Path | None = None, stderr_path: Path | None = None) -> Outcome:
         if self.stop.is_set():
             return Outcome(None, interrupted=True, error=f"{self.stop.reason} before its runner started")
@@ -102,9 +121,9 @@ class LocalTransport:
                                     start_new_session=True)
             reader = threading.Thread(target=_pump, args=(proc.stdout, on_line, out_f), daemon=True)
             reader.start()
-            deadline, timed_out, interrupted = time.monotonic() + timeout, False, False
+            ends, timed_out, interrupted = deadline(timeout), False, False
             while proc.poll() is None:
-                timed_out = time.monotonic() > deadline
+                timed_out = ends.passed()
                 interrupted = self.stop.is_set()
                 if timed_out or interrupted:
                     _kill_group(proc)
@@ -167,8 +186,8 @@ def _kill_group(proc: subprocess.Popen, grace: float = 3.0) -> None:
             os.killpg(proc.pid, sig)
         except ProcessLookupError:
             break
-        deadline = time.monotonic() + grace
-        while time.monotonic() < deadline and _group_alive(proc):
+        until = time.monotonic() + grace
+        while time.monotonic() < until and _group_alive(proc):
             time.sleep(0.05)
     proc.wait()
 

@@ -18,6 +18,10 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     # on two threads beside the other worker's slowed some tests tenfold. One thread each; a
     # test that sets its own thread count (spec.threads) still gets it.
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+    # Two workers on one machine are the point here: each leases this machine on its own
+    # (harness/lease.py), or every local job of one would wait for the other's.
+    os.environ.setdefault("ZOBENCH_LOCAL_LEASE",
+                          f"/tmp/zobench-test-{os.getuid()}/lease-{os.environ['PYTEST_XDIST_WORKER']}")
 
 
 @pytest.fixture(scope="session")

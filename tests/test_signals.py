@@ -18,7 +18,8 @@ def launched(results: Path, job: str, proc: subprocess.Popen, event: str, count:
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
         logs = [log.read_text() for log in results.glob(f"runs/*/work/{job}/stdout.log")]
-        found = [json.loads(text.splitlines()[0]) for text in logs if f'"event": "{event}"' in text]
+        found = [next(json.loads(line) for line in text.splitlines() if f'"event": "{event}"' in line)
+                 for text in logs if f'"event": "{event}"' in text]
         if len(found) >= count:
             return found
         assert proc.poll() is None, proc.communicate()

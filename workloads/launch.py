@@ -1,27 +1,43 @@
-"""`python -m workloads.launch [--mem-limit 512M] -- COMMAND...`: exec COMMAND under a hard
-memory limit, so a big machine can stand in for a Pi Zero 2's 512 MB and running out
-of memory is observable.
+"""`python -m workloads.launch [--lease FILE --lease-timeout S --holder JSON] [--mem-limit 512M]
+-- COMMAND...`: exec COMMAND holding the board's lease, under a hard memory limit, so a big machine
+can stand in for a Pi Zero 2's 512 MB and running out of memory is observable.
+
+The lease is an exclusive flock(2) on FILE, taken before anything is timed and inherited by
+COMMAND through exec: it is held exactly for the runner's life, so a controller that dies or a
+connection that drops never leaves it taken (the kernel frees a lock with its last holder). The
+holder writes who it is into FILE (run, job, host, user, since), which is what a waiting launcher
+reports in its "lease-wait" lines. One that cannot take the lease within S seconds prints a
+"busy" line and exits with BUSY_EXIT; the harness records the job as `busy`.
 
 The limit is a memory cgroup where this user may make one (v2, else v1: the kernel's
 OOM killer then ends the job with SIGKILL), else RLIMIT_AS (allocations fail instead,
 which the runner reports as oom). The launcher execs COMMAND in its own process, so
 the pid, process group and exit status the harness sees are the command's.
 
-Its first stdout line is the evidence the harness needs to tell an OOM kill from any other
-SIGKILL (harness/job.py): {"event": "launch", "pid": the command's pid, "monotonic": the
+Its "launch" line (after the lease's lines) is the evidence the harness needs to tell an OOM
+kill from any other SIGKILL (harness/job.py): {"event": "launch", "pid": the command's pid, "monotonic": the
 kernel's clock at launch (CLOCK_MONOTONIC, the clock of its log's timestamps)} plus, under a
-limit, "mem_limit" (bytes), "method" and the "cgroup" whose OOM counter the harness reads.
+limit, "mem_limit" (bytes), "method" and the "cgroup" whose OOM counter the harness reads; with a
+lease, "lease" (its file, the seconds waited for it, whom for); and "load", the machine's CPU
+counters as harness/machine_load.py's PROBE prints them, read after the lease was taken, so the
+other work measured beside a job never includes the job it waited for.
 """
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import resource
 import sys
 import time
+from datetime import datetime, timezone
 from pathlib import Path
 
 UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+BUSY_EXIT = 75          # EX_TEMPFAIL: the board was leased to another run for the whole lease timeout
+POLL_S = 0.25           # how often a waiting launcher tries the lease again
+REPORT_S = 5.0          # and says whom it waits for (at once when that changes)
+OPTIONS = ("--lease", "--lease-timeout", "--holder", "--mem-limit")
 
 
 def parse_size(text: str) -> int:
@@ -78,18 +94,78 @@ def apply_limit(limit: int) -> dict:
     return {"method": "rlimit-as"}
 
 
+def _say(event: dict) -> None:
+    print(json.dumps(event), flush=True)
+
+
+def _holder_of(fd: int) -> dict | None:
+    """Who holds the lease, as its holder wrote it (None: not written yet, or not ours)."""
+    try:
+        found = json.loads(os.pread(fd, 4096, 0) or b"null")
+    except (OSError, ValueError):
+        return None
+    return found if isinstance(found, dict) else None
+
+
+def take_lease(path: str, timeout: float, holder: dict) -> dict:
+    """Hold the lease on `path` (left open and inheritable: exec hands it to the runner), waiting
+    up to `timeout` seconds; the lease part of the launch line. Past the timeout: a "busy" line
+    and exit BUSY_EXIT."""
+    file = Path(os.path.expanduser(path))
+    file.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(file, os.O_RDWR | os.O_CREAT, 0o644)
+    start, seen, next_report = time.monotonic(), None, 0.0
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except BlockingIOError:
+            pass
+        waited = time.monotonic() - start
+        now = _holder_of(fd)
+        if waited >= timeout:
+            _say({"event": "busy", "lease": str(file), "holder": now, "waited_s": round(waited, 3)})
+            sys.exit(BUSY_EXIT)
+        if now != seen or waited >= next_report:
+            _say({"event": "lease-wait", "lease": str(file), "holder": now, "waited_s": round(waited, 3)})
+            seen, next_report = now, waited + REPORT_S
+        time.sleep(POLL_S)
+    waited = time.monotonic() - start
+    since = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, json.dumps({**holder, "pid": os.getpid(), "since": since}).encode(), 0)
+    os.set_inheritable(fd, True)
+    return {"file": str(file), "waited_s": round(waited, 3), "waited_for": seen, "acquired_at": since}
+
+
+def proc_load() -> str | None:
+    """The CPU counters harness/machine_load.py's PROBE reads, in its format; None off Linux."""
+    try:
+        cpu = [line for line in Path("/proc/stat").read_text().splitlines() if line.startswith("cpu")]
+        return "\n".join([Path("/proc/uptime").read_text().strip(), Path("/proc/loadavg").read_text().strip(),
+                          *cpu, str(os.sysconf("SC_CLK_TCK"))]) + "\n"
+    except (OSError, ValueError):
+        return None
+
+
 def main(argv: list[str]) -> None:
-    limit = None
-    if argv[:1] == ["--mem-limit"]:
-        limit, argv = parse_size(argv[1]), argv[2:]
+    opts = {}
+    while argv[:1] and argv[0] in OPTIONS and len(argv) > 1:
+        opts[argv[0]], argv = argv[1], argv[2:]
     if argv[:1] == ["--"]:
         argv = argv[1:]
     if not argv:
-        sys.exit("usage: python -m workloads.launch [--mem-limit 512M] -- COMMAND...")
-    event = {"event": "launch", "pid": os.getpid(), "monotonic": time.monotonic()}
-    if limit:
+        sys.exit("usage: python -m workloads.launch [--lease FILE --lease-timeout S --holder JSON] "
+                 "[--mem-limit 512M] -- COMMAND...")
+    event = {"event": "launch"}
+    if "--lease" in opts:
+        event["lease"] = take_lease(opts["--lease"], float(opts.get("--lease-timeout", "inf")),
+                                    json.loads(opts.get("--holder", "{}")))
+    event.update(pid=os.getpid(), monotonic=time.monotonic(), load=proc_load())
+    if "--mem-limit" in opts:
+        limit = parse_size(opts["--mem-limit"])
         event.update(mem_limit=limit, **apply_limit(limit))
-    print(json.dumps(event), flush=True)
+    _say(event)
     os.execvp(argv[0], argv)
 
 

@@ -16,7 +16,7 @@ WARMUP_STEPS = {"cpu": 2, "cuda": 20}
 # a job's final weights beside its result.json when its spec says save_weights (the C++ binary's
 # common.hpp WEIGHTS_FILE): the bytes model.weights_sha256 hashes, which init_weights reads
 WEIGHTS_FILE = "weights.bin"
-STATUSES = ("ok", "failed", "timeout", "oom", "lost", "interrupted")
+STATUSES = ("ok", "failed", "timeout", "oom", "lost", "interrupted", "busy")
 
 # Training time is the sum of TRAIN_PHASES; eval is timed but reported apart.
 # They map onto the ElasticZO paper's Alg. 1: zo_perturb = lines 5+7,

@@ -78,6 +78,9 @@ def build_parser() -> Parser:
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a hyperparameter")
     p.add_argument("--timeout", type=number(float, suites.TIMEOUT_S),
                    help="per-job timeout in seconds (default: the suite's)")
+    p.add_argument("--lease-timeout", type=number(float, suites.LEASE_TIMEOUT_S), metavar="S",
+                   help="seconds a job waits for a board another run holds, then ends busy "
+                        "(default: the job's timeout; 0: do not wait)")
     p.add_argument("--resume", metavar="RUN_ID", help="re-run the jobs of RUN_ID that did not end ok")
     p.add_argument("--no-report", action="store_true", help="do not write the report after the run")
     _add_store(p, "push the run's results to this shared store when it ends")
@@ -245,7 +248,7 @@ def cmd_run(args) -> int:
         if args.suite != "quick" or args.target or args.set or any((args.method, args.runtime, args.precision,
                                                                     args.dataset, args.zo_loss)):
             raise UserError("--resume replays the run's own plan; it takes no suite, target, filter or --set"
-                            " (--timeout may be raised)")
+                            " (--timeout and --lease-timeout may be given)")
         run_id = args.resume
         saved = store.run_plan(run_id)
         for search in ("fit", "tune"):
@@ -301,7 +304,7 @@ def cmd_run(args) -> int:
     for j in jobs:
         counts[j.target] = counts.get(j.target, 0) + 1
     with _signals_stop() as (stop, caught), ProgressView(counts) as view:
-        results = execute(store, run_id, jobs, targets, prepared, view, stop)
+        results = execute(store, run_id, jobs, targets, prepared, view, stop, args.lease_timeout)
     resume = store.resume_command(run_id) + (f" --inventory {shlex.quote(str(args.inventory))}" if args.inventory else "")
     if caught:      # no report: what ended is stored, and the user asked to stop now
         stopped = sum(r["status"] == "interrupted" for r in results)
