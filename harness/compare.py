@@ -34,11 +34,13 @@ keys all changed, must not turn it green.
 """
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import asdict, dataclass, field
 
 from workloads import jsonfile
 
+from . import validity
 from .machine_load import contention
 from .measurements import FINGERPRINT, Measurement, differs
 
@@ -145,31 +147,61 @@ def unexplained(change: float, gap: float) -> float:
     return ratio / (1 + max(gap, 0.0)) - 1
 
 
+def side_heat(m: Measurement, estimate) -> tuple[float, str]:
+    """(the slowdown a side's validity flags can explain, by the estimator its times are judged
+    by: with the minimum, none while one repeat ran unflagged; what happened, "" for nothing)."""
+    happened = [(i, v["flags"]) for i, v in enumerate(m.validity) if isinstance(v, dict) and v.get("flags")]
+    if not happened:
+        return 0.0, ""
+    gap = estimate([validity.slowdown_explained({"validity": v}) if isinstance(v, dict) else 0.0 for v in m.validity])
+    repeats: dict[str, list[str]] = {}
+    for i, flags in happened:
+        repeats.setdefault(validity.shown(flags), []).append(f"r{i}")
+    return gap, "; ".join(f"{what} during {', '.join(rs)}" for what, rs in repeats.items()) + \
+        f" on {m.facts.get('target', '?')}"
+
+
 def noise(b: Measurement, c: Measurement, step: MetricChange, estimate, threshold: float) -> tuple[str, str]:
     """(why the key's step time is not judged, or ""; a note on load it was judged beside, or "").
-    A counted change can only have come from the slower side's load (load adds time, never takes
-    it away): it is judged when more of it is left than the threshold once that side is granted
-    all the slowdown its extra load can cause. An "unchanged" can hide a change under either
-    side's load, so the busier side's matters: it stands unless that load could have hidden a
-    change larger than the threshold."""
+    A counted change can only have come from the slower side's load or throttling (both add time,
+    never take it away): it is judged when more of it is left than the threshold once that side
+    is granted all the slowdown its extra load and its clock's measured reduction can cause (a
+    flag without a measured clock can cause any). An "unchanged" can hide a change under either
+    side's, so the one that could hide more matters: it stands unless that could be more than the
+    threshold."""
     shares = {"baseline": side_load(b, estimate), "current": side_load(c, estimate)}
+    heat = {"baseline": side_heat(b, estimate), "current": side_heat(c, estimate)}
+
+    def gap_of(side: str) -> tuple[float, str]:
+        other = "baseline" if side == "current" else "current"
+        mine, theirs = shares[side], shares[other]
+        gap, words = 0.0, []
+        if mine is not None:
+            said = f"{side} ran beside other work: other processes or steal took {100 * mine:.0f}% of the CPU its jobs wanted"
+            if theirs is None and mine > LOADED:
+                gap = math.inf
+                words.append(f"{said} (unknown in {other})")
+            elif theirs is not None:
+                gap = explained(mine, theirs)
+                words.append(f"{said} ({100 * theirs:.0f}% in {other}: enough to slow it by {100 * gap:.0f}%)")
+        hot, what = heat[side]
+        if what:
+            if gap <= 0:     # load that explains nothing is no part of the story
+                words = []
+            gap = (1 + max(gap, 0.0)) * (1 + hot) - 1
+            clock = f"its clock {100 * hot:.0f}% slower" if math.isfinite(hot) else "its clock unknown"
+            words.append(f"{side} ran throttled: {what} ({clock})")
+        return gap, "; ".join(words)
+
     if step.significant:
-        side = "current" if step.change > 0 else "baseline"
-    else:
-        side = max(shares, key=lambda k: -1.0 if shares[k] is None else shares[k])
-    other = "baseline" if side == "current" else "current"
-    mine, theirs = shares[side], shares[other]
-    if mine is None:
-        return "", ""
-    said = f"{side} ran beside other work: other processes or steal took {100 * mine:.0f}% of the CPU its jobs wanted"
-    if theirs is None:
-        return (f"{said} (unknown in {other})", "") if mine > LOADED else ("", "")
-    gap = explained(mine, theirs)
-    said += f" ({100 * theirs:.0f}% in {other}: enough to slow it by {100 * gap:.0f}%)"
-    left = unexplained(step.change, gap) if step.significant else gap
-    if step.significant and left > threshold:
-        return "", f"{said}, not by the {100 * abs(step.change):.0f}% measured: judged" if gap > 0 else ""
-    return (said, "") if left > threshold or step.significant else ("", "")
+        gap, said = gap_of("current" if step.change > 0 else "baseline")
+        if not said:
+            return "", ""
+        if unexplained(step.change, gap) > threshold:
+            return "", f"{said}, not by the {100 * abs(step.change):.0f}% measured: judged" if gap > 0 else ""
+        return said, ""
+    gap, said = max(gap_of("baseline"), gap_of("current"), key=lambda g: g[0])
+    return (said, "") if said and gap > threshold else ("", "")
 
 
 def judged(b: Measurement, c: Measurement, estimate, threshold: float) -> tuple[dict, list[str]]:
@@ -261,8 +293,10 @@ def exit_code(verdicts: list[Verdict], fail_on_change: bool) -> tuple[int, str]:
         return EXIT_NOTHING_COMPARED, (f"compare: no job key was compared ({summary(verdicts)}); "
                                        "a gate that compared nothing does not pass")
     if n["noisy"]:
-        return 0, (f"compare: note: {n['noisy']} of {len(verdicts)} job keys noisy, not judged: "
-                   "other work kept the machine busy while they ran")
+        why = " or ".join(w for w, seen in (("other work kept the machine busy", "beside other work"),
+                                            ("the board throttled", "ran throttled"))
+                          if any(seen in v.reason for v in verdicts if v.status == "noisy"))
+        return 0, f"compare: note: {n['noisy']} of {len(verdicts)} job keys noisy, not judged: {why} while they ran"
     return 0, ""
 
 

@@ -18,7 +18,8 @@ history finds exactly what compare would have flagged between those commits.
 A result that ran beside other work is left out of the change points' time and energy: when
 other processes or steal took more than compare.LOADED of the CPU its job wanted
 (results.starved, from its load record), none of its repeats measured the code alone; the point
-counts it as loaded. Its memory and accuracy, which load does not move, stay.
+counts it as loaded. Its memory and accuracy, which load does not move, stay. A result that ran
+throttled (its validity flags, harness/validity.py) is left out the same way, counted as flagged.
 
 A series is one job key on one fingerprint: a fingerprint change (CPU, governor, kernel, runtime
 versions, GPU and driver) starts a new series, listed with what changed, never joined.
@@ -43,6 +44,7 @@ class Point:
     accuracy: list = field(default_factory=list)   # final test accuracy per result
     results: int = 0
     loaded: int = 0        # of them, those whose time and energy other work moved: left out of both
+    flagged: int = 0       # and those that ran throttled (validity flags): left out of both too
 
 
 @dataclass
@@ -69,9 +71,9 @@ class Series:
 
 def build(rows: list[tuple], facts: dict[str, dict]) -> list[Series]:
     """Series from the store's rows (job_key, target, fingerprint, git_commit, run_id, step_seconds,
-    peak_rss_bytes, joules_per_step, test_accuracy, starved), in run order."""
+    peak_rss_bytes, joules_per_step, test_accuracy, starved, flags), in run order."""
     series: dict[tuple, Series] = {}
-    for key, target, fp, commit, run_id, *values, acc, share in rows:
+    for key, target, fp, commit, run_id, *values, acc, share, flags in rows:
         s = series.setdefault((key, fp), Series(key, target, fp, facts.get(fp, {})))
         commit = commit or run_id        # a run pushed without its commit stands for one
         if not s.points or s.points[-1].commit != commit:
@@ -80,8 +82,9 @@ def build(rows: list[tuple], facts: dict[str, dict]) -> list[Series]:
         loaded = share is not None and share > LOADED
         p.results += 1
         p.loaded += loaded
+        p.flagged += bool(flags) and not loaded
         for (name, *_), v in zip(METRICS, values):
-            if v is not None and not (loaded and name in LOADED_METRICS):
+            if v is not None and not ((loaded or flags) and name in LOADED_METRICS):
                 p.samples.setdefault(name, []).append(v)
         if acc is not None:
             p.accuracy.append(acc)
@@ -145,7 +148,8 @@ def render(all_series: list[Series], fmt: str, estimator: str = "min") -> str:
         cols = ["commit", "n", *(f"{title} {unit} ({estimator}, range)" for _, title, unit, _ in shown), "accuracy %"]
         rows = []
         for p in s.points:
-            cells = [p.commit[:12], f"{p.results}" + (f" ({p.loaded} loaded)" if p.loaded else "")]
+            left_out = ", ".join(f"{n} {what}" for n, what in ((p.loaded, "loaded"), (p.flagged, "throttled")) if n)
+            cells = [p.commit[:12], f"{p.results}" + (f" ({left_out})" if left_out else "")]
             for name, _, _, scale in shown:
                 v = p.samples.get(name)
                 cells.append(f"{estimate(v) * scale:.4g} ({min(v) * scale:.4g}-{max(v) * scale:.4g})" if v else "-")

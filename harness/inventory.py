@@ -31,6 +31,8 @@ MEM_LIMIT = re.compile(r"^0*[1-9][0-9]*[KMG]$")
 # toolchain file, so a fixed list keeps both inside the checkout.
 ARCHES = tuple(cpus.NAMES)
 PORT = Bounds(1, 65535)
+COOL_C = Bounds(0, 150, open_lo=True)               # degrees C a board must be below before a job
+COOL_WAIT_S = Bounds(0, 3600, open_lo=True)         # and the longest a job waits for it
 
 
 @dataclass
@@ -53,6 +55,7 @@ class Target:
     mem_limit: str = ""
     cpu: str = ""                     # the CPU zobench-train is built for (harness/cpu.py); "": from the probe
     lease: str | None = None          # the file its jobs lease on the board; "": none; None: the board's default
+    cooldown: dict | None = None      # {"below_c", "max_wait_s"}: each job waits until the board is that cool
     source: str = ""                  # the file it was defined in
 
     def board(self) -> tuple:
@@ -70,11 +73,17 @@ def _fields(t: tomlfile.Table, into: dict) -> dict:
         "workdir": (str, None), "threads": (int, None), "mem_limit": (str, None), "cpu": (str, None)}
     bounds = {"port": PORT, "threads": JobSpec.BOUNDS["threads"]}
     out = dict(into)
-    if "lease" in t.data:   # a path, or false for none
-        v = t.take("lease", (str, bool))
-        if v is True or v == "":
-            raise t.error("lease", f"expected a file path on the board, or false for no lease, got {v!r}")
-        out["lease"] = v or ""
+    lease = t.take("lease", (str, bool))     # a path, or false for none
+    if lease is True or lease == "":
+        raise t.error("lease", f"expected a file path on the board, or false for no lease, got {lease!r}")
+    if lease is not None:
+        out["lease"] = lease or ""
+    cool = t.take("cooldown", dict)
+    if cool is not None:
+        c = tomlfile.Table(cool, t.path, f"{t.where}cooldown.")
+        out["cooldown"] = {"below_c": c.take("below_c", float, default=..., bounds=COOL_C),
+                           "max_wait_s": c.take("max_wait_s", float, default=..., bounds=COOL_WAIT_S)}
+        c.done()
     for key, (kind, choices) in spec.items():
         v = t.take(key, kind, choices=choices, item=str if kind is list else None, bounds=bounds.get(key))
         if v is not None:

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from workloads import vocab
 
-from . import convergence, lease, machine_load, schema
+from . import convergence, lease, machine_load, schema, validity
 from .artifacts import content_id
 from .bundle import Site
 from .inventory import Target
@@ -34,6 +34,7 @@ from .plan import Job
 from .transport import KILLED, Deadline, TransportError
 
 RUNNER_MODULES = {"torch": "workloads.torch_runner", "ort": "workloads.ort_runner"}
+THERMAL = "thermal.jsonl"   # the launcher's sampler's lines (workloads/thermal.py), in the job's folder
 
 # What a runtime says when an allocation fails (Python, numpy, C++, torch, ONNX Runtime, CUDA,
 # the dynamic loader under RLIMIT_AS), matched in the last stderr line of a runner that wrote no result.
@@ -172,6 +173,28 @@ def _check_weights(job: Job, result: dict, transport, remote: str, local: Path) 
     return result
 
 
+def _samples(path: Path) -> list[dict]:
+    """The sampler's lines; a line cut off by a killed sampler is left out."""
+    out = []
+    for line in (path.read_text(errors="replace").splitlines() if path.is_file() else []):
+        try:
+            s = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(s, dict) and _sample_ok(s):
+            out.append(s)
+    return out
+
+
+def _sample_ok(s: dict) -> bool:
+    """A sample in workloads/thermal.read()'s shape (the file is the board's: trusted for nothing)."""
+    num = lambda x: isinstance(x, (int, float)) and not isinstance(x, bool)
+    return (isinstance(s.get("zones"), dict) and all(num(t) for t in s["zones"].values())
+            and isinstance(s.get("clocks"), list)
+            and all(isinstance(c, list) and len(c) == 3 and all(x is None or num(x) for x in c) for c in s["clocks"])
+            and (s.get("throttled") is None or (isinstance(s["throttled"], int) and not isinstance(s["throttled"], bool))))
+
+
 def run_job(job: Job, target: Target, site: Site, work: Path, on_event=None,
             terms: lease.Terms | None = None) -> dict:
     """Launch the job's runner on the site, holding the board's lease on `terms` (None: no
@@ -190,9 +213,11 @@ def run_job(job: Job, target: Target, site: Site, work: Path, on_event=None,
     runner = [site.binary] if runtime == "cpp" else [py, "-m", RUNNER_MODULES[runtime]]
     limit = job.mem_limit or target.mem_limit
     leased = lease.launcher_args(target.lease or "", terms, job.job_id, job.timeout_s) if terms else []
-    argv = [py, "-m", "workloads.launch", *leased] + (["--mem-limit", limit] if limit else []) + \
+    cooldown = ["--cooldown", f"{target.cooldown['below_c']:g}:{target.cooldown['max_wait_s']:g}"] if target.cooldown else []
+    argv = [py, "-m", "workloads.launch", *leased, *cooldown, "--thermal", f"{job_dir}/{THERMAL}"] + \
+           (["--mem-limit", limit] if limit else []) + \
            ["--", *runner, "--spec", f"{job_dir}/spec.json", "--out", f"{job_dir}/result.json"]
-    steps, evidence, busy = 0, Evidence(mem_limit=limit), {}
+    steps, evidence, busy, cooled = 0, Evidence(mem_limit=limit), {}, {}
     # the launcher gives up waiting for the lease itself; this is the job's own time, from the runner's start
     ends = Deadline((terms.wait_s(job.timeout_s) if leased else 0) + job.timeout_s)
 
@@ -209,6 +234,8 @@ def run_job(job: Job, target: Target, site: Site, work: Path, on_event=None,
             ends.restart(job.timeout_s)
         elif ev["event"] == "busy":
             busy.update(ev)
+        elif ev["event"] == "cooldown":
+            cooled.update({k: v for k, v in ev.items() if k != "event"})
         steps = ev.get("step", steps)
         if on_event:
             on_event(ev)
@@ -236,12 +263,20 @@ def run_job(job: Job, target: Target, site: Site, work: Path, on_event=None,
         if outcome.returncode == -signal.SIGKILL:
             evidence.kernel_log = t.exec(KERNEL_LOG)[1]
         t.get(f"{job_dir}/result.json", work / "result.json")
+        if outcome.returncode is not None and not (outcome.timed_out or outcome.interrupted):
+            # the sampler's last line follows the runner's end by a moment (a killed job's never comes)
+            t.exec(f"for i in $(seq 30); do grep -qs '\"final\": true' {q(job_dir + '/' + THERMAL)} && break; "
+                   "sleep 0.1; done")
+        (work / THERMAL).unlink(missing_ok=True)
+        t.get(f"{job_dir}/{THERMAL}", work / THERMAL)
     result = classify(job, outcome, work / "result.json", started_at, wall, steps, evidence, busy)
     if result["status"] == "ok":
         result = _check_weights(job, result, t, f"{job_dir}/{vocab.WEIGHTS_FILE}", work / vocab.WEIGHTS_FILE)
     if result["status"] == "ok":    # a loss that exploded leaves the job ok, but flagged (harness/convergence.py)
         result["convergence"] = convergence.judge(result)
     result["load"] = machine_load.during(load_before, load_after, result.get("cpu_seconds"))
+    if evidence.launch:     # the runner started: how the board's clocks and temperatures were meanwhile
+        result["validity"] = validity.judge(_samples(work / THERMAL), cooled or None)
     if leased:
         result["lease"] = {"file": held.get("file") or busy.get("lease"), "waited_s": waited,
                            "waited_for": held.get("waited_for") if held else busy.get("holder"),

@@ -58,6 +58,7 @@ class Measurement:
     disagreement: str = ""                        # how its repeats' fingerprints differ ("" = they agree)
     device_peak: list = field(default_factory=list)      # bytes torch allocated at most, per cuda repeat
     joules_per_step: list = field(default_factory=list)  # J, per repeat (or epoch) a meter measured
+    validity: list = field(default_factory=list)  # each repeat's result["validity"] (None where not judged)
 
 
 def changed_hyper(hyper: dict, device: str = "cpu") -> list[tuple[str, object]]:
@@ -135,6 +136,7 @@ def from_results(results: list[tuple[str, dict]], across_builds: bool = False) -
             if x is not None:       # no GPU, no meter, or a result from before either was measured
                 samples.append(x)
         m.load.append(r.get("load"))
+        m.validity.append(r.get("validity") if isinstance(r.get("validity"), dict) else None)
         epochs[key] = [(e["seconds"], e.get("joules"), r["steps"] / len(r["epochs"])) for e in r.get("epochs") or []]
     for key, m in out.items():
         if len(m.step_s) == 1 and len(epochs[key]) > 1:
@@ -217,6 +219,10 @@ def from_benchmark(b: dict) -> Measurement:
         for k, v in (rec or {}).items():
             if v is not None:
                 number(v, f"{where}extra_info.zobench.load[{j}].{k}", positive=False)
+    checked = z.get("validity") or []
+    if not isinstance(checked, list) or not all(x is None or (isinstance(x, dict) and isinstance(x.get("flags", []), list))
+                                                for x in checked):
+        raise BadSamples(f"{where}extra_info.zobench.validity: expected a list of validity records or nulls")
     for name in ("facts", "fingerprint"):      # tables compare reads by key: another type is no export
         if not isinstance(z[name], dict):
             raise BadSamples(f"{where}extra_info.zobench.{name}: expected a table, got {json.dumps(z[name])[:60]}")
@@ -226,4 +232,5 @@ def from_benchmark(b: dict) -> Measurement:
                 for attr, name in (("device_peak", "device_peak_bytes"), ("joules_per_step", "joules_per_step"))}
     return Measurement(z["key"], z["facts"], numbers(b["stats"]["data"], f"{where}stats.data", positive=True),
                        numbers(z["peak_rss_bytes"], f"{where}extra_info.zobench.peak_rss_bytes", positive=False),
-                       z["per_epoch"], z["fingerprint"], z["binary_sha256"], z["harness_commit"], load, **optional)
+                       z["per_epoch"], z["fingerprint"], z["binary_sha256"], z["harness_commit"], load, **optional,
+                       validity=checked)

@@ -21,7 +21,7 @@ import json
 import os
 from dataclasses import dataclass
 
-from . import measurements, paths, tomlfile
+from . import measurements, paths, tomlfile, validity
 from .compare import starved
 from .errors import UserError
 from .schema import joules_per_step, step_seconds, stored_problems
@@ -73,6 +73,12 @@ MIGRATIONS = (
         PRIMARY KEY (run_id, job_id)
     );
     CREATE INDEX results_by_series ON results (job_key, fingerprint, run_id);
+    """,
+    # the validity flags of a job (harness/validity.py): history leaves a throttled result's time out
+    """
+    ALTER TABLE results ADD COLUMN flags text[] NOT NULL DEFAULT '{}';
+    UPDATE results SET flags = ARRAY(SELECT jsonb_array_elements_text(result->'validity'->'flags'))
+        WHERE jsonb_typeof(result->'validity'->'flags') = 'array';
     """,
 )
 
@@ -187,17 +193,19 @@ class SharedStore:
                 last = (r.get("epochs") or [{}])[-1]
                 got = self.conn.execute(
                     "INSERT INTO results (run_id, job_id, job_key, target, fingerprint, status, step_seconds, "
-                    "peak_rss_bytes, joules_per_step, test_accuracy, starved, started_at, result) "
-                    "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) "
+                    "peak_rss_bytes, joules_per_step, test_accuracy, starved, flags, started_at, result) "
+                    "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) "
                     "ON CONFLICT (run_id, job_id) DO UPDATE SET job_key = EXCLUDED.job_key, "
                     "target = EXCLUDED.target, fingerprint = EXCLUDED.fingerprint, status = EXCLUDED.status, "
                     "step_seconds = EXCLUDED.step_seconds, peak_rss_bytes = EXCLUDED.peak_rss_bytes, "
                     "joules_per_step = EXCLUDED.joules_per_step, test_accuracy = EXCLUDED.test_accuracy, "
-                    "starved = EXCLUDED.starved, started_at = EXCLUDED.started_at, result = EXCLUDED.result "
+                    "starved = EXCLUDED.starved, flags = EXCLUDED.flags, started_at = EXCLUDED.started_at, "
+                    "result = EXCLUDED.result "
                     "WHERE results.result IS DISTINCT FROM EXCLUDED.result RETURNING (xmax = 0)",
                     (run_id, r["job"]["job_id"], key, r["job"].get("target", ""), fp, r["status"], step_seconds(r),
                      (r.get("memory") or {}).get("peak_rss_bytes"), joules_per_step(r), last.get("test_accuracy"),
-                     starved(r.get("load"), r["job"].get("threads", 0)), r.get("started_at"), Jsonb(r))).fetchone()
+                     starved(r.get("load"), r["job"].get("threads", 0)), validity.flags_of(r), r.get("started_at"),
+                     Jsonb(r))).fetchone()
                 if got is None:
                     out.unchanged += 1
                 elif got[0]:
@@ -295,6 +303,6 @@ class SharedStore:
             args.append(start)
         return (f"WITH s AS (SELECT job_key, fingerprint FROM series WHERE {' AND '.join(chosen)}) "
                 "SELECT r.job_key, r.target, r.fingerprint, u.git_commit, r.run_id, r.step_seconds, r.peak_rss_bytes, "
-                "r.joules_per_step, r.test_accuracy, r.starved FROM s JOIN results r USING (job_key, fingerprint) "
+                "r.joules_per_step, r.test_accuracy, r.starved, r.flags FROM s JOIN results r USING (job_key, fingerprint) "
                 f"JOIN runs u USING (run_id) WHERE {' AND '.join(where)} ORDER BY u.created_at, r.run_id, r.job_id",
                 args)

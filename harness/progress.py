@@ -61,6 +61,11 @@ class ProgressView:
                 if self.waiting_for.get(target) != line:
                     self.waiting_for[target] = line
                     self.console.print(escape(line), highlight=False, markup=True, soft_wrap=True)
+            elif ev.get("event") == "cooldown-wait":
+                line = f"cooling {target}: {ev.get('temp_c')} C, waiting until it is below {ev.get('below_c')} C"
+                self.progress.update(task, description=f"  {escape(line)}")
+                self.waiting_for[target] = line
+                self.console.print(escape(line), highlight=False, markup=True, soft_wrap=True)
             elif ev.get("event") == "launch" and target in self.waiting_for:     # the lease is its now
                 self._describe(target)
             elif ev.get("event") == "start":

@@ -14,7 +14,7 @@ import re
 
 from workloads import vocab
 
-from . import convergence
+from . import convergence, validity
 from .inventory import MEM_LIMIT
 from .plan import Job
 from .suites import TIMEOUT_S
@@ -76,7 +76,7 @@ def problems(r) -> list[str]:
             break
         out += _amount(e.get("joules"), f"epochs[{i}].joules", NUMBER)
     out += _warmup(r.get("warmup")) + _energy(r.get("energy")) + _start_eval(r.get("start_eval"))
-    out += _convergence(r.get("convergence"))
+    out += _convergence(r.get("convergence")) + _validity(r.get("validity"))
     if r["status"] == "ok" and not isinstance(r.get("model"), dict):
         out.append("an ok result needs model")
     return out
@@ -111,6 +111,20 @@ def _start_eval(s) -> list[str]:
     if isinstance(acc, bool) or not isinstance(acc, NUMBER) or not 0 <= acc <= 1:
         return [f"start_eval.test_accuracy: {json.dumps(acc)[:40]} is not a number in [0, 1]"]
     return _amount(s["test_loss"], "start_eval.test_loss", NUMBER)
+
+
+def _validity(v) -> list[str]:
+    """The board's throttling during the job (harness/validity.py): absent in a result stored
+    before zobench sampled it; its flags are what compare and history read."""
+    if v is None:
+        return []
+    if not isinstance(v, dict) or not isinstance(v.get("flags"), list) \
+            or not all(f in validity.FLAGS for f in v["flags"]):
+        return [f"validity needs flags, a list of {', '.join(validity.FLAGS)}"]
+    clock = v.get("clock")
+    if clock is not None and not isinstance(clock, dict):
+        return ["validity.clock is not null or a table"]
+    return _amount((clock or {}).get("slowdown_explained"), "validity.clock.slowdown_explained", NUMBER)
 
 
 def _convergence(c) -> list[str]:

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from workloads.jsonfile import loads, write_atomic
 
-from . import convergence, paths
+from . import convergence, paths, validity
 from .errors import UserError
 from .plan import safe_name
 from .schema import plan_problems, step_seconds, stored_problems
@@ -76,6 +76,8 @@ def summary(run_id: str, r: dict) -> dict:
         "test_accuracy": last.get("test_accuracy"), "train_loss": last.get("train_loss"),
         # diverged / unstable, or None (harness/convergence.py), and the best epoch's accuracy beside the final one
         "flags": convergence.worst(judged.get("flags") or []), "best_test_accuracy": judged.get("best_test_accuracy"),
+        # throttled, freq-capped, ... (harness/validity.py): the board, not the code, set its time
+        "validity": ",".join(validity.flags_of(r)) or None,
         "nonfinite": "; ".join(r.get("nonfinite") or []) or None,
         # lineage: what the job started from and ended with (fine-tuning: its pretraining job's weights)
         "pretrained_from": job.get("pretrained_from") or None,

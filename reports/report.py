@@ -19,7 +19,7 @@ import seaborn as sns
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from harness import convergence, memory_model
+from harness import convergence, memory_model, validity
 from harness.measurements import KEY_IGNORES, changed_hyper, shown_hyper
 from harness.errors import UserError
 from harness.schema import joules_per_step, step_seconds
@@ -197,6 +197,8 @@ def _load(store, run_ids: list[str], plans: list[dict]) -> pd.DataFrame:
                 "test_acc": 100 * _nan(last.get("test_accuracy")),
                 # a run whose loss exploded: its final accuracy is not the method's (harness/convergence.py)
                 "flag": convergence.flag(r) or "",
+                # a repeat the board throttled: its time is the board's (harness/validity.py)
+                "validity": ", ".join(f"{validity.shown([f])} in r{job.get('repeat', 0)}" for f in validity.flags_of(r)),
                 "best_acc": 100 * _nan((convergence.of(r) or {}).get("best_test_accuracy")),
                 "epochs": [{**e, **{k: _nan(e.get(k)) for k in ("train_loss", "test_loss", "joules")},
                             "test_acc": 100 * _nan(e.get("test_accuracy"))} for e in r.get("epochs") or []],
@@ -451,12 +453,16 @@ def _accuracy_table(ok: pd.DataFrame) -> pd.DataFrame:
 
 
 def _machine(df: pd.DataFrame) -> tuple[str, object]:
-    envs = [{"target": t, **env} for t, env in zip(df["target"], df["env"]) if env.get("cpu_model")]
+    envs = [{"target": t, **env, "throttling": v} for t, env, v in zip(df["target"], df["env"], df["validity"])
+            if env.get("cpu_model")]
     if not envs:
         return ("p", "No job reported its machine.")
     m = pd.DataFrame(envs)
+    # what the board did during the run's jobs, once per target: the flags, else "none seen"
+    seen = m.groupby("target")["throttling"].agg(lambda v: "; ".join(dict.fromkeys(x for x in v if x)) or "none seen")
+    m["throttling"] = m["target"].map(seen)
     m["versions"] = m["versions"].map(lambda v: ", ".join(f"{k} {x}" for k, x in (v or {}).items()))
-    cols = ["target", "hostname", "arch", "cpu_model", "cores", "governor", "kernel", "versions"]
+    cols = ["target", "hostname", "arch", "cpu_model", "cores", "governor", "kernel", "versions", "throttling"]
     # the C++ binary's build CPU and kernel paths, where some job recorded them (a run without
     # one keeps the table's shape)
     if "build_cpu" in m and m["build_cpu"].notna().any():
@@ -475,9 +481,12 @@ def _results_table(df: pd.DataFrame) -> pd.DataFrame:
          .agg(n=("job_id", "size"), steps=("steps", "mean"), ms_step=("ms_step", "mean"), train_s=("train_s", "mean"),
               peak_mib=("peak_mib", "mean"), device_peak_mib=("device_peak_mib", "mean"), j_step=("j_step", "mean"),
               train_loss=("train_loss", "mean"), test_loss=("test_loss", "mean"), test_acc=("test_acc", "mean"),
-              best_acc=("best_acc", "mean"), flag=("flag", worst_flag))
+              best_acc=("best_acc", "mean"), flag=("flag", worst_flag),
+              validity=("validity", lambda v: "; ".join(x for x in v if x)))
          .reset_index())
     t["test_acc"] = [accuracy_cell(a, f, b) for a, f, b in zip(t.pop("test_acc"), t.pop("flag"), t.pop("best_acc"))]
+    # the time of a group one of whose repeats ran throttled is not the code's alone: said beside it
+    t["ms_step"] = [v if not flags else f"{v:.2f} ({flags})" for v, flags in zip(t["ms_step"], t.pop("validity"))]
     # a GPU's memory and the energy only where some job measured them, a stage or a transformer's
     # setup only where some job has one: a CPU-only report of layer models keeps its shape
     t = t.drop(columns=[c for c in ("device_peak_mib", "j_step") if t[c].isna().all()]
@@ -486,7 +495,7 @@ def _results_table(df: pd.DataFrame) -> pd.DataFrame:
                "j_step": ".4g", "train_loss": ".3f", "test_loss": ".3f"}
     for col, f in formats.items():
         if col in t:
-            t[col] = t[col].map(lambda v: "-" if pd.isna(v) else format(v, f))
+            t[col] = t[col].map(lambda v: v if isinstance(v, str) else "-" if pd.isna(v) else format(v, f))
     return t.rename(columns={"mlabel": "method", "ms_step": "ms/step", "train_s": "train s",
                              "peak_mib": "peak RSS MiB", "device_peak_mib": "GPU peak MiB", "j_step": "J/step",
                              "train_loss": "final train loss",

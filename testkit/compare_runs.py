@@ -77,6 +77,11 @@ def made_up_result(step_ms: float, *, repeat: int = 0, method: str = "full-zo", 
             "cpu_seconds": seconds + 0.1, "load": load}
 
 
+def thermal_sample(throttled: int | None, temp_c: float = 50.0, khz: int = 1_000_000, cap: int = 1_000_000) -> dict:
+    """One sample in workloads/thermal.read()'s shape, of a made-up four-core board."""
+    return {"t": 0.0, "zones": {"cpu-thermal": temp_c}, "clocks": [[khz, cap, 1_000_000]] * 4, "throttled": throttled}
+
+
 def made_up_run(store: Store, results: list[dict], created_at: str = "2026-01-01T00:00:00+00:00",
                 git: dict | None = None) -> str:
     """A run of the store holding exactly these results (of the commit and branch in `git`, as

@@ -7,6 +7,7 @@ import os
 import platform
 import subprocess
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -143,3 +144,33 @@ def aarch64_binary(cpu: str = "cortex-a53") -> str:
     """The C++ binary cross-built for an Arm board (static aarch64; a Raspberry Pi Zero 2's
     runs here under QEMU_A53)."""
     return str(build(Target(name="pi", transport="ssh", host="pi.invalid", arch="aarch64", runtimes=["cpp"]), cpu))
+
+
+def held_python(tmp: Path) -> tuple[Path, Path, Path]:
+    """A `python` for a target whose runners log "start"/"end" with the time to LOG and wait for
+    GO before they run; the launcher and everything else run at once. (wrapper, LOG, GO)"""
+    log, go, wrapper = tmp / "runners.log", tmp / "go", tmp / "python"
+    wrapper.write_text(f"""#!/bin/sh
+case "$1 $2" in
+  "-m workloads.torch_runner")
+    echo "start $(date +%s.%N) $*" >> {log}
+    while [ ! -e {go} ]; do sleep 0.05; done
+    {sys.executable} "$@"; rc=$?
+    echo "end $(date +%s.%N) $*" >> {log}
+    exit $rc;;
+  *) exec {sys.executable} "$@";;
+esac
+""")
+    wrapper.chmod(0o755)
+    return wrapper, log, go
+
+
+def until(what: str, check, proc: subprocess.Popen | None = None, log: Path | None = None):
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        got = check()
+        if got:
+            return got
+        assert proc is None or proc.poll() is None, f"it ended before {what}: {log.read_text() if log else ''}"
+        time.sleep(0.05)
+    raise AssertionError(f"never: {what}")

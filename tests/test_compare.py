@@ -15,13 +15,14 @@ from statistics import median
 
 import pytest
 
-from harness import machine_load, plan, suites
+from harness import machine_load, plan, suites, validity
 from harness.compare import compare as compare_measurements
 from harness.inventory import resolve
 from harness.measurements import Measurement
+from harness.schema import step_seconds
 from harness.store import Store
 
-from testkit.compare_runs import (SOLO, interleaved_runs, load_at, made_up_result, made_up_run, run,
+from testkit.compare_runs import (SOLO, interleaved_runs, load_at, made_up_result, made_up_run, run, thermal_sample,
                                   solo_inventory)
 from testkit.runners import zobench
 
@@ -45,18 +46,23 @@ def one_line(p) -> str:
     return lines[0]
 
 
-def test_a_real_20_percent_slowdown_is_a_regression_and_exits_1(runs):
-    """On a quiet enough machine it is "regressed". Where other work kept the machine busy
-    through the slow side's repeats (as its jobs recorded), the gate says "noisy" and still
-    fails: a slowdown is never passed."""
+def test_real_runs_reach_the_gate_as_their_stored_samples_and_its_exit_code_follows_the_verdict(runs):
+    """The plumbing, with real runs (a 20% slowdown injected into one side): the gate's estimates
+    are the minima of the repeats the runs stored, and its exit code is its verdict's. Whether
+    a 20% slowdown is caught is statistics, shown on made-up samples here and measured for real
+    in `make bench` (benchmarks/compare_noise.py): on a busy machine it may be "noisy"."""
     p = compare(runs["root"], runs["base"], runs["slow"], "--format", "json")
     (v,) = json.loads(p.stdout)["verdicts"]
+    store = Store(runs["root"])
+    minimum = lambda ids: min(step_seconds(r) for i in ids.split(",") for r in store.results(i))
+    step = v["metrics"]["step_time"]
+    assert step["baseline"] == pytest.approx(1e3 * minimum(runs["base"]))
+    assert step["current"] == pytest.approx(1e3 * minimum(runs["slow"]))
     assert not v["metrics"]["peak_memory"]["significant"]
+    assert p.returncode == {"regressed": 1, "noisy": 3, "unchanged": 0}[v["status"]], p.stdout
     if v["status"] == "noisy":
-        assert p.returncode == 3 and " ran beside other work: other processes or steal took " in v["reason"], p.stdout
-    else:
-        assert p.returncode == 1 and v["status"] == "regressed", p.stdout + p.stderr
-        assert v["metrics"]["step_time"]["change"] > 0.1
+        assert " ran beside other work: other processes or steal took " in v["reason"], p.stdout
+    if v["status"] == "regressed":
         assert one_line(p) == "zobench: compare: 1 of 1 job keys regressed"
 
 
@@ -508,3 +514,51 @@ def test_compare_names_a_bad_baseline(runs, tmp_path):
     assert one_line(p) == f"zobench: error: {tmp_path / 'x.json'}: not a zobench pytest-benchmark export (KeyError: 'benchmarks')"
     p = compare(runs["root"], "no-such-run", runs["base"])
     assert p.returncode == 2 and "neither a run id" in one_line(p)
+
+
+def _throttled(store, times, flags_at=(), clock_khz=None, loads=None):
+    """A run of full-zo repeats (times, ms) whose repeats in flags_at hit the soft temperature
+    limit, their clock measured down to clock_khz of 1 GHz (None: no cpufreq on the board)."""
+    results = []
+    for i, t in enumerate(times):
+        r = made_up_result(t, repeat=i, load=load_at((loads or [0.02] * len(times))[i]))
+        hot = i in flags_at
+        samples = [thermal_sample(0x0), thermal_sample(0x80008 if hot else 0x0,
+                                                        khz=(clock_khz or 1_000_000) if hot else 1_000_000)]
+        if clock_khz is None and hot:
+            for s in samples:
+                s["clocks"] = []
+        r["validity"] = validity.judge(samples)
+        results.append(r)
+    return made_up_run(store, results)
+
+
+def test_a_throttled_side_is_judged_only_on_what_its_clock_cannot_explain(tmp_path):
+    """The same rule as load, from the clock's measured reduction: every current repeat hit the
+    soft temperature limit with its clock at 800 MHz of 1 GHz (explains +25%). +20% is noisy,
+    said why; +100% is a regression, with the throttling in its note; with no clock to measure
+    (no cpufreq), a flagged side explains any slowdown; and with the minimum, one clean repeat
+    among throttled ones measured the code."""
+    store = Store(tmp_path)
+    base = _throttled(store, [10.0, 10.1, 10.2, 10.0, 10.1])
+    for times, khz, flagged, status in (([12.0, 12.1, 12.2, 12.0, 12.3], 800_000, range(5), "noisy"),
+                                        ([20.0, 20.1, 20.2, 20.0, 20.3], 800_000, range(5), "regressed"),
+                                        ([20.0, 20.1, 20.2, 20.0, 20.3], None, range(5), "noisy"),
+                                        ([12.0, 12.1, 12.2, 12.0, 12.3], None, (1, 3), "regressed")):
+        cur = _throttled(store, times, flagged, khz)
+        p = compare(tmp_path, base, cur, "--format", "json")
+        (v,) = json.loads(p.stdout)["verdicts"]
+        assert v["status"] == status, (times, khz, v)
+        assert p.returncode == {"noisy": 3, "regressed": 1}[status]
+        if khz and status == "noisy":
+            assert v["reason"] == ("current ran throttled: soft temperature limit during r0, r1, r2, r3, r4 on solo "
+                                   "(its clock 25% slower)")
+        if khz and status == "regressed":
+            assert v["reason"].endswith("(its clock 25% slower), not by the 100% measured: judged")
+        if khz is None and status == "noisy":
+            assert v["reason"].endswith("on solo (its clock unknown)")
+    # a throttled baseline can hide a change of the current run's: unchanged times are not unchanged
+    hot_base = _throttled(store, [12.0, 12.1, 12.2, 12.0, 12.3], range(5), None)
+    cool = _throttled(store, [12.0, 12.1, 12.2, 12.0, 12.3])
+    (v,) = json.loads(compare(tmp_path, hot_base, cool, "--format", "json").stdout)["verdicts"]
+    assert v["status"] == "noisy" and v["reason"].startswith("baseline ran throttled: soft temperature limit during r0")

@@ -23,29 +23,10 @@ import pytest
 from harness import inventory
 from harness.errors import UserError
 from harness.store import Store
-from testkit.runners import REPO, TINY, processes_mentioning
+from testkit.runners import REPO, TINY, held_python, processes_mentioning, until
 from testkit.sshd import board_toml
 
 ONE_JOB = ["--method", "full-zo", *TINY]
-
-
-def held_python(tmp: Path) -> tuple[Path, Path, Path]:
-    """A `python` for a target whose runners log "start"/"end" with the time to LOG and wait for
-    GO before they run; the launcher and everything else run at once. (wrapper, LOG, GO)"""
-    log, go, wrapper = tmp / "runners.log", tmp / "go", tmp / "python"
-    wrapper.write_text(f"""#!/bin/sh
-case "$1 $2" in
-  "-m workloads.torch_runner")
-    echo "start $(date +%s.%N) $*" >> {log}
-    while [ ! -e {go} ]; do sleep 0.05; done
-    {sys.executable} "$@"; rc=$?
-    echo "end $(date +%s.%N) $*" >> {log}
-    exit $rc;;
-  *) exec {sys.executable} "$@";;
-esac
-""")
-    wrapper.chmod(0o755)
-    return wrapper, log, go
 
 
 def launch(results: Path, *args, env: dict, log: Path) -> subprocess.Popen:
@@ -53,17 +34,6 @@ def launch(results: Path, *args, env: dict, log: Path) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "zobench", "run", "--results", str(results), "--no-report", *map(str, args)],
                             cwd=REPO, stdout=subprocess.DEVNULL, stderr=open(log, "w"), text=True,
                             env={**os.environ, **env})
-
-
-def until(what: str, check, proc: subprocess.Popen | None = None, log: Path | None = None):
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
-        got = check()
-        if got:
-            return got
-        assert proc is None or proc.poll() is None, f"it ended before {what}: {log.read_text() if log else ''}"
-        time.sleep(0.05)
-    raise AssertionError(f"never: {what}")
 
 
 def runner_spans(log: Path) -> list[tuple[float, float, str]]:

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from harness import pgstore
+from harness import pgstore, validity
 from harness.store import Store
 from testkit import compare_runs
 from testkit.postgres import Postgres
@@ -334,19 +334,25 @@ def test_the_ci_workflow_runs_end_to_end_against_a_local_postgresql():
     assert "regressed" in r.stdout       # the pull request's Markdown summary, on stdout outside a CI job
 
 
-def test_results_that_ran_beside_other_work_are_left_out_of_the_change_points(capsys, tmp_path, server):
+@pytest.mark.parametrize("why", ["loaded", "throttled"])
+def test_results_that_ran_beside_other_work_or_throttled_are_left_out_of_the_change_points(capsys, tmp_path, server, why):
     """Made-up runs over six commits, 30% slower from the fourth on. Measured quietly, that is a
     change at the fourth commit; measured while other work took 95% of the CPU the jobs wanted
-    (the gate's "noisy"), the slow results are left out of the change points, and counted."""
+    (the gate's "noisy"), or on a board that hit its soft temperature limit during each job, the
+    slow results are left out of the change points, and counted."""
     store = Store(tmp_path)
 
     def series(busy: bool) -> list[dict]:
         db = server.new_database()
         for n, ms in enumerate((10.0, 10.0, 10.0, 13.0, 13.0, 13.0)):
-            load = compare_runs.load_at(0.95 if busy and ms > 10 else 0.0)
-            run_id = compare_runs.made_up_run(
-                store, [compare_runs.made_up_result(ms * (1 + 0.002 * i), repeat=i, threads=1, load=load)
-                        for i in range(5)], f"2026-01-01T00:00:{n:02d}+00:00")
+            bad = busy and ms > 10
+            results = [compare_runs.made_up_result(ms * (1 + 0.002 * i), repeat=i, threads=1,
+                                                   load=compare_runs.load_at(0.95 if bad and why == "loaded" else 0.0))
+                       for i in range(5)]
+            for r in results:
+                r["validity"] = validity.judge([compare_runs.thermal_sample(0x0), compare_runs.thermal_sample(
+                    0x80008 if bad and why == "throttled" else 0x0)])
+            run_id = compare_runs.made_up_run(store, results, f"2026-01-01T00:00:{n:02d}+00:00")
             assert cli(capsys, "push", run_id, "--store", db, "--results", tmp_path).returncode == 0
         r = cli(capsys, "history", "--store", db, "--format", "json")
         (found,) = json.loads(r.stdout)
@@ -355,6 +361,6 @@ def test_results_that_ran_beside_other_work_are_left_out_of_the_change_points(ca
     quiet, _ = series(busy=False)
     assert [(c["metric"], c["at"]) for c in quiet["changes"]] == [("step_seconds", 3)]
     busy, text = series(busy=True)
-    assert busy["changes"] == [] and [p["loaded"] for p in busy["points"]] == [0, 0, 0, 5, 5, 5]
+    assert busy["changes"] == [] and [p[why] if why == "loaded" else p["flagged"] for p in busy["points"]] == [0, 0, 0, 5, 5, 5]
     assert "step_seconds" not in busy["points"][3]["samples"] and len(busy["points"][3]["samples"]["peak_rss_bytes"]) == 5
-    assert "5 (5 loaded)" in text
+    assert f"5 (5 {why})" in text

@@ -14,11 +14,12 @@ from testkit.sshd import board_toml
 
 
 def launched(results: Path, job: str, proc: subprocess.Popen, event: str, count: int = 1) -> list[dict]:
-    """Wait until `count` jobs matching `job` have printed `event`; their launch events."""
+    """Wait until `count` jobs matching `job` have printed `event`; their launch events (the
+    launcher's line: after the lease's, if it had to wait)."""
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
         logs = [log.read_text() for log in results.glob(f"runs/*/work/{job}/stdout.log")]
-        found = [next(json.loads(line) for line in text.splitlines() if f'"event": "{event}"' in line)
+        found = [next(json.loads(line) for line in text.splitlines() if '"event": "launch"' in line)
                  for text in logs if f'"event": "{event}"' in text]
         if len(found) >= count:
             return found

@@ -16,7 +16,7 @@ from workloads import jsonfile, vocab
 from workloads.models import MODELS, ModelError, Transformer
 from workloads.spec import Bounds, Hyper, JobSpec, SpecError
 
-from harness import equal_memory, fit, inventory, paths, pgstore, plan, stages, suites, tune
+from harness import equal_memory, fit, inventory, paths, pgstore, plan, stages, suites, tune, validity
 from harness.artifacts import sha256
 from harness.build import build, cpu_choice
 from harness.bundle import prepare
@@ -467,7 +467,8 @@ def cmd_results(args) -> int:
             fmt = lambda v, f: "-" if v is None else format(v, f)
             t.add_row(r["job_id"], f"{r['status']}: {r['error']}" if r["error"] else
                       f"{r['status']}; not finite: {r['nonfinite']}" if r["nonfinite"] else r["status"],
-                      str(r["steps"]), fmt(r["step_seconds"] and 1000 * r["step_seconds"], ".2f"),
+                      str(r["steps"]), fmt(r["step_seconds"] and 1000 * r["step_seconds"], ".2f")
+                      + (f" ({validity.shown(r['validity'].split(','))})" if r["validity"] else ""),
                       fmt(r["train_seconds"], ".1f"), fmt(r["peak_rss_bytes"] and r["peak_rss_bytes"] / 2**20, ".1f"),
                       convergence.annotate(fmt(r["test_accuracy"], ".3f"), r["flags"], fmt(r["best_test_accuracy"], ".3f")),
                       fmt(r["train_loss"], ".3f"))

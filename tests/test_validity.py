@@ -1,0 +1,141 @@
+"""Every job says whether its timing is valid, on recorded formats (there is no Pi here): a
+`vcgencmd` on the board's PATH printing the throttle bits from a state file the test changes
+mid-job, and a sysfs tree of thermal zones and cpufreq policies ($ZOBENCH_SYSFS), as the energy
+tests do for hwmon. Real runs on this machine: the launcher's sampler reads them while the
+runner lives, and the harness judges the samples into the result's flags."""
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from harness import validity
+from harness.store import Store
+from testkit.compare_runs import thermal_sample
+from testkit.runners import REPO, TINY, held_python, until
+
+ONE_JOB = ["--method", "full-zo", *TINY]
+
+
+def board(tmp: Path, temp_c: float = 45.0, khz: int = 1_000_000) -> dict:
+    """A recorded Pi: vcgencmd, one thermal zone and four cpufreq policies, each the test can set."""
+    sysfs, bin_ = tmp / "sys", tmp / "bin"
+    zone = sysfs / "class" / "thermal" / "thermal_zone0"
+    zone.mkdir(parents=True)
+    (zone / "type").write_text("cpu-thermal\n")
+    cpus = [sysfs / "devices" / "system" / "cpu" / f"cpu{i}" / "cpufreq" for i in range(4)]
+    for c in cpus:
+        c.mkdir(parents=True)
+        (c / "cpuinfo_max_freq").write_text("1000000\n")
+    bin_.mkdir()
+    state = tmp / "throttled"
+    (bin_ / "vcgencmd").write_text(f'#!/bin/sh\n[ "$1" = get_throttled ] && echo "throttled=$(cat {state})"\n')
+    (bin_ / "vcgencmd").chmod(0o755)
+
+    def set_(bits: int, temp: float, cur: int, cap: int = 1_000_000) -> None:
+        state.write_text(f"{bits:#x}\n")
+        (zone / "temp").write_text(f"{int(temp * 1000)}\n")
+        for c in cpus:
+            (c / "scaling_cur_freq").write_text(f"{cur}\n")
+            (c / "scaling_max_freq").write_text(f"{cap}\n")
+
+    set_(0x50000, temp_c, khz)         # under-voltage and throttling happened before this job: not its
+    return {"set": set_, "env": {"ZOBENCH_SYSFS": str(sysfs), "PATH": f"{bin_}:{os.environ['PATH']}"}}
+
+
+def inventory(tmp: Path, python: str = sys.executable, extra: str = "") -> Path:
+    inv = tmp / "targets.toml"
+    inv.write_text(f'[targets.pi]\ntransport = "local"\npython = "{python}"\nruntimes = ["torch"]\nthreads = 1\n'
+                   f'lease = "{tmp / "lease"}"\n{extra}')
+    return inv
+
+
+def run(tmp: Path, inv: Path, env: dict, *args) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "zobench", "run", "--results", str(tmp / "res"), "--no-report",
+                           "--inventory", str(inv), "--target", "pi", *args], cwd=REPO, capture_output=True,
+                          text=True, env={**os.environ, **env}, timeout=600)
+
+
+def samples_of(results: Path) -> list[dict]:
+    files = list(results.glob("runs/*/work/attempts/*/*/thermal.jsonl"))
+    return [json.loads(line) for f in files for line in f.read_text().splitlines() if line.endswith("}")]
+
+
+def test_a_job_during_which_the_board_throttles_is_flagged_and_a_calm_one_is_not(tmp_path):
+    pi = board(tmp_path)
+    p = run(tmp_path, inventory(tmp_path), pi["env"], *ONE_JOB)
+    assert p.returncode == 0, p.stderr
+    calm = Store(tmp_path / "res").results(Store(tmp_path / "res").latest())[0]["validity"]
+    assert calm["flags"] == [] and calm["throttled"] == ["0x50000", "0x50000"] and calm["unavailable"] is None
+    assert calm["temp_max_c"] == {"cpu-thermal": 45.0} and calm["clock"]["slowdown_explained"] == 0.0
+    assert calm["samples"] >= 2
+
+    # the runner waits for GO: the test makes the board hot and throttled while it waits, then cools it
+    wrapper, log, go = held_python(tmp_path)
+    env = pi["env"]
+    proc = subprocess.Popen([sys.executable, "-m", "zobench", "run", "--results", str(tmp_path / "res2"), "--no-report",
+                             "--inventory", str(inventory(tmp_path, str(wrapper))), "--target", "pi", *ONE_JOB],
+                            cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, **env})
+    until("the runner holds the board", log.is_file, proc)
+    pi["set"](0x5000e, 82.5, 600_000, 600_000)      # soft limit and capping now, the clock at 600 MHz
+    until("a sample of the hot board", lambda: any(s["throttled"] == 0x5000e for s in samples_of(tmp_path / "res2")), proc)
+    pi["set"](0xe005a, 61.0, 1_000_000)             # cool again; what happened is in the "occurred" bits
+    go.touch()
+    _, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err
+    (r,) = Store(tmp_path / "res2").results(Store(tmp_path / "res2").latest())
+    v = r["validity"]
+    assert v["flags"] == ["freq-capped", "throttled", "thermal-limit"]
+    assert v["throttled"] == ["0x50000", "0xe005a"] and v["temp_max_c"] == {"cpu-thermal": 82.5}
+    assert v["clock"] == {"max_khz": 1_000_000, "min_khz": 600_000, "slowdown_explained": pytest.approx(2 / 3, abs=1e-3)}
+    assert validity.slowdown_explained(r) == pytest.approx(2 / 3, abs=1e-3)
+    shown = subprocess.run([sys.executable, "-m", "zobench", "results", "--results", str(tmp_path / "res2")],
+                           cwd=REPO, capture_output=True, text=True)
+    assert "ARM frequency capped, throttled, soft temperature limit" in shown.stdout
+
+
+def test_the_throttle_bits_are_decoded_and_judged_from_the_samples():
+    assert validity.decode(0x50005) == {"now": ["under-voltage", "throttled"],
+                                        "since_boot": ["under-voltage", "throttled"]}
+    assert validity.decode(None) is None
+    # "occurred" bits already set when the job started are not the job's; one set during it is
+    assert validity.judge([thermal_sample(0x50000), thermal_sample(0x50000)])["flags"] == []
+    assert validity.judge([thermal_sample(0x50000), thermal_sample(0xd0000)])["flags"] == ["thermal-limit"]
+    assert validity.judge([thermal_sample(0x0), thermal_sample(0x1), thermal_sample(0x0)])["flags"] == ["under-voltage"]
+    # the cooling device lowering a policy's maximum during the job is a cap, with no vcgencmd too
+    capped = validity.judge([thermal_sample(None), thermal_sample(None, khz=700_000, cap=700_000)])
+    assert capped["flags"] == ["freq-capped"] and capped["unavailable"] == {"throttle": "no vcgencmd on this board"}
+    assert capped["clock"]["slowdown_explained"] == pytest.approx(1 / 0.7 - 1, abs=1e-3)
+    bare = validity.judge([{"t": 0, "zones": {}, "clocks": [], "throttled": None}])
+    assert bare["flags"] == [] and set(bare["unavailable"]) == {"throttle", "clock", "temperature"}
+    assert validity.slowdown_explained({"validity": {"flags": ["throttled"], "clock": None}}) == float("inf")
+
+
+def test_a_cooldown_waits_untimed_until_the_board_is_cool_and_records_it(tmp_path):
+    pi = board(tmp_path, temp_c=70.0)
+    inv = inventory(tmp_path, extra="cooldown = { below_c = 60, max_wait_s = 2 }\n")
+    p = run(tmp_path, inv, pi["env"], *ONE_JOB)
+    assert p.returncode == 0, p.stderr
+    assert "cooling pi: 70.0 C, waiting until it is below 60.0 C" in p.stderr
+    (r,) = Store(tmp_path / "res").results(Store(tmp_path / "res").latest())
+    cool = r["validity"]["cooldown"]
+    assert cool["reached"] is False and cool["start_c"] == cool["end_c"] == 70.0 and cool["waited_s"] >= 2
+    assert r["train_seconds"] < r["wall_seconds"]      # the runner's own clock never saw the wait
+
+    pi["set"](0x0, 40.0, 1_000_000)
+    p = run(tmp_path, inv, pi["env"], *ONE_JOB)
+    (r,) = Store(tmp_path / "res").results(Store(tmp_path / "res").latest())
+    assert p.returncode == 0 and "cooling" not in p.stderr
+    assert r["validity"]["cooldown"]["reached"] is True and r["validity"]["cooldown"]["start_c"] == 40.0
+
+
+def test_a_cooldown_is_checked_where_it_is_read(tmp_path):
+    inv = inventory(tmp_path, extra="cooldown = { below_c = 60 }\n")
+    p = subprocess.run([sys.executable, "-m", "zobench", "targets", "list", "--inventory", str(inv)], cwd=REPO,
+                       capture_output=True, text=True)
+    assert p.returncode == 2 and p.stderr.strip() == (
+        f"zobench: error: {inv}: targets.pi.cooldown.max_wait_s: missing; expected a number")
