@@ -19,6 +19,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
+from urllib.parse import unquote, urlsplit, urlunsplit
 from dataclasses import dataclass
 
 from . import measurements, paths, tomlfile, validity
@@ -95,9 +97,21 @@ def url_from(arg: str | None, what: str = "--store") -> str | None:
         t.done()
         url, where = table.take("url", str), f"{config}: store.url"
         table.done()
-    if url and not url.startswith(("postgresql://", "postgres://")):
-        raise UserError(f"{where}: expected a PostgreSQL URL, postgresql://USER@HOST[:PORT]/DB, got {shown(url)!r}")
+    if url and not url.startswith(("postgresql://", "postgres://")) and not _conninfo(url):
+        raise UserError(f"{where}: expected a PostgreSQL URL, postgresql://USER@HOST[:PORT]/DB, or a connection "
+                        f"string, host=HOST dbname=DB, got {shown(url)!r}")
     return url or None
+
+
+def _conninfo(text: str) -> bool:
+    """Whether text is a key=value connection string libpq takes."""
+    from psycopg.conninfo import conninfo_to_dict    # noqa: PLC0415
+    import psycopg    # noqa: PLC0415
+
+    try:
+        return "=" in text and bool(conninfo_to_dict(text))
+    except psycopg.ProgrammingError:
+        return False
 
 
 def required(arg: str | None, command: str) -> str:
@@ -107,14 +121,36 @@ def required(arg: str | None, command: str) -> str:
     return url
 
 
+# a password in a key=value connection string: password=x, password = 'x y', password='it\\'s'
+PASSWORD_KV = re.compile(r"""(?i)(^|\s)password\s*=\s*('(?:[^'\\]|\\.)*'|\S*)""")
+
+
 def shown(url: str) -> str:
-    """The URL without its password, for a message (a password belongs in ~/.pgpass or
-    $PGPASSWORD, never on a line zobench prints or a file it writes)."""
-    head, at, tail = url.rpartition("@")
-    if not at:
-        return url
-    scheme, _, cred = head.partition("://")
-    return f"{scheme}://{cred.split(':')[0]}@{tail}"
+    """The connection string without its password, in any form libpq takes it (user:password@,
+    ?password= in a URL, password= in a key=value string), for a message, run.json or the
+    store (a password belongs in ~/.pgpass or $PGPASSWORD, never on a line zobench prints or a
+    file it writes). Never fails: what it cannot parse loses every password= it holds."""
+    if "://" not in url:
+        return " ".join(PASSWORD_KV.sub(r"\1", url).split())
+    try:
+        parts = urlsplit(url)
+        user, at, hosts = parts.netloc.rpartition("@")
+        query = "&".join(q for q in parts.query.split("&") if q and unquote(q.split("=")[0]).lower() != "password")
+        return urlunsplit((parts.scheme, f"{user.split(':')[0]}@{hosts}" if at else hosts, parts.path, query,
+                           parts.fragment))
+    except ValueError:
+        return re.sub(r"(?i)(://[^:@/]*):[^@]*@", r"\1@", re.sub(r"(?i)password=[^&\s]*&?", "", url))
+
+
+def shown_argv(argv: list[str]) -> list[str]:
+    """A command line as run.json keeps it: each connection string in it shown(), whether an
+    argument of its own or after --store=."""
+    def one(a: str) -> str:
+        opt, eq, value = a.partition("=") if a.startswith("--") else ("", "", a)
+        if value.startswith(("postgres://", "postgresql://")) or PASSWORD_KV.search(value):
+            return opt + eq + shown(value)
+        return a
+    return [one(a) for a in argv]
 
 
 @dataclass
@@ -122,6 +158,7 @@ class Pushed:
     added: int = 0
     updated: int = 0
     unchanged: int = 0
+    moved_from: str | None = None   # the branch a re-push with --branch moved the run from
 
 
 def fingerprint_id(facts: dict) -> str:
@@ -138,7 +175,8 @@ class SharedStore:
         try:
             self.conn = psycopg.connect(url, connect_timeout=connect_timeout, application_name="zobench")
         except psycopg.Error as e:
-            raise UserError(f"store {shown(url)}: cannot connect: {str(e).strip().splitlines()[0]}") from None
+            said = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise UserError(f"store {shown(url)}: cannot connect: {said}") from None
         self.migrate()
 
     def close(self) -> None:
@@ -172,14 +210,23 @@ class SharedStore:
 
         plan = store.run_plan(run_id)
         results = store.results(run_id, plan)
+        if isinstance(plan.get("argv"), list):     # a run.json written before zobench hid every form of a password
+            plan = {**plan, "argv": shown_argv([str(a) for a in plan["argv"]])}
         git = plan.get("git") or {}
         out = Pushed()
         with self.conn.transaction():
+            was = self.conn.execute("SELECT branch FROM runs WHERE run_id = %s", (run_id,)).fetchone()
+            # --branch moves a pushed run to that branch; without it a run keeps the branch it was pushed under
             self.conn.execute(
                 "INSERT INTO runs (run_id, created_at, suite, git_commit, branch, plan) VALUES (%s, %s, %s, %s, %s, %s) "
-                "ON CONFLICT (run_id) DO UPDATE SET plan = EXCLUDED.plan WHERE runs.plan IS DISTINCT FROM EXCLUDED.plan",
+                "ON CONFLICT (run_id) DO UPDATE SET plan = EXCLUDED.plan, "
+                "branch = CASE WHEN %s THEN EXCLUDED.branch ELSE runs.branch END "
+                "WHERE runs.plan IS DISTINCT FROM EXCLUDED.plan OR (%s AND runs.branch IS DISTINCT FROM EXCLUDED.branch)",
                 (run_id, plan.get("created_at"), plan.get("suite") or "", git.get("commit") or "",
-                 branch if branch is not None else git.get("branch") or "", Jsonb(plan)))
+                 branch if branch is not None else git.get("branch") or "", Jsonb(plan), branch is not None,
+                 branch is not None))
+            if was is not None and branch is not None and was[0] != branch:
+                out.moved_from = was[0]
             facts = [measurements.fingerprint(r.get("env") or {}) for r in results]
             fps = [fingerprint_id(f) for f in facts]
             keys = [measurements.job_key(r["job"])[0] for r in results]

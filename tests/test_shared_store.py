@@ -99,6 +99,13 @@ def test_push_twice_changes_nothing_and_a_resumed_result_updates_its_row(capsys,
     assert "0 results added, 1 updated, 2 unchanged" in r.stderr
     assert rows(url, "SELECT count(*) FROM results") == [(3,)]
     assert rows(url, "SELECT result FROM results WHERE job_id = %s", changed["job"]["job_id"]) == [(changed,)]
+    # --branch moves a pushed run, and says so; without it the run keeps the branch it has
+    r = cli(capsys, "push", run_id, "--store", url, "--results", tmp_path, "--branch", "pr-7")
+    assert r.returncode == 0 and "3 unchanged; moved from branch 'main' to 'pr-7'" in r.stderr
+    r = cli(capsys, "push", run_id, "--store", url, "--results", tmp_path)
+    assert "moved" not in r.stderr and rows(url, "SELECT branch FROM runs") == [("pr-7",)]
+    cli(capsys, "push", run_id, "--store", url, "--results", tmp_path, "--branch", "main")
+    assert rows(url, "SELECT branch FROM runs") == [("main",)]
 
 
 def test_two_runs_at_once_keep_every_result(tmp_path, url):
@@ -131,18 +138,43 @@ def test_an_unreachable_store_is_one_error_and_the_run_keeps_its_results(capsys,
     assert r.returncode == 2 and "expected a PostgreSQL URL" in r.stderr
 
 
-def test_a_password_is_never_printed_nor_written(capsys, tmp_path, monkeypatch):
-    secret = f"postgresql://zobench:hunter2@127.0.0.1:{free_port()}/db"
-    store = Store(tmp_path)
-    run_id = compare_runs.made_up_run(store, [compare_runs.made_up_result(10.0)])
-    r = cli(capsys, "push", run_id, "--store", secret, "--results", tmp_path)
-    assert r.returncode == 2 and "hunter2" not in r.stderr + r.stdout and "zobench@127.0.0.1" in r.stderr
-    monkeypatch.setattr(sys, "argv", ["zobench", "run", "--store", secret, *ONE])   # what run.json keeps
-    r = cli(capsys, "run", "--results", tmp_path, "--no-report", "--store", secret, *ONE)
-    assert r.returncode == 2 and "hunter2" not in r.stderr + r.stdout
-    written = [f for f in tmp_path.rglob("*") if f.is_file() and b"hunter2" in f.read_bytes()]
-    plans = [(store.runs / i / "run.json").read_text() for i in store.run_ids()]
-    assert written == [] and any("zobench@127.0.0.1" in text for text in plans)
+@pytest.mark.parametrize("form", ["url", "query", "keyword", "store=", "PGPASSWORD", "pgpass"])
+def test_a_password_is_never_printed_written_nor_pushed_in_any_form_libpq_takes(capsys, tmp_path, url, monkeypatch, form):
+    """A real run pushed to a real store (trust auth: the password is taken and not needed), and
+    an unreachable one, with the password in each form libpq takes: it is in no output, no file
+    the run wrote and no row of the store."""
+    secret = "hunter2-" + form.lower().strip("=")
+    base = url.rpartition("/")
+    db = base[2]
+    host_port = url.split("@")[1].split("/")[0]
+    host, port = host_port.split(":")
+    given = {"url": f"postgresql://zobench:{secret}@{host_port}/{db}",
+             "query": f"postgresql://zobench@{host_port}/{db}?password={secret}&sslmode=disable",
+             "keyword": f"host={host} port={port} user=zobench dbname={db} password={secret}",
+             "store=": f"postgresql://zobench:{secret}@{host_port}/{db}"}.get(form, url)
+    if form == "PGPASSWORD":
+        monkeypatch.setenv("PGPASSWORD", secret)
+    if form == "pgpass":
+        (tmp_path / "pgpass").write_text(f"{host}:{port}:{db}:zobench:{secret}\n")
+        (tmp_path / "pgpass").chmod(0o600)
+        monkeypatch.setenv("PGPASSFILE", str(tmp_path / "pgpass"))
+    store_args = [f"--store={given}"] if form == "store=" else ["--store", given]
+    monkeypatch.setattr(sys, "argv", ["zobench", "run", "--results", str(tmp_path / "res"), "--no-report",
+                                      *store_args, *ONE])      # what run.json keeps
+    r = cli(capsys, *sys.argv[1:])
+    assert r.returncode == 0, r.stderr
+    said = r.stdout + r.stderr
+    unreachable = given.replace(port, str(free_port())) if given != url else url.replace(port, str(free_port()))
+    r = cli(capsys, "push", Store(tmp_path / "res").latest(), "--results", tmp_path / "res", "--store", unreachable)
+    assert r.returncode == 2 and "cannot connect" in r.stderr
+    said += r.stdout + r.stderr
+    written = [f for f in (tmp_path / "res").rglob("*") if f.is_file() and secret.encode() in f.read_bytes()]
+    stored = rows(url, "SELECT plan::text FROM runs") + rows(url, "SELECT result::text FROM results")
+    assert secret not in said and written == [] and not any(secret in text for (text,) in stored)
+    assert rows(url, "SELECT count(*) FROM results") == [(1,)]      # it was pushed
+    argv = " ".join(Store(tmp_path / "res").run_plan(Store(tmp_path / "res").latest())["argv"])
+    assert {"url": f"postgresql://zobench@{host_port}/{db}", "store=": f"--store=postgresql://zobench@{host_port}/{db}",
+            "keyword": f"host={host} port={port} user=zobench dbname={db}"}.get(form, "--store") in argv
 
 
 def test_the_schema_is_migrated_once_and_a_newer_one_is_refused(url):

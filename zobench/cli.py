@@ -297,7 +297,7 @@ def cmd_run(args) -> int:
         prepared = prepare(jobs, targets)
         run_id = store.new_run({"created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                                 "suite": suite.name, "suite_path": str(suite.path),
-                                "argv": [pgstore.shown(a) if a.startswith("postgres") else a for a in sys.argv[1:]],
+                                "argv": pgstore.shown_argv(sys.argv[1:]),
                                 "git": plan.git_facts(), **study, "jobs": [j.to_dict() for j in jobs]})
         print(f"run {run_id}: {len(jobs)} jobs on {', '.join(targets)} -> {store.runs / run_id}", file=sys.stderr)
     counts = {}
@@ -348,8 +348,9 @@ def _push(url: str, store: Store, run_ids: list[str], branch: str | None) -> boo
         with pgstore.SharedStore(url) as shared:
             for run_id in run_ids:
                 n = shared.push(store, run_id, branch)
+                moved = f"; moved from branch {n.moved_from!r} to {branch!r}" if n.moved_from is not None else ""
                 print(f"run {run_id} -> store {pgstore.shown(url)}: {n.added} results added, {n.updated} updated, "
-                      f"{n.unchanged} unchanged", file=sys.stderr)
+                      f"{n.unchanged} unchanged{moved}", file=sys.stderr)
     except UserError as e:
         where = "" if store.root.resolve() == paths.DEFAULT_RESULTS.resolve() else f" --results {shlex.quote(str(store.root))}"
         print(f"zobench: error: {e}; the results are kept in {store.root}: push them later with "
