@@ -22,11 +22,12 @@ import os
 import re
 from urllib.parse import unquote, urlsplit, urlunsplit
 from dataclasses import dataclass
+from datetime import datetime
 
 from . import measurements, paths, tomlfile, validity
 from .compare import starved
 from .errors import UserError
-from .schema import joules_per_step, step_seconds, stored_problems
+from .schema import joules_per_step, plan_problems, step_seconds, stored_problems
 from .store import Store
 
 ENV = "ZOBENCH_STORE"
@@ -153,6 +154,21 @@ def shown_argv(argv: list[str]) -> list[str]:
     return [one(a) for a in argv]
 
 
+def _older(mine: dict, theirs: dict) -> bool:
+    """Whether a local result started before the store's of the same job (so the store's is the
+    job run again, elsewhere); a time that cannot be read is never older."""
+    def when(r):
+        try:
+            return datetime.fromisoformat(str(r.get("started_at")))
+        except ValueError:
+            return None
+    a, b = when(mine), when(theirs)
+    try:
+        return a is not None and b is not None and a < b
+    except TypeError:       # one with a time zone, one without
+        return False
+
+
 @dataclass
 class Pushed:
     added: int = 0
@@ -276,25 +292,39 @@ class SharedStore:
         return row[0]
 
     def results(self, run_id: str, plan: dict | None = None) -> list[dict]:
-        """The run's results in plan order, each checked against the schema as a local one is."""
+        """The run's results in plan order, each checked against the schema as a local one is
+        (a damaged row is left out, as a damaged local file is)."""
         plan = plan if plan is not None else self.run_plan(run_id)
+        if plan_problems(plan):
+            raise UserError(f"run {run_id} in store {shown(self.url)} is damaged: its plan: {plan_problems(plan)[0]}")
         got = {job_id: r for job_id, r in self.conn.execute(
             "SELECT job_id, result FROM results WHERE run_id = %s", (run_id,))}
         return [got[j["job_id"]] for j in plan["jobs"]
                 if j["job_id"] in got and not stored_problems(got[j["job_id"]], j["job_id"])]
 
-    def pull(self, run_id: str, store: Store) -> int:
-        """Copy run_id into the local store (its plan, and every result the local copy lacks or
-        holds differently); the number of results written."""
+    def pull(self, run_id: str, store: Store) -> tuple[int, list[str]]:
+        """Copy run_id into the local store: its plan, and every result the local copy lacks or
+        holds an older one of. A local result that differs and is not older (a job resumed here
+        after the run was pushed) is kept, never overwritten: (results written, job ids kept).
+        A damaged plan in the store is refused before anything is written."""
         plan = self.run_plan(run_id)
+        bad = plan_problems(plan)
+        if bad:
+            raise UserError(f"run {run_id} in store {shown(self.url)} is damaged: its plan: {bad[0]}; nothing pulled")
+        remote = self.results(run_id, plan)
         store.adopt_run(run_id, plan)
         local = {r["job"]["job_id"]: r for r in store.results(run_id, plan)}
-        written = 0
-        for r in self.results(run_id, plan):
-            if local.get(r["job"]["job_id"]) != r:
-                store.add_result(run_id, r)
-                written += 1
-        return written
+        written, kept = 0, []
+        for r in remote:
+            mine = local.get(r["job"]["job_id"])
+            if mine == r:
+                continue
+            if mine is not None and not _older(mine, r):
+                kept.append(r["job"]["job_id"])
+                continue
+            store.add_result(run_id, r)
+            written += 1
+        return written, kept
 
     def baseline(self, current: dict, branch: str, last: int, exclude: list[str]) -> tuple[dict, list[str]]:
         """For each measurement of current, the ok results of the same job key and fingerprint in

@@ -71,6 +71,44 @@ def test_a_run_with_a_store_reads_back_equal_and_pulls_into_a_fresh_folder(capsy
     assert Store(tmp_path / "d").results(run_id) == local.results(run_id)
 
 
+def test_pull_never_overwrites_a_newer_local_result_and_refuses_a_damaged_run(capsys, tmp_path, url):
+    """A run pushed with one job interrupted, then resumed here (ok): pulling it back keeps the
+    local ok result and says so; a result run again elsewhere and pushed (started later) is
+    pulled over the older local one; a run whose plan is damaged in the store is one line, exit
+    2, and writes nothing."""
+    store = Store(tmp_path / "a")
+    first = compare_runs.made_up_result(10.0, repeat=0)
+    broken = {**compare_runs.made_up_result(10.0, repeat=1), "status": "interrupted", "error": "interrupted by SIGINT"}
+    run_id = compare_runs.made_up_run(store, [first, broken])
+    assert cli(capsys, "push", run_id, "--store", url, "--results", tmp_path / "a").returncode == 0
+    resumed = {**compare_runs.made_up_result(10.5, repeat=1), "started_at": "2026-01-01T01:00:00+00:00"}
+    store.add_result(run_id, resumed)
+    r = cli(capsys, "pull", run_id, "--store", url, "--results", tmp_path / "a")
+    assert r.returncode == 0 and r.stderr.strip() == (
+        f"run {run_id} -> {store.runs / run_id}: 0 results written; kept 1 local results newer than the store's "
+        f"({resumed['job']['job_id']}): push them with zobench push {run_id}")
+    assert {x["job"]["job_id"]: x for x in store.results(run_id)}[resumed["job"]["job_id"]] == resumed
+    # elsewhere, the first job was run again later and pushed: that one is newer than the local copy
+    again = {**compare_runs.made_up_result(9.5, repeat=0), "started_at": "2026-01-02T00:00:00+00:00"}
+    other = Store(tmp_path / "b")
+    assert cli(capsys, "pull", run_id, "--store", url, "--results", tmp_path / "b").returncode == 0
+    other.add_result(run_id, again)
+    assert cli(capsys, "push", run_id, "--store", url, "--results", tmp_path / "b").returncode == 0
+    r = cli(capsys, "pull", run_id, "--store", url, "--results", tmp_path / "a")
+    assert "1 results written; kept 1 local" in r.stderr
+    assert {x["job"]["job_id"]: x for x in store.results(run_id)}[again["job"]["job_id"]] == again
+    # a damaged plan (a hand edit, a bad migration): nothing is written
+    import psycopg
+    with psycopg.connect(url) as c:
+        c.execute("UPDATE runs SET plan = '[]'::jsonb")
+        c.execute("UPDATE results SET result = '{\"job\": 3}'::jsonb WHERE job_id = %s", (first["job"]["job_id"],))
+    r = cli(capsys, "pull", run_id, "--store", url, "--results", tmp_path / "c")
+    assert r.returncode == 2 and r.stderr.strip().endswith(
+        f"run {run_id} in store {pgstore.shown(url)} is damaged: its plan: not a JSON object with a list of jobs; "
+        "nothing pulled")
+    assert not (tmp_path / "c" / "runs" / run_id).exists() and "Traceback" not in r.stderr
+
+
 def test_a_fit_run_is_pushed_with_its_probes(capsys, tmp_path, url):
     r = cli(capsys, "fit", "--results", tmp_path, "--budget", "64M", "--store", url)
     if "nothing is concluded" in r.stderr:

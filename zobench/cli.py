@@ -370,8 +370,10 @@ def cmd_pull(args) -> int:
     store = Store(args.results)
     with pgstore.SharedStore(pgstore.required(args.store, "pull")) as shared:
         for run_id in args.runs:
-            n = shared.pull(run_id, store)
-            print(f"run {run_id} -> {store.runs / run_id}: {n} results written", file=sys.stderr)
+            n, kept = shared.pull(run_id, store)
+            print(f"run {run_id} -> {store.runs / run_id}: {n} results written"
+                  + (f"; kept {len(kept)} local results newer than the store's ({', '.join(kept)}): push them with "
+                     f"zobench push {run_id}" if kept else ""), file=sys.stderr)
     return 0
 
 
