@@ -7,6 +7,7 @@ the bundle is deployed (deploy.py) and on this machine the host's cache is used 
 """
 from __future__ import annotations
 
+import posixpath
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,7 +25,7 @@ from .deploy import deploy
 from .errors import UserError
 from .inventory import Target
 from .plan import Job
-from .transport import LocalTransport
+from .transport import LocalTransport, TransportError
 
 BINARY = "bin/zobench-train"
 
@@ -235,6 +236,9 @@ def open_site(target: Target, transport, prepared: Prepared, binary: Binary | No
         return Site(transport, str(paths.REPO), str(local_jobs / "attempts"), str(root()),
                     str(binary.path) if binary else "", sha256, choice, {v: str(d) for v, d in data.items()})
     workdir = transport.path(target.workdir)
+    if posixpath.normpath(workdir) == "/":     # bundles/, jobs/ and objects/ would land in the board's root
+        raise TransportError(f"{transport.where}: targets.{target.name}.workdir {target.workdir!r} is / there; "
+                             "give zobench a folder of its own, like ~/zobench")
     files, ids = (({**p.files, BINARY: binary.path}, {**p.ids, BINARY: binary.id}) if binary else (p.files, p.ids))
     bundle = deploy(transport, workdir, files, ids)
     return Site(transport, bundle, f"{workdir}/jobs/{run_id}", bundle, f"{bundle}/{BINARY}" if binary else "",

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import platform
+import posixpath
 import re
 import sys
 from dataclasses import dataclass, field
@@ -89,6 +90,8 @@ def _fields(t: tomlfile.Table, into: dict) -> dict:
         if v is not None:
             out[key] = v
     t.done()
+    if "workdir" in t.data and posixpath.normpath(out["workdir"]) == "/":
+        raise t.error("workdir", "expected a folder of zobench's own, like \"~/zobench\", not the root /")
     if out.get("mem_limit") and not MEM_LIMIT.match(out["mem_limit"]):
         raise t.error("mem_limit", f"expected a size above zero like \"512M\" or \"2G\", got {out['mem_limit']!r}")
     if out.get("cpu"):     # checked against the arch it is built for, which may come from a profile

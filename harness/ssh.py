@@ -45,6 +45,21 @@ class HostKeyRefused(TransportError):
     pass
 
 
+def _load_known_hosts(load, path: Path) -> None:
+    """Read a known_hosts file with load(filename); a line paramiko cannot read is the file's
+    error, with its line number, not a traceback (and no board is trusted on a file half read)."""
+    if not path.is_file():
+        return
+    try:
+        load(str(path))
+    except paramiko.hostkeys.InvalidHostKey as e:
+        lines = path.read_text(errors="replace").splitlines()
+        n = next((i + 1 for i, line in enumerate(lines) if line.strip() == str(e.line).strip()), "?")
+        raise HostKeyRefused(f"{path}: line {n}: not a known_hosts entry ({e.exc}); fix or remove it") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise HostKeyRefused(f"{path}: cannot read it: {e}") from None
+
+
 class _Policy(paramiko.MissingHostKeyPolicy):
     """strict: refuse unknown keys; accept-new: record them, in zobench's own file."""
 
@@ -88,10 +103,9 @@ class SshTransport:
         conn = Connection(t.host, user=t.user or None, port=t.port or None, config=Config(),
                           connect_timeout=self.connect_timeout, connect_kwargs=kwargs)
         client = conn.client
-        client.load_system_host_keys()
         record = known_hosts_file()
-        if record.is_file():
-            client.get_host_keys().load(str(record))
+        _load_known_hosts(client.load_system_host_keys, Path("~/.ssh/known_hosts").expanduser())
+        _load_known_hosts(client.get_host_keys().load, record)
         client.set_missing_host_key_policy(_Policy(t.host_key, record))
         try:
             conn.open()

@@ -1,6 +1,8 @@
 """Benchmarking boards over SSH, against real OpenSSH servers on loopback (tests/sshd.py)."""
 import getpass
 import json
+import os
+import pwd
 import subprocess
 import sys
 import threading
@@ -217,3 +219,34 @@ def test_an_ort_job_runs_on_the_board_from_the_deployed_graph(farm, tmp_path):
     assert r["status"] == "ok" and r["job"]["runtime"] == "ort" and r["steps"] == 10
     graph = r["job"]["onnx_model"]
     assert "/work/bundles/" in graph and "/onnx/lenet5-front4-" in graph
+
+
+def test_a_malformed_known_hosts_line_is_named_not_a_traceback(farm, tmp_path):
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    good = (farm["home"] / ".ssh" / "known_hosts").read_text()
+    (home / ".ssh" / "known_hosts").write_text(good + "pi.lan ssh-ed25519 AAAA!!notbase64\n")
+    path = tmp_path / "inv.toml"
+    path.write_text(board_toml("a", farm["boards"]["board-a"], farm["key"], tmp_path / "w"))
+    out = zobench("targets", "probe", "a", "--inventory", path, env={"HOME": str(home)})
+    n = len(good.splitlines()) + 1
+    assert out.returncode == 1 and "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) == 1
+    assert f"{home / '.ssh' / 'known_hosts'}: line {n}: not a known_hosts entry (" in out.stderr
+
+
+def test_a_workdir_that_is_the_boards_root_is_refused(farm, tmp_path):
+    """Literally (the inventory's error) or once ~ is expanded on the board (its jobs fail,
+    and nothing is written to /)."""
+    path = tmp_path / "inv.toml"
+    path.write_text(board_toml("a", farm["boards"]["board-a"], farm["key"], "/tmp/.."))
+    out = zobench("run", "--inventory", path, "--target", "a", "--results", tmp_path / "res", *TINY, env=farm["env"])
+    assert out.returncode == 2 and out.stderr.strip() == (
+        f"zobench: error: {path}: targets.a.workdir: expected a folder of zobench's own, like \"~/zobench\", not the root /")
+    up = "/".join([".."] * (len(Path(pwd.getpwuid(os.getuid()).pw_dir).parts) - 1))      # ~/.. up to /
+    path.write_text(board_toml("a", farm["boards"]["board-a"], farm["key"], f"~/{up}"))
+    before = set(Path("/").iterdir())
+    assert run(path, tmp_path / "res", "--target", "a", "--method", "full-zo") == 1
+    store = Store(tmp_path / "res")
+    (r,) = store.results(store.latest())
+    assert r["status"] == "failed" and f"targets.a.workdir '~/{up}' is / there; give zobench a folder of its own" in r["error"]
+    assert set(Path("/").iterdir()) == before
