@@ -294,8 +294,13 @@ def pretrained_weights_name(sha256: str) -> str:
 
 def pretrained_weights_file(source: Path, sha256: str) -> Path:
     """source (a pretraining job's weights file, whose sha256 was checked) in the cache's INIT
-    folder, where the fine-tuning jobs of this machine read it and a board's bundle takes it from."""
-    return write_once(init_weights_dir() / pretrained_weights_name(sha256), lambda tmp: tmp.write_bytes(source.read_bytes()))
+    folder, where the fine-tuning jobs of this machine read it and a board's bundle takes it from.
+    The name is the content's hash: a cached file that does not hold it (cut off, edited, a disk
+    error) is made again, or every fine-tuning job and every --resume would fail on it."""
+    path = init_weights_dir() / pretrained_weights_name(sha256)
+    if path.is_file() and content_id(path)[0] != sha256:
+        path.unlink()
+    return write_once(path, lambda tmp: tmp.write_bytes(source.read_bytes()))
 
 
 def onnx_dir() -> Path:

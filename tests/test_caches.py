@@ -220,3 +220,16 @@ def test_an_ssh_run_trains_on_the_data_zobench_data_names_now(farm, tmp_path):
     assert f"dataset 'fashion-mnist': {src} is truncated or damaged" in line
     assert parts(cache) == []
     assert store.results(second_run) == [second]                # what was there before is kept
+
+
+def test_a_damaged_pretrained_weights_file_in_the_cache_is_made_again(home, tmp_path):
+    """Named for its content's sha256: a cached file that no longer holds it would fail every
+    fine-tuning job and every --resume the same way."""
+    source = tmp_path / "weights.bin"
+    source.write_bytes(np.arange(1000, dtype=np.float32).tobytes())
+    sha = artifacts.content_id(source)[0]
+    cached = artifacts.pretrained_weights_file(source, sha)
+    assert cached.read_bytes() == source.read_bytes()
+    for damage in (b"", source.read_bytes()[:100], b"x" + source.read_bytes()[1:]):
+        cached.write_bytes(damage)
+        assert artifacts.pretrained_weights_file(source, sha) == cached and cached.read_bytes() == source.read_bytes()
