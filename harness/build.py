@@ -11,15 +11,18 @@ import platform
 import re
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 from . import cpu as cpus
 from . import paths
 from .errors import UserError
 from .inventory import ARCHES
+from .transport import POLL_S, kill_group
 
 SOURCE = paths.REPO / "workloads" / "cpp"
 NEEDS = "cmake, g++ and nlohmann-json3-dev (cross: g++-aarch64-linux-gnu)"
+BUILD_TIMEOUT_S = 900
 
 
 def variant(target, cpu: str = "") -> str:
@@ -59,10 +62,14 @@ def cpu_choice(target, facts: dict | None = None) -> cpus.Choice | None:
     return None if facts is None else cpus.choose(target.arch, facts)
 
 
-def build(target, cpu: str = "") -> Path:
+class BuildStopped(UserError):
+    """The run was stopped (a signal) while the binary built: the compiler was killed."""
+
+
+def build(target, cpu: str = "", stop=None) -> Path:
     """Configure (once) and build the binary for a target's CPU; returns its path. Incremental:
     cmake rebuilds what a source change touches. Targets of one variant share the binary, so
-    the errors name the variant, not the target."""
+    the errors name the variant, not the target. A run's Stop (stop) kills the compiler."""
     cpu = resolve_cpu(target, cpu)      # first: it refuses names that would make a path outside build/
     name = variant(target, cpu)
     options = ["-DCMAKE_BUILD_TYPE=Release", "-DZOBENCH_CPU_FLAGS=" + " ".join(cpus.flags(target.arch, cpu))]
@@ -82,18 +89,30 @@ def build(target, cpu: str = "") -> Path:
     # host that need the same binary build it once, the second waiting for the first
     with open(out / ".zobench-build.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        _cmake(out, options, name)
+        _cmake(out, options, name, stop)
     return out / "zobench-train"
 
 
-def _cmake(out: Path, options: list[str], name: str) -> None:
+def _cmake(out: Path, options: list[str], name: str, stop=None) -> None:
     for step in (["cmake", "-S", str(SOURCE), "-B", str(out), *options], ["cmake", "--build", str(out), "-j", "2"]):
-        try:
-            p = subprocess.run(step, capture_output=True, text=True, timeout=900)
+        try:     # in a session of its own: a stop kills make and every compiler it started
+            p = subprocess.Popen(step, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                 start_new_session=True)
         except FileNotFoundError:
             raise UserError(f"building zobench-train needs {NEEDS}: {step[0]} not found") from None
+        deadline = time.monotonic() + BUILD_TIMEOUT_S
+        while True:
+            try:
+                said, _ = p.communicate(timeout=POLL_S)
+                break
+            except subprocess.TimeoutExpired:
+                if (stop is not None and stop.is_set()) or time.monotonic() > deadline:
+                    kill_group(p)
+                    if stop is not None and stop.is_set():
+                        raise BuildStopped(f"building zobench-train ({name}) stopped: {stop.reason}") from None
+                    raise UserError(f"building zobench-train ({name}) took over {BUILD_TIMEOUT_S:g} s") from None
         if p.returncode != 0:
-            lines = (p.stdout + p.stderr).splitlines()     # the compiler's first errors, not make's last words
+            lines = said.splitlines()     # the compiler's first errors, not make's last words
             tail = [l for l in lines if "error:" in l][:3] or [l for l in lines if "rror" in l][-3:] or lines[-3:]
             raise UserError(f"building zobench-train ({name}) failed (needs {NEEDS}): " + " | ".join(tail))
 

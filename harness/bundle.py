@@ -19,7 +19,7 @@ from workloads.models import Model, Transformer
 from . import paths
 from .artifacts import (DATA, INIT, ONNX, content_id, init_weights_dir, init_weights_file, init_weights_name,
                         onnx_graph, pretrained_weights_name, root, validation_idx)
-from .build import build, cpu_choice, variant
+from .build import BuildStopped, build, cpu_choice, variant
 from .cpu import Choice
 from .deploy import deploy
 from .errors import UserError
@@ -138,7 +138,7 @@ class Binaries:
         self.locks: dict[str, threading.Lock] = {}
         self.built: dict[str, tuple[Path | None, tuple[str, int], str]] = {}   # variant -> path, id, error
 
-    def get(self, target: Target, choice: Choice) -> Binary:
+    def get(self, target: Target, choice: Choice, stop=None) -> Binary:
         try:
             name = variant(target, choice.cpu)
         except UserError as e:
@@ -148,8 +148,10 @@ class Binaries:
         with lock:
             if name not in self.built:
                 try:
-                    path = build(target, choice.cpu)
+                    path = build(target, choice.cpu, stop)
                     self.built[name] = (path, content_id(path), "")
+                except BuildStopped as e:       # not the variant's outcome: nothing to remember
+                    return Binary(choice, error=str(e))
                 except UserError as e:
                     self.built[name] = (None, ("", 0), str(e))
         path, id_, error = self.built[name]
@@ -176,10 +178,10 @@ class Prepared:
                 ids[rel] = (sha, path.stat().st_size)
         return Prepared(files, ids, self.binaries, self.local)
 
-    def binary(self, target: Target, facts: dict) -> Binary:
+    def binary(self, target: Target, facts: dict, stop=None) -> Binary:
         """zobench-train for the target's cpp jobs: for its pinned CPU, this machine's own, or
-        the one its probe's facts name."""
-        return self.binaries.get(target, cpu_choice(target, facts))
+        the one its probe's facts name (a run's Stop kills its build)."""
+        return self.binaries.get(target, cpu_choice(target, facts), stop)
 
 
 def prepare(jobs: list[Job], targets: dict[str, Target]) -> dict[str, Prepared]:

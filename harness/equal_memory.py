@@ -22,7 +22,7 @@ from .suites import Suite
 
 
 def models(store: Store, suite: Suite, target: Target, overrides: dict, methods: list,
-           timeout_s: float | None = None) -> tuple[dict[str, str], dict[str, str], list[str]]:
+           timeout_s: float | None = None, stop=None) -> tuple[dict[str, str], dict[str, str], list[str]]:
     """(method -> model, method -> the fit run that chose it, notes) for the selected methods: a
     method for which nothing of the family fits is left out, with the reason."""
     equal = suite.equal_memory
@@ -37,7 +37,7 @@ def models(store: Store, suite: Suite, target: Target, overrides: dict, methods:
         candidates = fit.configs("model", equal.family, None, hyper.batch_size, hyper.context)
         best, probes, run_id = fit.run(store, target, candidates, fit.Method(m, hyper.optimizer, hyper.checkpointing),
                                        budget, dataset=dataset, runtime=suite.runtimes[0],
-                                       timeout_s=timeout_s or suite.timeout_s, seed=suite.seed)
+                                       timeout_s=timeout_s or suite.timeout_s, seed=suite.seed, stop=stop)
         runs[str(m)] = run_id
         tried = ", ".join(f"{p.config.model.name} {p.status}" for p in probes)
         if best is None:

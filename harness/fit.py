@@ -29,6 +29,7 @@ from .errors import UserError
 from .inventory import MEM_LIMIT, Target
 from .progress import ProgressView
 from .scheduler import execute
+from .transport import Stop
 from .store import Store
 from .suites import MethodChoice, Suite
 
@@ -134,11 +135,16 @@ def suite_for(base: Suite, c: Config, method: Method, dataset: str) -> Suite:
                                workload={"model": c.model.name, "dataset": dataset}, hyper=hyper, repeats=1)
 
 
+class Stopped(Exception):
+    """A signal stopped the search: the probe in progress was killed, nothing is concluded."""
+
+
 def run(store: Store, target: Target, candidates: list[Config], method: Method, budget: int, *,
         vary: str = "model", dataset: str = "fortunes", runtime: str = "torch", timeout_s: float = 900.0,
-        seed: int = 0):
+        seed: int = 0, stop: Stop | None = None):
     """Search candidates on target under budget; returns (largest Config or None, probes, run id).
-    The run's plan grows by one job per probe, so its results are exactly the probes made."""
+    The run's plan grows by one job per probe, so its results are exactly the probes made. A
+    Stop (set by a signal) kills the probe running and raises Stopped."""
     check_dataset(dataset)
     limit = f"{-(-budget // 1024)}K"
     base = Suite("fit", paths.SUITES_DIR / "fit", runtimes=[runtime], seed=seed, timeout_s=timeout_s)
@@ -157,7 +163,11 @@ def run(store: Store, target: Target, candidates: list[Config], method: Method, 
         job.job_id = job.spec["job_id"] = plan.safe_name(f"fit.{c.label}.{job.job_id}")
         store.extend_plan(run_id, [job.to_dict()])
         with ProgressView({target.name: 1}) as view:
-            (result,) = execute(store, run_id, [job], {target.name: target}, prepare([job], {target.name: target}), view)
+            done = execute(store, run_id, [job], {target.name: target}, prepare([job], {target.name: target}), view, stop)
+        if stop is not None and stop.is_set():
+            raise Stopped(f"fit run {run_id}: {stop.reason} during probe {job.job_id}, its runner killed; "
+                          f"nothing is concluded from a search cut short: run it again")
+        (result,) = done
         mem = result.get("memory") or {}
         return (Probe(c, predicted, job.job_id, result["status"], mem.get("peak_rss_bytes"), result.get("error")),
                 mem.get("loaded_rss_bytes") or mem.get("baseline_rss_bytes") or 0)

@@ -74,7 +74,7 @@ def _wave(store: Store, run_id: str, jobs: list[Job], targets: dict[str, Target]
             facts = probe(transport, target)
             store.save_probe(run_id, name, facts)
             # the binary for the CPU the probe found (built once a run per CPU, whichever board asks first)
-            binary = prep.binary(target, facts) if prep.binaries else None
+            binary = prep.binary(target, facts, stop) if prep.binaries else None
             if stop.is_set():       # stopped while it built (Ctrl-C ends the compiler too): --resume runs its jobs
                 return
             if binary and binary.error:     # no binary: its cpp jobs say why, the others still run

@@ -102,7 +102,7 @@ class LocalTransport:
         try:
             out, err = proc.communicate(None if stdin is None else stdin.encode(), timeout=timeout)
         except BaseException as e:      # a timeout, or Ctrl-C outside `zobench run`: leave nothing running
-            _kill_group(proc)
+            kill_group(proc)
             if isinstance(e, subprocess.TimeoutExpired):
                 raise TransportError(f"{self.where}: `{command[:60]}` did not end within {timeout:g} s; "
                                      "its process group was killed") from None
@@ -126,7 +126,7 @@ class LocalTransport:
                 timed_out = ends.passed()
                 interrupted = self.stop.is_set()
                 if timed_out or interrupted:
-                    _kill_group(proc)
+                    kill_group(proc)
                     break
                 try:
                     proc.wait(timeout=POLL_S)
@@ -178,7 +178,7 @@ def _pump(stream, on_line, copy_to) -> None:
             on_line(line)
 
 
-def _kill_group(proc: subprocess.Popen, grace: float = 3.0) -> None:
+def kill_group(proc: subprocess.Popen, grace: float = 3.0) -> None:
     """SIGTERM the process group, give it `grace` seconds, then SIGKILL whatever is left of it
     (the leader may be gone while others of its group live on: the group is what is waited for)."""
     for sig in (signal.SIGTERM, signal.SIGKILL):

@@ -453,7 +453,8 @@ def _accuracy_table(ok: pd.DataFrame) -> pd.DataFrame:
 
 
 def _machine(df: pd.DataFrame) -> tuple[str, object]:
-    envs = [{"target": t, **env, "throttling": v} for t, env, v in zip(df["target"], df["env"], df["validity"])
+    flags = df["validity"] if "validity" in df else [""] * len(df)
+    envs = [{"target": t, **env, "throttling": v} for t, env, v in zip(df["target"], df["env"], flags)
             if env.get("cpu_model")]
     if not envs:
         return ("p", "No job reported its machine.")

@@ -147,7 +147,7 @@ def test_boards_of_one_cpu_share_one_build_and_its_content_id(monkeypatch, tmp_p
     variant (the others wait for it), its content id computed once, a failure kept for all."""
     calls, ids = [], []
 
-    def fake_build(target, cpu_name):
+    def fake_build(target, cpu_name, stop=None):
         calls.append(cpu_name)
         time.sleep(0.3)             # the other boards ask while it builds
         if cpu_name == "cortex-a76":

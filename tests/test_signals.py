@@ -116,3 +116,18 @@ def test_sigterm_kills_the_runners_on_every_board_over_ssh(farm, tmp_path):
         assert results[board, "full-zo"]["error"] == "interrupted by SIGTERM; the runner's process group was killed"
     # the boards are this machine: the runners and their shells there are gone
     assert processes_mentioning(f"jobs/{run_id}") == []
+
+
+def test_sigterm_during_fit_kills_its_probe_and_says_so(tmp_path):
+    """zobench fit runs probes outside `run`'s job phase: the first signal kills the probe's
+    runner as `run` does, and the search ends with its reason (it cannot be resumed)."""
+    proc = start("fit", "--results", tmp_path, "--budget", "700M", "--context", "128", "--timeout", "600")
+    launched(tmp_path, "fit.*", proc, "launch")                       # the first probe's runner is up
+    rc, err = stopped(proc, signal.SIGTERM)
+    run_id = Store(tmp_path).latest()
+    assert rc == 143, err
+    assert err.strip().splitlines()[-1].startswith(f"fit run {run_id}: interrupted by SIGTERM during probe fit.")
+    assert err.strip().endswith("its runner killed; nothing is concluded from a search cut short: run it again")
+    (r,) = Store(tmp_path).results(run_id)
+    assert r["status"] == "interrupted" and "Traceback" not in err
+    assert processes_mentioning(str(Store(tmp_path).runs / run_id)) == []

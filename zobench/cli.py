@@ -282,8 +282,14 @@ def cmd_run(args) -> int:
         if suite.equal_memory is not None:
             if len(chosen) != 1:
                 raise UserError("--target: an equal_memory suite fits its models to one target; give one")
-            methods, fit_runs, fitted = equal_memory.models(store, suite, chosen[0], overrides,
-                                                            plan.select_methods(suite, args.method), args.timeout)
+            with _signals_stop() as (stop, caught):
+                try:
+                    methods, fit_runs, fitted = equal_memory.models(store, suite, chosen[0], overrides,
+                                                                    plan.select_methods(suite, args.method),
+                                                                    args.timeout, stop)
+                except fit.Stopped as e:     # before the run itself was made: nothing to resume
+                    print(f"{e}; the suite's run was not started", file=sys.stderr)
+                    return 128 + caught[0]
             study = {"equal_memory": {"budget": suite.equal_memory.budget, "family": suite.equal_memory.family,
                                       "models": methods, "fit_runs": fit_runs}}
             args.method = list(methods)     # a method nothing fits is left out, its note printed below
@@ -646,8 +652,14 @@ def cmd_fit(args) -> int:
     method = fit.Method(choice, args.optimizer, args.checkpointing)
     candidates = fit.configs(args.vary, args.model_family, model, args.batch, args.context or 0)
     store = Store(args.results)
-    best, probes, run_id = fit.run(store, target, candidates, method, budget, vary=args.vary, dataset=args.dataset,
-                                   runtime=args.runtime, timeout_s=args.timeout)
+    with _signals_stop() as (stop, caught):
+        try:
+            best, probes, run_id = fit.run(store, target, candidates, method, budget, vary=args.vary,
+                                           dataset=args.dataset, runtime=args.runtime, timeout_s=args.timeout,
+                                           stop=stop)
+        except fit.Stopped as e:
+            print(e, file=sys.stderr)
+            return 128 + caught[0]
     pushed = not (url := pgstore.url_from(args.store)) or _push(url, store, [run_id], None)
     human = fit.memory_model.human
     print(f"{'probe':40} {'params':>10} {'predicted':>11} {'peak RSS':>11}  status")
