@@ -205,7 +205,18 @@ class SharedStore:
         self.close()
 
     def migrate(self) -> int:
-        """Apply the migrations this store has not had; the schema version after them."""
+        """Apply the migrations this store has not had; the schema version after them. A store
+        whose tables were dropped or altered by hand is refused, naming what failed."""
+        import psycopg    # noqa: PLC0415
+
+        try:
+            return self._migrate()
+        except psycopg.Error as e:
+            said = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise UserError(f"store {shown(self.url)}: its schema cannot be brought up to date ({said}): a table "
+                            "zobench made was dropped or changed by hand; restore it, or use a new database") from None
+
+    def _migrate(self) -> int:
         with self.conn.transaction():
             self.conn.execute("SELECT pg_advisory_xact_lock(%s)", (LOCK,))
             self.conn.execute("CREATE TABLE IF NOT EXISTS zobench_schema (version integer NOT NULL)")

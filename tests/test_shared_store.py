@@ -434,3 +434,21 @@ def test_results_that_ran_beside_other_work_or_throttled_are_left_out_of_the_cha
     assert busy["changes"] == [] and [p[why] if why == "loaded" else p["flagged"] for p in busy["points"]] == [0, 0, 0, 5, 5, 5]
     assert "step_seconds" not in busy["points"][3]["samples"] and len(busy["points"][3]["samples"]["peak_rss_bytes"]) == 5
     assert f"5 (5 {why})" in text
+
+
+@pytest.mark.parametrize("damage, said", [
+    ("DROP TABLE zobench_schema", "its schema cannot be brought up to date (relation \"runs\" already exists): a table "
+                                  "zobench made was dropped or changed by hand; restore it, or use a new database"),
+    ("DROP TABLE results", "the shared store: UndefinedTable: relation \"results\" does not exist")])
+def test_a_store_damaged_by_hand_is_one_line_and_loses_nothing_local(capsys, tmp_path, url, damage, said):
+    store = Store(tmp_path)
+    run_id = compare_runs.made_up_run(store, [compare_runs.made_up_result(10.0)])
+    assert cli(capsys, "push", run_id, "--store", url, "--results", tmp_path).returncode == 0
+    before = sorted((f.name, f.read_bytes()) for f in (store.runs / run_id).rglob("*") if f.is_file())
+    import psycopg
+    with psycopg.connect(url) as c:
+        c.execute(damage)
+    for command in (["push", run_id, "--results", tmp_path], ["pull", run_id, "--results", tmp_path], ["history"]):
+        r = cli(capsys, *command, "--store", url)
+        assert r.returncode == 2 and said in r.stderr and len(r.stderr.strip().splitlines()) == 1, (command, r.stderr)
+    assert sorted((f.name, f.read_bytes()) for f in (store.runs / run_id).rglob("*") if f.is_file()) == before

@@ -720,6 +720,12 @@ def main(argv=None) -> int:
     except BrokenPipeError:     # `zobench results | head`: the reader has all it wanted
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())   # no second error at exit
         return 0
+    except Exception as e:      # the shared store's driver: a table dropped or changed by hand under a query
+        if type(e).__module__.split(".")[0] != "psycopg":
+            raise
+        said = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        print(f"zobench: error: the shared store: {type(e).__name__}: {said}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":
