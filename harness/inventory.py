@@ -57,10 +57,13 @@ class Target:
     cpu: str = ""                     # the CPU zobench-train is built for (harness/cpu.py); "": from the probe
     lease: str | None = None          # the file its jobs lease on the board; "": none; None: the board's default
     cooldown: dict | None = None      # {"below_c", "max_wait_s"}: each job waits until the board is that cool
+    labgrid: dict | None = None       # {"coordinator", "place" or "tags"}: the board is a labgrid place's
     source: str = ""                  # the file it was defined in
 
     def board(self) -> tuple:
         """What makes two targets one board: this machine, or one SSH host, port and user."""
+        if self.labgrid:        # the place's board, whatever address it has today
+            return ("labgrid", self.labgrid["coordinator"], self.labgrid["place"] or str(sorted(self.labgrid["tags"].items())))
         return ("local",) if self.transport == "local" else (self.host, self.port, self.user)
 
 
@@ -79,6 +82,16 @@ def _fields(t: tomlfile.Table, into: dict) -> dict:
         raise t.error("lease", f"expected a file path on the board, or false for no lease, got {lease!r}")
     if lease is not None:
         out["lease"] = lease or ""
+    lab = t.take("labgrid", dict)
+    if lab is not None:
+        g = tomlfile.Table(lab, t.path, f"{t.where}labgrid.")
+        out["labgrid"] = {"coordinator": g.take("coordinator", str, default=...), "place": g.take("place", str),
+                          "tags": g.take("tags", dict)}
+        g.done()
+        if bool(out["labgrid"]["place"]) == bool(out["labgrid"]["tags"]):
+            raise g.error("place", "expected a place or tags (a table like { board = \"pi-zero2\" }), one of them")
+        if any(not isinstance(v, str) for v in (out["labgrid"]["tags"] or {}).values()):
+            raise g.error("tags", f"expected a table of strings, got {out['labgrid']['tags']!r}")
     cool = t.take("cooldown", dict)
     if cool is not None:
         c = tomlfile.Table(cool, t.path, f"{t.where}cooldown.")
@@ -118,8 +131,9 @@ def _finish(name: str, values: dict) -> Target:
     if t.transport == "local":
         t.arch = t.arch or platform.machine()
         t.python = sys.executable if t.python == "python3" else t.python
-    elif not t.host:
-        raise UserError(f"{t.source}: targets.{name}.host: missing; an ssh target needs a host or ~/.ssh/config alias")
+    elif not t.host and not t.labgrid:
+        raise UserError(f"{t.source}: targets.{name}.host: missing; an ssh target needs a host or ~/.ssh/config alias"
+                        " (or a labgrid place)")
     return t
 
 

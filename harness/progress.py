@@ -55,23 +55,29 @@ class ProgressView:
     def event(self, target: str, ev: dict) -> None:
         with self.lock:
             task = self.tasks[target][1]
-            if ev.get("event") == "lease-wait":     # a line when the holder changes, so a log shows it too
-                line = f"waiting for {target}: leased by {describe(ev.get('holder'))}"
-                self.progress.update(task, description=f"  {escape(line)}")
-                if self.waiting_for.get(target) != line:
-                    self.waiting_for[target] = line
-                    self.console.print(escape(line), highlight=False, markup=True, soft_wrap=True)
+            if ev.get("event") == "lease-wait":
+                self._waiting(target, f"waiting for {target}: leased by {describe(ev.get('holder'))}")
             elif ev.get("event") == "cooldown-wait":
-                line = f"cooling {target}: {ev.get('temp_c')} C, waiting until it is below {ev.get('below_c')} C"
-                self.progress.update(task, description=f"  {escape(line)}")
-                self.waiting_for[target] = line
-                self.console.print(escape(line), highlight=False, markup=True, soft_wrap=True)
+                self._waiting(target, f"cooling {target}: {ev.get('temp_c')} C, waiting until it is below "
+                                      f"{ev.get('below_c')} C")
             elif ev.get("event") == "launch" and target in self.waiting_for:     # the lease is its now
                 self._describe(target)
             elif ev.get("event") == "start":
                 self.progress.update(task, total=ev.get("steps_total"), completed=0)
             elif "step" in ev:
                 self.progress.update(task, completed=ev["step"])
+
+    def waiting(self, target: str, line: str) -> None:
+        """Say what a board waits for (a labgrid place in the lab's queue)."""
+        with self.lock:
+            self._waiting(target, line)
+
+    def _waiting(self, target: str, line: str) -> None:
+        """On the board's bar, and as a line when it changes, so a log shows it too."""
+        self.progress.update(self.tasks[target][1], description=f"  {escape(line)}")
+        if self.waiting_for.get(target) != line:
+            self.waiting_for[target] = line
+            self.console.print(escape(line), highlight=False, markup=True, soft_wrap=True)
 
     def job_finished(self, target: str, result: dict) -> None:
         status = result["status"]

@@ -12,7 +12,7 @@ from __future__ import annotations
 import traceback
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor, wait
-from contextlib import closing
+from contextlib import closing, nullcontext
 
 from . import lease, stages
 from .bundle import Prepared, open_site
@@ -30,6 +30,16 @@ def transport_for(target: Target, stop: Stop | None = None):
         return LocalTransport(stop)
     from .ssh import SshTransport   # paramiko and fabric take ~0.2 s to import: only a board pays it
     return SshTransport(target, stop=stop)
+
+
+def reach(target: Target, stop: Stop, on_wait=None):
+    """The target to connect to for the block: a labgrid target's place reserved, acquired and
+    released around it (harness/labgrid_place.py); any other, as it is."""
+    if not target.labgrid:
+        return nullcontext(target)
+    from . import labgrid_place      # labgrid is optional: only a labgrid target imports it
+
+    return labgrid_place.place(target, stop, on_wait)
 
 
 def execute(store: Store, run_id: str, jobs: list[Job], targets: dict[str, Target],
@@ -70,7 +80,8 @@ def _wave(store: Store, run_id: str, jobs: list[Job], targets: dict[str, Target]
         target, todo, prep = targets[name], by_target[name], prepared[name]
         if not todo or stop.is_set():
             return
-        with closing(transport_for(target, stop)) as transport:     # closed however the board ends
+        with reach(target, stop, lambda line: view.waiting(name, line)) as target, \
+                closing(transport_for(target, stop)) as transport:     # closed however the board ends
             facts = probe(transport, target)
             store.save_probe(run_id, name, facts)
             # the binary for the CPU the probe found (built once a run per CPU, whichever board asks first)

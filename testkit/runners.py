@@ -165,8 +165,9 @@ esac
     return wrapper, log, go
 
 
-def until(what: str, check, proc: subprocess.Popen | None = None, log: Path | None = None):
-    deadline = time.monotonic() + 300
+def until(what: str, check, proc: subprocess.Popen | None = None, log: Path | None = None, timeout: float = 300):
+    """check()'s first true value, polled until `timeout` (a process that ends first fails the test)."""
+    deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         got = check()
         if got:

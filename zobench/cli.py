@@ -25,7 +25,7 @@ from harness.errors import UserError
 from harness.plan import Job
 from harness.progress import ProgressView
 from harness.probe import probe
-from harness.scheduler import execute, transport_for
+from harness.scheduler import execute, reach, transport_for
 from harness.store import Store, results_dir, summary
 from harness.transport import Stop, TransportError
 
@@ -602,14 +602,14 @@ def cmd_targets(args) -> int:
         if not args.name:
             raise UserError("targets probe: name the target to probe")
         (target,) = inventory.resolve([args.name], args.inventory)
-        transport = transport_for(target)
         try:
-            facts = probe(transport, target)
+            # Ctrl-C raises here (main says so): the place is released on the way out
+            with reach(target, Stop(), lambda line: print(line, file=sys.stderr)) as there, \
+                    contextlib.closing(transport_for(there)) as transport:
+                facts = probe(transport, there)
         except TransportError as e:
             print(f"zobench: {target.name}: {e}", file=sys.stderr)
             return 1
-        finally:
-            transport.close()
         if args.json:
             print(jsonfile.dumps(facts))
         else:
@@ -621,6 +621,7 @@ def cmd_targets(args) -> int:
     for t in inventory.load(args.inventory).values():
         where = "this machine" if t.transport == "local" else \
             f"{t.user + '@' if t.user else ''}{t.host}{':' + str(t.port) if t.port else ''}"
+        where = f"labgrid {t.labgrid['coordinator']} {t.labgrid['place'] or t.labgrid['tags']}" if t.labgrid else where
         print(f"{t.name:20} {where:28} {t.arch:8} {','.join(t.runtimes):16} {t.device:5} {t.source}")
     return 0
 

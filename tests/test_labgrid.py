@@ -1,0 +1,113 @@
+"""A board from a lab's labgrid place: a real labgrid-coordinator and labgrid-exporter on
+loopback, exporting a NetworkService for a testkit sshd board. A run reserves, locks, runs on and
+releases the place; a second run waits in labgrid's queue for it; Ctrl-C releases it."""
+import getpass
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from harness.store import Store
+from testkit.runners import REPO, TINY, held_python, until
+from testkit.sshd import board_toml, free_port
+from testkit.tools import require
+
+ONE_JOB = ["--method", "full-zo", *TINY]
+BIN = Path(sys.executable).parent
+
+
+@pytest.fixture
+def lab(farm, tmp_path):
+    """A coordinator and an exporter of board-a's sshd, the place pi-lab-1 (tagged
+    board=pi-zero2) matching it, and an inventory naming it by place and by tags; every
+    runner is held until GO."""
+    pytest.importorskip("labgrid")
+    require("sshd")
+    address = f"127.0.0.1:{free_port()}"
+    (tmp_path / "coordinator").mkdir()
+    coordinator = subprocess.Popen([BIN / "labgrid-coordinator", "--listen", address], cwd=tmp_path / "coordinator",
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    (tmp_path / "exporter.yaml").write_text(f"pi-group:\n  NetworkService:\n    address: 127.0.0.1\n"
+                                            f"    username: {getpass.getuser()}\n    port: {farm['boards']['board-a'].port}\n")
+    exporter = None
+    try:
+        until("the coordinator answers", lambda: client(address, "places").returncode == 0, timeout=60)
+        exporter = subprocess.Popen([BIN / "labgrid-exporter", "--coordinator", address, "--name", "exp",
+                                     str(tmp_path / "exporter.yaml")], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        until("the exporter's resource", lambda: "exp/pi-group/NetworkService" in client(address, "resources").stdout,
+              timeout=60)
+        for step in (["create"], ["add-match", "exp/pi-group/NetworkService"], ["set-tags", "board=pi-zero2"]):
+            assert client(address, "-p", "pi-lab-1", *step).returncode == 0
+        wrapper, log, go = held_python(tmp_path)
+        common = {"key": str(farm["key"]), "python": str(wrapper), "runtimes": ["torch"], "threads": 1}
+        inv = tmp_path / "targets.toml"
+        inv.write_text("".join(
+            f"[targets.{name}]\nlabgrid = {{ coordinator = \"{address}\", {where} }}\nworkdir = \"{tmp_path / name}\"\n"
+            + "".join(f"{k} = {json.dumps(v)}\n" for k, v in common.items())
+            for name, where in (("by-place", 'place = "pi-lab-1"'), ("by-tags", 'tags = { board = "pi-zero2" }'))))
+        yield {"address": address, "inventory": inv, "log": log, "go": go, "env": farm["env"], "tmp": tmp_path}
+    finally:
+        for p in (exporter, coordinator):
+            if p is not None:
+                p.terminate()
+                p.wait(30)
+
+
+def client(address: str, *args) -> subprocess.CompletedProcess:
+    return subprocess.run([BIN / "labgrid-client", "-x", address, *args], capture_output=True, text=True, timeout=60)
+
+
+def acquired(lab) -> str:
+    """Who holds pi-lab-1 now, as labgrid says it ("None" when no one)."""
+    shown = client(lab["address"], "-p", "pi-lab-1", "show").stdout
+    return next(line.split(":", 1)[1].strip() for line in shown.splitlines() if line.strip().startswith("acquired:"))
+
+
+def launch(lab, results: str, target: str, err: Path) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "zobench", "run", "--results", str(lab["tmp"] / results), "--no-report",
+                             "--inventory", str(lab["inventory"]), "--target", target, *ONE_JOB], cwd=REPO,
+                            stdout=subprocess.DEVNULL, stderr=open(err, "w"), text=True, env={**os.environ, **lab["env"]})
+
+
+def test_a_run_reserves_locks_runs_on_and_releases_a_place_and_a_second_waits_in_the_queue(lab):
+    tmp = lab["tmp"]
+    first = launch(lab, "ra", "by-place", tmp / "a.err")
+    until("the first run's runner is on the board", lab["log"].is_file, first)
+    assert acquired(lab) != "None"                                  # locked for the first run
+    second = launch(lab, "rb", "by-tags", tmp / "b.err")
+    until("the second run waits in labgrid's queue",
+          lambda: "waiting in labgrid's queue for a place tagged board=pi-zero2" in (tmp / "b.err").read_text(), second)
+    lab["go"].touch()
+    assert first.wait(300) == 0 and second.wait(300) == 0, (tmp / "a.err").read_text() + (tmp / "b.err").read_text()
+    for results in ("ra", "rb"):
+        store = Store(tmp / results)
+        (r,) = store.results(store.latest())
+        assert r["status"] == "ok" and r["env"]["probe"]["cores"] >= 1
+    assert acquired(lab) == "None"                                  # released after each
+    assert client(lab["address"], "reservations").stdout.strip() == ""   # and no reservation left waiting
+
+
+def test_ctrl_c_releases_the_place(lab):
+    tmp = lab["tmp"]
+    run = launch(lab, "ra", "by-place", tmp / "a.err")
+    until("the runner is on the board", lab["log"].is_file, run)
+    assert acquired(lab) != "None"
+    run.send_signal(signal.SIGINT)
+    assert run.wait(120) == 130, (tmp / "a.err").read_text()
+    assert acquired(lab) == "None" and "Traceback" not in (tmp / "a.err").read_text()
+    lab["go"].touch()       # the runner is killed; nothing may wait on the file
+
+
+def test_a_labgrid_target_with_neither_place_nor_tags_is_one_line(tmp_path):
+    inv = tmp_path / "targets.toml"
+    inv.write_text('[targets.lab]\nlabgrid = { coordinator = "127.0.0.1:1" }\n')
+    p = subprocess.run([sys.executable, "-m", "zobench", "targets", "list", "--inventory", str(inv)], cwd=REPO,
+                       capture_output=True, text=True)
+    assert p.returncode == 2 and p.stderr.strip() == (
+        f"zobench: error: {inv}: targets.lab.labgrid.place: expected a place or tags "
+        "(a table like { board = \"pi-zero2\" }), one of them")
