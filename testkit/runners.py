@@ -154,7 +154,7 @@ def held_python(tmp: Path) -> tuple[Path, Path, Path]:
 case "$1 $2" in
   "-m workloads.torch_runner")
     echo "start $(date +%s.%N) $*" >> {log}
-    while [ ! -e {go} ]; do sleep 0.05; done
+    i=0; while [ ! -e {go} ] && [ $i -lt 6000 ]; do sleep 0.05; i=$((i + 1)); done   # 5 minutes at most
     {sys.executable} "$@"; rc=$?
     echo "end $(date +%s.%N) $*" >> {log}
     exit $rc;;
