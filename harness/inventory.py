@@ -58,6 +58,7 @@ class Target:
     lease: str | None = None          # the file its jobs lease on the board; "": none; None: the board's default
     cooldown: dict | None = None      # {"below_c", "max_wait_s"}: each job waits until the board is that cool
     labgrid: dict | None = None       # {"coordinator", "place" or "tags"}: the board is a labgrid place's
+    omp_wait_policy: str = vocab.OMP_WAIT_POLICY   # how idle OpenMP threads wait (docs/targets.md)
     source: str = ""                  # the file it was defined in
 
     def board(self) -> tuple:
@@ -74,7 +75,8 @@ def _fields(t: tomlfile.Table, into: dict) -> dict:
         "host": (str, None), "port": (int, None), "user": (str, None), "key": (str, None),
         "host_key": (str, ("strict", "accept-new")), "arch": (str, ARCHES),
         "runtimes": (list, vocab.RUNTIMES), "device": (str, vocab.DEVICES), "python": (str, None),
-        "workdir": (str, None), "threads": (int, None), "mem_limit": (str, None), "cpu": (str, None)}
+        "workdir": (str, None), "threads": (int, None), "mem_limit": (str, None), "cpu": (str, None),
+        "omp_wait_policy": (str, vocab.OMP_WAIT_POLICIES)}
     bounds = {"port": PORT, "threads": JobSpec.BOUNDS["threads"]}
     out = dict(into)
     lease = t.take("lease", (str, bool))     # a path, or false for none

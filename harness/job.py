@@ -242,8 +242,9 @@ def run_job(job: Job, target: Target, site: Site, work: Path, on_event=None,
 
     started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
     t0 = time.perf_counter()
+    wait_policy = {} if target.omp_wait_policy == "default" else {"OMP_WAIT_POLICY": target.omp_wait_policy.upper()}
     outcome = t.run(argv, cwd=site.root, timeout=ends, on_line=on_line,
-                    env={"PYTHONPATH": site.root, "PYTHONUNBUFFERED": "1"},
+                    env={"PYTHONPATH": site.root, "PYTHONUNBUFFERED": "1", **wait_policy},
                     stdout_path=work / "stdout.log", stderr_path=work / "stderr.log")
     held = evidence.launch.get("lease")
     held = held if isinstance(held, dict) else {}
@@ -282,6 +283,7 @@ def run_job(job: Job, target: Target, site: Site, work: Path, on_event=None,
                            "waited_for": held.get("waited_for") if held else busy.get("holder"),
                            "acquired_at": held.get("acquired_at"),
                            "ended_by": datetime.now(timezone.utc).isoformat(timespec="milliseconds")}
+    result["env"]["omp_wait_policy"] = target.omp_wait_policy    # set for the runner: part of its timing
     if runtime == "cpp":
         result["env"]["binary_sha256"] = site.binary_sha256
         result["env"]["build_cpu"], result["env"]["build_cpu_reason"] = site.build.cpu, site.build.why

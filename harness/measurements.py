@@ -25,10 +25,15 @@ from .errors import UserError
 from .schema import joules_per_step, step_seconds
 from .store import Store
 
-FINGERPRINT = ("cpu_model", "cores", "governor", "kernel", "versions", "gpu", "build_cpu", "kernels")
-# Facts a result has only since zobench recorded them (the CPU the C++ binary was built for and
-# the kernel path each layer kind ran): a side without one does not know it, which is no change.
-RECORDED_LATER = ("build_cpu", "kernels")
+FINGERPRINT = ("cpu_model", "cores", "governor", "kernel", "versions", "gpu", "build_cpu", "kernels",
+               "omp_wait_policy")
+# Facts a result has only since zobench recorded them (the CPU the C++ binary was built for, the
+# kernel path each layer kind ran, OpenMP's wait policy): a side without one does not know it,
+# which is no change.
+RECORDED_LATER = ("build_cpu", "kernels", "omp_wait_policy")
+# Facts added after the shared store's fingerprint ids were first hashed (pgstore.fingerprint_id):
+# left out where a result lacks them, so an older result keeps the id it was pushed under.
+ONLY_WHEN_KNOWN = ("omp_wait_policy",)
 
 
 def differs(fact: str, a, b) -> bool:
@@ -104,7 +109,8 @@ def fingerprint(env: dict) -> dict:
     """What must be the same for two results to be compared: the machine, its GPU's identity
     for a GPU job (not its clocks of the moment), and for the C++ binary the CPU it was built
     for and the kernels it ran."""
-    return {**{k: env.get(k) for k in FINGERPRINT}, "gpu": gpuinfo.fingerprint(env.get("gpu"))}
+    facts = {k: env.get(k) for k in FINGERPRINT if k not in ONLY_WHEN_KNOWN or env.get(k) is not None}
+    return {**facts, "gpu": gpuinfo.fingerprint(env.get("gpu"))}
 
 
 def from_results(results: list[tuple[str, dict]], across_builds: bool = False) -> dict[str, Measurement]:
@@ -127,8 +133,8 @@ def from_results(results: list[tuple[str, dict]], across_builds: bool = False) -
         where = f"{run_id}/{r['job'].get('job_id')}"
         where0, id0 = first.setdefault(key, (where, identity))
         if not m.disagreement:      # pooled runs, or a run resumed after an upgrade
-            m.disagreement = "; ".join(f"{k} {id0[k]!r} ({where0}) vs {identity[k]!r} ({where})"
-                                       for k in identity if differs(k, id0[k], identity[k]))
+            m.disagreement = "; ".join(f"{k} {id0.get(k)!r} ({where0}) vs {identity.get(k)!r} ({where})"
+                                       for k in {**id0, **identity} if differs(k, id0.get(k), identity.get(k)))
         memory = r.get("memory") or {}
         m.step_s.append(step_seconds(r))
         m.peak_rss.append(memory.get("peak_rss_bytes") or 0)

@@ -139,3 +139,19 @@ def test_a_cooldown_is_checked_where_it_is_read(tmp_path):
                        capture_output=True, text=True)
     assert p.returncode == 2 and p.stderr.strip() == (
         f"zobench: error: {inv}: targets.pi.cooldown.max_wait_s: missing; expected a number")
+
+
+@pytest.mark.parametrize("policy, seen", [(None, "PASSIVE"), ("active", "ACTIVE"), ("default", "unset")])
+def test_the_runner_gets_the_targets_openmp_wait_policy_and_the_result_records_it(tmp_path, policy, seen):
+    """OpenMP's spinning barriers wait for descheduled threads beside other work (25x slower at
+    two threads beside a busy loop, benchmarks/omp_contention.py): every runner is started with
+    the target's policy, passive unless it says otherwise, and the result keeps it."""
+    spy = tmp_path / "python"
+    spy.write_text(f'#!/bin/sh\n[ "$1 $2" = "-m workloads.torch_runner" ] && echo "${{OMP_WAIT_POLICY:-unset}}" > {tmp_path / "seen"}\n'
+                   f'exec {sys.executable} "$@"\n')
+    spy.chmod(0o755)
+    p = run(tmp_path, inventory(tmp_path, str(spy), f'omp_wait_policy = "{policy}"\n' if policy else ""), {}, *ONE_JOB)
+    assert p.returncode == 0, p.stderr
+    (r,) = Store(tmp_path / "res").results(Store(tmp_path / "res").latest())
+    assert (tmp_path / "seen").read_text().strip() == seen
+    assert r["env"]["omp_wait_policy"] == (policy or "passive")

@@ -47,3 +47,9 @@ def method_label(method: str, bp_layers: int) -> str:
     if method == "elastic-zo":
         return f"ElasticZO k={bp_layers} ({PAPER_NAMES.get(bp_layers, 'custom')})"
     return {"full-bp": "Full BP", "full-zo": "Full ZO"}.get(method, method)
+
+# OpenMP's wait policy for every runner (OMP_WAIT_POLICY): "passive" threads sleep at a barrier
+# instead of spinning, so a job beside other work loses time in proportion to the CPU it lost
+# (benchmarks/omp_contention.py; docs/targets.md). "default" leaves the runtime's own.
+OMP_WAIT_POLICIES = ("passive", "active", "default")
+OMP_WAIT_POLICY = "passive"

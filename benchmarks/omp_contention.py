@@ -1,0 +1,80 @@
+"""How much a C++ job slows beside other work, against how much the CPU share it lost explains,
+for each thread count and OpenMP wait policy (issue: load must cost time in proportion to the
+CPU it takes, or the gate's rule in docs/compare.md cannot excuse it).
+
+For each policy (OMP_WAIT_POLICY passive / active / the runtime's default) and each thread count
+(1, every core), one quiet Full ZO job of the C++ binary, then the same job beside N busy-loop
+processes (N = 1 .. cores). Each loaded job's slowdown over the quiet one is printed beside
+what its lost share s explains, 1 / (1 - s) - 1 (compare.explained), and their ratio: close to
+1 means the load record can account for the slowdown; far above 1 means spinning barriers waited
+for descheduled threads. Medians of --repeats jobs. Asserts nothing.
+
+    python benchmarks/omp_contention.py [--samples 3200] [--repeats 3]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from harness import compare  # noqa: E402
+from harness.schema import step_seconds  # noqa: E402
+from harness.store import Store  # noqa: E402
+from testkit.runners import REPO  # noqa: E402
+
+POLICIES = ("passive", "active", "default")
+
+
+def job(root: Path, threads: int, policy: str, samples: int) -> tuple[float, float]:
+    """(ms/step, the share of the CPU it wanted that other work took) of one job."""
+    inv = root / "targets.toml"
+    inv.write_text(f'[targets.here]\ntransport = "local"\nruntimes = ["cpp"]\nthreads = {threads}\n'
+                   f'lease = "{root / "lease"}"\nomp_wait_policy = "{policy}"\n')
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "OMP_NUM_THREADS")}
+    p = subprocess.run([sys.executable, "-m", "zobench", "run", "--results", str(root / "res"), "--no-report",
+                        "--inventory", str(inv), "--target", "here", "--runtime", "cpp", "--precision", "fp32",
+                        "--method", "full-zo", "--set", "epochs=1", "--set", f"train_samples={samples}",
+                        "--set", "test_samples=32"], cwd=REPO, env=env, capture_output=True, text=True)
+    store = Store(root / "res")
+    (r,) = store.results(store.latest())
+    if p.returncode != 0 or r["status"] != "ok":
+        raise SystemExit(f"job failed: {r.get('error') or p.stderr[-500:]}")
+    return 1e3 * step_seconds(r), compare.starved(r.get("load"), threads) or 0.0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--samples", type=int, default=3200, help="training samples of each job (batch 32)")
+    ap.add_argument("--repeats", type=int, default=3)
+    args = ap.parse_args()
+    cores = os.cpu_count() or 1
+    print(f"{'policy':8} {'threads':>7} {'busy':>4} {'ms/step':>8} {'lost':>5} {'slowdown':>9} {'explained':>9} {'ratio':>6}")
+    with tempfile.TemporaryDirectory() as tmp:
+        for policy in POLICIES:
+            for threads in sorted({1, cores}):
+                quiet = None
+                for n in range(cores + 1):
+                    hogs = [subprocess.Popen(["sh", "-c", "while :; do :; done"]) for _ in range(n)]
+                    try:
+                        got = [job(Path(tmp), threads, policy, args.samples) for _ in range(args.repeats)]
+                    finally:
+                        for h in hogs:
+                            h.kill()
+                            h.wait()
+                    ms, lost = statistics.median(g[0] for g in got), statistics.median(g[1] for g in got)
+                    quiet = quiet or ms
+                    slow, expl = ms / quiet - 1, compare.explained(lost, 0.0)
+                    ratio = f"{(1 + slow) / (1 + expl):6.2f}" if n else "     -"
+                    print(f"{policy:8} {threads:7d} {n:4d} {ms:8.2f} {100 * lost:4.0f}% {100 * slow:8.0f}% "
+                          f"{100 * expl:8.0f}% {ratio}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
