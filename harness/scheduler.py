@@ -54,7 +54,11 @@ def execute(store: Store, run_id: str, jobs: list[Job], targets: dict[str, Targe
     results = {}
 
     def finish(name: str, result: dict) -> None:
-        store.add_result(run_id, result)
+        try:
+            store.add_result(run_id, result)
+        except OSError as e:    # a full disk, a folder gone read-only: nothing more can be kept, so nothing more runs
+            stop.request(f"cannot store results in {store.runs / run_id}: {e.strerror or e}")
+            return
         results[result["job"]["job_id"]] = result
         view.job_finished(name, result)
 
@@ -105,6 +109,8 @@ def _wave(store: Store, run_id: str, jobs: list[Job], targets: dict[str, Target]
                                      on_event=lambda ev: view.event(name, ev), terms=terms)
                 except TransportError as e:
                     result = failure(job, "lost", reason(e))
+                except OSError as e:    # this machine's files (a full disk): said once, by finish(), below
+                    result = failure(job, "failed", f"on this machine: {e.strerror or e}: {e.filename or ''}")
                 except Exception as e:  # a harness bug in one job: the board's next jobs still run
                     traceback.print_exc()
                     result = failure(job, "failed", f"harness error: {reason(e)}")

@@ -173,7 +173,10 @@ class LocalTransport:
 def _pump(stream, on_line, copy_to) -> None:
     for line in stream:
         if copy_to:
-            copy_to.write(line)
+            try:
+                copy_to.write(line)
+            except OSError:     # the log's disk is full: the job's events still count
+                copy_to = None
         if on_line:
             on_line(line)
 

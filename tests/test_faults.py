@@ -3,6 +3,8 @@ recorded with their reason; the run keeps the rest, and --resume finishes only w
 import json
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -12,7 +14,7 @@ import pytest
 from zobench.cli import main
 from harness.store import Store
 from harness.transport import LocalTransport, TransportError
-from testkit.runners import TINY, processes_mentioning, zobench
+from testkit.runners import REPO, TINY, processes_mentioning, until, zobench
 
 
 
@@ -158,3 +160,41 @@ def test_a_cuda_target_without_cuda_fails_its_jobs_with_the_reason_and_the_other
     logs = sorted(work.glob("*.log"))
     assert [p.name for p in logs] == ["stderr.log", "stdout.log"]
     assert "Traceback" not in "".join(p.read_text() for p in logs)
+
+
+def test_a_full_disk_under_the_results_stops_the_run_in_one_line_and_resume_finishes_it(tmp_path):
+    """A 1 MiB tmpfs as the results folder, filled once the first job's result is in: the next
+    result cannot be stored, so nothing more runs; one line says why and how to finish, no
+    traceback; once there is room, --resume runs exactly the jobs not stored."""
+    small = tmp_path / "small"
+    small.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(small)], capture_output=True).returncode:
+        pytest.skip("mounting a tmpfs needs root")
+    try:
+        proc = subprocess.Popen([sys.executable, "-m", "zobench", "run", "--results", str(small), "--no-report",
+                                 "--method", "full-bp", "--method", "full-zo", "--method", "elastic-zo:1", *TINY],
+                                cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        until("the first result", lambda: list(small.glob("runs/*/*.r0.json")), proc)
+        filler = small / "filler"
+        with open(filler, "wb") as f:          # every byte that is left
+            try:
+                while True:
+                    f.write(b"\0" * 65536)
+                    f.flush()
+            except OSError:
+                pass
+        _, err = proc.communicate(timeout=600)
+        run_id = Store(small).latest()
+        assert proc.returncode == 2 and "Traceback" not in err, err
+        last = err.strip().splitlines()[-1]
+        stored = len(Store(small).results(run_id))     # the first, and the second if it beat the filler
+        assert stored in (1, 2) and last == (
+            f"run {run_id}: cannot store results in {small / 'runs' / run_id}: No space left on device; {stored} jobs "
+            f"stored, {3 - stored} not; make room, then finish it with: zobench run --resume {run_id} --results {small}")
+        filler.unlink()
+        again = subprocess.run([sys.executable, "-m", "zobench", "run", "--results", str(small), "--no-report",
+                                "--resume", run_id], cwd=REPO, capture_output=True, text=True, timeout=600)
+        assert again.returncode == 0 and f"{3 - stored} of 3 jobs to run" in again.stderr, again.stderr
+        assert [r["status"] for r in Store(small).results(run_id)] == ["ok"] * 3
+    finally:
+        subprocess.run(["umount", "-l", str(small)], capture_output=True)

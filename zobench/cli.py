@@ -317,6 +317,10 @@ def cmd_run(args) -> int:
         print(f"run {run_id}: {stop.reason}: {len(results) - stopped} jobs ended, {stopped} interrupted, "
               f"{len(jobs) - len(results)} not started; finish it with: {resume}", file=sys.stderr)
         return 128 + caught[0]
+    if stop.is_set():       # the results could not be stored (harness/scheduler.py): what ran unstored runs again
+        print(f"run {run_id}: {stop.reason}; {len(results)} jobs stored, {len(jobs) - len(results)} not; "
+              f"make room, then finish it with: {resume}", file=sys.stderr)
+        return 2
     bad = [r for r in store.results(run_id) if r["status"] != "ok"]
     pushed = not shared or _push(shared, store, [run_id], None)     # first: the report charts its history
     if not args.no_report:
