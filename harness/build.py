@@ -101,16 +101,19 @@ def _cmake(out: Path, options: list[str], name: str, stop=None) -> None:
         except FileNotFoundError:
             raise UserError(f"building zobench-train needs {NEEDS}: {step[0]} not found") from None
         deadline = time.monotonic() + BUILD_TIMEOUT_S
-        while True:
-            try:
-                said, _ = p.communicate(timeout=POLL_S)
-                break
-            except subprocess.TimeoutExpired:
-                if (stop is not None and stop.is_set()) or time.monotonic() > deadline:
-                    kill_group(p)
+        try:
+            while True:
+                try:
+                    said, _ = p.communicate(timeout=POLL_S)
+                    break
+                except subprocess.TimeoutExpired:
                     if stop is not None and stop.is_set():
                         raise BuildStopped(f"building zobench-train ({name}) stopped: {stop.reason}") from None
-                    raise UserError(f"building zobench-train ({name}) took over {BUILD_TIMEOUT_S:g} s") from None
+                    if time.monotonic() > deadline:
+                        raise UserError(f"building zobench-train ({name}) took over {BUILD_TIMEOUT_S:g} s") from None
+        except BaseException:   # stopped, timed out, or Ctrl-C outside a run: no compiler is left behind
+            kill_group(p)
+            raise
         if p.returncode != 0:
             lines = said.splitlines()     # the compiler's first errors, not make's last words
             tail = [l for l in lines if "error:" in l][:3] or [l for l in lines if "rror" in l][-3:] or lines[-3:]
