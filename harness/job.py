@@ -218,8 +218,10 @@ def run_job(job: Job, target: Target, site: Site, work: Path, on_event=None,
            (["--mem-limit", limit] if limit else []) + \
            ["--", *runner, "--spec", f"{job_dir}/spec.json", "--out", f"{job_dir}/result.json"]
     steps, evidence, busy, cooled = 0, Evidence(mem_limit=limit), {}, {}
-    # the launcher gives up waiting for the lease itself; this is the job's own time, from the runner's start
-    ends = Deadline((terms.wait_s(job.timeout_s) if leased else 0) + job.timeout_s)
+    # the launcher gives up waiting for the lease (and the cooldown) itself; the job's own time runs from its
+    # runner's start
+    ends = Deadline((terms.wait_s(job.timeout_s) if leased else 0) + (target.cooldown or {}).get("max_wait_s", 0)
+                    + job.timeout_s)
 
     def on_line(line: str) -> None:
         nonlocal steps
@@ -250,7 +252,8 @@ def run_job(job: Job, target: Target, site: Site, work: Path, on_event=None,
     held = held if isinstance(held, dict) else {}
     waited = held.get("waited_s", busy.get("waited_s", 0.0))
     waited = waited if isinstance(waited, (int, float)) and not isinstance(waited, bool) else 0.0
-    wall = max(0.0, time.perf_counter() - t0 - waited)     # the wait for the lease is not the job's time
+    cooling = cooled.get("waited_s", 0.0) if isinstance(cooled.get("waited_s"), (int, float)) else 0.0
+    wall = max(0.0, time.perf_counter() - t0 - waited - cooling)    # waiting for the board is not the job's time
     # the machine's counters as the launcher read them once it held the lease, just before the runner
     load_before = machine_load.parse(evidence.launch["load"]) if isinstance(evidence.launch.get("load"), str) else None
     load_after = None
