@@ -8,13 +8,17 @@ by the gate's default estimate (min) and by the median. It prints one line per t
 run's load (median over its jobs of the share of the CPUs other work used) and each gate's exit
 code and verdicts; then the totals against the target. --runtime, --precision and --method
 narrow the suite for a shorter measurement (the suite's shape, five repeats of each key
-interleaved, stays), and --set changes its hyperparameters. --results keeps the runs, and
---evaluate judges kept runs again without running anything. Asserts nothing.
+interleaved, stays), and --set changes its hyperparameters. --slowdown sets the injected
+slowdown (default 0.2) and --busy N runs N busy-loop processes beside every run of the trials
+(the gate's rule under load: docs/compare.md). --results keeps the runs, and --evaluate judges
+kept runs again without running anything. Asserts nothing.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -63,25 +67,40 @@ class Tally:
         (aa, as_), (maa, mas) = cells["min"], cells["median"]
         print(f"{self.trials:>5}  {loads:>14}  {fmt(*aa):<36} {fmt(*as_):<36} exit {maa[0]}, exit {mas[0]}", flush=True)
 
-    def totals(self) -> None:
+    def totals(self, slowdown: float = 0.2) -> None:
+        pct = f"{100 * slowdown:.0f}%"
         for what, counts, target in (("A/A comparisons with a regression", self.false_alarms, 0),
-                                     ("20% slowdowns caught (exit 1)", self.caught, self.trials),
-                                     ("20% slowdowns passed (exit 0)", self.passed_slowdowns, 0)):
+                                     (f"{pct} slowdowns caught (exit 1)", self.caught, self.trials),
+                                     (f"{pct} slowdowns passed (exit 0)", self.passed_slowdowns, 0)):
             print(f"{what}: {counts['min']} of {self.trials} (median estimator: {counts['median']}); target {target}")
 
 
 HEADER = f"{'trial':>5}  {'busy A/A/S':>14}  {'A -> A (min)':<36} {'A -> S (min)':<36} A->A, A->S (median)"
 
 
-def measure(trials: int, narrow: list[str], keep: Path | None) -> None:
-    print(f"ci suite {' '.join(narrow) or '(all 60 jobs)'}, {trials} trials of A, A' (same code), S (+20%)")
+@contextlib.contextmanager
+def busy_loops(n: int):
+    """n processes that keep a core each busy for the block: a loaded CI runner."""
+    hogs = [subprocess.Popen(["sh", "-c", "while :; do :; done"]) for _ in range(n)]
+    try:
+        yield
+    finally:
+        for h in hogs:
+            h.kill()
+            h.wait()
+
+
+def measure(trials: int, narrow: list[str], keep: Path | None, slowdown: float = 0.2, loops: int = 0) -> None:
+    print(f"ci suite {' '.join(narrow) or '(all 60 jobs)'}, {trials} trials of A, A' (same code), "
+          f"S (+{100 * slowdown:.0f}%)" + (f", {loops} busy loops beside every run" if loops else ""))
     print(HEADER)
+    sides = [extra and ["--set", f"inject_slowdown={slowdown}"] for _, extra in COMPARE_SIDES]
     tally, t0 = Tally(), time.perf_counter()
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, busy_loops(loops):
         store = Store(keep or Path(tmp))
         for _ in range(trials):
-            tally.trial(store, *(run(store, ["--suite", "ci", *narrow, *extra]) for _, extra in COMPARE_SIDES))
-    tally.totals()
+            tally.trial(store, *(run(store, ["--suite", "ci", *narrow, *extra]) for extra in sides))
+    tally.totals(slowdown)
     print(f"{time.perf_counter() - t0:.0f} s for {3 * trials} runs")
 
 
@@ -108,6 +127,8 @@ if __name__ == "__main__":
     ap.add_argument("--method", action="append", default=[], help="only these methods")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="override a hyperparameter of the suite (e.g. train_samples=6400: longer jobs)")
+    ap.add_argument("--slowdown", type=float, default=0.2, help="the slowdown S injects (default 0.2)")
+    ap.add_argument("--busy", type=int, default=0, metavar="N", help="N busy-loop processes beside every run")
     ap.add_argument("--results", type=Path, help="keep the runs in this results folder (default: a temporary one)")
     ap.add_argument("--evaluate", type=Path, metavar="DIR", help="judge the trials kept in DIR; run nothing")
     a = ap.parse_args()
@@ -115,4 +136,4 @@ if __name__ == "__main__":
         evaluate(a.evaluate)
     else:
         measure(a.trials, [f"--{k}={v}" for k in ("runtime", "precision", "method", "set") for v in getattr(a, k)],
-                a.results)
+                a.results, a.slowdown, a.busy)
