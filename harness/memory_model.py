@@ -24,7 +24,7 @@ INT8 (NITI: int8 tensors plus the int32 buffers they are requantized from; no bi
   BP-trained weight, its gradient accumulator. For every BP layer but the lowest, the
   accumulator of the error passed to its input.
 
-This reproduces the paper's figures (DESIGN.md, checked in tests/test_memory_model.py). With
+This reproduces the paper's figures (Sec. 4's equations; checked in tests/test_memory_model.py). With
 B=32 and B=256: Full ZO 2.6 / 18.0 MiB, Full BP 5.2 / 36.1 MiB, and ElasticZO adds
 4.6 / 13.3 KiB (k=1) and 65.3 / 221.0 KiB (k=2). The INT8 ZO methods need 1.45-1.60x less
 memory than FP32 (paper: 1.46-1.60), and INT8 ElasticZO adds 0.26 / 0.052% (k=1) and

@@ -28,7 +28,6 @@ def precision_label(job: dict) -> str:
     """The paper's names: INT8 with the integer-only ZO loss is INT8*, with the float one INT8."""
     key = precision_key(job.get("precision", "fp32"), job.get("zo_loss", "float"), job["method"])
     return {"int8-float": "int8", "int8-integer": "int8*"}.get(key, key)
-RUNTIME_MARKERS = {"cpp": "D", "torch": "o", "ort": "s"}
 
 
 def save(fig, out, name: str) -> None:

@@ -1,4 +1,4 @@
-"""The analytic memory model against the ElasticZO paper's figures (DESIGN.md), within 3%, and
+"""The analytic memory model against the ElasticZO paper's figures (its Sec. 4), within 3%, and
 the transformer model against formulas worked by hand and against the torch engine's own tensors."""
 import json
 import os

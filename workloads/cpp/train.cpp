@@ -1,6 +1,6 @@
 // zobench-train: the C++ runner. `zobench-train --spec spec.json --out result.json`
 //
-// Same contract as the Python runners (DESIGN.md): JSON-lines progress on stdout, a
+// Same contract as the Python runners (docs/runners.md): JSON-lines progress on stdout, a
 // schema-1 result written atomically at the end (also on failure), the same phase names,
 // the same data order, initial weights and ZO perturbations (zobench-z, docs/zrng.md), so
 // its losses and projected gradients can be checked against the torch runner step by step.
