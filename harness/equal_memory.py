@@ -10,8 +10,6 @@ probes' three steps but not in a whole run ends oom, visibly, rather than passin
 """
 from __future__ import annotations
 
-import sys
-
 from workloads.spec import Hyper
 
 from . import fit
@@ -22,14 +20,15 @@ from .suites import Suite
 
 
 def models(store: Store, suite: Suite, target: Target, overrides: dict, methods: list,
-           timeout_s: float | None = None, stop=None) -> tuple[dict[str, str], dict[str, str], list[str]]:
-    """(method -> model, method -> the fit run that chose it, notes) for the selected methods: a
-    method for which nothing of the family fits is left out, with the reason."""
+           timeout_s: float | None = None, stop=None) -> tuple[dict[str, str], dict[str, str], list[str], list[str]]:
+    """(method -> model, method -> the fit run that chose it, notes, found) for the selected
+    methods: a method for which nothing of the family fits is left out, with the reason (a
+    note); found says what each fit chose, for the caller to tell."""
     equal = suite.equal_memory
     budget = fit.parse_budget(equal.budget)
     hyper = Hyper(**{**suite.hyper, **overrides})
     dataset = suite.variants()[0][0]
-    chosen, runs, notes = {}, {}, []
+    chosen, runs, notes, found = {}, {}, [], []
     for m in methods:
         if str(m) in equal.models:
             chosen[str(m)] = equal.models[str(m)]
@@ -45,9 +44,9 @@ def models(store: Store, suite: Suite, target: Target, overrides: dict, methods:
                          f"(fit run {run_id}: {tried})")
             continue
         chosen[str(m)] = best.model.name
-        print(f"equal memory: {m} trains {best.model.name} ({best.model.params_total / 1e6:.2f}M parameters) within {equal.budget} "
-              f"on {target.name} (fit run {run_id}: {tried})", file=sys.stderr)
+        found.append(f"equal memory: {m} trains {best.model.name} ({best.model.params_total / 1e6:.2f}M parameters) "
+                     f"within {equal.budget} on {target.name} (fit run {run_id}: {tried})")
     if not chosen:
         raise UserError(f"{suite.path}: equal_memory: no method trains any {equal.family} model within "
                         f"{equal.budget}: " + "; ".join(notes))
-    return chosen, runs, notes
+    return chosen, runs, notes, found

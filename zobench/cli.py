@@ -284,12 +284,13 @@ def cmd_run(args) -> int:
                 raise UserError("--target: an equal_memory suite fits its models to one target; give one")
             with _signals_stop() as (stop, caught):
                 try:
-                    methods, fit_runs, fitted = equal_memory.models(store, suite, chosen[0], overrides,
-                                                                    plan.select_methods(suite, args.method),
-                                                                    args.timeout, stop)
+                    methods, fit_runs, fitted, found = equal_memory.models(
+                        store, suite, chosen[0], overrides, plan.select_methods(suite, args.method), args.timeout, stop)
                 except fit.Stopped as e:     # before the run itself was made: nothing to resume
                     print(f"{e}; the suite's run was not started", file=sys.stderr)
                     return 128 + caught[0]
+            for line in found:
+                print(line, file=sys.stderr)
             study = {"equal_memory": {"budget": suite.equal_memory.budget, "family": suite.equal_memory.family,
                                       "models": methods, "fit_runs": fit_runs}}
             args.method = list(methods)     # a method nothing fits is left out, its note printed below
