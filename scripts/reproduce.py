@@ -106,10 +106,11 @@ def doc(results: Path, run_ids: list[str], checks: list[str] = ()) -> None:
     check = agreement(store, run_ids + checks)
     if len(check):
         lines += ["", "### torch against the C++ binary (FP32)", "",
-                  "The same jobs on torch for their first epochs, against the C++ binary's 100-epoch runs at the same "
-                  "epoch: train loss and test accuracy (%). The two agree step for step to float tolerance "
-                  "(tests/test_cpp.py); over thousands of steps a ZO run's rounding differences grow, so the "
-                  "runtimes' accuracies agree to about a point rather than to the digit.", "",
+                  "The same jobs on torch, against the C++ binary's run at torch's last epoch (the whole 100, or "
+                  "the first epochs of a shorter check): train loss and test accuracy (%). The two agree step for "
+                  "step to float tolerance (tests/test_cpp.py); over thousands of steps a ZO run's rounding "
+                  "differences grow, so the runtimes' accuracies agree to about a point rather than to the digit.",
+                  "",
                   r._markdown([("table", check)]).strip()]
     lines += ["", "### Figs. 2-3: loss per epoch", "", "![Train and test loss per epoch](reproduction/loss.png)"]
     if (FIGURES / "finetune.png").is_file():
@@ -127,8 +128,8 @@ def short_runs(store: Store, run_ids: list[str]) -> list[str]:
 
 
 def agreement(store: Store, run_ids: list[str]):
-    """Per FP32 method that torch trained too (for fewer epochs): its last epoch beside the C++
-    binary's same epoch."""
+    """Per FP32 method that torch trained too (all the epochs, or fewer): its last epoch beside
+    the C++ binary's same epoch."""
     import pandas as pd
     from workloads.vocab import method_label
 
