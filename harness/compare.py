@@ -153,7 +153,7 @@ def side_heat(m: Measurement, estimate) -> tuple[float, str]:
     happened = [(i, v["flags"]) for i, v in enumerate(m.validity) if isinstance(v, dict) and v.get("flags")]
     if not happened:
         return 0.0, ""
-    gap = estimate([validity.slowdown_explained({"validity": v}) if isinstance(v, dict) else 0.0 for v in m.validity])
+    gap = estimate([validity.slowdown_explained(v) for v in m.validity])
     repeats: dict[str, list[str]] = {}
     for i, flags in happened:
         repeats.setdefault(validity.shown(flags), []).append(f"r{i}")
@@ -185,13 +185,11 @@ def noise(b: Measurement, c: Measurement, step: MetricChange, estimate, threshol
                 gap = explained(mine, theirs)
                 words.append(f"{said} ({100 * theirs:.0f}% in {other}: enough to slow it by {100 * gap:.0f}%)")
         hot, what = heat[side]
-        if what:
-            if gap <= 0:     # load that explains nothing is no part of the story
-                words = []
-            gap = (1 + max(gap, 0.0)) * (1 + hot) - 1
-            clock = f"its clock {100 * hot:.0f}% slower" if math.isfinite(hot) else "its clock unknown"
-            words.append(f"{side} ran throttled: {what} ({clock})")
-        return gap, "; ".join(words)
+        if not what:
+            return gap, "; ".join(words)
+        clock = f"its clock {100 * hot:.0f}% slower" if math.isfinite(hot) else "its clock unknown"
+        # load that explains nothing is no part of the story
+        return (1 + max(gap, 0.0)) * (1 + hot) - 1, "; ".join([*words[:gap > 0], f"{side} ran throttled: {what} ({clock})"])
 
     if step.significant:
         gap, said = gap_of("current" if step.change > 0 else "baseline")

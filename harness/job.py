@@ -173,6 +173,11 @@ def _check_weights(job: Job, result: dict, transport, remote: str, local: Path) 
     return result
 
 
+def _seconds(x) -> float:
+    """A wait the launcher reported (the board's line: trusted for nothing), 0 if not a number."""
+    return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else 0.0
+
+
 def _samples(path: Path) -> list[dict]:
     """The sampler's lines; a line cut off by a killed sampler is left out."""
     out = []
@@ -248,12 +253,9 @@ def run_job(job: Job, target: Target, site: Site, work: Path, on_event=None,
     outcome = t.run(argv, cwd=site.root, timeout=ends, on_line=on_line,
                     env={"PYTHONPATH": site.root, "PYTHONUNBUFFERED": "1", **wait_policy},
                     stdout_path=work / "stdout.log", stderr_path=work / "stderr.log")
-    held = evidence.launch.get("lease")
-    held = held if isinstance(held, dict) else {}
-    waited = held.get("waited_s", busy.get("waited_s", 0.0))
-    waited = waited if isinstance(waited, (int, float)) and not isinstance(waited, bool) else 0.0
-    cooling = cooled.get("waited_s", 0.0) if isinstance(cooled.get("waited_s"), (int, float)) else 0.0
-    wall = max(0.0, time.perf_counter() - t0 - waited - cooling)    # waiting for the board is not the job's time
+    held = evidence.launch.get("lease") if isinstance(evidence.launch.get("lease"), dict) else {}
+    waited = _seconds(held.get("waited_s", busy.get("waited_s")))
+    wall = max(0.0, time.perf_counter() - t0 - waited - _seconds(cooled.get("waited_s")))   # waiting is not the job's time
     # the machine's counters as the launcher read them once it held the lease, just before the runner
     load_before = machine_load.parse(evidence.launch["load"]) if isinstance(evidence.launch.get("load"), str) else None
     load_after = None

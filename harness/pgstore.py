@@ -306,8 +306,8 @@ class SharedStore:
         """The run's results in plan order, each checked against the schema as a local one is
         (a damaged row is left out, as a damaged local file is)."""
         plan = plan if plan is not None else self.run_plan(run_id)
-        if plan_problems(plan):
-            raise UserError(f"run {run_id} in store {shown(self.url)} is damaged: its plan: {plan_problems(plan)[0]}")
+        if bad := plan_problems(plan):
+            raise UserError(f"run {run_id} in store {shown(self.url)} is damaged: its plan: {bad[0]}")
         got = {job_id: r for job_id, r in self.conn.execute(
             "SELECT job_id, result FROM results WHERE run_id = %s", (run_id,))}
         return [got[j["job_id"]] for j in plan["jobs"]

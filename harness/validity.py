@@ -48,8 +48,9 @@ def judge(samples: list[dict], cooldown: dict | None = None) -> dict:
     if clocks:
         # the cooling device lowers a policy's maximum: below the start's during the job is a cap
         first_caps = [c[1] for c in clocks[0]]
-        if any(c[1] is not None and cap is not None and c[1] < cap for cs in clocks for c, cap in zip(cs, first_caps)):
-            flags += [] if "freq-capped" in flags else ["freq-capped"]
+        capped = any(c[1] is not None and cap is not None and c[1] < cap
+                     for cs in clocks for c, cap in zip(cs, first_caps))
+        flags = [n for n in FLAGS if n in flags or (capped and n == "freq-capped")]
         top = _mean(first_caps) or _mean(c[2] for c in clocks[0])
         low = min((m for m in (_mean(c[0] for c in cs) for cs in clocks) if m), default=None)
         clock = {"max_khz": top, "min_khz": low,
@@ -72,13 +73,12 @@ def flags_of(result: dict) -> list[str]:
     return list(v.get("flags") or []) if isinstance(v, dict) else []
 
 
-def slowdown_explained(result: dict) -> float:
-    """How much slower a flagged job may have run for its flags: its clock's measured reduction,
-    or without one every slowdown (inf); 0 for a job without flags."""
-    if not flags_of(result):
+def slowdown_explained(record: dict | None) -> float:
+    """How much slower a job whose validity record is flagged may have run for its flags: its
+    clock's measured reduction, or without one every slowdown (inf); 0 for one without flags."""
+    if not isinstance(record, dict) or not record.get("flags"):
         return 0.0
-    clock = result["validity"].get("clock") or {}
-    x = clock.get("slowdown_explained")
+    x = (record.get("clock") or {}).get("slowdown_explained")
     return x if isinstance(x, (int, float)) and not isinstance(x, bool) and 0 <= x < math.inf else math.inf
 
 
