@@ -18,16 +18,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from testkit.sshd import board_toml, client_home, make_farm  # noqa: E402
 
-from zobench.cli import main  # noqa: E402
+from harness.store import Store  # noqa: E402
+from zobench import running  # noqa: E402
 
 
 def timed_run(inventory: Path, results: Path, targets: list[str]) -> float:
-    args = ["run", "--results", str(results), "--inventory", str(inventory), "--no-report", "--method", "full-zo",
-            "--set", "epochs=2", "--set", "train_samples=3200", "--set", "test_samples=200"]
-    for t in targets:
-        args += ["--target", t]
+    req = running.Request(targets=targets, inventory=inventory, methods=["full-zo"], report=False,
+                          overrides=["epochs=2", "train_samples=3200", "test_samples=200"])
     t0 = time.perf_counter()
-    if main(args) != 0:
+    if running.run(Store(results), req, lambda line: None).exit_code != 0:
         raise SystemExit("a job failed; see the results folder")
     return time.perf_counter() - t0
 

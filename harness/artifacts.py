@@ -12,7 +12,7 @@ sees a whole file or none.
 The INIT and ONNX folders have the layout of a board's bundle; a data set has a folder of
 its own here (DATA/<name>-<key>/<name>/, a rotated one DATA/<name>-rot<angle>-<key>/<name>/,
 the two text sets one DATA/fortunes-<key>/fortunes/) and DATA/<variant>/<name>/ in a bundle
-(datasets.variant_name; DATA/<variant>/fortunes/ for a text set), and bundle.Site gives each
+(datasets.data_name; DATA/<variant>/fortunes/ for a text set), and bundle.Site gives each
 job the folder of its data set on either."""
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from workloads import datasets, models, pointclouds, zrng
+from workloads import datasets, models, pointclouds, support, zrng
 from workloads.jsonfile import temp_name
 from workloads.models import Model
 
@@ -77,12 +77,12 @@ def write_once(path: Path, write) -> Path:
 
 
 @dataclass(frozen=True)
-class RawIdx:
+class DataFiles:
     dir: Path                   # a runner's data_dir: it holds <name>/<file> (fortunes/<file> for a text set)
     files: dict[str, Path]      # "<name>/<file>" -> the file in dir
 
 
-def raw_idx(name: str, data_dir: str) -> RawIdx:
+def raw_idx(name: str, data_dir: str) -> DataFiles:
     """The data set's IDX files uncompressed (the C++ binary reads no gzip) in a cache folder
     named by the sha256 of the source files' bytes: another ZOBENCH_DATA or a file replaced
     in place gives another folder, never the old data. Hashing the sources on every use costs
@@ -103,7 +103,7 @@ def raw_idx(name: str, data_dir: str) -> RawIdx:
     for f, blob in sources.items():
         dest = write_once(folder / name / f.name.removesuffix(".gz"), lambda tmp: _uncompress(name, f, blob, tmp))
         files[f"{name}/{dest.name}"] = dest
-    return RawIdx(folder, files)
+    return DataFiles(folder, files)
 
 
 def _read(name: str, f: Path) -> bytes:
@@ -126,7 +126,7 @@ def _uncompress(name: str, f: Path, blob: bytes, tmp: Path) -> None:
         raise datasets.DatasetError(f"dataset {name!r}: {f}: {str(e).removeprefix(f'{tmp}: ')}; replace it") from None
 
 
-def point_idx(name: str, data_dir: str) -> RawIdx:
+def point_idx(name: str, data_dir: str) -> DataFiles:
     """A point set as the IDX files every runner reads (workloads/datasets.py: float32 clouds
     [N, 1024, 3], uint8 labels), made once per key: ModelNet40's from its release files, keyed on
     their bytes (as raw_idx), the synthetic set's from the generator alone. Either key includes
@@ -152,7 +152,7 @@ def point_idx(name: str, data_dir: str) -> RawIdx:
             clouds, y = pointclouds.read_release(found, split) if found else pointclouds.synthetic(split)
             write_once(points, lambda tmp: datasets.write_idx(tmp, clouds, 0x0D))
             write_once(labels, lambda tmp: datasets.write_idx(tmp, y, 0x08))
-    return RawIdx(out.parent, {f"{name}/{f.name}": f for f in files.values()})
+    return DataFiles(out.parent, {f"{name}/{f.name}": f for f in files.values()})
 
 
 # What a text set's files are made by besides the corpus: the code that splits and tokenises it
@@ -160,7 +160,7 @@ def point_idx(name: str, data_dir: str) -> RawIdx:
 TEXT_CODE = Path(datasets.__file__).with_name("text.py")
 
 
-def text_idx(name: str) -> RawIdx:
+def text_idx(name: str) -> DataFiles:
     """Both text sets' token files (workloads/text.py: each split's stream, entries and topics
     as IDX, the manifest and the tokenizer), made once from the fortune files of Debian's
     package into a folder keyed by their names and bytes, the vocabulary size, text.py's source
@@ -183,7 +183,7 @@ def text_idx(name: str) -> RawIdx:
                                                                   datasets.TEXT_FILES[kind][1]))
         write_once(out / datasets.TOKENIZER, lambda tmp: tmp.write_text(made.tokenizer, encoding="utf-8"))
         write_once(out / datasets.MANIFEST, lambda tmp: tmp.write_text(json.dumps(made.manifest, indent=1) + "\n"))
-    return RawIdx(out.parent, {f"{datasets.TEXT_FOLDER}/{n}": out / n for n in names})
+    return DataFiles(out.parent, {f"{datasets.TEXT_FOLDER}/{n}": out / n for n in names})
 
 
 def rotate_images(images: np.ndarray, degrees: float) -> np.ndarray:
@@ -209,7 +209,7 @@ ROTATION = hashlib.sha256(f"{inspect.getsource(rotate_images)}{importlib.metadat
                           ).hexdigest()[:12]
 
 
-def rotated_idx(name: str, data_dir: str, degrees: float) -> RawIdx:
+def rotated_idx(name: str, data_dir: str, degrees: float) -> DataFiles:
     """The image set's train and test images turned by `degrees` (rotate_images), its labels
     copied as they are, and the rotation file naming the angle (datasets.ROTATION_FILE) that a
     runner checks, made once from raw_idx's files into a folder keyed by their folder's key,
@@ -220,7 +220,7 @@ def rotated_idx(name: str, data_dir: str, degrees: float) -> RawIdx:
     if not datasets.rotated(degrees):
         return raw
     key = hashlib.sha256(json.dumps([raw.dir.name, repr(float(degrees)), ROTATION]).encode()).hexdigest()[:16]
-    out = root() / DATA / f"{datasets.variant_name(name, degrees)}-{key}" / name
+    out = root() / DATA / f"{datasets.data_name(name, degrees)}-{key}" / name
     files = {}
     for rel, src in raw.files.items():
         write = ((lambda tmp: datasets.write_idx(tmp, rotate_images(datasets.read_idx(src), degrees), 0x08))
@@ -228,10 +228,10 @@ def rotated_idx(name: str, data_dir: str, degrees: float) -> RawIdx:
         files[rel] = write_once(out / src.name, write)
     marker = write_once(out / datasets.ROTATION_FILE, lambda tmp: tmp.write_text(datasets.marker_text(degrees)))
     files[f"{name}/{marker.name}"] = marker
-    return RawIdx(out.parent, files)
+    return DataFiles(out.parent, files)
 
 
-def validation_idx(name: str, data_dir: str, rotate: float, held: int) -> RawIdx:
+def validation_idx(name: str, data_dir: str, rotate: float, held: int) -> DataFiles:
     """The data set (rotated by `rotate`, rotated_idx) with a validation split: `held` training
     samples drawn with zobench-z (zrng.holdout) become its test files, the rest its train files,
     each kept in its order, and the validation file names the count a runner checks. Made once
@@ -246,7 +246,7 @@ def validation_idx(name: str, data_dir: str, rotate: float, held: int) -> RawIdx
         raise datasets.DatasetError(f"dataset {name!r}: workload.validation: expected fewer than its {n} training "
                                     f"samples, got {held}")
     key = hashlib.sha256(json.dumps([source.dir.name, held, zrng.VERSION]).encode()).hexdigest()[:16]
-    out = root() / DATA / f"{datasets.variant_name(name, rotate, held)}-{key}" / name
+    out = root() / DATA / f"{datasets.data_name(name, rotate, held)}-{key}" / name
     out_mask = np.zeros(n, dtype=bool)
     out_mask[zrng.holdout(n, held)] = True
     files = {}
@@ -263,7 +263,7 @@ def validation_idx(name: str, data_dir: str, rotate: float, held: int) -> RawIdx
             files[rel] = write_once(out / src.name, lambda tmp, src=src: shutil.copyfile(src, tmp))
     marker = write_once(out / datasets.VALIDATION_FILE, lambda tmp: tmp.write_text(f"{held}\n"))
     files[f"{name}/{marker.name}"] = marker
-    return RawIdx(out.parent, files)
+    return DataFiles(out.parent, files)
 
 
 def init_weights_dir() -> Path:
@@ -315,7 +315,7 @@ def onnx_graph(model: Model, method: str, bp_layers: int) -> Path:
     if not path.is_file():
         from workloads import onnx_export
 
-        onnx_export.export(model, onnx_export.front_layers(model, method, bp_layers), onnx_dir())
+        onnx_export.export(model, support.ort_front_layers(model, method, bp_layers), onnx_dir())
     return path
 
 
@@ -323,4 +323,4 @@ def onnx_graph(model: Model, method: str, bp_layers: int) -> Path:
 def _onnx_name(model: Model, method: str, bp_layers: int) -> str:
     from workloads import onnx_export   # onnx loads in ~0.2 s: only runs with ort jobs pay it
 
-    return onnx_export.file_name(model, onnx_export.front_layers(model, method, bp_layers))[0]
+    return onnx_export.file_name(model, support.ort_front_layers(model, method, bp_layers))[0]

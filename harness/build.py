@@ -25,7 +25,7 @@ NEEDS = "cmake, g++ and nlohmann-json3-dev (cross: g++-aarch64-linux-gnu)"
 BUILD_TIMEOUT_S = 900
 
 
-def variant(target, cpu: str = "") -> str:
+def build_name(target, cpu: str = "") -> str:
     """The build folder's name: the arch and the CPU (resolve_cpu). Both become parts of paths
     (the folder, the toolchain file), so only known names are taken, whoever made the target."""
     cpu = resolve_cpu(target, cpu)
@@ -71,7 +71,7 @@ def build(target, cpu: str = "", stop=None) -> Path:
     cmake rebuilds what a source change touches. Targets of one variant share the binary, so
     the errors name the variant, not the target. A run's Stop (stop) kills the compiler."""
     cpu = resolve_cpu(target, cpu)      # first: it refuses names that would make a path outside build/
-    name = variant(target, cpu)
+    name = build_name(target, cpu)
     options = ["-DCMAKE_BUILD_TYPE=Release", "-DZOBENCH_CPU_FLAGS=" + " ".join(cpus.flags(target.arch, cpu))]
     toolchain = None
     if cpu == cpus.NATIVE:

@@ -12,19 +12,19 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from workloads.datasets import DatasetError, is_points, is_text, rotated, variant_name
+from workloads.datasets import DatasetError, is_points, is_text, rotated, data_name
 from workloads import models
 from workloads.models import Model, Transformer
 
 from . import paths
 from .artifacts import (DATA, INIT, ONNX, content_id, init_weights_dir, init_weights_file, init_weights_name,
                         onnx_graph, pretrained_weights_name, root, validation_idx)
-from .build import BuildStopped, build, cpu_choice, variant
+from .build import BuildStopped, build, build_name, cpu_choice
 from .cpu import Choice
 from .deploy import deploy
 from .errors import UserError
 from .inventory import Target
-from .plan import Job
+from .runs import Job
 from .transport import LocalTransport, TransportError
 
 BINARY = "bin/zobench-train"
@@ -49,8 +49,8 @@ def bundle_files(dataset_dirs: set[tuple[str, str, float, int]], inits: set[tupl
         except DatasetError as e:
             raise UserError(str(e)) from None
         for rel, p in data.files.items():
-            if files.setdefault(f"{DATA}/{variant_name(name, rotate, held)}/{rel}", p) != p:   # one folder a variant
-                raise UserError(f"dataset {variant_name(name, rotate, held)!r}: the jobs of one target read two different "
+            if files.setdefault(f"{DATA}/{data_name(name, rotate, held)}/{rel}", p) != p:   # one folder a variant
+                raise UserError(f"dataset {data_name(name, rotate, held)!r}: the jobs of one target read two different "
                                 "copies of it (workload data_dir, or workload.rotate angles that differ past "
                                 "6 digits); give them one")
     for model, seed in sorted(inits, key=lambda i: (i[0].name, init_weights_name(*i))):
@@ -99,7 +99,7 @@ class Site:
     binary: str = ""        # zobench-train on the target, for cpp jobs
     binary_sha256: str = ""
     build: Choice | None = None     # the CPU it was built for, and why
-    # data set as a job reads it (datasets.variant_name) -> the folder of its uncompressed IDX
+    # data set as a job reads it (datasets.data_name) -> the folder of its uncompressed IDX
     # files there (a runner's data_dir); one not in it is searched for as usual
     data_dirs: dict[str, str] = field(default_factory=dict)
 
@@ -107,8 +107,8 @@ class Site:
         """The spec as its job sees it on the target: with the paths of its files there."""
         spec = dict(spec)
         name, _, rotate, held = data_of(spec)
-        if variant_name(name, rotate, held) in self.data_dirs:
-            spec["workload"] = {**spec["workload"], "data_dir": self.data_dirs[variant_name(name, rotate, held)]}
+        if data_name(name, rotate, held) in self.data_dirs:
+            spec["workload"] = {**spec["workload"], "data_dir": self.data_dirs[data_name(name, rotate, held)]}
         if needs_init(spec):
             spec["init_weights"] = f"{self.files}/{INIT}/{init_weights_name(model_of(spec), spec['seed'])}"
         elif spec["init_sha256"] and not spec["init_weights"]:
@@ -140,7 +140,7 @@ class Binaries:
 
     def get(self, target: Target, choice: Choice, stop=None) -> Binary:
         try:
-            name = variant(target, choice.cpu)
+            name = build_name(target, choice.cpu)
         except UserError as e:
             return Binary(choice, error=str(e))
         with self.lock:
@@ -193,7 +193,7 @@ def prepare(jobs: list[Job], targets: dict[str, Target]) -> dict[str, Prepared]:
     machine's); a board's own is built once its probe named the CPU (Prepared.binary)."""
     binaries = Binaries()
     ids: dict[Path, tuple[str, int]] = {}
-    raws: dict[tuple[str, str, float, int], RawIdx] = {}  # data_of(spec) -> its IDX files: read and hashed once a run
+    raws: dict[tuple[str, str, float, int], DataFiles] = {}  # data_of(spec) -> its IDX files: read and hashed once a run
 
     def raw(*data: str | float | int):
         if data not in raws:
@@ -234,7 +234,7 @@ def open_site(target: Target, transport, prepared: Prepared, binary: Binary | No
     p = prepared
     data = {rel.split("/")[1]: path.parents[1] for rel, path in p.files.items() if rel.startswith(f"{DATA}/")}
     sha256, choice = (binary.id[0], binary.choice) if binary else ("", None)
-    if isinstance(transport, LocalTransport):     # the cache's folder of each variant (artifacts.RawIdx.dir)
+    if isinstance(transport, LocalTransport):     # the cache's folder of each variant (artifacts.DataFiles.dir)
         return Site(transport, str(paths.REPO), str(local_jobs / "attempts"), str(root()),
                     str(binary.path) if binary else "", sha256, choice, {v: str(d) for v, d in data.items()})
     workdir = transport.path(target.workdir)

@@ -8,8 +8,8 @@ measured it on both sides, the energy per step. A change counts only when it pas
 
 The estimate is the minimum by default. On a shared machine the noise is one-sided: a
 neighbour, a migration or a cold cache only ever add time, so the median of a side moves with
-how busy the machine was while it ran (the same code measured 1.49 and 1.78 ms/step in runs
-taken seconds apart), while the fastest repeat stays on the code's own cost (Chen & Revels,
+how busy the machine was while it ran (docs/compare.md has measured examples), while the
+fastest repeat stays on the code's own cost (Chen & Revels,
 "Robust benchmarking in noisy environments", 2016; Julia's BenchmarkTools judges on it too).
 `--estimator median` is there for a quiet, pinned machine.
 
@@ -41,10 +41,12 @@ from dataclasses import asdict, dataclass, field
 from workloads import jsonfile
 
 from . import validity
-from .machine_load import contention
+from .machine_load import starved
+from .metrics import LOADED_METRICS, METRICS, Metric
 from .measurements import FINGERPRINT, Measurement, differs
 
 ALPHA = 0.05
+THRESHOLD = 0.05     # the smallest relative change that counts, by default (--threshold 5)
 ESTIMATORS = {"min": min, "median": statistics.median}
 STATUSES = ("regressed", "improved", "noisy", "unchanged", "not comparable", "missing")
 COMPARED = ("regressed", "improved", "unchanged")
@@ -59,24 +61,6 @@ EXIT_CODES = ("exit codes: 0 no regression; 1 a key regressed (--fail-on-change:
               "2 bad input; 3 no key was compared (every key missing, not comparable or noisy)")
 
 
-@dataclass(frozen=True)
-class Metric:
-    """A quantity the gate judges. Its samples are those of the first of `sources` that both
-    sides measured; a key where no source is shared is not judged on it (no meter, no GPU)."""
-    name: str                  # its key in a verdict's metrics
-    title: str                 # its column in the table
-    unit: str
-    scale: float               # from the samples' unit (s, bytes, J) to `unit`
-    loaded: bool               # a neighbour's CPU load moves it: not judged on a noisy key
-    sources: tuple             # (Measurement attribute, what it measures), preferred first
-
-
-METRICS = (Metric("step_time", "step time", "ms/step", 1e3, True, (("step_s", ""),)),
-           # a GPU's own allocation: the process's RSS of a cuda job is mostly CUDA's libraries
-           Metric("peak_memory", "peak memory", "MiB", 2 ** -20, False,
-                  (("device_peak", "device"), ("peak_rss", "host RSS"))),
-           Metric("energy", "energy", "J/step", 1.0, True, (("joules_per_step", ""),)))
-LOADED_METRICS = {m.name for m in METRICS if m.loaded}
 
 
 @dataclass
@@ -110,18 +94,6 @@ def fingerprint_changes(b: Measurement, c: Measurement) -> list[str]:
     if b.binary_sha256 != c.binary_sha256 and b.harness_commit == c.harness_commit:
         changed.append("binary_sha256")
     return changed
-
-
-def starved(load, threads: int) -> float | None:
-    """The share of the CPU time a job wanted that other work took (contention counts all of
-    the machine): other work first fills the cores the job leaves idle (cores - threads), and
-    only the rest comes out of the job's. threads 0 = every core."""
-    c = contention(load)
-    if c is None:
-        return None
-    cores = load["cores"]
-    wanted = min(threads or cores, cores)
-    return max(0.0, c * cores - (cores - wanted)) / wanted
 
 
 def side_load(m: Measurement, estimate) -> float | None:
@@ -211,21 +183,21 @@ def judged(b: Measurement, c: Measurement, estimate, threshold: float) -> tuple[
         if change is not None:
             metrics[metric.name] = change
         elif lone := [side for side, m in (("baseline", b), ("current", c))
-                      if any(getattr(m, attr) for attr, _ in metric.sources)]:
+                      if any(getattr(m, s.attr) for s in metric.sources)]:
             notes.append(f"{metric.title} measured in {lone[0]} only: not judged")
     return metrics, notes
 
 
 def judge(metric: Metric, b: Measurement, c: Measurement, estimate, threshold: float) -> MetricChange | None:
     """The change of a metric between the two sides' estimates; None where they share no source."""
-    for attr, what in metric.sources:
-        xb, xc = getattr(b, attr), getattr(c, attr)
+    for source in metric.sources:
+        xb, xc = getattr(b, source.attr), getattr(c, source.attr)
         if xb and xc:
             mb, mc = estimate(xb), estimate(xc)
             change = mc / mb - 1 if mb else 0.0
             p = mann_whitney_p(xb, xc)
             return MetricChange(mb * metric.scale, mc * metric.scale, change, p,
-                                p < ALPHA and abs(change) > threshold, what)
+                                p < ALPHA and abs(change) > threshold, source.what)
     return None
 
 

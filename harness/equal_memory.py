@@ -27,7 +27,7 @@ def models(store: Store, suite: Suite, target: Target, overrides: dict, methods:
     equal = suite.equal_memory
     budget = fit.parse_budget(equal.budget)
     hyper = Hyper(**{**suite.hyper, **overrides})
-    dataset = suite.variants()[0][0]
+    dataset = suite.data_sets()[0][0]
     chosen, runs, notes, found = {}, {}, [], []
     for m in methods:
         if str(m) in equal.models:

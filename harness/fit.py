@@ -17,13 +17,12 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from datetime import datetime, timezone
 
 from workloads import datasets
 from workloads.launch import parse_size
-from workloads.models import Transformer, ladder
+from workloads.models import MODELS, Transformer, ladder
 
-from . import memory_model, paths, plan
+from . import memory_model, paths, plan, runs
 from .bundle import prepare
 from .errors import UserError
 from .inventory import MEM_LIMIT, Target
@@ -72,6 +71,35 @@ class Method:
         b = memory_model.breakdown(c.model, self.choice.method, c.batch, "fp32", self.choice.bp_layers,
                                    self.optimizer, c.context, self.checkpointing)
         return max(b.total_bytes, b.peak_bytes)
+
+
+def asked(target: Target, budget: str | None, vary: str, model_name: str | None, family: str, method: str,
+          optimizer: str, checkpointing: bool, batch: int, context: int) -> tuple[Method, list[Config], int]:
+    """`zobench fit`'s request checked (a UserError naming the option otherwise): the method, the
+    candidates smallest first, and the budget in bytes (--budget, else the target's mem_limit)."""
+    if not budget and not target.mem_limit:
+        raise UserError(f"fit: no --budget, and target {target.name} has no mem_limit to default to")
+    budget_bytes = parse_budget(budget or target.mem_limit)
+    transformers = {n: m for n, m in MODELS.items() if isinstance(m, Transformer)}
+    if vary == "model":
+        if model_name:
+            raise UserError("fit --model: only --vary batch or context grows one model; --vary model climbs "
+                            "--model-family")
+        model = None
+    else:
+        model = transformers.get(model_name or "")
+        if model is None:
+            raise UserError(f"fit --vary {vary}: --model names one of the transformers: {', '.join(transformers)}")
+    families = sorted({m.family for m in transformers.values()})
+    if family not in families:
+        raise UserError(f"fit --model-family {family!r}: expected one of {', '.join(families)}")
+    try:
+        choice = MethodChoice.parse(method)
+    except ValueError as e:
+        raise UserError(f"fit --method {method!r}: {e}") from None
+    if checkpointing and choice.method == "full-zo":
+        raise UserError("fit --checkpointing: full-zo keeps no activations to checkpoint")
+    return Method(choice, optimizer, checkpointing), configs(vary, family, model, batch, context), budget_bytes
 
 
 def configs(vary: str, family: str, model: Transformer | None, batch: int, context: int) -> list[Config]:
@@ -151,8 +179,7 @@ def run(store: Store, target: Target, candidates: list[Config], method: Method, 
     meta = {"vary": vary, "family": candidates[0].model.family, "method": str(method.choice), "optimizer": method.optimizer,
             "checkpointing": method.checkpointing, "budget_bytes": budget, "target": target.name,
             "dataset": dataset, "runtime": runtime}
-    run_id = store.new_run({"created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                            "suite": "fit", "fit": meta, "jobs": []})
+    run_id = store.new_run(runs.record(suite="fit", fit=meta, jobs=[]))
 
     def predict(c: Config, footprint: int) -> int:
         return method.model_bytes(c) + footprint
@@ -160,7 +187,7 @@ def run(store: Store, target: Target, candidates: list[Config], method: Method, 
     def probe(c: Config, predicted: int) -> tuple[Probe, int]:
         jobs, _ = plan.make(suite_for(base, c, method, dataset), [target])
         job = dataclasses.replace(jobs[0], mem_limit=limit)
-        job.job_id = job.spec["job_id"] = plan.safe_name(f"fit.{c.label}.{job.job_id}")
+        job.job_id = job.spec["job_id"] = runs.safe_name(f"fit.{c.label}.{job.job_id}")
         store.extend_plan(run_id, [job.to_dict()])
         with ProgressView({target.name: 1}) as view:
             done = execute(store, run_id, [job], {target.name: target}, prepare([job], {target.name: target}), view, stop)

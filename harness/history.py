@@ -7,8 +7,9 @@ series: at each commit boundary, the samples of up to WINDOW commits before it a
 up to WINDOW commits from it on; a boundary is a change when the two-sided Mann-Whitney U test
 is significant and the estimates (min by default, as the gate) differ by more than the
 threshold. Significant at the gate's alpha (0.05) divided by the number of boundaries tested
-(Bonferroni): a series of n commits asks n - 1 questions where compare asks one, and at 0.05
-each, a 6-commit series of the same code showed a false change in one of two trials here. A step shows at its own boundary and, weaker, at its neighbours (their windows
+(Bonferroni): a series of n commits asks n - 1 questions where compare asks one (at 0.05 each,
+same-code series showed false changes: docs/store.md). A step shows at its own boundary and,
+weaker, at its neighbours (their windows
 straddle it, and a min estimate does not see that, since one side keeps a sample of the old
 level): of adjacent flagged boundaries the most significant (smallest p) is kept, the first on a tie. Why not a library's
 detector (ruptures' PELT, say): they assume a noise model (Gaussian, a penalty to tune) that a
@@ -29,11 +30,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .compare import ALPHA, ESTIMATORS, LOADED, mann_whitney_p
+from .metrics import BY_NAME, LOADED_METRICS, METRICS
 
 WINDOW = 3
-METRICS = (("step_seconds", "step time", "ms/step", 1e3), ("peak_rss_bytes", "peak memory", "MiB", 2 ** -20),
-           ("joules_per_step", "energy", "J/step", 1.0))
-LOADED_METRICS = ("step_seconds", "joules_per_step")     # what other work on the machine moves
 
 
 @dataclass
@@ -70,8 +69,8 @@ class Series:
 
 
 def build(rows: list[tuple], facts: dict[str, dict]) -> list[Series]:
-    """Series from the store's rows (job_key, target, fingerprint, git_commit, run_id, step_seconds,
-    peak_rss_bytes, joules_per_step, test_accuracy, starved, flags), in run order."""
+    """Series from the store's rows (job_key, target, fingerprint, git_commit, run_id, each of
+    metrics.METRICS' columns, test_accuracy, starved, flags), in run order."""
     series: dict[tuple, Series] = {}
     for key, target, fp, commit, run_id, *values, acc, share, flags in rows:
         s = series.setdefault((key, fp), Series(key, target, fp, facts.get(fp, {})))
@@ -83,9 +82,9 @@ def build(rows: list[tuple], facts: dict[str, dict]) -> list[Series]:
         p.results += 1
         p.loaded += loaded
         p.flagged += bool(flags) and not loaded
-        for (name, *_), v in zip(METRICS, values):
-            if v is not None and not ((loaded or flags) and name in LOADED_METRICS):
-                p.samples.setdefault(name, []).append(v)
+        for m, v in zip(METRICS, values):
+            if v is not None and not ((loaded or flags) and m.name in LOADED_METRICS):
+                p.samples.setdefault(m.name, []).append(v)
         if acc is not None:
             p.accuracy.append(acc)
     out = list(series.values())
@@ -112,7 +111,7 @@ def detect(s: Series, threshold: float, estimator: str = "min", window: int = WI
     """The series' change points, per metric, by the rule of the module docstring."""
     estimate, found = ESTIMATORS[estimator], []
     alpha = ALPHA / max(1, len(s.points) - 1)
-    for name, *_ in METRICS:
+    for name in BY_NAME:
         flagged = []
         for i in range(1, len(s.points)):
             before = [v for p in s.points[max(0, i - window):i] for v in p.samples.get(name, [])]
@@ -144,14 +143,14 @@ def render(all_series: list[Series], fmt: str, estimator: str = "min") -> str:
         lines += [f"### {head}" if md else head]
         if s.split_from:
             lines.append(f"new series: the fingerprint changed ({s.split_from})")
-        shown = [m for m in METRICS if any(p.samples.get(m[0]) for p in s.points)]
-        cols = ["commit", "n", *(f"{title} {unit} ({estimator}, range)" for _, title, unit, _ in shown), "accuracy %"]
+        shown = [m for m in METRICS if any(p.samples.get(m.name) for p in s.points)]
+        cols = ["commit", "n", *(f"{m.title} {m.unit} ({estimator}, range)" for m in shown), "accuracy %"]
         rows = []
         for p in s.points:
             left_out = ", ".join(f"{n} {what}" for n, what in ((p.loaded, "loaded"), (p.flagged, "throttled")) if n)
             cells = [p.commit[:12], f"{p.results}" + (f" ({left_out})" if left_out else "")]
-            for name, _, _, scale in shown:
-                v = p.samples.get(name)
+            for m in shown:
+                v, scale = p.samples.get(m.name), m.scale
                 cells.append(f"{estimate(v) * scale:.4g} ({min(v) * scale:.4g}-{max(v) * scale:.4g})" if v else "-")
             cells.append(f"{100 * sum(p.accuracy) / len(p.accuracy):.1f}" if p.accuracy else "-")
             rows.append(cells)
@@ -161,11 +160,10 @@ def render(all_series: list[Series], fmt: str, estimator: str = "min") -> str:
         else:
             widths = [max(len(x) for x in col) for col in zip(cols, *rows)]
             lines += ["  " + "  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in [cols, *rows]]
-        units = {name: (title, unit, scale) for name, title, unit, scale in METRICS}
         for c in s.changes:
-            title, unit, scale = units[c.metric]
-            lines.append(f"{'- ' if md else '  '}change at {c.commit[:12]}: {title} {c.before * scale:.4g} -> "
-                         f"{c.after * scale:.4g} {unit} ({c.change:+.1%}, p = {c.p_value:.3g})")
+            m = BY_NAME[c.metric]
+            lines.append(f"{'- ' if md else '  '}change at {c.commit[:12]}: {m.title} {c.before * m.scale:.4g} -> "
+                         f"{c.after * m.scale:.4g} {m.unit} ({c.change:+.1%}, p = {c.p_value:.3g})")
         if not s.changes:
             lines.append(f"{'- ' if md else '  '}no change detected")
         lines.append("")

@@ -1,5 +1,5 @@
 """Running one job on a target through its transport, and turning however it ended into a
-schema-1 result.
+result (docs/results.md).
 
 The same code serves this machine and a board over SSH: a Site (bundle.py) says where the
 workloads code, the job's files and the job directories are on the target. The runner reports
@@ -30,7 +30,7 @@ from . import convergence, lease, machine_load, schema, validity
 from .artifacts import content_id
 from .bundle import Site
 from .inventory import Target
-from .plan import Job
+from .runs import Job, failure
 from .transport import KILLED, Deadline, TransportError
 
 RUNNER_MODULES = {"torch": "workloads.torch_runner", "ort": "workloads.ort_runner"}
@@ -87,15 +87,6 @@ def _oom_evidence(ev: Evidence, rc: int | None, why: str) -> str:
         under = f" under its {ev.mem_limit} address-space limit" if ev.launch.get("method") == "rlimit-as" else ""
         return f"an allocation failed{under}"
     return ""
-
-
-def failure(job: Job, status: str, error: str, started_at: str = "", wall: float = 0.0, steps: int = 0) -> dict:
-    """A schema-1 result for a job whose runner could not write one."""
-    return {"schema": 1, "job": job.spec, "status": status, "error": error,
-            "started_at": started_at or datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "wall_seconds": wall, "train_seconds": 0.0, "steps": steps, "phases": {}, "epochs": [],
-            "memory": {"peak_rss_bytes": 0, "baseline_rss_bytes": 0, "device_peak_bytes": None},
-            "model": None, "env": {"harness_commit": job.spec.get("harness_commit", "")}}
 
 
 def reason(e: Exception) -> str:

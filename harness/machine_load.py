@@ -84,3 +84,15 @@ def contention(load) -> float | None:
     if not isinstance(steal, (int, float)) or isinstance(steal, bool) or not math.isfinite(steal):
         steal = 0.0
     return (other + steal) / (wall * cores)
+
+
+def starved(load, threads: int) -> float | None:
+    """The share of the CPU time a job wanted that other work took (contention counts all of
+    the machine): other work first fills the cores the job leaves idle (cores - threads), and
+    only the rest comes out of the job's. threads 0 = every core."""
+    c = contention(load)
+    if c is None:
+        return None
+    cores = load["cores"]
+    wanted = min(threads or cores, cores)
+    return max(0.0, c * cores - (cores - wanted)) / wanted

@@ -22,7 +22,7 @@ from workloads import datasets, gpuinfo, vocab
 from workloads.spec import Hyper
 
 from .errors import UserError
-from .schema import joules_per_step, step_seconds
+from .schema import full_job, joules_per_step, step_seconds
 from .store import Store
 
 FINGERPRINT = ("cpu_model", "cores", "governor", "kernel", "versions", "gpu", "build_cpu", "kernels",
@@ -92,15 +92,16 @@ def shown_hyper(items) -> str:
 
 
 def job_key(job: dict) -> tuple[str, dict]:
-    w = job.get("workload") or {}
-    precision = vocab.precision_key(job.get("precision", "fp32"), job.get("zo_loss", "float"), job["method"])
-    # the data set as the job read it: a rotated variant or a validation split is other data
-    data = datasets.variant_name(w.get("dataset", "fashion-mnist"), w.get("rotate", 0.0), w.get("validation", 0))
-    facts = {"workload": f"{w.get('model', 'lenet5')}/{data}",
-             "method": vocab.method_key(job["method"], job.get("bp_layers", 0)), "precision": precision,
-             "runtime": job.get("runtime", "torch"), "target": job.get("target", ""),
-             "threads": job.get("threads", 0),
-             "hyper": hyper_key(job.get("hyper") or {}, job.get("device", "cpu"))}
+    """The key a job's results are pooled and compared under, and its facts; a spec that lacks
+    fields (one written before they existed) has their defaults (schema.full_job)."""
+    job = full_job(job)
+    w = job["workload"]
+    precision = vocab.precision_key(job["precision"], job["zo_loss"], job["method"])
+    # the data set as the job read it: a rotated copy or a validation split is other data
+    data = datasets.data_name(w["dataset"], w["rotate"], w["validation"])
+    facts = {"workload": f"{w['model']}/{data}", "method": vocab.method_key(job["method"], job["bp_layers"]),
+             "precision": precision, "runtime": job["runtime"], "target": job["target"], "threads": job["threads"],
+             "hyper": hyper_key(job["hyper"], job["device"])}
     words = [*list(facts.values())[:5], f"threads={facts['threads'] or 'auto'}", facts["hyper"]]
     return " ".join(w for w in words if w), facts
 

@@ -60,7 +60,9 @@ import math
 from dataclasses import asdict, dataclass
 
 from workloads import vocab, zrng
-from workloads.models import Model, Transformer
+from workloads.models import MODELS, Model, ModelError, Transformer
+
+from .errors import UserError
 
 PARTS = ("parameters", "activations", "gradients", "errors", "optimizer", "scratch")
 TRANSFORMER_PARTS = ("parameters", "gradients", "optimizer", "activations", "recompute", "working", "inputs")
@@ -338,11 +340,26 @@ def _transformer(m: Transformer, method: str, batch: int, precision: str, bp_lay
                      resident + FLOAT * at[name], name)
 
 
-def configurations(model: Model, method: str | None, bp_layers: int | None) -> list[tuple[str, int]]:
-    """The (method, bp_layers) pairs to print: the one asked for, or the paper's four."""
-    if method:
-        return [(method, bp_layers or (1 if method == "elastic-zo" else 0))]
-    return list(vocab.PAPER_CONFIGS)
+def asked(model_name: str, batch: int, precision: str, method: str | None, bp_layers: int | None,
+          optimizer: str, points: int | None, context: int, checkpointing: bool) -> list[Breakdown]:
+    """`zobench memory`'s breakdowns: the method asked for, or the paper's four (checkpointing then
+    applies to those with a BP part to checkpoint); a UserError names the option that cannot be."""
+    if bp_layers is not None and method != "elastic-zo":
+        raise UserError("memory --bp-layers: only with --method elastic-zo")
+    model = MODELS[model_name]
+    if points is not None:
+        if model.kind == Transformer.kind:
+            raise UserError(f"memory --points: {model.name} is a transformer; it takes --context")
+        try:
+            model = model.with_points(points)
+        except ModelError as e:
+            raise UserError(f"memory --points: {e}") from None
+    configs = [(method, bp_layers or (1 if method == "elastic-zo" else 0))] if method else list(vocab.PAPER_CONFIGS)
+    try:
+        return [breakdown(model, m, batch, precision, k, optimizer, context, checkpointing and (m != "full-zo" or method is not None))
+                for m, k in configs]
+    except ValueError as e:
+        raise UserError(f"memory: {e}") from None
 
 
 def human(n: float) -> str:

@@ -19,16 +19,16 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
-from urllib.parse import unquote, urlsplit, urlunsplit
 from dataclasses import dataclass
 from datetime import datetime
 
 from . import measurements, paths, tomlfile, validity
-from .compare import starved
+from .machine_load import starved
+from .metrics import METRICS
 from .errors import UserError
-from .schema import joules_per_step, plan_problems, step_seconds, stored_problems
+from .schema import plan_problems, stored_problems, upgrade
 from .store import Store
+from .store_url import shown, shown_argv
 
 ENV = "ZOBENCH_STORE"
 LOCK = 0x7A6F62656E6368      # "zobench": the advisory lock that serialises migrations
@@ -70,7 +70,7 @@ MIGRATIONS = (
         peak_rss_bytes  bigint,
         joules_per_step double precision,
         test_accuracy   double precision,
-        starved         double precision,   -- the share of the CPU it wanted that other work took (compare.starved)
+        starved         double precision,   -- the share of the CPU it wanted that other work took (machine_load.starved)
         started_at      timestamptz,
         result          jsonb NOT NULL,
         PRIMARY KEY (run_id, job_id)
@@ -83,7 +83,16 @@ MIGRATIONS = (
     UPDATE results SET flags = ARRAY(SELECT jsonb_array_elements_text(result->'validity'->'flags'))
         WHERE jsonb_typeof(result->'validity'->'flags') = 'array';
     """,
+    # peak memory as the gate judges it (harness/metrics.py): a GPU job's own allocation, else RSS
+    """
+    ALTER TABLE results ADD COLUMN peak_bytes bigint;
+    UPDATE results SET peak_bytes = COALESCE(NULLIF((result->'memory'->>'device_peak_bytes')::bigint, 0),
+                                             NULLIF(peak_rss_bytes, 0));
+    """,
 )
+
+# the results columns of the metrics (harness/metrics.py), in its order: what history reads
+COLUMNS = ", ".join(m.column for m in METRICS)
 
 
 def url_from(arg: str | None, what: str = "--store") -> str | None:
@@ -120,38 +129,6 @@ def required(arg: str | None, command: str) -> str:
     if url is None:
         raise UserError(f"{command}: no store: give --store postgresql://USER@HOST/DB, or set ${ENV}")
     return url
-
-
-# a password in a key=value connection string: password=x, password = 'x y', password='it\\'s'
-PASSWORD_KV = re.compile(r"""(?i)(^|\s)password\s*=\s*('(?:[^'\\]|\\.)*'|\S*)""")
-
-
-def shown(url: str) -> str:
-    """The connection string without its password, in any form libpq takes it (user:password@,
-    ?password= in a URL, password= in a key=value string), for a message, run.json or the
-    store (a password belongs in ~/.pgpass or $PGPASSWORD, never on a line zobench prints or a
-    file it writes). Never fails: what it cannot parse loses every password= it holds."""
-    if "://" not in url:
-        return " ".join(PASSWORD_KV.sub(r"\1", url).split())
-    try:
-        parts = urlsplit(url)
-        user, at, hosts = parts.netloc.rpartition("@")
-        query = "&".join(q for q in parts.query.split("&") if q and unquote(q.split("=")[0]).lower() != "password")
-        return urlunsplit((parts.scheme, f"{user.split(':')[0]}@{hosts}" if at else hosts, parts.path, query,
-                           parts.fragment))
-    except ValueError:
-        return re.sub(r"(?i)(://[^:@/]*):[^@]*@", r"\1@", re.sub(r"(?i)password=[^&\s]*&?", "", url))
-
-
-def shown_argv(argv: list[str]) -> list[str]:
-    """A command line as run.json keeps it: each connection string in it shown(), whether an
-    argument of its own or after --store=."""
-    def one(a: str) -> str:
-        opt, eq, value = a.partition("=") if a.startswith("--") else ("", "", a)
-        if value.startswith(("postgres://", "postgresql://")) or PASSWORD_KV.search(value):
-            return opt + eq + shown(value)
-        return a
-    return [one(a) for a in argv]
 
 
 def _older(mine: dict, theirs: dict) -> bool:
@@ -261,24 +238,23 @@ class SharedStore:
                 cur.executemany("INSERT INTO fingerprints VALUES (%s, %s) ON CONFLICT DO NOTHING",
                                 list({fp: (fp, Jsonb(f)) for fp, f in zip(fps, facts)}.values()))
                 cur.executemany("INSERT INTO series VALUES (%s, %s, %s) ON CONFLICT DO NOTHING",
-                                list({(k, fp): (k, fp, r["job"].get("target", ""))
+                                list({(k, fp): (k, fp, r["job"]["target"])
                                       for k, fp, r in zip(keys, fps, results)}.values()))
             for r, fp, key in zip(results, fps, keys):
-                last = (r.get("epochs") or [{}])[-1]
+                last = (r["epochs"] or [{}])[-1]
                 got = self.conn.execute(
-                    "INSERT INTO results (run_id, job_id, job_key, target, fingerprint, status, step_seconds, "
-                    "peak_rss_bytes, joules_per_step, test_accuracy, starved, flags, started_at, result) "
-                    "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) "
-                    "ON CONFLICT (run_id, job_id) DO UPDATE SET job_key = EXCLUDED.job_key, "
-                    "target = EXCLUDED.target, fingerprint = EXCLUDED.fingerprint, status = EXCLUDED.status, "
-                    "step_seconds = EXCLUDED.step_seconds, peak_rss_bytes = EXCLUDED.peak_rss_bytes, "
-                    "joules_per_step = EXCLUDED.joules_per_step, test_accuracy = EXCLUDED.test_accuracy, "
-                    "starved = EXCLUDED.starved, flags = EXCLUDED.flags, started_at = EXCLUDED.started_at, "
-                    "result = EXCLUDED.result "
-                    "WHERE results.result IS DISTINCT FROM EXCLUDED.result RETURNING (xmax = 0)",
-                    (run_id, r["job"]["job_id"], key, r["job"].get("target", ""), fp, r["status"], step_seconds(r),
-                     (r.get("memory") or {}).get("peak_rss_bytes"), joules_per_step(r), last.get("test_accuracy"),
-                     starved(r.get("load"), r["job"].get("threads", 0)), validity.flags_of(r), r.get("started_at"),
+                    f"INSERT INTO results (run_id, job_id, job_key, target, fingerprint, status, {COLUMNS}, "
+                    "peak_rss_bytes, test_accuracy, starved, flags, started_at, result) "
+                    f"VALUES ({', '.join(['%s'] * (12 + len(METRICS)))}) "
+                    "ON CONFLICT (run_id, job_id) DO UPDATE SET "
+                    + ", ".join(f"{c} = EXCLUDED.{c}" for c in ("job_key", "target", "fingerprint", "status",
+                                                                *(m.column for m in METRICS), "peak_rss_bytes",
+                                                                "test_accuracy", "starved", "flags", "started_at",
+                                                                "result")) +
+                    " WHERE results.result IS DISTINCT FROM EXCLUDED.result RETURNING (xmax = 0)",
+                    (run_id, r["job"]["job_id"], key, r["job"]["target"], fp, r["status"],
+                     *(m.value(r) for m in METRICS), r["memory"]["peak_rss_bytes"], last.get("test_accuracy"),
+                     starved(r["load"], r["job"]["threads"]), validity.flags_of(r), r["started_at"],
                      Jsonb(r))).fetchone()
                 if got is None:
                     out.unchanged += 1
@@ -304,13 +280,13 @@ class SharedStore:
 
     def results(self, run_id: str, plan: dict | None = None) -> list[dict]:
         """The run's results in plan order, each checked against the schema as a local one is
-        (a damaged row is left out, as a damaged local file is)."""
+        (a damaged row is left out, as a damaged local file is) and in this version's shape."""
         plan = plan if plan is not None else self.run_plan(run_id)
         if bad := plan_problems(plan):
             raise UserError(f"run {run_id} in store {shown(self.url)} is damaged: its plan: {bad[0]}")
         got = {job_id: r for job_id, r in self.conn.execute(
             "SELECT job_id, result FROM results WHERE run_id = %s", (run_id,))}
-        return [got[j["job_id"]] for j in plan["jobs"]
+        return [upgrade(got[j["job_id"]]) for j in plan["jobs"]
                 if j["job_id"] in got and not stored_problems(got[j["job_id"]], j["job_id"])]
 
     def pull(self, run_id: str, store: Store) -> tuple[int, list[str]]:
@@ -390,7 +366,8 @@ class SharedStore:
             where.append("u.created_at >= %s")
             args.append(start)
         return (f"WITH s AS (SELECT job_key, fingerprint FROM series WHERE {' AND '.join(chosen)}) "
-                "SELECT r.job_key, r.target, r.fingerprint, u.git_commit, r.run_id, r.step_seconds, r.peak_rss_bytes, "
-                "r.joules_per_step, r.test_accuracy, r.starved, r.flags FROM s JOIN results r USING (job_key, fingerprint) "
+                "SELECT r.job_key, r.target, r.fingerprint, u.git_commit, r.run_id, "
+                + "".join(f"r.{c}, " for c in COLUMNS.split(", ")) +
+                "r.test_accuracy, r.starved, r.flags FROM s JOIN results r USING (job_key, fingerprint) "
                 f"JOIN runs u USING (run_id) WHERE {' AND '.join(where)} ORDER BY u.created_at, r.run_id, r.job_id",
                 args)

@@ -1,106 +1,23 @@
 """From a suite, targets, filters and --set overrides to the list of jobs of a run."""
 from __future__ import annotations
 
-import os
-import re
-import subprocess
 import sys
-from dataclasses import dataclass
 
 from workloads import datasets, vocab
-from workloads.ort_runner import front_layers
+from workloads.support import unsupported
 from workloads.models import Model, Transformer
-from workloads.spec import ADAM_INT8, Hyper, JobSpec, SpecError, Workload, check_value
+from workloads.spec import Hyper, JobSpec, SpecError, Workload, check_value
 
-from . import artifacts, paths
+from . import artifacts
 from .errors import UserError
 from .inventory import ARCHES, Target
+from .runs import Job, harness_commit, safe_name
 from .suites import MethodChoice, Suite
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
     import tomli as tomllib
-
-# What each runtime implements: per precision the devices it trains on, the methods and the data
-# sets it reads; every other combination is left out of a plan, with the reason. (The int8
-# reference computes on the job's device, exactly on a GPU too; the C++ binary reads the image and
-# point sets stored as IDX files, not scikit-learn's digits, which are made on the board, nor text.)
-SUPPORT = {
-    "torch": {"devices": {"fp32": ("cpu", "cuda"), "int8": ("cpu", "cuda")}, "methods": vocab.METHODS,
-              "datasets": datasets.DATASETS},
-    "cpp": {"devices": {"fp32": ("cpu",), "int8": ("cpu",)}, "methods": vocab.METHODS,
-            "datasets": tuple(d for d in datasets.DATASETS if d != "digits" and not datasets.is_text(d))},
-    "ort": {"devices": {"fp32": ("cpu",)}, "methods": ("full-zo", "elastic-zo"), "datasets": datasets.DATASETS,
-            "why": "ONNX Runtime runs forward passes only, by design (use torch or cpp for full-bp)"},
-}
-
-
-@dataclass
-class Job:
-    job_id: str
-    target: str
-    timeout_s: float
-    spec: dict
-    # a memory budget of the job's own ("700M"), in place of its target's mem_limit: fit's probes
-    # and an equal-memory study run under one budget while their pretraining job on the same
-    # target does not; "" = the target's
-    mem_limit: str = ""
-
-    def to_dict(self) -> dict:
-        return {"job_id": self.job_id, "target": self.target, "timeout_s": self.timeout_s, "spec": self.spec,
-                **({"mem_limit": self.mem_limit} if self.mem_limit else {})}
-
-
-def cpp_refuses(model: Model) -> str | None:
-    """Why the C++ binary cannot run a model its description allows (workloads/cpp/common.hpp
-    parse_arch checks the same), or None."""
-    for l in model.layers:
-        if l.kind == "conv2d" and l.padding > min(l.weight_shape[2:]) - 1:
-            return f"layer {l.name}: it runs a conv2d padding of at most kernel - 1, not {l.padding}"
-    for prev, l in zip(model.layers, model.layers[1:]):
-        if l.kind == "pointwise" and prev.kind != "pointwise":
-            return f"layer {l.name}: it runs pointwise layers only at the front"
-    if model.points and model.input_shape[1] != 3:
-        return "it reads point clouds of 3 coordinates"
-    if model.classes > 1024:
-        return "it runs at most 1,024 classes"
-    return None
-
-
-def _listed(words) -> str:
-    """'a', 'a and b', 'a, b and c'."""
-    return " and ".join(filter(None, (", ".join(words[:-1]), words[-1])))
-
-
-def unsupported(runtime: str, method: str, precision: str, dataset: str, device: str,
-                model: Model | None = None, optimizer: str = "sgd", bp_layers: int = 0) -> str | None:
-    """Why runtime cannot run the combination, or None. Every runtime trains FP32 with either
-    optimizer (the ort runtime's BP head too); INT8 with sgd only (JobSpec.from_dict refuses)."""
-    s = SUPPORT.get(runtime)
-    if s is None:
-        return f"the {runtime} runtime is not available in this version"
-    if precision not in s["devices"]:
-        return f"the {runtime} runtime has no {precision} training"
-    if method not in s["methods"]:
-        return f"the {runtime} runtime cannot train {method}" + (f": {s['why']}" if "why" in s else "")
-    if dataset not in s["datasets"]:
-        return f"the {runtime} runtime reads {_listed(s['datasets'])}, not {dataset}"
-    if device not in s["devices"][precision]:
-        return f"the {runtime} runtime trains {precision} on {_listed(s['devices'][precision])}, not {device}"
-    if runtime == "cpp" and model is not None and (why := cpp_refuses(model)):
-        return f"the cpp runtime cannot run {model.name}: {why}"
-    if runtime == "ort" and model is not None:
-        try:
-            front_layers(model, method, bp_layers)
-        except SpecError as e:
-            return str(e).partition(": ")[2]       # the runner's own reason, without its key
-        except ValueError:      # bp_layers out of the model's range: JobSpec names it
-            pass
-    if precision == "int8" and optimizer != "sgd":
-        return ADAM_INT8
-    return None
-
 
 def parse_set(items: list[str]) -> dict:
     """--set KEY=VALUE (VALUE in TOML syntax; a bare word is a string) -> validated hyper overrides."""
@@ -121,40 +38,12 @@ def parse_set(items: list[str]) -> dict:
     return out
 
 
-def _git(*args: str) -> str:
-    try:
-        rev = subprocess.run(["git", "-C", str(paths.REPO), *args], capture_output=True, text=True, timeout=10)
-        return rev.stdout.strip() if rev.returncode == 0 else ""
-    except (OSError, subprocess.SubprocessError):
-        return ""
-
-
-def harness_commit() -> str:
-    return _git("describe", "--always", "--dirty", "--abbrev=12")
-
-
-def git_facts() -> dict:
-    """The commit and branch a run's code came from: a shared store orders history by them and
-    takes a CI baseline from a branch's runs. $ZOBENCH_BRANCH names the branch where a CI
-    checkout is detached (git says HEAD there), $ZOBENCH_COMMIT the commit where the code came
-    without its .git (an unpacked artifact); a dirty tree is said so, since its commit is not
-    what ran."""
-    branch = os.environ.get("ZOBENCH_BRANCH") or _git("rev-parse", "--abbrev-ref", "HEAD")
-    return {"commit": os.environ.get("ZOBENCH_COMMIT") or _git("rev-parse", "HEAD"),
-            "branch": "" if branch == "HEAD" else branch, "dirty": harness_commit().endswith("-dirty")}
-
-
-def safe_name(text: str) -> str:
-    """A file-name-safe version of a target or job name (the real name stays in the spec)."""
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("._") or "_"
-
-
-def holds(dataset: str) -> str:
+def samples_of(dataset: str) -> str:
     """What a data set's samples are, in the words of check_data's refusals."""
     return "text" if datasets.is_text(dataset) else "point clouds" if datasets.is_points(dataset) else "images"
 
 
-def takes(model: Model | Transformer) -> str:
+def input_of(model: Model | Transformer) -> str:
     return "text" if model.kind == Transformer.kind else "point clouds" if model.points else "images"
 
 
@@ -171,9 +60,9 @@ def check_data(suite: Suite, workload: Workload, hyper: Hyper, overrides: dict) 
         return f"--set {key}={overrides[key]}: {key}" if key in overrides else f"{suite.path}: hyper.{key}"
 
     name, model = workload.dataset, workload.resolve()
-    if holds(name) != takes(model):
-        raise UserError(f"{suite.path}: workload.dataset: {name} holds {holds(name)}, "
-                        f"but workload.model {model.name} takes {takes(model)}")
+    if samples_of(name) != input_of(model):
+        raise UserError(f"{suite.path}: workload.dataset: {name} holds {samples_of(name)}, "
+                        f"but workload.model {model.name} takes {input_of(model)}")
     if not datasets.is_text(name) and datasets.classes(name) != model.classes:
         raise UserError(f"{suite.path}: workload.dataset: {name} has {datasets.classes(name)} classes, "
                         f"but workload.model {model.name} has {model.classes} outputs")
@@ -267,15 +156,15 @@ def make(suite: Suite, targets: list[Target], *, methods=(), runtimes=(), precis
     except SpecError as e:
         raise UserError(f"{suite.path}: {e}") from None
     by_name = {m.name: m for m in model_of.values()}
-    variants = suite.variants()
+    variants = suite.data_sets()
     if data:    # --dataset: only these data sets (a variant's name, fashion-mnist-rot30, or the set's)
-        names = {datasets.variant_name(d, r): (d, r) for d, r in variants}
+        names = {datasets.data_name(d, r): (d, r) for d, r in variants}
         for w in data:
             if w not in names and w not in {d for d, _ in variants}:
                 raise UserError(f"--dataset {w!r}: the suite learns {', '.join(names)}")
         variants = [(d, r) for name, (d, r) in names.items() if name in data or d in data]
     # job ids then name the data they learn
-    named = suite.pretrain is not None or len(suite.variants()) > 1 or bool(suite.workload.get("validation"))
+    named = suite.pretrain is not None or len(suite.data_sets()) > 1 or bool(suite.workload.get("validation"))
     commit = harness_commit()
 
     checked: dict[tuple, dict] = {}
@@ -309,7 +198,7 @@ def make(suite: Suite, targets: list[Target], *, methods=(), runtimes=(), precis
 
     def pretrain_id(precision: str, dataset: str, model) -> str:
         return safe_name(f"pretrain.{pre.target}.{pre.runtime}.{vocab.method_key(pre.method.method, pre.method.bp_layers)}"
-                         f".{precision}.{datasets.variant_name(pre.dataset or dataset, pre.rotate)}"
+                         f".{precision}.{datasets.data_name(pre.dataset or dataset, pre.rotate)}"
                          + (f".{model.name}" if models else ""))
 
     jobs, notes = [], []
@@ -341,7 +230,7 @@ def make(suite: Suite, targets: list[Target], *, methods=(), runtimes=(), precis
                                 job_id = safe_name(".".join([
                                     target.name, runtime, vocab.method_key(m.method, m.bp_layers),
                                     vocab.precision_key(precision, zo_loss, m.method),
-                                    *([datasets.variant_name(dataset, rotate, suite.workload.get("validation", 0))]
+                                    *([datasets.data_name(dataset, rotate, suite.workload.get("validation", 0))]
                                       if named else []), f"r{r}"]))
                                 jobs.append(job(job_id, target, {
                                     "method": m.method, "runtime": runtime, "bp_layers": m.bp_layers,

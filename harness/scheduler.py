@@ -16,9 +16,9 @@ from contextlib import closing, nullcontext
 
 from . import lease, stages
 from .bundle import Prepared, open_site
-from .job import failure, reason, run_job
+from .job import reason, run_job
 from .inventory import Target
-from .plan import Job
+from .runs import Job, failure
 from .probe import probe
 from .progress import ProgressView
 from .store import Store

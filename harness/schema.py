@@ -1,6 +1,7 @@
-"""What a result file and a run's plan hold: the checks that a result follows schema 1
-(docs/results.md) before it enters the store and whenever it is read back from it, and the
-derived numbers every table, chart and gate reads: ms/step and J/step.
+"""What a result file and a run's plan hold: the checks that a result follows the schema
+(docs/results.md) before it enters the store and whenever it is read back from it, the one
+function that brings an older result to this version's shape (upgrade), and the derived numbers
+every table, chart and gate reads: ms/step and J/step.
 
 A loss that is not finite (the runners write it as null, named under "nonfinite") leaves a
 result valid and its status ok: the job did all its steps and its timing and memory are real
@@ -13,10 +14,11 @@ import math
 import re
 
 from workloads import vocab
+from workloads.spec import JobSpec
 
 from . import convergence, validity
 from .inventory import MEM_LIMIT
-from .plan import Job
+from .runs import Job
 from .suites import TIMEOUT_S
 
 NUMBER = (int, float)
@@ -38,6 +40,47 @@ DEVICE_MEMORY = ("device_peak_bytes", "device_reserved_peak_bytes", "device_used
 ENERGY_FIGURES = ("joules", "joules_per_step", "avg_power_w")
 
 
+VERSION = vocab.RESULT_SCHEMA
+# What a result that records no energy says: one written before zobench measured it.
+NO_ENERGY = "its result records no energy (written before zobench measured it)"
+# The records a result may lack, absent in one written before each existed (version 1), and what
+# upgrade() puts there: unknown, in the shape a reader of this version expects.
+ABSENT = {"error": None, "nonfinite": [], "warmup": None, "start_eval": None, "model": None, "load": None,
+          "lease": None, "validity": None, "convergence": None}
+ABSENT_MEMORY = {key: None for key in (*("device_peak_bytes", "device_reserved_peak_bytes", "device_used_bytes"),
+                                       "loaded_rss_bytes", "buffers_bytes")}
+
+
+def full_job(job: dict) -> dict:
+    """A job's spec with every field JobSpec has: its defaults where the spec was written before a
+    field existed, and the warm-up resolved to its device's, as a runner resolves it (so the job's
+    key is the one it always had)."""
+    defaults = JobSpec(job_id="", method="").to_dict()
+    device = job.get("device") or defaults["device"]
+    return {**defaults, **job,
+            "workload": {**defaults["workload"], **(job.get("workload") or {})},
+            "hyper": {**defaults["hyper"], "warmup_steps": vocab.WARMUP_STEPS.get(device, 0), **(job.get("hyper") or {})}}
+
+
+def upgrade(r: dict) -> dict:
+    """A valid result (problems() is empty) in this version's shape, however old: its job with
+    every field of the spec (JobSpec's defaults where it was written before a field existed,
+    the warm-up resolved to its device's, as a runner resolves it, so its job key is the one it
+    always had), every record (null where it was not measured), and `convergence` judged where
+    the harness stored none. The store calls it once as it reads a result, so no reader carries
+    a default of its own (asv's results api_version)."""
+    if r["schema"] == VERSION and all(k in r for k in (*ABSENT, "energy")):
+        return r
+    out = {**ABSENT, "nonfinite": [], **r, "schema": VERSION, "job": full_job(r["job"]),
+           "memory": {**ABSENT_MEMORY, **r["memory"]},
+           "energy": r.get("energy") or {"source": None, "joules": None, "joules_per_step": None,
+                                         "avg_power_w": None, "unavailable": NO_ENERGY},
+           "epochs": [{"joules": None, **e} for e in r["epochs"]]}
+    if out["convergence"] is None:
+        out["convergence"] = convergence.of(out)
+    return out
+
+
 def problems(r) -> list[str]:
     """What is wrong with result r (empty when it is valid)."""
     if not isinstance(r, dict):
@@ -54,8 +97,9 @@ def problems(r) -> list[str]:
         return out
     if not isinstance(r.get("nonfinite", []), list) or not all(isinstance(x, str) for x in r.get("nonfinite", [])):
         out.append("nonfinite must be a list of strings")
-    if r["schema"] != 1:
-        out.append(f"schema {r['schema']} is not 1")
+    if not 1 <= r["schema"] <= VERSION:
+        out.append(f"schema {r['schema']} is not one this zobench reads (1 to {VERSION}): "
+                   + ("upgrade zobench" if r["schema"] > VERSION else "not a zobench result"))
     if r["status"] not in vocab.STATUSES:
         out.append(f"unknown status {r['status']!r}")
     if "error" not in r or not (r["error"] is None or isinstance(r["error"], str)):

@@ -17,8 +17,7 @@ from pathlib import Path
 from workloads import vocab
 
 from .artifacts import content_id, pretrained_weights_file
-from .job import failure
-from .plan import Job
+from .runs import Job, failure
 
 
 def split(jobs: list[Job]) -> tuple[list[Job], list[Job]]:

@@ -29,8 +29,8 @@ from workloads.jsonfile import loads, write_atomic
 
 from . import convergence, paths, validity
 from .errors import UserError
-from .plan import safe_name
-from .schema import plan_problems, step_seconds, stored_problems
+from .runs import safe_name
+from .schema import plan_problems, step_seconds, stored_problems, upgrade
 
 # What new_run() names a run: the time it started (UTC) and 16 random bits. Nothing else is a
 # run id, so a run id given on the command line can never name a path outside the store.
@@ -58,32 +58,28 @@ def results_dir(path) -> Path:
 
 
 def summary(run_id: str, r: dict) -> dict:
-    """The flat row of a result (the results table, CSV and JSON)."""
-    job = r.get("job") or {}
-    last = r["epochs"][-1] if r.get("epochs") else {}
-    model = r.get("model") or {}
-    judged = convergence.of(r) or {}
+    """The flat row of a result as the store reads it (schema.upgrade's shape: every field there):
+    the results table, CSV and JSON."""
+    job, workload, last = r["job"], r["job"]["workload"], (r["epochs"] or [{}])[-1]
+    model, judged = r["model"] or {}, r["convergence"] or {}
     return {
-        "run_id": run_id, "job_id": job.get("job_id"), "target": job.get("target"),
-        "runtime": job.get("runtime"), "method": job.get("method"), "bp_layers": job.get("bp_layers", 0),
-        "precision": job.get("precision"), "zo_loss": job.get("zo_loss"),
-        "model": (job.get("workload") or {}).get("model"), "dataset": (job.get("workload") or {}).get("dataset"),
-        "rotate": (job.get("workload") or {}).get("rotate", 0.0),
-        "repeat": job.get("repeat", 0), "status": r.get("status"), "error": r.get("error"),
-        "steps": r.get("steps") or 0, "train_seconds": r.get("train_seconds"),
-        "step_seconds": step_seconds(r),
-        "peak_rss_bytes": (r.get("memory") or {}).get("peak_rss_bytes"),
+        "run_id": run_id, **{k: job[k] for k in ("job_id", "target", "runtime", "method", "bp_layers", "precision",
+                                                  "zo_loss")},
+        "model": workload["model"], "dataset": workload["dataset"], "rotate": workload["rotate"],
+        "repeat": job["repeat"], "status": r["status"], "error": r["error"],
+        "steps": r["steps"], "train_seconds": r["train_seconds"], "step_seconds": step_seconds(r),
+        "peak_rss_bytes": r["memory"]["peak_rss_bytes"],
         "test_accuracy": last.get("test_accuracy"), "train_loss": last.get("train_loss"),
         # diverged / unstable, or None (harness/convergence.py), and the best epoch's accuracy beside the final one
         "flags": convergence.worst(judged.get("flags") or []), "best_test_accuracy": judged.get("best_test_accuracy"),
         # throttled, freq-capped, ... (harness/validity.py): the board, not the code, set its time
         "validity": ",".join(validity.flags_of(r)) or None,
-        "nonfinite": "; ".join(r.get("nonfinite") or []) or None,
+        "nonfinite": "; ".join(r["nonfinite"]) or None,
         # lineage: what the job started from and ended with (fine-tuning: its pretraining job's weights)
-        "pretrained_from": job.get("pretrained_from") or None,
+        "pretrained_from": job["pretrained_from"] or None,
         "init_sha256": model.get("init_sha256"), "weights_sha256": model.get("weights_sha256"),
-        "start_accuracy": (r.get("start_eval") or {}).get("test_accuracy"),
-        "started_at": r.get("started_at"),
+        "start_accuracy": (r["start_eval"] or {}).get("test_accuracy"),
+        "started_at": r["started_at"],
     }
 
 
@@ -209,8 +205,9 @@ class Store:
 
     def results(self, run_id: str, plan: dict | None = None) -> list[dict]:
         """The valid results of a run, in plan order; `plan` is the run's run_plan() where the
-        caller has read it already. A job with no file has no result yet; a file that does not
-        parse or validate is left out and named once on stderr with how to run its job again."""
+        caller has read it already, each in this version's shape (schema.upgrade). A job with no
+        file has no result yet; a file that does not parse or validate is left out and named once
+        on stderr with how to run its job again."""
         if plan is None:
             plan = self.run_plan(run_id)
         out = []
@@ -227,7 +224,7 @@ class Store:
             if bad:
                 self._corrupt(run_id, path, "; ".join(bad[:3]))
                 continue
-            out.append(r)
+            out.append(upgrade(r))
         return out
 
     def not_run(self, run_id: str, plan: dict) -> list[str]:

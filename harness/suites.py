@@ -40,7 +40,7 @@ class MethodChoice:
         return cls(method)
 
     def __str__(self) -> str:
-        return f"{self.method}:{self.bp_layers}" if self.method == "elastic-zo" else self.method
+        return vocab.method_choice(self.method, self.bp_layers)
 
 
 @dataclass
@@ -105,7 +105,7 @@ class Suite:
             out.update(self.scoped.get(scope, {}))
         return out
 
-    def variants(self) -> list[tuple[str, float]]:
+    def data_sets(self) -> list[tuple[str, float]]:
         """(data set, rotation) of every group of jobs, in the suite's order."""
         return [(d, float(r)) for d in self.datasets or [self.workload.get("dataset", Workload.dataset)]
                 for r in self.rotations or [self.workload.get("rotate", 0.0)]]

@@ -20,12 +20,11 @@ import itertools
 import math
 import random
 from dataclasses import dataclass
-from datetime import datetime, timezone
 
 from workloads import datasets, vocab
 from workloads.spec import Hyper
 
-from . import convergence, plan
+from . import convergence, plan, runs
 from .measurements import shown_hyper, shown_value
 from .bundle import prepare
 from .errors import UserError
@@ -177,7 +176,7 @@ def resolve(suite: Suite, opts: Options) -> tuple[str, float]:
     if not opts.params:
         raise UserError(f"tune: {opts.method} {opts.precision} has nothing the paper tunes (INT8 Full BP learns at "
                         "NITI's scheduled bitwidth); name what to search with --param NAME=LOW:HIGH")
-    variants = suite.variants()     # the plan refuses a data set that is not split (text)
+    variants = suite.data_sets()     # the plan refuses a data set that is not split (text)
     matching = [(d, r) for d, r in variants if d == (opts.dataset or d)]
     if not matching:
         raise UserError(f"tune --dataset {opts.dataset}: the suite learns "
@@ -309,20 +308,18 @@ def run(store: Store, suite: Suite, target: Target, opts: Options, stop: Stop | 
         opts.validation = default_validation(dataset, suite.workload.get("data_dir", ""))
     base = trial_suite(suite, opts, dataset, rotate)
     record = {"suite": suite.name, "method": str(opts.method), "precision": opts.precision, "zo_loss": opts.zo_loss,
-              "runtime": opts.runtime, "target": target.name, "dataset": datasets.variant_name(dataset, rotate),
+              "runtime": opts.runtime, "target": target.name, "dataset": datasets.data_name(dataset, rotate),
               "validation": opts.validation, "epochs": opts.epochs, "params": [dataclasses.asdict(p) for p in opts.params],
               "sampler": opts.sampler, "pruner": opts.pruner, "seed": opts.seed,
               "objective": "the last epoch's validation accuracy", "trials": []}
     jobs, _ = plan.make(base, [target], timeout_s=opts.timeout_s)    # the plan checked before anything runs
     prepared = prepare(jobs, {target.name: target})
-    run_id = store.new_run({"created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                            "suite": suite.name, "suite_path": str(suite.path), "git": plan.git_facts(),
-                            "tune": record, "jobs": []})
+    run_id = store.new_run(runs.record(suite=suite.name, suite_path=str(suite.path), tune=record, jobs=[]))
 
     def train(entry: dict, report) -> tuple[str, list, str | None]:
         ((job,), _) = plan.make(dataclasses.replace(base, hyper={**base.hyper, **entry["values"]}), [target],
                                 timeout_s=opts.timeout_s)
-        job.job_id = job.spec["job_id"] = entry["job_id"] = plan.safe_name(f"trial{entry['number']:03d}.{job.job_id}")
+        job.job_id = job.spec["job_id"] = entry["job_id"] = runs.safe_name(f"trial{entry['number']:03d}.{job.job_id}")
         store.extend_plan(run_id, [job.to_dict()])
         result = _trial(store, run_id, job, target, prepared, report, stop)
         return result["status"], (convergence.of(result) or {}).get("flags", []), result.get("error")

@@ -16,18 +16,11 @@ from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
 
 from harness import memory_model
-from workloads.vocab import PAPER_CONFIGS, TRAIN_PHASES, method_label, precision_key
+from workloads.vocab import PAPER_CONFIGS, PRECISION_LABELS, TRAIN_PHASES, method_label
 
 MIB, KIB = 2 ** 20, 2 ** 10
 PHASE_COLORS = dict(zip(TRAIN_PHASES, sns.color_palette("Set2", len(TRAIN_PHASES))))
 PART_COLORS = dict(zip(memory_model.PARTS, sns.color_palette("Pastel1", len(memory_model.PARTS))))
-PRECISIONS = ("fp32", "int8", "int8*")
-
-
-def precision_label(job: dict) -> str:
-    """The paper's names: INT8 with the integer-only ZO loss is INT8*, with the float one INT8."""
-    key = precision_key(job.get("precision", "fp32"), job.get("zo_loss", "float"), job["method"])
-    return {"int8-float": "int8", "int8-integer": "int8*"}.get(key, key)
 
 
 def save(fig, out, name: str) -> None:
@@ -243,7 +236,7 @@ def loss_curves(ok: pd.DataFrame, palette: dict) -> Figure:
     """Figs. 2-3: train and test loss per epoch, one column per precision, one line per method
     (line style: runtime and target); two rows per workload, whose losses never share an axis
     (40 classes start higher than 10)."""
-    precisions = [p for p in PRECISIONS if p in set(ok["precision"])]
+    precisions = [p for p in PRECISION_LABELS if p in set(ok["precision"])]
     workloads = list(dict.fromkeys(ok["workload"]))
     fig, axes = figure(len(precisions), 2 * len(workloads), width=4.6, height=3.4)
     styles = dict(zip(dict.fromkeys(ok["runtime"] + " · " + ok["target"]), ["-", "--", ":", "-."] * 8))

@@ -48,7 +48,7 @@ def paper_table1(data_set: str, precision: str, mlabel: str) -> float | None:
 
 
 def paper_table2(data_set: str, precision: str, mlabel: str) -> float | None:
-    """The paper's cell of a fine-tuning group: its data set's variant (name-rotANGLE)."""
+    """The paper's cell of a fine-tuning group: its data set's name as a job reads it (name-rotANGLE)."""
     name, _, angle = data_set.rpartition("-rot")
     cells = TABLE2.get(precision, {}).get(name)
     if not cells or not angle or float(angle) not in ANGLES:

@@ -23,9 +23,9 @@ from harness import convergence, memory_model, validity
 from harness.measurements import KEY_IGNORES, changed_hyper, shown_hyper
 from harness.errors import UserError
 from harness.schema import joules_per_step, step_seconds
-from workloads.datasets import variant_name
+from workloads.datasets import data_name
 from workloads.spec import JobSpec
-from workloads.vocab import METHODS, PAPER_CONFIGS, TRAIN_PHASES, method_label
+from workloads.vocab import METHODS, PAPER_CONFIGS, PRECISION_LABELS, TRAIN_PHASES, method_label, precision_label
 
 from . import charts, equal_memory, finetune, paper, transformers, tune
 from .history import chart as history_chart
@@ -147,37 +147,34 @@ def _load(store, run_ids: list[str], plans: list[dict]) -> pd.DataFrame:
     rows = []
     for run_id, plan in zip(run_ids, plans):
         for r in store.results(run_id, plan):
-            job, steps, mem = r["job"], r.get("steps") or 0, r.get("memory") or {}
-            phases, last = r.get("phases") or {}, (r.get("epochs") or [{}])[-1]
-            energy = r.get("energy") or {}
-            data = variant_name(job["workload"]["dataset"], job["workload"].get("rotate", 0.0),
-                                job["workload"].get("validation", 0))
+            job, steps, mem, phases, energy = r["job"], r["steps"], r["memory"], r["phases"], r["energy"]
+            last = (r["epochs"] or [{}])[-1]
+            data = data_name(job["workload"]["dataset"], job["workload"]["rotate"], job["workload"]["validation"])
             spec = JobSpec.from_dict(job)
             network = spec.model()
             context, checkpointing = transformers.shape(spec.hyper, network)
             rows.append({
-                "run_id": run_id, "job_id": job["job_id"], "repeat": job.get("repeat", 0),
+                "run_id": run_id, "job_id": job["job_id"], "repeat": job["repeat"],
                 **{k: job[k] for k in ("method", "bp_layers", "runtime", "target")},
-                "precision": charts.precision_label(job),
+                "precision": precision_label(job["precision"], job["zo_loss"], job["method"]),
                 "data_set": data, "workload": f"{job['workload']['model']}/{data}",
                 # lineage: the job a fine-tuning job started from, and the hashes of what it started and ended with
-                "pretrained_from": job.get("pretrained_from") or "",
-                "init_sha256": (r.get("model") or {}).get("init_sha256"),
-                "weights_sha256": (r.get("model") or {}).get("weights_sha256"),
-                "start_acc": 100 * _nan((r.get("start_eval") or {}).get("test_accuracy")),
-                "start_loss": _nan((r.get("start_eval") or {}).get("test_loss")),
+                "pretrained_from": job["pretrained_from"],
+                "init_sha256": (r["model"] or {}).get("init_sha256"),
+                "weights_sha256": (r["model"] or {}).get("weights_sha256"),
+                "start_acc": 100 * _nan((r["start_eval"] or {}).get("test_accuracy")),
+                "start_loss": _nan((r["start_eval"] or {}).get("test_loss")),
                 "study": bool(plan.get("equal_memory")),    # an equal-memory study's job (reports/equal_memory.py)
                 "mlabel": method_label(job["method"], job["bp_layers"]),
-                "batch": (job.get("hyper") or {}).get("batch_size", 32), "model": job["workload"].get("model", "lenet5"),
-                "optimizer": (job.get("hyper") or {}).get("optimizer", "sgd"),
+                "batch": spec.hyper.batch_size, "model": spec.workload.model, "optimizer": spec.hyper.optimizer,
                 "network": network, "context": context, "checkpointing": checkpointing,
                 # a transformer's context and checkpointing change its memory: jobs differing in them are not averaged
                 # and the optimizer of a BP part: Adam's moments and update are other work than SGD's
                 "setup": " ".join(filter(None, [f"T={context}" + (" +ckpt" if checkpointing else "") if context else "",
                                                 "adam" if spec.hyper.optimizer == "adam" and job["method"] != "full-zo"
                                                 else ""])),
-                "status": r["status"], "error": r.get("error") or "", "steps": steps,
-                "train_s": r.get("train_seconds") or math.nan,
+                "status": r["status"], "error": r["error"] or "", "steps": steps,
+                "train_s": r["train_seconds"] or math.nan,
                 # A runner that never trained reports 0 s and 0 bytes: unknown, not free.
                 "ms_step": 1000 * step if (step := step_seconds(r)) else math.nan,
                 "peak_mib": (mem.get("peak_rss_bytes") or math.nan) / MIB,
@@ -187,10 +184,9 @@ def _load(store, run_ids: list[str], plans: list[dict]) -> pd.DataFrame:
                 # a cuda job's GPU memory: torch's peak allocation, and NVML's used (nvidia-smi's figure)
                 "device_peak_mib": _nan(mem.get("device_peak_bytes")) / MIB,
                 "device_used_mib": _nan(mem.get("device_used_bytes")) / MIB,
-                "j_step": _nan(joules_per_step(r)), "energy_source": energy.get("source"),
-                "no_energy": energy.get("unavailable") or "its result records no energy (written before zobench "
-                                                          "measured it)",
-                "steps_per_epoch": steps / len(r["epochs"]) if r.get("epochs") else math.nan,
+                "j_step": _nan(joules_per_step(r)), "energy_source": energy["source"],
+                "no_energy": energy["unavailable"] or "",
+                "steps_per_epoch": steps / len(r["epochs"]) if r["epochs"] else math.nan,
                 **{p: 1000 * phases[p]["seconds"] / steps if steps and p in phases else math.nan
                    for p in TRAIN_PHASES},
                 "train_loss": _nan(last.get("train_loss")), "test_loss": _nan(last.get("test_loss")),
@@ -198,11 +194,11 @@ def _load(store, run_ids: list[str], plans: list[dict]) -> pd.DataFrame:
                 # a run whose loss exploded: its final accuracy is not the method's (harness/convergence.py)
                 "flag": convergence.flag(r) or "",
                 # a repeat the board throttled: its time is the board's (harness/validity.py)
-                "validity": ", ".join(f"{validity.shown([f])} in r{job.get('repeat', 0)}" for f in validity.flags_of(r)),
-                "best_acc": 100 * _nan((convergence.of(r) or {}).get("best_test_accuracy")),
+                "validity": ", ".join(f"{validity.shown([f])} in r{job['repeat']}" for f in validity.flags_of(r)),
+                "best_acc": 100 * _nan((r["convergence"] or {}).get("best_test_accuracy")),
                 "epochs": [{**e, **{k: _nan(e.get(k)) for k in ("train_loss", "test_loss", "joules")},
-                            "test_acc": 100 * _nan(e.get("test_accuracy"))} for e in r.get("epochs") or []],
-                "env": r.get("env") or {},
+                            "test_acc": 100 * _nan(e.get("test_accuracy"))} for e in r["epochs"]],
+                "env": r["env"],
                 "hyperparameters": shown_hyper(changed_hyper(job.get("hyper") or {}, job.get("device", "cpu"))),
                 "hyper_values": job.get("hyper") or {},
             })
@@ -216,8 +212,8 @@ def _load(store, run_ids: list[str], plans: list[dict]) -> pd.DataFrame:
     df["order"] = [(METHODS.index(m) if m in METHODS else len(METHODS), k) for m, k in zip(df.method, df.bp_layers)]
     df = df.sort_values(["order", *VARIANTS, "run_id", "repeat"], kind="stable").drop(columns="order")
     varying = [v for v in VARIANTS if df[v].nunique() > 1]
-    df["variant"] = df[varying].astype(str).agg(" ".join, axis=1) if varying else ""
-    df["label"] = df["mlabel"] + df["variant"].map(lambda v: f" · {v}" if v else "")
+    df["setting"] = df[varying].astype(str).agg(" ".join, axis=1) if varying else ""
+    df["label"] = df["mlabel"] + df["setting"].map(lambda v: f" · {v}" if v else "")
     where = ["runtime", "target"] + (["workload"] if df["workload"].nunique() > 1 else [])
     df["panel"] = df[where].astype(str).agg(" · ".join, axis=1)
     return df.reset_index(drop=True)
@@ -249,7 +245,7 @@ def _chart_groups(df: pd.DataFrame) -> pd.DataFrame:
                                              "device_peak_mib", "device_used_mib", "j_step", "steps_per_epoch",
                                              *TRAIN_PHASES]].mean()
     firsts = ok.groupby("label", sort=False)[["mlabel", "method", "bp_layers", "precision", "runtime", "target",
-                                              "workload", "panel", "variant", "batch", "model", "network", "optimizer",
+                                              "workload", "panel", "setting", "batch", "model", "network", "optimizer",
                                               "data_set", "stage", "hyper", "pretrained_from", "study",
                                               "energy_source", "no_energy"]].first()
     curves = pd.Series({label: pd.DataFrame([e for es in s for e in es]).groupby("epoch")[
@@ -443,7 +439,7 @@ def _energy_to_accuracy(ok: pd.DataFrame, goals: dict) -> pd.DataFrame:
 def _accuracy_table(ok: pd.DataFrame) -> pd.DataFrame:
     rows = ["mlabel", "panel", *(["hyper"] if ok["hyper"].astype(bool).any() else [])]   # a tuning run's trials apart
     t = ok.pivot_table(index=rows, columns="precision", values="test_acc", sort=False)
-    t = t[[p for p in charts.PRECISIONS if p in t.columns]]
+    t = t[[p for p in PRECISION_LABELS if p in t.columns]]
     # beside each cell its flag and best epoch's accuracy (a group's worst repeat's flag)
     best, flags = (ok.pivot_table(index=rows, columns="precision", values=v, aggfunc=f, sort=False)
                    .reindex(index=t.index, columns=t.columns) for v, f in (("best_acc", "mean"), ("flag", worst_flag)))

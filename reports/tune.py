@@ -6,6 +6,8 @@ import math
 
 import pandas as pd
 
+from workloads.vocab import precision_label
+
 from harness.measurements import shown_hyper
 
 from . import charts
@@ -19,7 +21,7 @@ def studies(run_ids: list[str], plans: list[dict]) -> dict[str, dict]:
 
 
 def title(study: dict) -> str:
-    precision = charts.precision_label({**study, "method": study["method"].partition(":")[0]})
+    precision = precision_label(study["precision"], study["zo_loss"], study["method"].partition(":")[0])
     return f"{study['method']} {precision} · {study['runtime']} · {study['target']}"
 
 

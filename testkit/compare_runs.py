@@ -4,13 +4,15 @@ and made-up runs whose samples, fingerprints and load a test chooses, written th
 real store so that `zobench compare` reads them as it reads any run."""
 from __future__ import annotations
 
-import contextlib
-import io
+import dataclasses
 from pathlib import Path
 
 from harness.store import Store
+from workloads import vocab
 from workloads.spec import JobSpec
-from zobench.cli import main
+from zobench import running
+from zobench.cli import build_parser
+from zobench.commands.run import request
 
 # The sides of the compare tests and benchmark: the code as it is, the same code again, and the
 # code with a 20% slowdown injected.
@@ -28,12 +30,12 @@ def solo_inventory(root: Path) -> Path:
 
 
 def run(store: Store, argv: list[str]) -> str:
-    """`zobench run --no-report ARGV` in this process; the new run's id."""
-    log = io.StringIO()
-    with contextlib.redirect_stderr(log):
-        rc = main(["run", "--results", str(store.root), "--no-report", *argv])
-    assert rc == 0, f"a run failed (results in {store.root}): {log.getvalue()[-2000:]}"
-    return store.latest()
+    """A run as `zobench run --no-report ARGV` asks for it, by the library's running.run; its id."""
+    log: list[str] = []
+    req = dataclasses.replace(request(build_parser().parse_args(["run", *argv])), report=False)
+    outcome = running.run(store, req, log.append)
+    assert outcome.exit_code == 0, f"a run failed (results in {store.root}): {chr(10).join(log)[-2000:]}"
+    return outcome.run_id
 
 
 def interleaved_runs(root: Path, rounds: int, argv: list[str] | None = None) -> tuple[Path, dict[str, list[str]]]:
@@ -59,13 +61,13 @@ def load_at(contention: float, wall: float = 1.0, cores: int = 2) -> dict:
 def made_up_result(step_ms: float, *, repeat: int = 0, method: str = "full-zo", threads: int = 2,
                    hyper: dict | None = None, kernel: str = "6.1.0", peak_mib: float = 20.0,
                    load: dict | None = None) -> dict:
-    """A schema-1 result of an ok job of 50 steps at step_ms each, on a made-up two-core machine."""
+    """The result of an ok job of 50 steps at step_ms each, on a made-up two-core machine."""
     job_id = f"solo.cpp.{method}.fp32.r{repeat}"
     spec = JobSpec.from_dict({"job_id": job_id, "method": method, "runtime": "cpp", "threads": threads,
                               "target": "solo", "repeat": repeat, "harness_commit": "0123456789ab",
                               "hyper": {"epochs": 1, "train_samples": 1600, **(hyper or {})}}).to_dict()
     steps, seconds = 50, 50 * step_ms / 1e3
-    return {"schema": 1, "job": spec, "status": "ok", "error": None, "started_at": "2026-01-01T00:00:00+00:00",
+    return {"schema": vocab.RESULT_SCHEMA, "job": spec, "status": "ok", "error": None, "started_at": "2026-01-01T00:00:00+00:00",
             "wall_seconds": seconds + 0.2, "train_seconds": seconds, "steps": steps, "phases": {},
             "epochs": [{"epoch": 1, "seconds": seconds, "train_loss": 2.0, "test_loss": 2.0, "test_accuracy": 0.3}],
             "memory": {"peak_rss_bytes": int(peak_mib * 2 ** 20), "baseline_rss_bytes": 0, "device_peak_bytes": None},

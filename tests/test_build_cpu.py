@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 
 from harness import bundle, compare, cpu, inventory
-from harness.build import cpu_choice, variant
+from harness.build import build_name, cpu_choice
 from harness.errors import UserError
 from harness.inventory import Target
 from harness.measurements import Measurement, fingerprint
@@ -66,7 +66,7 @@ def test_the_build_variant_chosen_for_each_probed_cpu(name):
     assert choice.cpu == expected and choice.why.startswith("probed")
     assert cpu.flags(arch, choice.cpu) == flags
     assert cpu_choice(board(arch), probed(name)) == choice
-    assert variant(board(arch), choice.cpu) == f"{arch}-{expected}"
+    assert build_name(board(arch), choice.cpu) == f"{arch}-{expected}"
 
 
 def test_every_arm_core_named_is_one_gcc_tunes_for():
@@ -116,7 +116,7 @@ def test_a_pinned_cpu_wins_over_the_probe_and_the_local_target_is_native(tmp_pat
     assert cpu_choice(t["pi"], pi5) == cpu.Choice("cortex-a53", "pinned by the target's cpu key")
     assert cpu_choice(t["pi"]) == cpu_choice(t["pi"], pi5)        # known before the probe: built up-front
     assert cpu_choice(t["unpinned"]) is None and cpu_choice(t["unpinned"], pi5).cpu == "cortex-a76"
-    assert cpu_choice(t["local"]).cpu == cpu.NATIVE == variant(t["local"])
+    assert cpu_choice(t["local"]).cpu == cpu.NATIVE == build_name(t["local"])
     pinned_here = Target(name="local", transport="local", arch="x86_64", cpu="x86-64-v3")
     assert cpu_choice(pinned_here, probed("intel-xeon-8375c-avx512-vnni")).cpu == "x86-64-v3"
 

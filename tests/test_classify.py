@@ -6,7 +6,7 @@ import pytest
 
 from harness import schema
 from harness.job import Evidence, classify
-from harness.plan import Job
+from harness.runs import Job
 from harness.transport import Outcome
 
 

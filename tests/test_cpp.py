@@ -1,6 +1,9 @@
 """The C++ binary against the torch runner, natively and as the aarch64 build under qemu."""
 import copy
+import dataclasses
+import json
 import struct
+import subprocess
 
 import numpy as np
 import pytest
@@ -8,6 +11,8 @@ import pytest
 from harness import schema
 from harness.artifacts import raw_idx
 from workloads.models import LENET5, POINTNET
+from workloads import models, support
+from workloads.spec import Hyper
 from workloads.vocab import PAPER_CONFIGS
 
 from testkit.agreement import assert_same_fp32_steps, assert_same_int8_run
@@ -157,6 +162,38 @@ def test_binary_refuses_a_spec_without_a_model_it_can_run(native, data_dir, tmp_
     assert r["steps"] == 0 and r["model"] is None
 
 
+def _wide_padding(d):
+    d["layers"][0]["padding"] = 5
+    d["layers"][2]["weight_shape"] = [120, 16 * 8 * 8]     # conv1 padded by 5 gives 16 x 8 x 8 to fc1
+
+
+def _four_coordinates(d):
+    d["input_shape"] = [1024, 4]
+    d["layers"][0]["weight_shape"] = [64, 4]
+
+
+def _many_classes(d):
+    d["classes"] = 1025
+    d["layers"][-1]["weight_shape"] = [1025, 84]
+
+
+@pytest.mark.parametrize("base,change,binary_says", [
+    (LENET5, _wide_padding, "layer conv1: this binary runs a conv2d padding of 0 to kernel - 1"),
+    (POINTNET, _four_coordinates, "a point cloud's points have 3 coordinates"),
+    (LENET5, _many_classes, "classes: expected 2..1024"),
+])
+def test_the_plans_rules_for_the_binary_are_the_binarys(native, data_dir, tmp_path, base, change, binary_says):
+    """support.cpp_refuses is the plan's copy of the binary's parse_arch: a description models.py
+    accepts and the plan leaves out of a cpp plan, the binary refuses too."""
+    d = base.to_dict()
+    change(d)
+    assert support.cpp_refuses(models.from_dict(d)) is not None
+    s = spec("full-zo", 0, data_dir, steps=5)
+    s["workload"].update(model=d["name"], architecture=d)
+    r = run_runner(s, tmp_path, native)
+    assert r["status"] == "failed" and r["error"] == f"workload.architecture: {binary_says}", r["error"]
+
+
 # ---- untimed warm-up steps (hyper.warmup_steps): outside every number, the weights restored ----
 
 def with_warmup(s: dict, n: int) -> dict:
@@ -213,3 +250,14 @@ def test_binary_refuses_a_negative_warmup(native, data_dir, tmp_path, value):
     assert r["status"] == "failed" and r["error"] == "hyper.warmup_steps: expected >= 0", r["error"]
     assert r["steps"] == 0 and r["model"] is None and "warmup" not in r
     assert r["energy"] == NO_ENERGY
+
+
+def test_the_binary_takes_every_hyperparameter_with_pythons_default(native):
+    """Hyper (workloads/spec.py) and ZOBENCH_HYPER (workloads/cpp/common.hpp) are two lists of one
+    fact: a field added on one side only, or a default changed on one side, fails here."""
+    taken = json.loads(subprocess.run([native, "--hyper"], capture_output=True, text=True, check=True).stdout)
+    fields = {f.name: f.default for f in dataclasses.fields(Hyper)}
+    assert set(taken) == set(fields) - set(Hyper.CPP_LEAVES)
+    assert set(Hyper.CPP_LEAVES) <= set(fields)
+    differ = {name: (value, fields[name]) for name, value in taken.items() if value != fields[name]}
+    assert set(differ) == set(Hyper.RESOLVED_BY_HOST), differ

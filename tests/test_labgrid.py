@@ -7,14 +7,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from harness.store import Store
 from testkit.runners import REPO, TINY, held_python, until
-from testkit.sshd import board_toml, free_port
+from testkit.sshd import free_port
 from testkit.tools import require
 
 ONE_JOB = ["--method", "full-zo", *TINY]

@@ -6,7 +6,7 @@ import torch
 
 from harness.artifacts import onnx_graph
 from harness.memory_model import layer_outputs
-from workloads import datasets, int8, methods, models, onnx_export, zrng
+from workloads import datasets, int8, methods, models, onnx_export, support, zrng
 from workloads.clock import PhaseClock
 from workloads.models import LENET5, MODELS, POINTNET, Layer, Model, ModelError
 from workloads.spec import JobSpec
@@ -102,7 +102,7 @@ def test_pointnet_front_on_ort_equals_torch(tmp_path, method, k):
     from workloads.torch_runner import TorchEngine
 
     s = engine_spec(method, k)
-    front = onnx_export.front_layers(POINTNET, method, k)
+    front = support.ort_front_layers(POINTNET, method, k)
     s.onnx_model = str(onnx_export.export(POINTNET, front, tmp_path))   # any number of points: dynamic
     init = POINTNET.init_weights(3)
     o, t = OrtEngine(s, SMALL_POINTNET, init), TorchEngine(s, SMALL_POINTNET, init)
@@ -224,7 +224,7 @@ def test_numpy_head_follows_the_descriptions_relu(tmp_path, k):
     from workloads.torch_runner import TorchEngine
 
     s = JobSpec.from_dict(job_spec("elastic-zo", k, seed=0, steps=1, model=MLP, threads=1))
-    s.onnx_model = str(onnx_export.export(MLP, onnx_export.front_layers(MLP, "elastic-zo", k), tmp_path))
+    s.onnx_model = str(onnx_export.export(MLP, support.ort_front_layers(MLP, "elastic-zo", k), tmp_path))
     init = MLP.init_weights(1)
     o, t = OrtEngine(s, MLP, init), TorchEngine(s, MLP, init)
     rng = np.random.default_rng(0)

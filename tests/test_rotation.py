@@ -9,7 +9,7 @@ import pytest
 from harness import artifacts, bundle, plan, suites
 from harness.errors import UserError
 from harness.inventory import Target
-from harness.plan import Job
+from harness.runs import Job
 from harness.transport import LocalTransport
 from workloads import datasets
 from workloads.spec import JobSpec
@@ -36,15 +36,15 @@ def mnist(tmp_path, monkeypatch) -> dict[str, bytes]:
     return {stem: (folder / stem).read_bytes() for stem in STEMS}
 
 
-def images(r: artifacts.RawIdx, prefix: str) -> np.ndarray:
+def images(r: artifacts.DataFiles, prefix: str) -> np.ndarray:
     return datasets.read_idx(r.files[f"mnist/{prefix}-images-idx3-ubyte"])
 
 
-def test_variant_names():
-    assert datasets.variant_name("fashion-mnist", 30.0) == "fashion-mnist-rot30"
-    assert datasets.variant_name("mnist", 22.5) == "mnist-rot22.5"
-    assert datasets.variant_name("mnist", -60.0) == "mnist-rot-60"
-    assert datasets.variant_name("mnist", 0.0) == datasets.variant_name("mnist", 360.0) == "mnist"
+def test_data_names():
+    assert datasets.data_name("fashion-mnist", 30.0) == "fashion-mnist-rot30"
+    assert datasets.data_name("mnist", 22.5) == "mnist-rot22.5"
+    assert datasets.data_name("mnist", -60.0) == "mnist-rot-60"
+    assert datasets.data_name("mnist", 0.0) == datasets.data_name("mnist", 360.0) == "mnist"
 
 
 @pytest.mark.parametrize("degrees", [0.0, 360.0, -360.0])

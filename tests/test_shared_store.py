@@ -287,7 +287,7 @@ def test_history_finds_a_slowdown_at_its_commit_and_nothing_in_the_same_code(cap
     assert r.returncode == 0, r.stderr
     (s,) = json.loads(r.stdout)
     assert [p["commit"] for p in s["points"]] == commits and all(p["results"] == 5 for p in s["points"])
-    assert [(c["metric"], c["commit"]) for c in s["changes"]] == [("step_seconds", commits[3])]
+    assert [(c["metric"], c["commit"]) for c in s["changes"]] == [("step_time", commits[3])]
     assert s["changes"][0]["change"] == pytest.approx(0.5)
     assert (tmp_path / "chart" / "history.png").is_file()
     r = cli(capsys, "history", "--store", same_url, "--format", "json", "--threshold", "25")
@@ -330,8 +330,8 @@ def test_real_runs_pushed_by_commit_make_the_history_the_report_and_the_baseline
     (s,) = json.loads(r.stdout)
     # five results a commit; those that ran beside other work are counted, not sampled
     assert [p["commit"] for p in s["points"]] == commits and all(
-        p["results"] == 5 == len(p["samples"].get("step_seconds", [])) + p["loaded"]
-        and len(p["samples"]["peak_rss_bytes"]) == 5 for p in s["points"])
+        p["results"] == 5 == len(p["samples"].get("step_time", [])) + p["loaded"]
+        and len(p["samples"]["peak_memory"]) == 5 for p in s["points"])
     assert (tmp_path / "chart" / "history.png").is_file()
     r = cli(capsys, "report", "--results", tmp_path / "results", "--run", last, "--store", url)
     assert r.returncode == 0, r.stderr
@@ -429,10 +429,10 @@ def test_results_that_ran_beside_other_work_or_throttled_are_left_out_of_the_cha
         return found, cli(capsys, "history", "--store", db).stdout
 
     quiet, _ = series(busy=False)
-    assert [(c["metric"], c["at"]) for c in quiet["changes"]] == [("step_seconds", 3)]
+    assert [(c["metric"], c["at"]) for c in quiet["changes"]] == [("step_time", 3)]
     busy, text = series(busy=True)
     assert busy["changes"] == [] and [p[why] if why == "loaded" else p["flagged"] for p in busy["points"]] == [0, 0, 0, 5, 5, 5]
-    assert "step_seconds" not in busy["points"][3]["samples"] and len(busy["points"][3]["samples"]["peak_rss_bytes"]) == 5
+    assert "step_time" not in busy["points"][3]["samples"] and len(busy["points"][3]["samples"]["peak_memory"]) == 5
     assert f"5 (5 {why})" in text
 
 
@@ -452,3 +452,33 @@ def test_a_store_damaged_by_hand_is_one_line_and_loses_nothing_local(capsys, tmp
         r = cli(capsys, *command, "--store", url)
         assert r.returncode == 2 and said in r.stderr and len(r.stderr.strip().splitlines()) == 1, (command, r.stderr)
     assert sorted((f.name, f.read_bytes()) for f in (store.runs / run_id).rglob("*") if f.is_file()) == before
+
+
+def test_history_tracks_a_gpu_jobs_device_memory_as_the_gate_judges_it(capsys, tmp_path, server):
+    """A made-up cuda series whose GPU allocation grows 30% from the fourth commit while its
+    host RSS (mostly CUDA's libraries) stays: history finds the change in peak memory, from the
+    device's number, as compare does; a store made before that column is backfilled from the
+    stored results when it is migrated."""
+    store, db = Store(tmp_path), server.new_database()
+    ids = []
+    for n, device_mib in enumerate((100.0, 100.0, 100.0, 130.0, 130.0, 130.0)):
+        results = [compare_runs.made_up_result(10.0 * (1 + 0.002 * i), repeat=i, threads=1, peak_mib=2000.0)
+                   for i in range(5)]
+        for r in results:
+            r["memory"]["device_peak_bytes"] = int(device_mib * 2 ** 20)
+        ids.append(compare_runs.made_up_run(store, results, f"2026-01-01T00:00:{n:02d}+00:00"))
+        assert cli(capsys, "push", ids[-1], "--store", db, "--results", tmp_path).returncode == 0
+    (found,) = json.loads(cli(capsys, "history", "--store", db, "--format", "json").stdout)
+    assert [(c["metric"], c["at"]) for c in found["changes"]] == [("peak_memory", 3)]
+    assert found["points"][0]["samples"]["peak_memory"] == [100 * 2 ** 20] * 5
+    gate = json.loads(cli(capsys, "compare", "--results", tmp_path, ids[0], ids[5], "--format", "json").stdout)
+    (memory,) = [v["metrics"]["peak_memory"] for v in gate["verdicts"]]
+    assert memory["measures"] == "device" and memory["change"] == pytest.approx(0.3)
+    version = len(pgstore.MIGRATIONS)
+    import psycopg
+    with psycopg.connect(db) as c:      # the store as the version before this column left it
+        c.execute("ALTER TABLE results DROP COLUMN peak_bytes")
+        c.execute("DELETE FROM zobench_schema WHERE version = %s", (version,))
+    with pgstore.SharedStore(db) as s:
+        assert s.migrate() == version
+    assert set(rows(db, "SELECT peak_bytes FROM results")) == {(100 * 2 ** 20,), (130 * 2 ** 20,)}

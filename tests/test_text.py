@@ -23,13 +23,13 @@ SUITE = SimpleNamespace(path="suite.toml")
 
 
 @pytest.fixture(scope="module")
-def made() -> artifacts.RawIdx:
+def made() -> artifacts.DataFiles:
     """The token files in this machine's cache (made here if they are not there yet)."""
     require("fortunes")
     return artifacts.raw_idx("fortunes", "")
 
 
-def contents(r: artifacts.RawIdx) -> dict[str, bytes]:
+def contents(r: artifacts.DataFiles) -> dict[str, bytes]:
     return {rel: p.read_bytes() for rel, p in r.files.items()}
 
 

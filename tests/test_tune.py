@@ -10,7 +10,6 @@ import pytest
 
 from harness import artifacts, inventory, plan, suites, tune
 from harness.errors import UserError
-from harness.inventory import Target
 from harness.transport import Stop
 from workloads import datasets, zrng
 from workloads.models import LENET5

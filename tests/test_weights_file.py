@@ -2,7 +2,6 @@
 half): save_weights writes exactly the bytes weights_sha256 hashes, init_weights reads them
 back in every runtime and precision, and a bad file is refused with its reason."""
 import hashlib
-from pathlib import Path
 
 import pytest
 

@@ -106,9 +106,9 @@ def rotated(degrees: float) -> bool:
     return degrees % 360 != 0
 
 
-def variant_name(name: str, rotate: float = 0.0, validation: int = 0) -> str:
+def data_name(name: str, rotate: float = 0.0, validation: int = 0) -> str:
     """A data set as a job reads it, 'fashion-mnist-rot30', 'fashion-mnist-val10000': the one
-    name reports, summaries and a board's bundle folders give a rotated variant or a
+    name reports, summaries and a board's bundle folders give a rotated copy or a
     validation split."""
     return name + (f"-rot{rotate:g}" if rotated(rotate) else "") + (f"-val{validation}" if validation else "")
 

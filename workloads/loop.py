@@ -36,7 +36,7 @@ class TrainState:
     joules: float | None = 0.0    # the timed loops' energy; None once an epoch had no reading
 
 
-def host(value):
+def as_number(value):
     """A step's number as a Python number: a GPU step leaves its losses and projected gradient
     on the device, so reading one synchronizes, and is done only where a number is shown."""
     return value.item() if hasattr(value, "item") else value
@@ -134,13 +134,13 @@ def train(engine, spec, train_split, test_split, clock, state: TrainState, meter
                 clock.lap("data")
             loss_sum += r["loss"]
             if state.steps < h.trace_steps:
-                state.trace.append({"step": state.steps, **{k: host(v) for k, v in r.items()}})
+                state.trace.append({"step": state.steps, **{k: as_number(v) for k, v in r.items()}})
             state.steps += 1
             if h.fault:
                 inject_fault(h.fault, vocab.method_key(spec.method, spec.bp_layers))
             if time.perf_counter() - last_emit > EMIT_EVERY_S:
                 last_emit = time.perf_counter()
-                emit("step", step=state.steps, loss=host(r["loss"]))
+                emit("step", step=state.steps, loss=as_number(r["loss"]))
             if out_of_time(h, state.train_seconds + time.perf_counter() - t0):
                 break
         clock.step_end()
@@ -156,7 +156,7 @@ def train(engine, spec, train_split, test_split, clock, state: TrainState, meter
         clock.lap("eval")
         clock.step_end()
         record = {"epoch": epoch + 1, "seconds": seconds, "phases": clock.since(snap),
-                  "train_loss": host(loss_sum) / steps, "test_loss": test_loss,
+                  "train_loss": as_number(loss_sum) / steps, "test_loss": test_loss,
                   "test_accuracy": test_acc, "joules": joules}
         state.epochs.append(record)
         emit("epoch", step=state.steps, **{k: v for k, v in record.items() if k != "phases"})

@@ -44,7 +44,6 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from .models import Model, Transformer
-from .ort_runner import front_layers  # noqa: F401  what the runner trains, ruled there; the harness asks here
 
 OPSET = 17
 OUTPUT = "front"

@@ -34,20 +34,9 @@ from .methods import Engine
 from .models import Transformer
 from .runner import main
 from .spec import SpecError
+from .support import ort_front_layers
 
 EPS = 1e-5      # a transformer's norms' (transformer_torch.EPS)
-
-
-def front_layers(model, method: str, bp_layers: int) -> int:
-    """How many leading layers (a transformer's units) the graph runs: all for full-zo, all but
-    the BP head for elastic-zo. SpecError for what this runtime does not train (module docstring)."""
-    if method not in ("full-zo", "elastic-zo"):
-        raise SpecError(f"method: the ort runtime runs forward passes only; it trains full-zo and "
-                        f"elastic-zo, not {method}")
-    if model.kind == Transformer.kind and method == "elastic-zo" and bp_layers != 1:
-        raise SpecError(f"bp_layers: the ort runtime trains a transformer's head unit alone by BP "
-                        f"(bp_layers = 1), not {bp_layers} units: BP through its blocks runs in torch")
-    return model.first_bp_layer(method, bp_layers)
 
 
 def softmax_ce(logits: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -156,7 +145,7 @@ class OrtEngine(Engine):
 
         if spec.precision != "fp32":
             raise SpecError(f"precision: the ort runtime trains fp32 only, not {spec.precision}")
-        first = front_layers(model, spec.method, spec.bp_layers)
+        first = ort_front_layers(model, spec.method, spec.bp_layers)
         if not spec.onnx_model:
             raise SpecError("onnx_model: the ort runtime needs the exported graph of the model's ZO front "
                             "(the harness writes it with workloads/onnx_export.py)")

@@ -26,7 +26,6 @@ from .loop import TrainState, emit, evaluate_start, train, warm_up
 from .models import Transformer
 from .spec import JobSpec, SpecError
 
-SCHEMA = 1
 
 
 def initial_weights(spec: JobSpec, model):
@@ -89,7 +88,7 @@ def main(make_engine, packages: tuple[str, ...], argv=None) -> int:
     args = ap.parse_args(argv)
 
     wall0 = time.perf_counter()
-    result = {"schema": SCHEMA, "job": None, "status": "failed", "error": None,
+    result = {"schema": vocab.RESULT_SCHEMA, "job": None, "status": "failed", "error": None,
               "started_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
               "wall_seconds": 0.0, "train_seconds": 0.0, "steps": 0, "phases": {}, "epochs": [], "start_eval": None,
               "memory": {"peak_rss_bytes": 0, "baseline_rss_bytes": 0, "device_peak_bytes": None,

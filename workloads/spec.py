@@ -91,6 +91,14 @@ class Hyper:
     fault: str = ""               # test-only fault injection: KIND[@METHOD_KEY], KIND in hang, crash, oom
     inject_slowdown: float = 0.0  # test-only: busy-wait this fraction of every step (0.2 = 20% slower)
 
+    # The fields the C++ binary does not take (its list: ZOBENCH_HYPER in workloads/cpp/common.hpp,
+    # held equal to the other fields by tests/test_cpp.py), and why.
+    CPP_LEAVES: typing.ClassVar[dict] = {
+        "context": "transformers only, which the binary does not run (support.cpp_refuses)",
+        "checkpointing": "transformers only, which the binary does not run (support.cpp_refuses)"}
+    # Defaults that are placeholders the host resolves before any runner sees the spec (-1 = the
+    # device's default), so a runner's own default for them may differ.
+    RESOLVED_BY_HOST: typing.ClassVar[tuple] = ("warmup_steps",)
     PATTERNS: typing.ClassVar[dict] = {
         "fault": (r"((hang|crash|oom)(@[a-z0-9-]+)?)?", "a fault like \"hang\" or \"crash@full-zo\"")}
     CHOICES: typing.ClassVar[dict] = {"optimizer": ("sgd", "adam")}

@@ -17,6 +17,10 @@ WARMUP_STEPS = {"cpu": 2, "cuda": 20}
 # common.hpp WEIGHTS_FILE): the bytes model.weights_sha256 hashes, which init_weights reads
 WEIGHTS_FILE = "weights.bin"
 STATUSES = ("ok", "failed", "timeout", "oom", "lost", "interrupted", "busy")
+# The version of the result every runner (the C++ binary too: tests/test_cpp.py) writes, and the
+# shape every reader sees: the store upgrades an older one once, on read (harness/schema.py
+# upgrade; docs/results.md, "Versions").
+RESULT_SCHEMA = 2
 
 # Training time is the sum of TRAIN_PHASES; eval is timed but reported apart.
 # They map onto the ElasticZO paper's Alg. 1: zo_perturb = lines 5+7,
@@ -40,6 +44,21 @@ def precision_key(precision: str, zo_loss: str, method: str) -> str:
     """The precision with the ZO loss it trains with (fp32, int8-float, int8-integer), used in
     job ids, compare keys and report labels; full-bp computes no ZO loss, so its INT8 is int8."""
     return f"{precision}-{zo_loss}" if precision == "int8" and method != "full-bp" else precision
+
+
+def method_choice(method: str, bp_layers: int) -> str:
+    """The method as a suite, a filter and the command line name it: elastic-zo:K (suites.MethodChoice)."""
+    return f"{method}:{bp_layers}" if method == "elastic-zo" else method
+
+
+# The paper's names of the precisions, in its order: INT8 with the integer-only ZO loss is INT8*,
+# with the float one INT8 (a report's columns and legends).
+PRECISION_LABELS = ("fp32", "int8", "int8*")
+
+
+def precision_label(precision: str, zo_loss: str, method: str) -> str:
+    key = precision_key(precision, zo_loss, method)
+    return {"int8-float": "int8", "int8-integer": "int8*"}.get(key, key)
 
 
 def method_label(method: str, bp_layers: int) -> str:

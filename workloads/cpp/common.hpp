@@ -38,17 +38,32 @@ inline std::vector<uint8_t> read_weights_file(const std::string& path, size_t by
     return out;
 }
 
+// workloads/spec.py Hyper's fields that this binary takes, each once: (type, name, default). The
+// struct, the spec reader (train.cpp) and `zobench-train --hyper` (which prints them as JSON) all
+// expand this list, and tests/test_cpp.py holds it equal to Hyper's fields and defaults, so a field
+// added in Python and not here fails a test rather than being silently ignored. Hyper.CPP_LEAVES
+// names the fields it leaves out, and why.
+#define ZOBENCH_HYPER(X)                                                                     \
+    X(int, epochs, 5) X(int, batch_size, 32)                                                 \
+    X(double, lr_bp, 0.05) X(double, lr_zo, 1e-3)                                            \
+    X(double, lr_decay, 0.8) X(int, lr_decay_every, 10)                                      \
+    X(double, eps, 1e-3)                                                                     \
+    X(std::string, optimizer, "sgd") /* the BP part's: sgd, or adam (FP32 only) */           \
+    X(double, adam_beta1, 0.9) X(double, adam_beta2, 0.999) X(double, adam_eps, 1e-8)       \
+    X(double, zo_grad_clip, 5.0)                                                             \
+    X(int, train_samples, 0) X(int, test_samples, 0)                                         \
+    X(int, zo_scale, 8)                                                                      \
+    X(int, trace_steps, 0)                                                                   \
+    X(int, points, 0) /* points per cloud taken from each sample (0 = input_shape[0]) */     \
+    X(double, max_train_seconds, 0.0) /* stop at the first step boundary past this */        \
+    X(int, warmup_steps, 0) /* untimed steps; Hyper's -1 (the device's) is resolved by the host */ \
+    X(std::string, fault, "")                                                                \
+    X(double, inject_slowdown, 0.0) /* test-only: busy-wait this fraction of every step */
+
 struct Hyper {
-    int epochs = 5, batch_size = 32, lr_decay_every = 10, train_samples = 0, test_samples = 0, trace_steps = 0;
-    int points = 0;  // points per cloud taken from each sample (0 = the model's input_shape[0])
-    int zo_scale = 8;
-    int warmup_steps = 0;  // untimed steps before training, the trainable state restored after (train.cpp warm_up)
-    double inject_slowdown = 0;  // test-only: busy-wait this fraction of every step
-    double max_train_seconds = 0;  // stop at the first step boundary past this much timed training (0: none)
-    double lr_bp = 0.05, lr_zo = 1e-3, lr_decay = 0.8, eps = 1e-3, zo_grad_clip = 5.0;
-    std::string fault;
-    std::string optimizer = "sgd";  // the BP part's: sgd, or adam (FP32 only: fp32_net.hpp bp_update)
-    double adam_beta1 = 0.9, adam_beta2 = 0.999, adam_eps = 1e-8;
+#define ZOBENCH_HYPER_FIELD(type, name, value) type name = value;
+    ZOBENCH_HYPER(ZOBENCH_HYPER_FIELD)
+#undef ZOBENCH_HYPER_FIELD
 };
 
 // ---- the model: workloads/models.py's description, as the spec carries it ----

@@ -70,11 +70,8 @@ static Spec read_spec(const std::string& path) {
         throw SpecError("workload.architecture: missing (the model's layer list, which this binary runs)");
     if (j.contains("hyper")) {
         const json& h = j["hyper"];
-#define TAKE(field) take(h, #field, s.h.field)
-        TAKE(epochs); TAKE(batch_size); TAKE(lr_bp); TAKE(lr_zo); TAKE(lr_decay); TAKE(lr_decay_every);
-        TAKE(eps); TAKE(zo_grad_clip); TAKE(train_samples); TAKE(test_samples); TAKE(trace_steps); TAKE(fault);
-        TAKE(zo_scale); TAKE(inject_slowdown); TAKE(points); TAKE(warmup_steps); TAKE(max_train_seconds);
-        TAKE(optimizer); TAKE(adam_beta1); TAKE(adam_beta2); TAKE(adam_eps);
+#define TAKE(type, name, value) take(h, #name, s.h.name);
+        ZOBENCH_HYPER(TAKE)
 #undef TAKE
     }
     if (s.method != "full-bp" && s.method != "full-zo" && s.method != "elastic-zo")
@@ -549,12 +546,21 @@ int main(int argc, char** argv) {
         if (a == "--spec") spec_path = argv[i + 1];
         else if (a == "--out") out_path = argv[i + 1];
     }
+    if (argc == 2 && std::string(argv[1]) == "--hyper") {  // the hyperparameters it takes, and their defaults
+        json h = json::object();
+#define DEFAULT(type, name, value) h[#name] = type(value);
+        ZOBENCH_HYPER(DEFAULT)
+#undef DEFAULT
+        std::cout << h.dump() << "\n";
+        return 0;
+    }
     if (spec_path.empty() || out_path.empty()) {
-        std::cerr << "usage: zobench-train --spec spec.json --out result.json\n";
+        std::cerr << "usage: zobench-train --spec spec.json --out result.json | --hyper\n";
         return 2;
     }
     const auto wall0 = Clock::now();
-    json result = {{"schema", 1}, {"job", nullptr}, {"status", "failed"}, {"error", nullptr},
+    json result = {{"schema", 2},  // workloads/vocab.py RESULT_SCHEMA
+                   {"job", nullptr}, {"status", "failed"}, {"error", nullptr},
                    {"started_at", utc_now()}, {"wall_seconds", 0.0}, {"train_seconds", 0.0}, {"steps", 0},
                    {"phases", json::object()}, {"epochs", json::array()}, {"start_eval", nullptr},
                    {"memory", {{"peak_rss_bytes", 0}, {"baseline_rss_bytes", 0}, {"device_peak_bytes", nullptr}}},

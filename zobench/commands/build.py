@@ -1,0 +1,41 @@
+"""`zobench build`: zobench-train built for a target's CPU."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from harness import inventory
+from harness.artifacts import sha256
+from harness.build import build, cpu_choice
+from harness.probe import probe
+from harness.scheduler import transport_for
+from harness.transport import TransportError
+
+from . import options
+
+
+def add(sub) -> None:
+    p = sub.add_parser("build", help="build zobench-train for a target's CPU: its pin, else this machine's "
+                                     "(local) or the one probing the board finds")
+    options.add_results(p)
+    p.add_argument("--target", required=True)
+    p.add_argument("--inventory", type=Path)
+    p.set_defaults(main=main)
+
+
+def main(args) -> int:
+    (target,) = inventory.resolve([args.target], args.inventory)
+    choice = cpu_choice(target)
+    if choice is None:      # a board whose CPU is not pinned: built for the one its probe finds, as a run does
+        transport = transport_for(target)
+        try:
+            choice = cpu_choice(target, probe(transport, target))
+        except TransportError as e:
+            print(f"zobench: {target.name}: {e}; pin its CPU (cpu = NAME, docs/targets.md) to build without it",
+                  file=sys.stderr)
+            return 1
+        finally:
+            transport.close()
+    binary = build(target, choice.cpu)
+    print(f"{binary}  sha256 {sha256(binary)}  cpu {choice.cpu}: {choice.why}")
+    return 0

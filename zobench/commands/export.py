@@ -1,0 +1,39 @@
+"""`zobench export`: a run's measurements as pytest-benchmark JSON or CSV."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from harness.errors import UserError
+from harness.store import Store
+
+from . import options
+
+
+def add(sub) -> None:
+    p = sub.add_parser("export", help="a run's measurements as pytest-benchmark JSON or CSV")
+    options.add_results(p)
+    options.add_store(p)
+    p.add_argument("--format", choices=("pytest-benchmark", "csv"), required=True)
+    p.add_argument("--run", help="run id (default: the latest)")
+    p.add_argument("--out", type=Path, help="write here instead of stdout")
+    p.set_defaults(main=main)
+
+
+def main(args) -> int:
+    from harness import export, measurements
+
+    store = Store(args.results)
+    run_id = options.one_run(args, store)
+    store.run_plan(run_id)      # a run of this store, not an exported file that measurements.load also reads
+    _, found = measurements.load(run_id, args.results)
+    text = export.pytest_benchmark(run_id, found) if args.format == "pytest-benchmark" else export.csv_text(run_id, found)
+    if args.out:
+        try:
+            args.out.write_text(text)
+        except OSError as e:
+            raise UserError(f"export --out {args.out}: {e.strerror}") from None
+        print(f"{args.out}: {len(found)} job keys of run {run_id}", file=sys.stderr)
+    else:
+        sys.stdout.write(text if text.endswith("\n") else text + "\n")
+    return 0

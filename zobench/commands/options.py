@@ -1,0 +1,66 @@
+"""What the commands share: the parser that turns argparse's errors into one line, the types of
+bounded numbers, the --results and --store options, and the runs a reading command reads
+(pulled from a shared store first where one is given)."""
+from __future__ import annotations
+
+import argparse
+
+from workloads.spec import Bounds
+
+from harness import paths, pgstore
+from harness.errors import UserError
+from harness.store import Store, results_dir
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message):  # argparse's own errors: one line, exit 2
+        raise UserError(f"{self.prog}: {message}")
+
+
+def number(kind, bounds: Bounds):
+    """An option's type: an int or float within bounds, refused in the shape of every other number."""
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {'an integer' if kind is int else 'a number'}, "
+                                             f"got {text!r}") from None
+        problem = bounds.problem(value)
+        if problem:
+            raise argparse.ArgumentTypeError(problem)
+        return value
+    return parse
+
+
+def add_results(p):
+    p.add_argument("--results", type=results_dir, default=paths.DEFAULT_RESULTS, metavar="DIR",
+                   help="results directory (default ./results)")
+
+
+def add_store(p, what: str = "read the run from this shared store first (pulled into --results)"):
+    p.add_argument("--store", metavar="URL", help=f"{what}: postgresql://USER@HOST[:PORT]/DB "
+                                                  "(default $ZOBENCH_STORE or ~/.config/zobench/config.toml's [store])")
+
+
+def pulled(args, run_ids: list[str]) -> list[str]:
+    """A reading command's runs, pulled from --store first where one is given (the latest of the
+    store where none is named), or from $ZOBENCH_STORE's (or the config's) store where a named run
+    is not here; the local results folder then serves the command as ever."""
+    url = pgstore.url_from(args.store)
+    local = Store(args.results)
+    here = all((local.runs / r / "run.json").is_file() for r in run_ids) if run_ids else bool(local.run_ids())
+    if not url or (here and not args.store):
+        return run_ids
+    with pgstore.SharedStore(url) as shared:
+        run_ids = run_ids or shared.run_ids()[-1:]
+        if not run_ids:
+            raise UserError(f"store {pgstore.shown(url)} has no runs")
+        for run_id in run_ids:
+            shared.pull(run_id, local)
+    return run_ids
+
+
+def one_run(args, store: Store) -> str:
+    """A command's one run: --run (pulled from a store first where one is given), else the
+    latest of the store or of the results folder."""
+    return (pulled(args, [args.run] if args.run else []) or [None])[0] or store.latest()

@@ -1,0 +1,72 @@
+"""`zobench tune`: a search of a method's learning rates on a validation split (harness/tune.py)."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from workloads import vocab
+from workloads.spec import Bounds, Hyper
+
+from harness import inventory, plan, suites, tune
+from harness.errors import UserError
+from harness.store import Store
+
+from .. import running
+from . import options
+
+
+def add(sub) -> None:
+    p = sub.add_parser("tune", help="search a method's learning rates (INT8: its perturbation scale) on a "
+                                    "validation split held out of the training set; prints the suite's TOML lines")
+    options.add_results(p)
+    p.add_argument("--suite", default="paper-fmnist", help="the suite whose job is tuned (default paper-fmnist)")
+    p.add_argument("--method", required=True, help="one of the suite's methods: full-bp, full-zo, elastic-zo:K")
+    p.add_argument("--precision", choices=vocab.PRECISIONS, default="fp32")
+    p.add_argument("--zo-loss", choices=vocab.ZO_LOSSES, default="float", help="int8: float (INT8) or integer (INT8*)")
+    p.add_argument("--runtime", choices=vocab.RUNTIMES, default="cpp", help="where trials train (default cpp)")
+    p.add_argument("--target", default="local", help="where trials run (default: this machine)")
+    p.add_argument("--inventory", type=Path)
+    p.add_argument("--dataset", default="", help="which of the suite's data sets (default: its first)")
+    p.add_argument("--param", action="append", default=[], metavar="NAME=LOW:HIGH[:log|linear]",
+                   help="a hyperparameter and its range (default: the paper's knobs for the method and precision)")
+    p.add_argument("--trials", type=options.number(int, Bounds(1, 10_000)), default=12, help="trials at most (default 12)")
+    p.add_argument("--epochs", type=options.number(int, Hyper.BOUNDS["epochs"]),
+                   help="epochs a trial trains (default: FP32 10, INT8 50, at most the suite's)")
+    p.add_argument("--validation", type=options.number(int, Bounds(1, Hyper.BOUNDS["train_samples"].hi)),
+                   help="training samples held out to score on (default: a sixth of the training set)")
+    p.add_argument("--sampler", choices=tune.SAMPLERS, default="tpe", help="tpe (default) or grid")
+    p.add_argument("--grid-points", type=options.number(int, Bounds(1, 100)), default=5, help="grid: values per parameter")
+    p.add_argument("--pruner", choices=tune.PRUNERS, default="median", help="median (default), halving or none")
+    p.add_argument("--seed", type=options.number(int, Bounds(0, 2**32 - 1)), default=0, help="the sampler's seed")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a hyperparameter")
+    p.add_argument("--timeout", type=options.number(float, suites.TIMEOUT_S), metavar="S", help="seconds a trial may take")
+    p.set_defaults(main=main)
+
+
+def main(args) -> int:
+    suite = suites.load(args.suite)
+    try:
+        choice = suites.MethodChoice.parse(args.method)
+    except ValueError as e:
+        raise UserError(f"tune --method {args.method!r}: {e}") from None
+    (target,) = inventory.resolve([args.target], args.inventory)
+    params = [tune.Param.parse(p) for p in args.param] or tune.default_params(choice, args.precision)
+    overrides = plan.parse_set(args.set)
+    if (both := sorted({p.name for p in params} & set(overrides))):
+        raise UserError(f"tune --set {both[0]}: it is the parameter searched; leave it out of --set")
+    opts = tune.Options(choice, args.precision, args.zo_loss if args.precision == "int8" else "float", args.runtime,
+                        args.dataset, params, args.trials, args.epochs or tune.default_epochs(suite, args.precision),
+                        args.validation or 0, args.sampler,
+                        args.grid_points, args.pruner, args.seed, overrides, args.timeout)
+    with running.signals_stop() as (stop, caught):     # the trial in progress is stopped, and no other starts
+        outcome = tune.run(Store(args.results), suite, target, opts, stop,
+                           show=lambda line: print(line, file=sys.stderr))
+    run_id, best = outcome.run_id, outcome.record["best"]
+    if caught:
+        print(f"tune run {run_id}: {outcome.interrupted} after {len(outcome.record['trials'])} trials"
+              + ("; the best so far:" if best else "; no trial completed"), file=sys.stderr)
+    if best is None:
+        print(f"tune run {run_id}: no trial completed, nothing chosen", file=sys.stderr)
+        return 128 + caught[0] if caught else 1
+    print("\n".join(tune.toml_lines(run_id, outcome.record)))
+    return 128 + caught[0] if caught else 0

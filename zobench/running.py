@@ -1,0 +1,231 @@
+"""A run of a suite, from its request to its exit code: planning (or replaying a run's plan for
+--resume), an [equal_memory] suite's fit, the run's record, executing its jobs on every board
+while SIGINT and SIGTERM stop them, then pushing to a shared store and writing the report.
+
+One function, run(), that the command line, the tests and the benchmarks all call; what it has
+to say goes to `say` (the command line's stderr), so the library prints nothing itself."""
+from __future__ import annotations
+
+import contextlib
+import shlex
+import signal
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from workloads.spec import JobSpec, SpecError
+
+from harness import equal_memory, fit, inventory, paths, pgstore, plan, runs, stages, suites
+from harness.bundle import prepare
+from harness.compare import THRESHOLD
+from harness.errors import UserError
+from harness.progress import ProgressView
+from harness.runs import Job
+from harness.scheduler import execute
+from harness.store import Store
+from harness.transport import Stop
+
+# the exit codes of a run: every job ok; a job not ok; the results not pushed or not stored
+OK, NOT_OK, UNSAVED = 0, 1, 2
+
+
+@dataclass
+class Request:
+    """What `zobench run` was asked (its options, parsed)."""
+    suite: str = "quick"
+    targets: list = field(default_factory=list)
+    inventory: Path | None = None
+    methods: list = field(default_factory=list)
+    runtimes: list = field(default_factory=list)
+    precisions: list = field(default_factory=list)
+    datasets: list = field(default_factory=list)
+    zo_losses: list = field(default_factory=list)
+    overrides: list = field(default_factory=list)    # --set KEY=VALUE, as given
+    timeout: float | None = None
+    lease_timeout: float | None = None
+    resume: str | None = None
+    report: bool = True
+    store: str | None = None        # --store, else $ZOBENCH_STORE or the config's
+
+
+@dataclass
+class Outcome:
+    run_id: str | None
+    exit_code: int
+    report: Path | None = None
+
+
+@contextlib.contextmanager
+def signals_stop():
+    """SIGINT and SIGTERM, while the block runs, set a Stop (yielded with the list of the signals
+    caught): a flag only, so each board kills its running job and starts no more. Later signals
+    are ignored, so the killing always finishes and no runner is left orphaned."""
+    stop, caught = Stop(), []
+
+    def on_signal(signum, _frame):
+        if not caught:
+            caught.append(signum)
+            stop.request(f"interrupted by {signal.Signals(signum).name}")
+
+    before = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield stop, caught
+    finally:
+        for s, handler in before.items():
+            signal.signal(s, handler)
+
+
+def push(url: str, store: Store, run_ids: list[str], branch: str | None, say: Callable[[str], None]) -> bool:
+    """Push runs; on a store that cannot be reached, say so and how to push them later."""
+    try:
+        with pgstore.SharedStore(url) as shared:
+            for run_id in run_ids:
+                n = shared.push(store, run_id, branch)
+                moved = f"; moved from branch {n.moved_from!r} to {branch!r}" if n.moved_from is not None else ""
+                say(f"run {run_id} -> store {pgstore.shown(url)}: {n.added} results added, {n.updated} updated, "
+                    f"{n.unchanged} unchanged{moved}")
+    except UserError as e:
+        where = "" if store.root.resolve() == paths.DEFAULT_RESULTS.resolve() else f" --results {shlex.quote(str(store.root))}"
+        say(f"zobench: error: {e}; the results are kept in {store.root}: push them later with "
+            f"zobench push {' '.join(run_ids)} --store {shlex.quote(pgstore.shown(url))}{where}")
+        return False
+    return True
+
+
+def history_of(url: str | None, store: Store, run_ids: list[str], say: Callable[[str], None]) -> list | None:
+    """The shared store's series of the runs' job keys, for their report; None without a store,
+    or when it cannot be reached (said: a report never fails for its history)."""
+    if not url:
+        return None
+    from harness import history, measurements
+
+    keys = sorted({measurements.job_key(r["job"])[0] for run_id in run_ids for r in store.results(run_id)})
+    try:
+        with pgstore.SharedStore(url) as shared:
+            rows, facts = shared.history(keys, None, None, None, exact=True)
+    except UserError as e:
+        say(f"zobench: warning: {e}: the report has no history chart")
+        return None
+    return history.series(rows, facts, THRESHOLD)
+
+
+def _resumed(store: Store, req: Request, say) -> tuple[str, list[Job], dict] | None:
+    """The jobs of run req.resume that did not end ok, and their targets; None: nothing to do."""
+    if req.suite != "quick" or req.targets or req.overrides or any((req.methods, req.runtimes, req.precisions,
+                                                                     req.datasets, req.zo_losses)):
+        raise UserError("--resume replays the run's own plan; it takes no suite, target, filter or --set"
+                        " (--timeout and --lease-timeout may be given)")
+    run_id = req.resume
+    saved = store.run_plan(run_id)
+    for search in ("fit", "tune"):
+        if search in saved:
+            raise UserError(f"run {run_id} is a zobench {search} search: each {'probe' if search == 'fit' else 'trial'} "
+                            f"followed from the last, so it is not resumed; run zobench {search} again")
+    done = {r["job"]["job_id"] for r in store.results(run_id, saved) if r["status"] == "ok"}
+    again = stages.to_rerun(saved["jobs"], done, store, run_id)
+    jobs = [Job(**j) for j in saved["jobs"] if j["job_id"] in again]
+    for j in jobs:      # the plan was checked when it was made; run.json may have been edited since
+        try:
+            JobSpec.from_dict(j.spec)
+        except SpecError as e:
+            raise UserError(f"{store.run_dir(run_id) / 'run.json'}: job {j.job_id}: {e}") from None
+    if not jobs:
+        say(f"run {run_id}: nothing to resume: all {len(saved['jobs'])} jobs ended ok")
+        return None
+    store.check_writable(run_id)
+    if req.timeout:
+        for j in jobs:
+            j.timeout_s = req.timeout
+    targets = {t.name: t for t in inventory.resolve(sorted({j.target for j in jobs}), req.inventory)}
+    say(f"resuming run {run_id}: {len(jobs)} of {len(saved['jobs'])} jobs to run")
+    return run_id, jobs, targets
+
+
+class _Stopped(Exception):
+    """Stopped by a signal before the run itself was made: nothing to resume."""
+
+    def __init__(self, signum: int):
+        self.signum = signum
+
+
+def _planned(store: Store, req: Request, say) -> tuple[list[Job], dict, dict]:
+    """A new run of req.suite: its jobs planned (an equal-memory suite's models fitted first),
+    their targets, and the run's record (run.json), to be written once they are prepared."""
+    suite = suites.load(req.suite)
+    chosen = inventory.resolve(req.targets or suite.targets, req.inventory)
+    pretrain = suite.pretrain and (next((t for t in chosen if t.name == suite.pretrain.target), None)
+                                   or inventory.resolve([suite.pretrain.target], req.inventory)[0])
+    overrides, study, fitted, methods = plan.parse_set(req.overrides), {}, [], req.methods
+    if suite.equal_memory is not None:
+        if len(chosen) != 1:
+            raise UserError("--target: an equal_memory suite fits its models to one target; give one")
+        with signals_stop() as (stop, caught):
+            try:
+                models, fit_runs, fitted, found = equal_memory.models(
+                    store, suite, chosen[0], overrides, plan.select_methods(suite, req.methods), req.timeout, stop)
+            except fit.Stopped as e:
+                say(f"{e}; the suite's run was not started")
+                raise _Stopped(caught[0]) from None
+        for line in found:
+            say(line)
+        study = {"equal_memory": {"budget": suite.equal_memory.budget, "family": suite.equal_memory.family,
+                                  "models": models, "fit_runs": fit_runs}}
+        methods = list(models)     # a method nothing fits is left out, its note said below
+    jobs, notes = plan.make(suite, chosen, methods=methods, runtimes=req.runtimes, precisions=req.precisions,
+                            data=req.datasets, zo_losses=req.zo_losses, overrides=overrides,
+                            timeout_s=req.timeout, pretrain_target=pretrain or None,
+                            models=study and study["equal_memory"]["models"])
+    for n in fitted + notes:
+        say(f"note: left out {n}")
+    targets = {t.name: t for t in [*chosen, *([pretrain] if pretrain else [])]}
+    return jobs, targets, runs.record(suite=suite.name, suite_path=str(suite.path), **study,
+                                      jobs=[j.to_dict() for j in jobs])
+
+
+def run(store: Store, req: Request, say: Callable[[str], None]) -> Outcome:
+    """Plan (or resume) and run, then push and report: the run's id, exit code and report.
+    A signal stops every board's job and returns 128 + its number, with the line that resumes."""
+    shared = pgstore.url_from(req.store)
+    if shared:      # told now, not after hours of board time; the run goes on and pushes at its end
+        try:
+            pgstore.SharedStore(shared).close()
+        except UserError as e:
+            say(f"zobench: warning: {e}; the run goes on, its results kept in {store.root}")
+    if req.resume:
+        resumed = _resumed(store, req, say)
+        if resumed is None:
+            return Outcome(req.resume, OK)
+        run_id, jobs, targets = resumed
+        prepared = prepare(jobs, targets)
+    else:
+        try:
+            jobs, targets, record = _planned(store, req, say)
+        except _Stopped as e:
+            return Outcome(None, 128 + e.signum)
+        prepared = prepare(jobs, targets)
+        run_id = store.new_run(record)
+        say(f"run {run_id}: {len(jobs)} jobs on {', '.join(targets)} -> {store.runs / run_id}")
+    counts: dict[str, int] = {}
+    for j in jobs:
+        counts[j.target] = counts.get(j.target, 0) + 1
+    with signals_stop() as (stop, caught), ProgressView(counts) as view:
+        results = execute(store, run_id, jobs, targets, prepared, view, stop, req.lease_timeout)
+    resume = store.resume_command(run_id) + (f" --inventory {shlex.quote(str(req.inventory))}" if req.inventory else "")
+    if caught:      # no report: what ended is stored, and the user asked to stop now
+        stopped = sum(r["status"] == "interrupted" for r in results)
+        say(f"run {run_id}: {stop.reason}: {len(results) - stopped} jobs ended, {stopped} interrupted, "
+            f"{len(jobs) - len(results)} not started; finish it with: {resume}")
+        return Outcome(run_id, 128 + caught[0])
+    if stop.is_set():       # the results could not be stored (harness/scheduler.py): what ran unstored runs again
+        say(f"run {run_id}: {stop.reason}; {len(results)} jobs stored, {len(jobs) - len(results)} not; "
+            f"make room, then finish it with: {resume}")
+        return Outcome(run_id, UNSAVED)
+    bad = [r for r in store.results(run_id) if r["status"] != "ok"]
+    pushed = not shared or push(shared, store, [run_id], None, say)     # first: the report charts its history
+    report = None
+    if req.report:
+        from reports import build as build_report
+        history = history_of(shared, store, [run_id], say) if shared and pushed else None
+        report = build_report(store, [run_id], history=history).resolve()
+    say(f"run {run_id}: {len(results)} jobs run, {len(bad)} not ok" + (f"; finish them with: {resume}" if bad else ""))
+    return Outcome(run_id, UNSAVED if not pushed else NOT_OK if bad else OK, report)
