@@ -29,8 +29,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.runtimes import bench_spec  # noqa: E402
-from harness.artifacts import raw_idx  # noqa: E402
-from harness.suites import MethodChoice  # noqa: E402
+from harness.preparation.artifacts import raw_idx  # noqa: E402
+from harness.planning.suites import MethodChoice  # noqa: E402
 from testkit.runners import aarch64_binary, run_runner  # noqa: E402
 from workloads.vocab import PAPER_CONFIGS  # noqa: E402
 
@@ -120,7 +120,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--steps", type=int, default=2, help="S: the runs train S and 2S steps")
     ap.add_argument("--batch", type=int, default=32)
-    ap.add_argument("--cpu", default="cortex-a53", help="the aarch64 build (harness/cpu.py name)")
+    ap.add_argument("--cpu", default="cortex-a53", help="the aarch64 build (harness/planning/cpu.py name)")
     ap.add_argument("--ghz", type=float, default=1.0, help="the clock the ms are given at (Pi Zero 2: 1 GHz)")
     args = ap.parse_args()
     binary, data_dir = aarch64_binary(args.cpu), str(raw_idx("fashion-mnist", "").dir)

@@ -26,8 +26,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from harness import compare, machine_load, measurements  # noqa: E402
-from harness.store import Store  # noqa: E402
+from harness.analysis import compare  # noqa: E402
+from harness.stores import measurements
+from harness.stores import machine_load
+from harness.stores.store import Store  # noqa: E402
 from testkit.compare_runs import COMPARE_SIDES, run  # noqa: E402
 
 ESTIMATORS = ("min", "median")

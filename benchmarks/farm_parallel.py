@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from testkit.sshd import board_toml, client_home, make_farm  # noqa: E402
 
-from harness.store import Store  # noqa: E402
+from harness.stores.store import Store  # noqa: E402
 from zobench import running  # noqa: E402
 
 

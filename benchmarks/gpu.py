@@ -32,7 +32,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from benchmarks.runtimes import WORKLOADS, ZO_PHASES  # noqa: E402
-from harness.suites import MethodChoice  # noqa: E402
+from harness.planning.suites import MethodChoice  # noqa: E402
 from workloads import datasets, energy, gpuinfo, methods, zrng, zrng_torch  # noqa: E402
 from workloads.clock import EventClock, NullClock  # noqa: E402
 from workloads.loop import stepper, warm_up  # noqa: E402

@@ -1,6 +1,6 @@
 """The C++ binary's FP32 vs INT8 per-step time on each x86 kernel path this machine runs.
 
-Each x86 CPU name the CPU can run (harness/cpu.py: x86-64, -v2, -v3 (AVX2), -v4 (AVX-512
+Each x86 CPU name the CPU can run (harness/planning/cpu.py: x86-64, -v2, -v3 (AVX2), -v4 (AVX-512
 without VNNI), -v4-vnni) is built, and for each method both precisions train the same steps
 from the same seed, alternating, --repeats times. Per path a table of medians: FP32 and INT8
 ms/step, the INT8 speed-up, each one's ZO share (zo_perturb + zo_update over training time), and
@@ -21,8 +21,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.runtimes import ZO_PHASES, bench_spec, ms_per_step, share  # noqa: E402
-from harness.artifacts import raw_idx  # noqa: E402
-from harness.suites import MethodChoice  # noqa: E402
+from harness.preparation.artifacts import raw_idx  # noqa: E402
+from harness.planning.suites import MethodChoice  # noqa: E402
 from testkit.runners import TORCH_RUNNER, native_binary, run_runner, x86_names_here  # noqa: E402
 from workloads.vocab import PAPER_CONFIGS  # noqa: E402
 

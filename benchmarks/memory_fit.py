@@ -1,4 +1,4 @@
-"""The transformer memory model's peak (harness/memory_model.py, Breakdown.peak_bytes) against one
+"""The transformer memory model's peak (harness/search/memory_model.py, Breakdown.peak_bytes) against one
 real training step of the torch engine, per model, context and method (docs/transformers.md,
 "Model vs measured").
 
@@ -46,7 +46,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from harness import memory_model  # noqa: E402
+from harness.search import memory_model  # noqa: E402
 from workloads.models import MODELS  # noqa: E402
 
 MIB = 2 ** 20

@@ -23,9 +23,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from harness import compare  # noqa: E402
-from harness.schema import step_seconds  # noqa: E402
-from harness.store import Store  # noqa: E402
+from harness.analysis import compare  # noqa: E402
+from harness.stores.schema import step_seconds  # noqa: E402
+from harness.stores.store import Store  # noqa: E402
 from testkit.runners import REPO  # noqa: E402
 
 POLICIES = ("passive", "active", "default")

@@ -23,8 +23,8 @@ sys.path.insert(0, str(ROOT))
 
 from testkit.runners import ORT_RUNNER, TORCH_RUNNER, job_spec, native_binary, run_runner  # noqa: E402
 
-from harness.artifacts import onnx_graph, raw_idx  # noqa: E402
-from harness.suites import MethodChoice  # noqa: E402
+from harness.preparation.artifacts import onnx_graph, raw_idx  # noqa: E402
+from harness.planning.suites import MethodChoice  # noqa: E402
 from workloads.models import MODELS  # noqa: E402
 from workloads.vocab import PAPER_CONFIGS  # noqa: E402
 

@@ -20,8 +20,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from harness import measurements, pgstore  # noqa: E402
-from harness.store import Store  # noqa: E402
+from harness.stores import measurements  # noqa: E402
+from harness.stores import pgstore
+from harness.stores.store import Store  # noqa: E402
 from testkit.compare_runs import run  # noqa: E402
 from testkit.postgres import Postgres  # noqa: E402
 

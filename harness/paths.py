@@ -11,7 +11,7 @@ def user_inventory() -> Path:
 
 
 def user_config() -> Path:
-    """The user's settings beside the inventory: a [store] table (harness/pgstore.py)."""
+    """The user's settings beside the inventory: a [store] table (harness/stores/pgstore.py)."""
     return Path("~/.config/zobench/config.toml").expanduser()
 
 DEFAULT_RESULTS = Path("results")

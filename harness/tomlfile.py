@@ -11,7 +11,7 @@ else:  # pragma: no cover
 
 from workloads.spec import Bounds
 
-from .errors import UserError
+from harness.errors import UserError
 
 TYPES = {str: "a string", int: "an integer", float: "a number", bool: "true or false",
          list: "a list", dict: "a table"}

@@ -15,7 +15,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
 
-from harness import memory_model
+from harness.search import memory_model
 from workloads.vocab import PAPER_CONFIGS, PRECISION_LABELS, TRAIN_PHASES, method_label
 
 MIB, KIB = 2 ** 20, 2 ** 10

@@ -1,4 +1,4 @@
-"""The equal-memory section of a report (Katti et al.'s Fig. 4, harness/equal_memory.py): under
+"""The equal-memory section of a report (Katti et al.'s Fig. 4, harness/search/equal_memory.py): under
 one budget each method trained the largest model that fits for the same wall-clock seconds, so
 the chart's x is training seconds, not steps or epochs: a method whose steps are slower, or whose
 model is larger, gets fewer of them, as it would on the board.
@@ -11,8 +11,8 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from harness import convergence
-from harness.suites import MethodChoice
+from harness.stores import convergence
+from harness.planning.suites import MethodChoice
 
 from . import charts
 

@@ -12,7 +12,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import MaxNLocator
 
-from harness import convergence
+from harness.stores import convergence
 from workloads.vocab import method_label
 
 from . import charts

@@ -1,11 +1,12 @@
-"""The history chart (harness/history.py): per series a row of panels, step time, peak memory,
+"""The history chart (harness/analysis/history.py): per series a row of panels, step time, peak memory,
 energy where measured, and the final test accuracy, against commit order; each point's results
 as a band (min to max) around the estimate, and the detected changes as vertical lines."""
 from __future__ import annotations
 
 from matplotlib.figure import Figure
 
-from harness.history import METRICS, Series
+from harness.analysis.history import Series
+from harness.stores.metrics import METRICS
 
 from . import charts
 
@@ -13,16 +14,17 @@ MAX_SERIES = 24     # a chart of more rows is unreadable: the text output lists 
 
 
 def chart(all_series: list[Series], estimator: str = "min") -> Figure:
-    from harness.compare import ESTIMATORS
+    from harness.analysis.compare import ESTIMATORS
 
     estimate = ESTIMATORS[estimator]
     shown = all_series[:MAX_SERIES]
-    panels = [m for m in METRICS if any(p.samples.get(m[0]) for s in shown for p in s.points)]
+    panels = [m for m in METRICS if any(p.samples.get(m.name) for s in shown for p in s.points)]
     fig, axes = charts.figure(len(panels) + 1, len(shown), width=4.2, height=2.8)
     for row, s in zip(axes, shown):
         xs = list(range(len(s.points)))
         labels = [p.commit[:7] for p in s.points]
-        for ax, (name, title, unit, scale) in zip(row, panels):
+        for ax, m in zip(row, panels):
+            name, title, unit, scale = m.name, m.title, m.unit, m.scale
             got = [(x, p.samples[name]) for x, p in zip(xs, s.points) if p.samples.get(name)]
             if got:
                 x, v = zip(*got)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from harness import convergence
+from harness.stores import convergence
 from workloads.vocab import method_label
 
 from .finetune import BEFORE

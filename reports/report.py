@@ -19,10 +19,12 @@ import seaborn as sns
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from harness import convergence, memory_model, validity
-from harness.measurements import KEY_IGNORES, changed_hyper, shown_hyper
+from harness.stores import convergence
+from harness.search import memory_model
+from harness.stores import validity
+from harness.stores.measurements import KEY_IGNORES, changed_hyper, shown_hyper
 from harness.errors import UserError
-from harness.schema import joules_per_step, step_seconds
+from harness.stores.schema import joules_per_step, step_seconds
 from workloads.datasets import data_name
 from workloads.spec import JobSpec
 from workloads.vocab import METHODS, PAPER_CONFIGS, PRECISION_LABELS, TRAIN_PHASES, method_label, precision_label
@@ -66,7 +68,7 @@ def build(store, run_ids: list[str], out: Path | None = None, targets=(), method
     """The report of the runs' results, of only the given targets and methods when named
     (a method as full-zo, elastic-zo or elastic-zo:K); `accuracy` (%) is the test accuracy the
     energy-to-accuracy table counts up to (default: per workload, what every charted job reaches);
-    `history`: the shared store's series of the runs' keys (harness/history.py), charted."""
+    `history`: the shared store's series of the runs' keys (harness/analysis/history.py), charted."""
     plans = [store.run_plan(r) for r in run_ids]    # first: an unknown run makes no folder
     df = _load(store, run_ids, plans)
     if targets:
@@ -191,9 +193,9 @@ def _load(store, run_ids: list[str], plans: list[dict]) -> pd.DataFrame:
                    for p in TRAIN_PHASES},
                 "train_loss": _nan(last.get("train_loss")), "test_loss": _nan(last.get("test_loss")),
                 "test_acc": 100 * _nan(last.get("test_accuracy")),
-                # a run whose loss exploded: its final accuracy is not the method's (harness/convergence.py)
+                # a run whose loss exploded: its final accuracy is not the method's (harness/stores/convergence.py)
                 "flag": convergence.flag(r) or "",
-                # a repeat the board throttled: its time is the board's (harness/validity.py)
+                # a repeat the board throttled: its time is the board's (harness/stores/validity.py)
                 "validity": ", ".join(f"{validity.shown([f])} in r{job['repeat']}" for f in validity.flags_of(r)),
                 "best_acc": 100 * _nan((r["convergence"] or {}).get("best_test_accuracy")),
                 "epochs": [{**e, **{k: _nan(e.get(k)) for k in ("train_loss", "test_loss", "joules")},

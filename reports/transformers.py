@@ -13,8 +13,8 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from harness import memory_model
-from harness.suites import MethodChoice
+from harness.search import memory_model
+from harness.planning.suites import MethodChoice
 from workloads.models import Transformer
 from workloads.vocab import METHODS, method_label
 

@@ -1,5 +1,5 @@
 """The report of zobench tune runs: what each search tried, how each trial scored on the
-validation split, and which values it chose (harness/tune.py keeps the study in run.json)."""
+validation split, and which values it chose (harness/search/tune.py keeps the study in run.json)."""
 from __future__ import annotations
 
 import math
@@ -8,7 +8,7 @@ import pandas as pd
 
 from workloads.vocab import precision_label
 
-from harness.measurements import shown_hyper
+from harness.stores.measurements import shown_hyper
 
 from . import charts
 

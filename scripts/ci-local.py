@@ -2,7 +2,8 @@
 """The bench workflow (.github/workflows/bench.yml) end to end on this machine, against a
 throwaway PostgreSQL (Debian's `postgresql`, started in a temporary folder and stopped at the
 end: testkit/postgres.py): a few pushes to main, then a pull request of the same code (the gate
-passes, exit 0) and one with a 20% slowdown injected (the gate fails, exit 1).
+passes, exit 0, or judges nothing beside other work that could hide a change, exit 3) and one
+with a 20% slowdown injected (the gate fails, exit 1).
 
     .venv/bin/python scripts/ci-local.py [--mains 3] [--full]
 
@@ -28,11 +29,12 @@ from testkit.postgres import Postgres  # noqa: E402
 NARROW = "--runtime cpp --precision fp32 --method full-zo --set train_samples=3200 --target solo --inventory {inv}"
 
 
-def step(name: str, mode: str, env: dict, want: int) -> bool:
+def step(name: str, mode: str, env: dict, want: tuple[int, ...]) -> bool:
+    """One run of the workflow's script; `want`: the exit codes it may end with."""
     print(f"== {name}: scripts/bench-ci.sh {mode}", flush=True)
     rc = subprocess.run([str(REPO / "scripts/bench-ci.sh"), mode], cwd=REPO, env=env).returncode
-    ok = rc == want
-    print(f"== {name}: exit {rc} ({'as expected' if ok else f'expected {want}'})", flush=True)
+    ok = rc in want
+    print(f"== {name}: exit {rc} ({'as expected' if ok else 'expected ' + ' or '.join(map(str, want))})", flush=True)
     return ok
 
 
@@ -53,12 +55,14 @@ def main() -> int:
                    "ZOBENCH_CI_ARGS": "" if args.full else NARROW.format(inv=inv),
                    "ZOBENCH_COMPARE_ARGS": f"--threshold {args.threshold}"}
             env.pop("GITHUB_STEP_SUMMARY", None)
-            ok = all(step(f"push to main {i + 1}/{args.mains}", "main", env, 0) for i in range(args.mains))
+            ok = all(step(f"push to main {i + 1}/{args.mains}", "main", env, (0,)) for i in range(args.mains))
             pr = {**env, "ZOBENCH_BRANCH": "same-code"}
-            ok = step("pull request, same code", "pr", pr, 0) and ok
+            # the same code passes; beside other work that could hide a change of the threshold
+            # the gate judges nothing and says so (exit 3, docs/compare.md), never "regressed"
+            ok = step("pull request, same code", "pr", pr, (0, 3)) and ok
             slow = {**env, "ZOBENCH_BRANCH": "slower",
                     "ZOBENCH_CI_ARGS": f"{env['ZOBENCH_CI_ARGS']} --set inject_slowdown={args.slowdown}"}
-            ok = step(f"pull request, {args.slowdown:.0%} slower", "pr", slow, 1) and ok
+            ok = step(f"pull request, {args.slowdown:.0%} slower", "pr", slow, (1,)) and ok
     finally:
         pg.stop()
     print("ci-local: " + ("every step ended as the workflow should" if ok else "a step did not end as it should"))

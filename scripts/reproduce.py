@@ -27,7 +27,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from harness.store import Store  # noqa: E402
+from harness.stores.store import Store  # noqa: E402
 from workloads import datasets  # noqa: E402
 
 DOC = REPO / "docs" / "reproduction.md"
@@ -157,7 +157,7 @@ def fixture(results: Path, run_ids: list[str]) -> None:
     """tests/fixtures/reproduction.json: per tuned configuration of the runs (suite, method,
     precision, ZO loss, runtime) its first epoch's training loss and the hyperparameters the
     suite tunes, which the slow test checks one epoch against."""
-    from harness.suites import MethodChoice, load
+    from harness.planning.suites import MethodChoice, load
     from workloads.spec import Hyper
     from workloads.vocab import method_key
 

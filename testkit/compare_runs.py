@@ -7,8 +7,9 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from harness.store import Store
-from workloads import vocab
+from harness.stores.schema import upgrade
+from harness.stores.store import Store
+from workloads.result import skeleton
 from workloads.spec import JobSpec
 from zobench import running
 from zobench.cli import build_parser
@@ -61,22 +62,25 @@ def load_at(contention: float, wall: float = 1.0, cores: int = 2) -> dict:
 def made_up_result(step_ms: float, *, repeat: int = 0, method: str = "full-zo", threads: int = 2,
                    hyper: dict | None = None, kernel: str = "6.1.0", peak_mib: float = 20.0,
                    load: dict | None = None) -> dict:
-    """The result of an ok job of 50 steps at step_ms each, on a made-up two-core machine."""
+    """The result of an ok job of 50 steps at step_ms each, on a made-up two-core machine, as the
+    store reads it (schema.upgrade: every record there)."""
     job_id = f"solo.cpp.{method}.fp32.r{repeat}"
     spec = JobSpec.from_dict({"job_id": job_id, "method": method, "runtime": "cpp", "threads": threads,
                               "target": "solo", "repeat": repeat, "harness_commit": "0123456789ab",
                               "hyper": {"epochs": 1, "train_samples": 1600, **(hyper or {})}}).to_dict()
     steps, seconds = 50, 50 * step_ms / 1e3
-    return {"schema": vocab.RESULT_SCHEMA, "job": spec, "status": "ok", "error": None, "started_at": "2026-01-01T00:00:00+00:00",
-            "wall_seconds": seconds + 0.2, "train_seconds": seconds, "steps": steps, "phases": {},
-            "epochs": [{"epoch": 1, "seconds": seconds, "train_loss": 2.0, "test_loss": 2.0, "test_accuracy": 0.3}],
-            "memory": {"peak_rss_bytes": int(peak_mib * 2 ** 20), "baseline_rss_bytes": 0, "device_peak_bytes": None},
+    env = {"hostname": "made-up", "arch": "x86_64", "cpu_model": "Made-up CPU", "cores": 2, "governor": "performance",
+           "kernel": kernel, "versions": {"zobench-train": "1"}, "binary_sha256": "ab" * 32,
+           "harness_commit": "0123456789ab"}
+    r = skeleton(spec, env, "ok")
+    r["memory"].update(peak_rss_bytes=int(peak_mib * 2 ** 20))
+    return upgrade({**r, "started_at": "2026-01-01T00:00:00+00:00", "wall_seconds": seconds + 0.2, "train_seconds": seconds,
+            "steps": steps, "epochs": [{"epoch": 1, "seconds": seconds, "train_loss": 2.0, "test_loss": 2.0,
+                                        "test_accuracy": 0.3, "joules": None}],
             "model": {"name": "lenet5", "params_total": 107786, "params_zo": 107786, "params_bp": 0,
                       "weights_sha256": "0" * 64},
-            "env": {"hostname": "made-up", "arch": "x86_64", "cpu_model": "Made-up CPU", "cores": 2,
-                    "governor": "performance", "kernel": kernel, "versions": {"zobench-train": "1"},
-                    "binary_sha256": "ab" * 32, "harness_commit": "0123456789ab"},
-            "cpu_seconds": seconds + 0.1, "load": load}
+            "energy": {**r["energy"], "unavailable": "a made-up result: no meter"},
+            "cpu_seconds": seconds + 0.1, "load": load})
 
 
 def thermal_sample(throttled: int | None, temp_c: float = 50.0, khz: int = 1_000_000, cap: int = 1_000_000) -> dict:

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import numpy as np
 
-from harness import cpu
-from harness.build import build
-from harness.artifacts import raw_idx
-from harness.inventory import Target
+from harness.planning import cpu
+from harness.preparation.build import build
+from harness.preparation.artifacts import raw_idx
+from harness.planning.inventory import Target
 from workloads import datasets
 from workloads.envinfo import cpu_facts
 from workloads.models import LENET5, Model
@@ -129,13 +129,13 @@ def idx_data_dir() -> str:
 
 
 def native_binary(cpu: str = "") -> str:
-    """The C++ binary built for this machine, or for one of its arch's CPU names (harness/cpu.py:
+    """The C++ binary built for this machine, or for one of its arch's CPU names (harness/planning/cpu.py:
     "x86-64-v3" is the AVX2 build, whose kernels this machine runs whatever else it has)."""
     return str(build(Target(name="local", transport="local", arch=platform.machine()), cpu))
 
 
 def x86_names_here() -> list[str]:
-    """The x86 CPU names (harness/cpu.py) this machine runs, read as a board's probe reads its
+    """The x86 CPU names (harness/planning/cpu.py) this machine runs, read as a board's probe reads its
     CPU: the kernel paths the tests and benchmarks can build and run here."""
     return cpu.x86_names(set(cpu_facts(Path("/proc/cpuinfo").read_text())["cpu_flags"]))
 

@@ -44,7 +44,7 @@ def _fmnist_files() -> tuple[str, ...]:
 TOOLS = (
     Tool("Fashion-MNIST", "dataset-fashion-mnist", RUN, _fmnist_files(),
          "or the four IDX files in $ZOBENCH_DATA/fashion-mnist", skippable=False),
-    # the text data sets' corpus (workloads/text.py): a topic file of the package's own
+    # the text data sets' corpus (harness/preparation/text.py): a topic file of the package's own
     Tool("fortunes", "fortunes", RUN, ("/usr/share/games/fortunes/cookie",)),
     Tool("cmake", "cmake", RUN),
     Tool("g++", "g++", RUN),

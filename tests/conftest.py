@@ -8,7 +8,7 @@ import os
 import pytest
 
 from zobench.cli import main
-from harness.store import Store
+from harness.stores.store import Store
 from testkit.runners import aarch64_binary, idx_data_dir, native_binary
 from testkit.tools import require
 
@@ -19,7 +19,7 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     # test that sets its own thread count (spec.threads) still gets it.
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     # Two workers on one machine are the point here: each leases this machine on its own
-    # (harness/lease.py), or every local job of one would wait for the other's.
+    # (harness/boards/lease.py), or every local job of one would wait for the other's.
     os.environ.setdefault("ZOBENCH_LOCAL_LEASE",
                           f"/tmp/zobench-test-{os.getuid()}/lease-{os.environ['PYTEST_XDIST_WORKER']}")
 

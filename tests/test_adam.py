@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 import torch
 
-from harness import inventory, plan, suites
-from harness.artifacts import onnx_graph
+from harness.planning import inventory, plan, suites
+from harness.preparation.artifacts import onnx_graph
 from harness.errors import UserError
 from testkit.agreement import assert_same_fp32_steps
 from testkit.runners import ORT_RUNNER, TORCH_RUNNER, job_spec, run_runner

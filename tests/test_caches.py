@@ -1,4 +1,4 @@
-"""The host's caches (harness/artifacts.py, harness/build.py) are keyed on what their files are
+"""The host's caches (harness/preparation/artifacts.py, harness/preparation/build.py) are keyed on what their files are
 made from: a changed source gets new files, a damaged one a clear error, and nothing else
 in the cache is touched."""
 import gzip
@@ -12,9 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from harness import artifacts
-from harness.build import configuration
-from harness.store import Store
+from harness.preparation import artifacts
+from harness.preparation.build import configuration
+from harness.stores.store import Store
 from workloads.datasets import DatasetError
 from workloads.models import LENET5
 
@@ -132,7 +132,7 @@ def test_init_weights_are_named_by_the_source_of_their_generator(home, tmp_path)
         shutil.copytree(REPO / pkg, copy / pkg, ignore=shutil.ignore_patterns("__pycache__", "cpp"))
 
     def name() -> str:
-        return subprocess.run([sys.executable, "-c", "from harness.artifacts import init_weights_name as n; "
+        return subprocess.run([sys.executable, "-c", "from harness.preparation.artifacts import init_weights_name as n; "
                                "from workloads.models import LENET5; print(n(LENET5, 7))"],
                               cwd=copy, env={**os.environ, "PYTHONPATH": str(copy)},
                               capture_output=True, text=True, check=True).stdout.strip()

@@ -4,10 +4,10 @@ import signal
 
 import pytest
 
-from harness import schema
-from harness.job import Evidence, classify
-from harness.runs import Job
-from harness.transport import Outcome
+from harness.stores import schema
+from harness.execution.job import Evidence, classify
+from harness.planning.runs import Job
+from harness.boards.transport import Outcome
 
 
 @pytest.fixture

@@ -15,12 +15,13 @@ from statistics import median
 
 import pytest
 
-from harness import machine_load, plan, suites, validity
-from harness.compare import compare as compare_measurements
-from harness.inventory import resolve
-from harness.measurements import Measurement
-from harness.schema import step_seconds
-from harness.store import Store
+from harness.stores import machine_load, validity
+from harness.planning import plan, suites
+from harness.analysis.compare import compare as compare_measurements
+from harness.planning.inventory import resolve
+from harness.stores.measurements import Measurement
+from harness.stores.schema import step_seconds
+from harness.stores.store import Store
 
 from testkit.compare_runs import (SOLO, interleaved_runs, load_at, made_up_result, made_up_run, run, thermal_sample,
                                   solo_inventory)
@@ -29,9 +30,11 @@ from testkit.runners import zobench
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    """Five runs (of five repeats) each of: the code as it is, twice, and with a 20% slowdown injected."""
+    """One run (of five repeats) each of: the code as it is, twice, and with a 20% slowdown
+    injected: the plumbing's real runs. What the gate concludes from samples is shown on made-up
+    ones below, and measured on real runs in `make bench` (benchmarks/compare_noise.py)."""
     root = tmp_path_factory.mktemp("compare")
-    results, ids = interleaved_runs(root, 5)
+    results, ids = interleaved_runs(root, 1)
     return {"root": results, "inventory": root / "inventory.toml", **{side: ",".join(v) for side, v in ids.items()}}
 
 
@@ -64,15 +67,6 @@ def test_real_runs_reach_the_gate_as_their_stored_samples_and_its_exit_code_foll
         assert " ran beside other work: other processes or steal took " in v["reason"], p.stdout
     if v["status"] == "regressed":
         assert one_line(p) == "zobench: compare: 1 of 1 job keys regressed"
-
-
-def test_two_runs_of_the_same_code_are_never_a_regression(runs):
-    """At 10%: a same-code false alarm needs the fastest repeats of one side to stay 10% off the
-    other's, through 25 interleaved samples; where they do, the machine was busy (noisy)."""
-    p = compare(runs["root"], runs["base"], runs["same"], "--threshold", "10", "--format", "json")
-    (v,) = json.loads(p.stdout)["verdicts"]
-    assert v["status"] in ("unchanged", "noisy"), p.stdout
-    assert p.returncode == (0 if v["status"] == "unchanged" else 3) and p.stderr.count("\n") <= 1
 
 
 def test_fail_on_change_also_fails_on_an_improvement(tmp_path):
@@ -142,7 +136,7 @@ def test_a_job_beside_a_cpu_hog_records_the_hogs_cpu_as_other_work(tmp_path):
 
 
 def test_the_load_of_a_board_is_sampled_over_its_ssh_connection(farm, tmp_path):
-    from harness.ssh import SshTransport
+    from harness.boards.ssh import SshTransport
     from testkit.sshd import board_toml
 
     b = farm["boards"]["board-a"]

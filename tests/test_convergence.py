@@ -1,4 +1,4 @@
-"""Diverged and unstable runs are flagged (harness/convergence.py): the judgement on made-up
+"""Diverged and unstable runs are flagged (harness/stores/convergence.py): the judgement on made-up
 epochs, the record a real job stores, and the flag beside the accuracy in `zobench results` and
 the report, for a new result and for one stored before there was a record."""
 import json
@@ -6,8 +6,8 @@ import random
 
 import pytest
 
-from harness import convergence, schema
-from harness.store import Store
+from harness.stores import convergence, schema
+from harness.stores.store import Store
 from testkit.compare_runs import made_up_result, made_up_run
 from testkit.runners import cli
 

@@ -8,10 +8,10 @@ import subprocess
 import numpy as np
 import pytest
 
-from harness import schema
-from harness.artifacts import raw_idx
+from harness.stores import schema
+from harness.preparation.artifacts import raw_idx
 from workloads.models import LENET5, POINTNET
-from workloads import models, support
+from workloads import models, support, vocab
 from workloads.spec import Hyper
 from workloads.vocab import PAPER_CONFIGS
 
@@ -42,7 +42,7 @@ def test_binary_matches_torch_step_for_step(native, data_dir, tmp_path, method, 
 
 def test_binary_result_follows_the_schema(native, data_dir, tmp_path):
     r = run_runner(spec("elastic-zo", 2, data_dir, steps=20), tmp_path, native)
-    assert schema.problems(r) == []
+    assert schema.problems(r) == [] and r["schema"] == vocab.RESULT_SCHEMA
     assert r["model"]["params_total"] == 107_786 and r["model"]["params_bp"] == 11_014
     train = sum(p["seconds"] for name, p in r["phases"].items() if name != "eval")
     assert train == pytest.approx(r["train_seconds"], rel=0.02)
@@ -88,7 +88,7 @@ def test_runtimes_of_a_run_start_from_the_same_weights_file(tmp_path):
     them untouched, so both runtimes must end with the file's exact bytes."""
     import hashlib
     from zobench.cli import main
-    from harness.store import Store
+    from harness.stores.store import Store
 
     assert main(["run", "--results", str(tmp_path), "--no-report", "--method", "full-bp", "--precision", "fp32",
                  "--set", "epochs=1", "--set", "train_samples=64", "--set", "test_samples=32", "--set", "lr_bp=0"]) == 0
@@ -248,8 +248,28 @@ def test_warmup_leaves_the_training_bit_identical(native, data_dir, points_dir, 
 def test_binary_refuses_a_negative_warmup(native, data_dir, tmp_path, value):
     r = run_runner(with_warmup(spec("full-zo", 0, data_dir, steps=5), value), tmp_path, native)
     assert r["status"] == "failed" and r["error"] == "hyper.warmup_steps: expected >= 0", r["error"]
-    assert r["steps"] == 0 and r["model"] is None and "warmup" not in r
+    assert r["steps"] == 0 and r["model"] is None and r["warmup"] is None
     assert r["energy"] == NO_ENERGY
+
+
+def shape(r: dict) -> dict:
+    """A result's fields: its own, and those of its memory and energy records."""
+    return {"": set(r), "memory": set(r["memory"]), "energy": set(r["energy"])}
+
+
+def test_the_binary_and_the_python_runners_write_the_same_fields(native, data_dir, tmp_path):
+    """workloads/result.py's skeleton is the one shape of a result: the binary writes each of its
+    fields, as the Python runner does, for a job that fails before training (no such data set
+    here) and for one that trains (then both add its trace, which the spec asks for)."""
+    from workloads.result import skeleton
+    s = spec("full-zo", 0, str(tmp_path / "nowhere"), steps=5)
+    s["workload"]["dataset"] = "mnist"
+    want = shape(skeleton(None, {}))
+    assert shape(run_runner(s, tmp_path / "cpp", native)) == shape(run_runner(s, tmp_path / "torch")) == want
+    s = spec("full-zo", 0, data_dir, steps=5)
+    cpp, torch = run_runner(s, tmp_path / "cpp-ok", native), run_runner(s, tmp_path / "torch-ok")
+    assert cpp["status"] == torch["status"] == "ok"
+    assert shape(cpp) == shape(torch) == {**want, "": want[""] | {"trace"}}
 
 
 def test_the_binary_takes_every_hyperparameter_with_pythons_default(native):

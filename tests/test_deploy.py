@@ -1,4 +1,4 @@
-"""Deploying a bundle to a board (harness/deploy.py), against real OpenSSH servers on loopback
+"""Deploying a bundle to a board (harness/preparation/deploy.py), against real OpenSSH servers on loopback
 (testkit/sshd.py): the board's workdir is a folder of this machine, so the tests look at it
 directly."""
 import os
@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from harness import inventory
-from harness.artifacts import content_id
-from harness.bundle import bundle_files
-from harness.deploy import deploy
-from harness.ssh import SshTransport
-from harness.transport import TransportError
+from harness.planning import inventory
+from harness.preparation.artifacts import content_id
+from harness.preparation.bundle import bundle_files
+from harness.preparation.deploy import deploy
+from harness.boards.ssh import SshTransport
+from harness.boards.transport import TransportError
 
 from testkit.sshd import board_toml
 

@@ -9,8 +9,8 @@ import json
 
 import pytest
 
-from harness import schema
-from harness.store import Store
+from harness.stores import schema
+from harness.stores.store import Store
 from reports import build
 from workloads.spec import JobSpec
 
@@ -65,8 +65,10 @@ def cpp_result(accuracy: float = 0.9) -> dict:
 
 def old_result(step_ms: float = 10.0, repeat: int = 0) -> dict:
     """A result as zobench wrote it before warm-up, energy and the GPU memory fields."""
-    r = made_up_result(step_ms, repeat=repeat)
-    del r["memory"]["device_peak_bytes"]
+    r = {k: v for k, v in made_up_result(step_ms, repeat=repeat).items()
+         if k not in ("energy", "warmup", "start_eval", "nonfinite", "lease", "validity", "convergence")}
+    r["schema"] = 1
+    r["memory"] = {k: v for k, v in r["memory"].items() if not k.startswith("device_")}
     del r["job"]["hyper"]["warmup_steps"]
     return with_phases(r)
 

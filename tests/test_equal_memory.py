@@ -1,4 +1,4 @@
-"""The equal-memory study (Katti et al. Fig. 4, harness/equal_memory.py): a model per method,
+"""The equal-memory study (Katti et al. Fig. 4, harness/search/equal_memory.py): a model per method,
 every study job under the budget, each fine-tuning from its own model's language model, and the
 report's chart and table; the classifier's start from a language model's weights."""
 import json
@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from harness import inventory, plan, suites
-from harness.store import Store
+from harness.planning import inventory, plan, suites
+from harness.stores.store import Store
 from workloads.models import MODELS
 from workloads.runner import initial_weights
 from workloads.spec import JobSpec, SpecError

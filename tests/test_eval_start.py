@@ -2,8 +2,8 @@
 timed number, in every runtime: a fine-tuning job's accuracy without fine-tuning."""
 import pytest
 
-from harness import schema
-from harness.artifacts import onnx_graph
+from harness.stores import schema
+from harness.preparation.artifacts import onnx_graph
 from testkit.runners import ORT_RUNNER, TORCH_RUNNER, job_spec, run_runner
 from workloads.models import LENET5
 

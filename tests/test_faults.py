@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from zobench.cli import main
-from harness.store import Store
-from harness.transport import LocalTransport, TransportError
+from harness.stores.store import Store
+from harness.boards.transport import LocalTransport, TransportError
 from testkit.runners import REPO, TINY, processes_mentioning, until, zobench
 
 

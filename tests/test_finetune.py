@@ -5,8 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from harness import inventory, plan, stages, suites
-from harness.store import Store
+from harness.planning import inventory, plan, suites
+from harness.execution import stages
+from harness.stores.store import Store
 from harness.errors import UserError
 from testkit.runners import cli
 

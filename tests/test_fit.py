@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from harness import fit
-from harness.store import Store
+from harness.search import fit
+from harness.stores.store import Store
 from workloads.models import ladder
 
 from testkit.runners import cli

@@ -2,8 +2,8 @@
 lines as their documentation gives them, and null with the reason where nothing is there."""
 import pytest
 
-from harness import compare
-from harness.measurements import Measurement, fingerprint
+from harness.analysis import compare
+from harness.stores.measurements import Measurement, fingerprint
 from workloads import gpuinfo
 
 # What NVML returns on an H100 SXM (nvidia-ml-py: bytes or str for strings, mW for power)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from harness import schema
+from harness.stores import schema
 from workloads import int8
 from workloads.models import LENET5
 

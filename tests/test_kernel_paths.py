@@ -1,5 +1,5 @@
 """Each kernel path of the C++ binary against the torch runner. Every x86 CPU name this machine
-runs (harness/cpu.py; a name it cannot run is skipped) is built, names its kernels in
+runs (harness/planning/cpu.py; a name it cannot run is skipped) is built, names its kernels in
 env.kernels, trains FP32 step for step with torch and INT8 bit for bit with the reference:
 LeNet-5 (the convolution tiles, pooled as they are made where no activation before the pool is
 kept, unpooled for BP with the input gradient's signed tile; the FC dot products over a batch
@@ -11,7 +11,7 @@ import platform
 
 import pytest
 
-from harness.artifacts import raw_idx
+from harness.preparation.artifacts import raw_idx
 from workloads.models import POINTNET
 
 from testkit.agreement import assert_same_fp32_steps, assert_same_int8_run

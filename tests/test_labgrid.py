@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.store import Store
+from harness.stores.store import Store
 from testkit.runners import REPO, TINY, held_python, until
 from testkit.sshd import free_port
 from testkit.tools import require

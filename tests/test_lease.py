@@ -18,9 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from harness import inventory, machine_load
+from harness.planning import inventory
+from harness.stores import machine_load
 from harness.errors import UserError
-from harness.store import Store
+from harness.stores.store import Store
 from testkit.runners import REPO, TINY, held_python, processes_mentioning, until
 from testkit.sshd import board_toml
 

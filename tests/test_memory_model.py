@@ -13,7 +13,7 @@ from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
-from harness.memory_model import TRANSFORMER_PARTS, breakdown, layer_outputs
+from harness.search.memory_model import TRANSFORMER_PARTS, breakdown, layer_outputs
 from workloads import methods, zrng
 from workloads.clock import NullClock
 from workloads.models import LENET5, MODELS, POINTNET, Transformer
@@ -174,7 +174,7 @@ def test_tiny_gpt2_by_hand():
 
 def test_tiny_gpt2_peaks_by_hand():
     """The peak is the weights, optimizer state and inputs, there all along, and the most one
-    moment of the step holds (harness/memory_model.py, peak_moments)."""
+    moment of the step holds (harness/search/memory_model.py, peak_moments)."""
     B = 2
     N, O = B * T, B * T * V
     block_params = 2 * D + (3 * D * D + 3 * D) + (D * D + D) + 2 * D + (F * D + F) + (D * F + D)

@@ -4,9 +4,10 @@ import numpy as np
 import pytest
 import torch
 
-from harness.artifacts import onnx_graph
-from harness.memory_model import layer_outputs
-from workloads import datasets, int8, methods, models, onnx_export, support, zrng
+from harness.preparation.artifacts import onnx_graph
+from harness.search.memory_model import layer_outputs
+from workloads import datasets, int8, methods, models, support, zrng
+from harness.preparation import onnx_export
 from workloads.clock import PhaseClock
 from workloads.models import LENET5, MODELS, POINTNET, Layer, Model, ModelError
 from workloads.spec import JobSpec

@@ -7,9 +7,9 @@ import numpy as np
 import onnx
 import pytest
 
-from harness.artifacts import onnx_graph
-from harness.store import Store
-from workloads import onnx_export
+from harness.preparation.artifacts import onnx_graph
+from harness.stores.store import Store
+from harness.preparation import onnx_export
 from workloads.models import LENET5
 from workloads.spec import JobSpec
 

@@ -10,9 +10,10 @@ import onnxruntime as ort
 import pytest
 import torch
 
-from harness.artifacts import onnx_graph
-from harness.store import Store
-from workloads import methods, onnx_export
+from harness.preparation.artifacts import onnx_graph
+from harness.stores.store import Store
+from workloads import methods
+from harness.preparation import onnx_export
 from workloads.clock import NullClock
 from workloads.models import MODELS, Transformer
 from workloads.ort_runner import OrtEngine
@@ -144,7 +145,7 @@ def test_the_graph_is_deterministic_named_by_its_hash_and_takes_the_zo_part(tmp_
     assert again.name == path.name and again.read_bytes() == path.read_bytes()
     assert onnx_export.file_name(GPT2, GPT2.units)[0] != path.name
     # and in another process, llama's float64 rotary constants included
-    code = ("from workloads import models, onnx_export; "
+    code = ("from workloads import models; from harness.preparation import onnx_export; "
             f"print(onnx_export.file_name(models.from_dict({LLAMA.to_dict()!r}), {LLAMA.units})[0])")
     p = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert p.stdout.strip() == onnx_export.file_name(LLAMA, LLAMA.units)[0], p.stderr

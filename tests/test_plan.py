@@ -3,7 +3,8 @@ import re
 
 import pytest
 
-from harness import inventory, measurements, plan, suites
+from harness.planning import inventory, plan, suites
+from harness.stores import measurements
 from harness.errors import UserError
 from workloads.models import LENET5
 from workloads.spec import JobSpec, SpecError

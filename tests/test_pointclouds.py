@@ -1,6 +1,6 @@
 """Point-cloud data: ModelNet40's two releases read through the real loaders into the cache's
-IDX files, the synthetic stand-in, and what a runner reads back (workloads/pointclouds.py,
-workloads/datasets.py, harness/artifacts.py)."""
+IDX files, the synthetic stand-in, and what a runner reads back (harness/preparation/pointclouds.py,
+workloads/datasets.py, harness/preparation/artifacts.py)."""
 import struct
 import tracemalloc
 from pathlib import Path
@@ -10,10 +10,12 @@ import h5py
 import numpy as np
 import pytest
 
-from harness import artifacts, plan
-from harness.bundle import bundle_files
+from harness.preparation import artifacts
+from harness.planning import plan
+from harness.preparation.bundle import bundle_files
 from harness.errors import UserError
-from workloads import datasets, pointclouds
+from workloads import datasets
+from harness.preparation import pointclouds
 from workloads.datasets import DatasetError
 from workloads.spec import Hyper, Workload
 

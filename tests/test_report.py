@@ -5,8 +5,8 @@ import re
 import pytest
 
 from zobench.cli import main
-from harness import memory_model
-from harness.store import Store
+from harness.search import memory_model
+from harness.stores.store import Store
 from reports import build
 from reports.report import CHARTS
 from workloads.vocab import PAPER_CONFIGS

@@ -3,8 +3,8 @@ against the results and the memory model, and the fit table against the probes."
 import pytest
 
 from zobench.cli import main
-from harness import memory_model
-from harness.store import Store
+from harness.search import memory_model
+from harness.stores.store import Store
 from reports import build, report as rep, transformers
 from workloads.models import MODELS
 

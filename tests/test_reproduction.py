@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.store import Store
+from harness.stores.store import Store
 from reports import paper
 
 from testkit.runners import cli

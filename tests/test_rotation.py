@@ -6,11 +6,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from harness import artifacts, bundle, plan, suites
+from harness.preparation import artifacts, bundle
+from harness.planning import plan, suites
 from harness.errors import UserError
-from harness.inventory import Target
-from harness.runs import Job
-from harness.transport import LocalTransport
+from harness.planning.inventory import Target
+from harness.planning.runs import Job
+from harness.boards.transport import LocalTransport
 from workloads import datasets
 from workloads.spec import JobSpec
 
@@ -125,7 +126,7 @@ def test_a_runner_refuses_images_turned_by_another_angle(mnist, request, tmp_pat
     for i, (folder, rotate, error) in enumerate(cases):
         r = run_runner(rotated_spec(folder, rotate, steps=2), tmp_path / str(i), command)
         assert r["status"] == "failed" and r["steps"] == 0
-        assert f"dataset 'mnist': {error}; the harness makes the rotated files (harness/artifacts.py " \
+        assert f"dataset 'mnist': {error}; the harness makes the rotated files (harness/preparation/artifacts.py " \
                "rotated_idx)" in r["error"]
     # a whole turn needs no rotation file
     assert run_runner(rotated_spec(raw.dir, 360.0, steps=2), tmp_path / "whole", command, check=True)["steps"] == 2

@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from harness import schema
+from harness.stores import schema
 from workloads import datasets
 from workloads.models import LENET5
 

@@ -8,7 +8,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from harness.store import Store
+from harness.stores.store import Store
 from testkit.runners import TINY, processes_mentioning, start
 from testkit.sshd import board_toml
 

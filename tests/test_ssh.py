@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from harness import schema
+from harness.stores import schema
 from zobench.cli import main
-from harness.store import Store
+from harness.stores.store import Store
 
 from testkit.runners import zobench
 from testkit.sshd import board_toml, free_port, keygen

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from zobench.cli import main
-from harness.store import Store
+from harness.stores.store import Store
 from testkit.runners import TORCH_RUNNER, cli, job_spec, run_runner, zobench
 
 # Two jobs: lr_zo=1e30 makes full-zo diverge (its losses NaN) and leaves full-bp (lr_bp) alone.
@@ -212,7 +212,7 @@ def test_a_diverged_loss_is_null_with_its_reason_in_strict_json(made, run):
     zo = strict((made / "runs" / run_id / f"{ZO}.json").read_text())
     assert zo["status"] == "ok" and zo["epochs"][0]["train_loss"] is None
     assert {"epochs[0].train_loss: nan", "epochs[0].test_loss: nan"} <= set(zo["nonfinite"])
-    assert "nonfinite" not in strict((made / "runs" / run_id / f"{BP}.json").read_text())
+    assert strict((made / "runs" / run_id / f"{BP}.json").read_text())["nonfinite"] == []
     for path in (made / "runs" / run_id).rglob("*.json"):     # run.json, probes, results, specs
         strict(path.read_text())
     events = [strict(line) for line in (made / "runs" / run_id / "work" / ZO / "stdout.log").read_text().splitlines()]
@@ -261,3 +261,48 @@ def test_a_run_id_that_is_not_one_never_reaches_the_filesystem(bad, run, tmp_pat
     p = cli(capsys, "compare", "--results", root, bad, run_id)
     assert p.returncode == 2 and f"unknown run {bad!r}" in p.stderr and "Traceback" not in p.stderr
     assert not (tmp_path / "outside" / "report").exists()
+
+
+def as_version_1(r: dict) -> dict:
+    """r as a zobench before result versions wrote it: schema 1, without the records added since
+    (warm-up, energy, start_eval, load, lease, validity, convergence, an empty nonfinite, the GPU's
+    memory figures, an epoch's joules) and without spec fields added since (zo_loss, optimizer,
+    warmup)."""
+    old = {k: v for k, v in r.items() if k not in ("warmup", "energy", "start_eval", "load", "lease", "validity",
+                                                    "convergence") and not (k == "nonfinite" and not v)}
+    job = {k: v for k, v in r["job"].items() if k not in ("zo_loss", "eval_start", "init_sha256")}
+    job["hyper"] = {k: v for k, v in job["hyper"].items() if k not in ("optimizer", "warmup_steps", "adam_beta1")}
+    job["workload"] = {k: v for k, v in job["workload"].items() if k not in ("rotate", "validation")}
+    return {**old, "schema": 1, "job": job, "memory": {k: v for k, v in r["memory"].items() if not k.startswith("device_")},
+            "epochs": [{k: v for k, v in e.items() if k != "joules"} for e in r["epochs"]]}
+
+
+def test_a_version_1_result_reads_as_this_versions_shape_under_its_old_key(run, capsys):
+    """Every reader sees one shape: a result written before the records and spec fields added
+    since is read with them (null where not measured, the spec's defaults), under the job key it
+    always had, and the commands that read it give the same rows."""
+    from harness.stores import measurements, schema
+    root, run_id, folder = run
+    store = Store(root)
+    before = {r["job"]["job_id"]: r for r in store.results(run_id)}
+    rows = cli(capsys, "results", "--results", root, "--run", run_id, "--format", "json").stdout
+    for job_id, r in before.items():
+        (folder / f"{job_id}.json").write_text(json.dumps(as_version_1(r)))
+    after = {r["job"]["job_id"]: r for r in store.results(run_id)}
+    assert set(after) == set(before)
+    for job_id, r in after.items():
+        assert r["schema"] == schema.VERSION and schema.problems(r) == []
+        assert set(r) >= set(before[job_id]) and r["job"] == before[job_id]["job"]
+        assert r["energy"]["unavailable"] == schema.NO_ENERGY and r["warmup"] is None and r["validity"] is None
+        assert r["convergence"] == before[job_id]["convergence"]        # judged from the same epochs
+        assert measurements.job_key(r["job"]) == measurements.job_key(before[job_id]["job"])
+    assert cli(capsys, "results", "--results", root, "--run", run_id, "--format", "json").stdout == rows
+
+
+def test_a_result_of_a_newer_version_is_refused_naming_the_upgrade(run):
+    root, run_id, folder = run
+    f = folder / f"{BP}.json"
+    f.write_text(json.dumps({**json.loads(f.read_text()), "schema": 99}))
+    from harness.stores import schema
+    assert "schema 99 is not one this zobench reads (1 to 2): upgrade zobench" in schema.problems(json.loads(f.read_text()))
+    assert [r["job"]["job_id"] for r in Store(root).results(run_id)] == [ZO]

@@ -1,6 +1,6 @@
 """The text data sets (Debian's fortune cookies): tokenised once on the host, deterministically,
 into files a numpy-only runner reads; language-modelling and topic batches; the plan's refusals
-(workloads/text.py, workloads/datasets.py, harness/artifacts.py)."""
+(harness/preparation/text.py, workloads/datasets.py, harness/preparation/artifacts.py)."""
 import json
 import shutil
 import subprocess
@@ -11,10 +11,12 @@ import numpy as np
 import pytest
 from tokenizers import Tokenizer
 
-from harness import artifacts, inventory, plan, suites
-from harness.bundle import bundle_files
+from harness.preparation import artifacts
+from harness.planning import inventory, plan, suites
+from harness.preparation.bundle import bundle_files
 from harness.errors import UserError
-from workloads import datasets, text
+from workloads import datasets
+from harness.preparation import text
 from workloads.spec import Hyper, Workload
 
 from testkit.tools import require
@@ -50,7 +52,7 @@ def test_made_once_into_a_folder_named_by_its_sources_and_the_same_bytes_every_t
         "t10k-entries-idx2-int", "t10k-labels-idx1-ubyte", "tokenizer.json", "manifest.json"))
     monkeypatch.setattr(text, "tokenise", lambda sources: pytest.fail("tokenised again"))
     assert artifacts.raw_idx("fortunes", "") == again                   # made once
-    monkeypatch.setattr(artifacts, "TEXT_CODE", artifacts.Path(text.__file__).with_name("zrng.py"))
+    monkeypatch.setattr(artifacts, "TEXT_CODE", artifacts.Path(text.__file__).with_name("pointclouds.py"))
     with pytest.raises(pytest.fail.Exception, match="tokenised again"):  # other code: another folder
         artifacts.raw_idx("fortunes", "")
 

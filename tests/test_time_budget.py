@@ -2,7 +2,7 @@
 records the epoch it was in with the steps it made, and starts no other."""
 import pytest
 
-from harness.artifacts import onnx_graph
+from harness.preparation.artifacts import onnx_graph
 from workloads.models import LENET5
 
 from testkit.runners import ORT_RUNNER, TORCH_RUNNER, job_spec, run_runner

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from harness import schema
+from harness.stores import schema
 
 from testkit.runners import zobench
 

@@ -8,9 +8,11 @@ import tomllib
 import numpy as np
 import pytest
 
-from harness import artifacts, inventory, plan, suites, tune
+from harness.preparation import artifacts
+from harness.planning import inventory, plan, suites
+from harness.search import tune
 from harness.errors import UserError
-from harness.transport import Stop
+from harness.boards.transport import Stop
 from workloads import datasets, zrng
 from workloads.models import LENET5
 from workloads.spec import Hyper
@@ -75,7 +77,7 @@ def test_scoped_hyperparameters_resolve_most_specific_last_and_name_the_key(tmp_
     # --set over every table
     assert _jobs(tmp_path, overrides={"lr_zo": 5e-4})["local.torch.full-zo.fp32.r0"]["lr_zo"] == 5e-4
     # the job key carries what each job used, so two learning rates are never pooled
-    from harness.measurements import job_key
+    from harness.stores.measurements import job_key
     keys = {job_key({"method": "full-zo", "hyper": h[j]})[0] for j in ("local.cpp.full-zo.fp32.r0",
                                                                        "local.cpp.elastic-zo-k1.fp32.r0")}
     assert any("lr_zo=0.0001" in k for k in keys) and len(keys) == 2
@@ -264,7 +266,7 @@ def test_tune_runs_trials_as_jobs_and_prints_lines_a_suite_reads(tmp_path, capsy
     lines = r.stdout.strip().splitlines()
     assert lines[0].startswith("# zobench tune run ") and lines[1] == "[hyper.full-zo.fp32]"
     chosen = tomllib.loads("\n".join(lines[1:]))["hyper"]["full-zo"]["fp32"]["lr_zo"]
-    from harness.store import Store
+    from harness.stores.store import Store
     store = Store(results)
     run_id = lines[0].split()[4].rstrip(":")
     study = store.run_plan(run_id)["tune"]

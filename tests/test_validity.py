@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from harness import validity
-from harness.store import Store
+from harness.stores import validity
+from harness.stores.store import Store
 from testkit.compare_runs import thermal_sample
 from testkit.runners import REPO, TINY, held_python, until
 

@@ -2,7 +2,7 @@
 weights it would have started from without it (the C++ binary's are in test_cpp.py)."""
 import pytest
 
-from harness.artifacts import onnx_graph
+from harness.preparation.artifacts import onnx_graph
 from testkit.runners import ORT_RUNNER, TORCH_RUNNER, job_spec, run_runner
 from workloads import vocab
 from workloads.models import LENET5

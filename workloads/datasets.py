@@ -7,11 +7,11 @@ not by the dataset. Pixels become float32 through a 256-entry table computed in
 float64, which is bit-identical in every runtime.
 
 Point clouds (ModelNet40 and its synthetic stand-in) reach a runner only as the IDX files the
-host made from them (harness/artifacts.py, workloads/pointclouds.py): a board needs numpy and
+host made from them (harness/preparation/artifacts.py, harness/preparation/pointclouds.py): a board needs numpy and
 nothing else, and reads only the clouds and points a job uses (a Pi Zero 2 has 512 MB).
 
 The text sets (Debian's fortune cookies) reach a runner the same way: the host trains the BPE
-tokenizer and writes each split's token ids (workloads/text.py, harness/artifacts.py), and a
+tokenizer and writes each split's token ids (harness/preparation/text.py, harness/preparation/artifacts.py), and a
 runner reads only the tokens its samples span. `fortunes` is language modelling over a split's
 token stream, `fortunes-topics` the topic (the fortune file) of each entry (docs/datasets.md).
 """
@@ -44,9 +44,9 @@ STORED_POINTS = 1024
 TEXT_SETS = ("fortunes", "fortunes-topics")
 TEXT_FOLDER = "fortunes"
 DATASETS = (*NORMALISATION, *POINT_SETS, *TEXT_SETS)
-POINTS_MADE = ("the host makes a point set's IDX files (harness/artifacts.py raw_idx) and gives a job "
+POINTS_MADE = ("the host makes a point set's IDX files (harness/preparation/artifacts.py raw_idx) and gives a job "
                "their folder as its data_dir")
-TEXT_MADE = ("the host makes the text sets' token files from Debian's fortunes package (harness/artifacts.py "
+TEXT_MADE = ("the host makes the text sets' token files from Debian's fortunes package (harness/preparation/artifacts.py "
              "raw_idx) and gives a job their folder as its data_dir")
 # a split's token files: the stream (each entry's ids, then the end-of-text id), each entry's
 # (first token, token count without end-of-text) in it, each entry's topic
@@ -57,14 +57,14 @@ MANIFEST, TOKENIZER = "manifest.json", "tokenizer.json"
 # A rotated data set's folder holds this file, the angle as text: a runner told to read rotated
 # images checks it, so a job pointed at an unrotated folder fails instead of training on it.
 ROTATION_FILE = "rotation"
-ROTATION_MADE = ("the harness makes the rotated files (harness/artifacts.py rotated_idx) and gives a job "
+ROTATION_MADE = ("the harness makes the rotated files (harness/preparation/artifacts.py rotated_idx) and gives a job "
                  "their folder as its data_dir")
 # A validation split's folder holds this file, how many training samples it holds out: its
 # train files are the rest of the training set, its test files the held-out samples (drawn with
 # zobench-z, zrng.holdout). A runner told to read a split checks it, so a job can never score
 # a tuning trial on the test set, nor a final run on a held-out part of the training set.
 VALIDATION_FILE = "validation"
-VALIDATION_MADE = ("the harness makes a validation split's files (harness/artifacts.py validation_idx) and "
+VALIDATION_MADE = ("the harness makes a validation split's files (harness/preparation/artifacts.py validation_idx) and "
                    "gives a job their folder as its data_dir")
 # IDX type byte -> element type (IDX is big-endian)
 IDX_TYPES = {0x08: np.dtype(">u1"), 0x0C: np.dtype(">i4"), 0x0D: np.dtype(">f4")}

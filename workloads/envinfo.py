@@ -31,7 +31,7 @@ def cpu_model(cpuinfo: str) -> str:
 
 
 def cpu_facts(cpuinfo: str) -> dict:
-    """What the host picks the binary's CPU from (harness/cpu.py): the feature flags every
+    """What the host picks the binary's CPU from (harness/planning/cpu.py): the feature flags every
     processor has (x86 "flags", Arm "Features") and, on Arm, each kind of core as
     "implementer:part" ("0x41:0xd0b"; a big.LITTLE board has two). Empty where cpuinfo says none."""
     flags, parts = None, set()

@@ -21,11 +21,11 @@ which the runner reports as oom). The launcher execs COMMAND in its own process,
 the pid, process group and exit status the harness sees are the command's.
 
 Its "launch" line (after the lease's lines) is the evidence the harness needs to tell an OOM
-kill from any other SIGKILL (harness/job.py): {"event": "launch", "pid": the command's pid, "monotonic": the
+kill from any other SIGKILL (harness/execution/job.py): {"event": "launch", "pid": the command's pid, "monotonic": the
 kernel's clock at launch (CLOCK_MONOTONIC, the clock of its log's timestamps)} plus, under a
 limit, "mem_limit" (bytes), "method" and the "cgroup" whose OOM counter the harness reads; with a
 lease, "lease" (its file, the seconds waited for it, whom for); and "load", the machine's CPU
-counters as harness/machine_load.py's PROBE prints them, read after the lease was taken, so the
+counters as harness/stores/machine_load.py's PROBE prints them, read after the lease was taken, so the
 other work measured beside a job never includes the job it waited for.
 """
 from __future__ import annotations
@@ -147,7 +147,7 @@ def take_lease(path: str, timeout: float, holder: dict) -> dict:
 
 
 def proc_load() -> str | None:
-    """The CPU counters harness/machine_load.py's PROBE reads, in its format; None off Linux."""
+    """The CPU counters harness/stores/machine_load.py's PROBE reads, in its format; None off Linux."""
     try:
         cpu = [line for line in Path("/proc/stat").read_text().splitlines() if line.startswith("cpu")]
         return "\n".join([Path("/proc/uptime").read_text().strip(), Path("/proc/loadavg").read_text().strip(),

@@ -549,7 +549,7 @@ def _llama(name, vocab, context, width, depth, heads, ffn):
 
 
 # The ladders zobench fit climbs. The small rungs use TEXT_VOCAB, the BPE vocabulary zobench
-# trains on its text data set (workloads/text.py), so they run here; the rest have the shapes
+# trains on its text data set (harness/preparation/text.py), so they run here; the rest have the shapes
 # of GPT-2 (Radford et al. 2019: 124M, 355M, 774M, 1.5B) and Llama 2 (7B, 13B) with their
 # vocabularies, for the memory model and for boards large enough to run them.
 TEXT_VOCAB = 4096

@@ -4,7 +4,7 @@ Forward-only ZO training for a CPU board that has onnxruntime and numpy and
 nothing else: this module imports neither torch nor the harness (tested).
 
 - The parameters are one float32 numpy buffer in the models.py layout. The
-  exported graph (workloads/onnx_export.py, path in spec.onnx_model) takes the
+  exported graph (harness/preparation/onnx_export.py, path in spec.onnx_model) takes the
   ZO part's tensors as inputs; each is bound once through IOBinding to a view
   of that buffer, so perturbing or updating the buffer in place is all a step
   does to the weights -- nothing is copied into the session.
@@ -148,7 +148,7 @@ class OrtEngine(Engine):
         first = ort_front_layers(model, spec.method, spec.bp_layers)
         if not spec.onnx_model:
             raise SpecError("onnx_model: the ort runtime needs the exported graph of the model's ZO front "
-                            "(the harness writes it with workloads/onnx_export.py)")
+                            "(the harness writes it with harness/preparation/onnx_export.py)")
         self.model = model
         self.transformer = model.kind == Transformer.kind
         self.flat = np.array(init, dtype=np.float32)

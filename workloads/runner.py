@@ -14,13 +14,13 @@ import os
 import resource
 import time
 import traceback
-from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
 
 from . import datasets, energy, envinfo, gpuinfo, memory, vocab, zrng
 from .jsonfile import write_atomic
+from .result import skeleton
 from .clock import EventClock, PhaseClock
 from .loop import TrainState, emit, evaluate_start, train, warm_up
 from .models import Transformer
@@ -88,12 +88,7 @@ def main(make_engine, packages: tuple[str, ...], argv=None) -> int:
     args = ap.parse_args(argv)
 
     wall0 = time.perf_counter()
-    result = {"schema": vocab.RESULT_SCHEMA, "job": None, "status": "failed", "error": None,
-              "started_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-              "wall_seconds": 0.0, "train_seconds": 0.0, "steps": 0, "phases": {}, "epochs": [], "start_eval": None,
-              "memory": {"peak_rss_bytes": 0, "baseline_rss_bytes": 0, "device_peak_bytes": None,
-                         "device_reserved_peak_bytes": None, "device_used_bytes": None},
-              "model": None, "env": {**envinfo.facts(*packages), "zrng": zrng.VERSION}}
+    result = skeleton(None, {**envinfo.facts(*packages), "zrng": zrng.VERSION})
     state, engine, clock, meter = TrainState(), None, None, None
     init_sha256, weights_file = None, None
     try:

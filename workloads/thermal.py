@@ -4,7 +4,7 @@ A Pi Zero 2 under sustained load reaches its soft temperature limit and caps its
 Jetson does the same. A repeat that ran throttled is slower for a reason that is not the code,
 so the launcher (workloads/launch.py) starts a sampler beside the runner that records these
 every SAMPLE_S seconds, and once more when the runner ends ("final"), as JSON lines in the job's folder;
-the harness judges them (harness/validity.py). Reading files and one `vcgencmd` call is cheap
+the harness judges them (harness/stores/validity.py). Reading files and one `vcgencmd` call is cheap
 enough for a Pi: the sampler sleeps between samples and is not in the job's memory cgroup.
 
 What a board cannot read is missing from a sample (no thermal zones in a VM, no `vcgencmd`

@@ -18,7 +18,7 @@ WARMUP_STEPS = {"cpu": 2, "cuda": 20}
 WEIGHTS_FILE = "weights.bin"
 STATUSES = ("ok", "failed", "timeout", "oom", "lost", "interrupted", "busy")
 # The version of the result every runner (the C++ binary too: tests/test_cpp.py) writes, and the
-# shape every reader sees: the store upgrades an older one once, on read (harness/schema.py
+# shape every reader sees: the store upgrades an older one once, on read (harness/stores/schema.py
 # upgrade; docs/results.md, "Versions").
 RESULT_SCHEMA = 2
 

@@ -15,15 +15,19 @@ from typing import Callable
 
 from workloads.spec import JobSpec, SpecError
 
-from harness import equal_memory, fit, inventory, paths, pgstore, plan, runs, stages, suites
-from harness.bundle import prepare
-from harness.compare import THRESHOLD
+from harness.search import equal_memory, fit
+from harness.planning import inventory, plan, runs, suites
+from harness import paths
+from harness.stores import pgstore
+from harness.execution import stages
+from harness.preparation.bundle import prepare
+from harness.analysis.compare import THRESHOLD
 from harness.errors import UserError
-from harness.progress import ProgressView
-from harness.runs import Job
-from harness.scheduler import execute
-from harness.store import Store
-from harness.transport import Stop
+from harness.execution.progress import ProgressView
+from harness.planning.runs import Job
+from harness.execution.scheduler import execute
+from harness.stores.store import Store
+from harness.boards.transport import Stop
 
 # the exit codes of a run: every job ok; a job not ok; the results not pushed or not stored
 OK, NOT_OK, UNSAVED = 0, 1, 2
@@ -97,7 +101,8 @@ def history_of(url: str | None, store: Store, run_ids: list[str], say: Callable[
     or when it cannot be reached (said: a report never fails for its history)."""
     if not url:
         return None
-    from harness import history, measurements
+    from harness.analysis import history
+    from harness.stores import measurements
 
     keys = sorted({measurements.job_key(r["job"])[0] for run_id in run_ids for r in store.results(run_id)})
     try:
@@ -216,7 +221,7 @@ def run(store: Store, req: Request, say: Callable[[str], None]) -> Outcome:
         say(f"run {run_id}: {stop.reason}: {len(results) - stopped} jobs ended, {stopped} interrupted, "
             f"{len(jobs) - len(results)} not started; finish it with: {resume}")
         return Outcome(run_id, 128 + caught[0])
-    if stop.is_set():       # the results could not be stored (harness/scheduler.py): what ran unstored runs again
+    if stop.is_set():       # the results could not be stored (harness/execution/scheduler.py): what ran unstored runs again
         say(f"run {run_id}: {stop.reason}; {len(results)} jobs stored, {len(jobs) - len(results)} not; "
             f"make room, then finish it with: {resume}")
         return Outcome(run_id, UNSAVED)

@@ -142,7 +142,7 @@ struct Idx {
     }
 };
 
-// The host turns a rotated data set's images (harness/artifacts.py rotated_idx) into a folder
+// The host turns a rotated data set's images (harness/preparation/artifacts.py rotated_idx) into a folder
 // whose `rotation` file names the angle: refuse a folder whose images are not turned by
 // workload.rotate, so a job pointed at the original files fails instead of training on them
 // (the rule of workloads/datasets.py check_rotation: no file, no rotation; whole turns are none).
@@ -161,11 +161,11 @@ static void check_rotation(const Spec& s, const std::string& dir) {
     throw SpecError("dataset '" + s.dataset + "': " + dir + " holds " +
                     (rotated(made) ? "images rotated by " + g(made) + " degrees" : "unrotated images (no rotation file)") +
                     ", but workload.rotate is " + g(s.rotate) +
-                    "; the harness makes the rotated files (harness/artifacts.py rotated_idx) and gives a job their "
+                    "; the harness makes the rotated files (harness/preparation/artifacts.py rotated_idx) and gives a job their "
                     "folder as its data_dir");
 }
 
-// The host splits a validation set off the training set (harness/artifacts.py validation_idx) into a
+// The host splits a validation set off the training set (harness/preparation/artifacts.py validation_idx) into a
 // folder whose `validation` file says how many samples it holds out: refuse any other folder, so a
 // tuning trial never scores on the test set (the rule of workloads/datasets.py check_validation).
 static void check_validation(const Spec& s, const std::string& dir) {
@@ -178,7 +178,7 @@ static void check_validation(const Spec& s, const std::string& dir) {
                     (made ? "a validation split of " + std::to_string(made) + " held-out samples"
                           : std::string("the training and test sets (no validation file)")) +
                     ", but workload.validation is " + std::to_string(s.validation) +
-                    "; the harness makes a validation split's files (harness/artifacts.py validation_idx) and "
+                    "; the harness makes a validation split's files (harness/preparation/artifacts.py validation_idx) and "
                     "gives a job their folder as its data_dir");
 }
 
@@ -559,11 +559,15 @@ int main(int argc, char** argv) {
         return 2;
     }
     const auto wall0 = Clock::now();
+    // workloads/result.py skeleton's fields, each present (tests/test_cpp.py holds the two equal)
     json result = {{"schema", 2},  // workloads/vocab.py RESULT_SCHEMA
-                   {"job", nullptr}, {"status", "failed"}, {"error", nullptr},
-                   {"started_at", utc_now()}, {"wall_seconds", 0.0}, {"train_seconds", 0.0}, {"steps", 0},
-                   {"phases", json::object()}, {"epochs", json::array()}, {"start_eval", nullptr},
-                   {"memory", {{"peak_rss_bytes", 0}, {"baseline_rss_bytes", 0}, {"device_peak_bytes", nullptr}}},
+                   {"job", nullptr}, {"status", "failed"}, {"error", nullptr}, {"started_at", utc_now()},
+                   {"wall_seconds", 0.0}, {"train_seconds", 0.0}, {"cpu_seconds", 0.0}, {"steps", 0},
+                   {"phases", json::object()}, {"epochs", json::array()},
+                   {"warmup", nullptr}, {"start_eval", nullptr}, {"nonfinite", json::array()},
+                   {"memory", {{"peak_rss_bytes", 0}, {"baseline_rss_bytes", 0}, {"loaded_rss_bytes", nullptr},
+                               {"buffers_bytes", nullptr}, {"device_peak_bytes", nullptr},
+                               {"device_reserved_peak_bytes", nullptr}, {"device_used_bytes", nullptr}}},
                    {"model", nullptr}, {"env", env_facts()},
                    {"energy", {{"source", nullptr}, {"joules", nullptr}, {"joules_per_step", nullptr},
                                {"avg_power_w", nullptr}, {"unavailable", "the C++ runner reads no power meter"}}}};

@@ -4,12 +4,12 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from harness import inventory
-from harness.artifacts import sha256
-from harness.build import build, cpu_choice
-from harness.probe import probe
-from harness.scheduler import transport_for
-from harness.transport import TransportError
+from harness.planning import inventory
+from harness.preparation.artifacts import sha256
+from harness.preparation.build import build, cpu_choice
+from harness.boards.probe import probe
+from harness.execution.scheduler import transport_for
+from harness.boards.transport import TransportError
 
 from . import options
 

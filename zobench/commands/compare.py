@@ -1,13 +1,13 @@
 """`zobench compare`: the regression gate between two runs, or a run and a shared store's
-baseline (harness/compare.py); its exit code is CI's verdict."""
+baseline (harness/analysis/compare.py); its exit code is CI's verdict."""
 from __future__ import annotations
 
 import sys
 
 from workloads.spec import Bounds
 
-from harness import pgstore
-from harness.compare import ESTIMATORS, EXIT_CODES, THRESHOLD
+from harness.stores import pgstore
+from harness.analysis.compare import ESTIMATORS, EXIT_CODES, THRESHOLD
 from harness.errors import UserError
 
 from . import options
@@ -40,7 +40,8 @@ def add(sub) -> None:
 
 
 def main(args) -> int:
-    from harness import compare, measurements
+    from harness.analysis import compare
+    from harness.stores import measurements
 
     if len(args.runs) != (1 if args.baseline_from else 2):
         raise UserError("compare: expected BASELINE CURRENT" if not args.baseline_from else

@@ -5,7 +5,7 @@ import sys
 from pathlib import Path
 
 from harness.errors import UserError
-from harness.store import Store
+from harness.stores.store import Store
 
 from . import options
 
@@ -21,7 +21,8 @@ def add(sub) -> None:
 
 
 def main(args) -> int:
-    from harness import export, measurements
+    from harness.analysis import export
+    from harness.stores import measurements
 
     store = Store(args.results)
     run_id = options.one_run(args, store)

@@ -1,5 +1,5 @@
 """`zobench fit`: the largest model, batch or context a method trains within a memory budget
-(harness/fit.py)."""
+(harness/search/fit.py)."""
 from __future__ import annotations
 
 import sys
@@ -7,8 +7,10 @@ from pathlib import Path
 
 from workloads.spec import Bounds, Hyper
 
-from harness import fit, inventory, pgstore, suites
-from harness.store import Store
+from harness.search import fit
+from harness.planning import inventory, suites
+from harness.stores import pgstore
+from harness.stores.store import Store
 
 from .. import running
 from . import options

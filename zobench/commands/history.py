@@ -1,5 +1,5 @@
 """`zobench history`: a key's step time, memory, energy and accuracy against commits, from the
-shared store, with the changes detected (harness/history.py)."""
+shared store, with the changes detected (harness/analysis/history.py)."""
 from __future__ import annotations
 
 import dataclasses
@@ -9,8 +9,8 @@ from pathlib import Path
 from workloads import jsonfile
 from workloads.spec import Bounds
 
-from harness import pgstore
-from harness.compare import ESTIMATORS, THRESHOLD
+from harness.stores import pgstore
+from harness.analysis.compare import ESTIMATORS, THRESHOLD
 from harness.errors import UserError
 
 from . import options
@@ -33,7 +33,7 @@ def add(sub) -> None:
 
 
 def main(args) -> int:
-    from harness import history
+    from harness.analysis import history
 
     with pgstore.SharedStore(pgstore.required(args.store, "history")) as shared:
         rows, facts = shared.history(args.keys, args.target, args.since, args.branch)

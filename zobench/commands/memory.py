@@ -1,4 +1,4 @@
-"""`zobench memory`: the analytic memory model's breakdown (harness/memory_model.py)."""
+"""`zobench memory`: the analytic memory model's breakdown (harness/search/memory_model.py)."""
 from __future__ import annotations
 
 from workloads import jsonfile, vocab
@@ -32,7 +32,7 @@ def add(sub) -> None:
 
 
 def main(args) -> int:
-    from harness import memory_model
+    from harness.search import memory_model
 
     rows = memory_model.asked(args.model, args.batch, args.precision, args.method, args.bp_layers, args.optimizer,
                               args.points, args.context or 0, args.checkpointing)

@@ -7,9 +7,10 @@ import argparse
 
 from workloads.spec import Bounds
 
-from harness import paths, pgstore
+from harness import paths
+from harness.stores import pgstore
 from harness.errors import UserError
-from harness.store import Store, results_dir
+from harness.stores.store import Store, results_dir
 
 
 class Parser(argparse.ArgumentParser):

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import sys
 
-from harness import pgstore
-from harness.store import Store
+from harness.stores import pgstore
+from harness.stores.store import Store
 
 from . import options
 

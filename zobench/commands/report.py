@@ -6,9 +6,9 @@ from pathlib import Path
 
 from workloads.spec import Bounds
 
-from harness import pgstore
+from harness.stores import pgstore
 from harness.errors import UserError
-from harness.store import Store
+from harness.stores.store import Store
 
 from .. import running
 from . import options

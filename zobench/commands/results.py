@@ -5,8 +5,8 @@ import sys
 
 from workloads import jsonfile
 
-from harness import validity
-from harness.store import Store, summary
+from harness.stores import validity
+from harness.stores.store import Store, summary
 
 from . import options
 
@@ -23,7 +23,7 @@ def add(sub) -> None:
 def main(args) -> int:
     import pandas as pd
 
-    from harness import convergence
+    from harness.stores import convergence
 
     store = Store(args.results)
     run_id = options.one_run(args, store)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from harness import suites
-from harness.store import Store
+from harness.planning import suites
+from harness.stores.store import Store
 
 from .. import running
 from . import options

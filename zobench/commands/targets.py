@@ -7,11 +7,11 @@ from pathlib import Path
 
 from workloads import jsonfile
 
-from harness import inventory
+from harness.planning import inventory
 from harness.errors import UserError
-from harness.probe import probe
-from harness.scheduler import reach, transport_for
-from harness.transport import Stop, TransportError
+from harness.boards.probe import probe
+from harness.execution.scheduler import reach, transport_for
+from harness.boards.transport import Stop, TransportError
 
 from . import options
 

@@ -1,4 +1,4 @@
-"""`zobench tune`: a search of a method's learning rates on a validation split (harness/tune.py)."""
+"""`zobench tune`: a search of a method's learning rates on a validation split (harness/search/tune.py)."""
 from __future__ import annotations
 
 import sys
@@ -7,9 +7,10 @@ from pathlib import Path
 from workloads import vocab
 from workloads.spec import Bounds, Hyper
 
-from harness import inventory, plan, suites, tune
+from harness.planning import inventory, plan, suites
+from harness.search import tune
 from harness.errors import UserError
-from harness.store import Store
+from harness.stores.store import Store
 
 from .. import running
 from . import options

@@ -1,0 +1,1 @@
+"""What results say: the regression gate, history and exports."""

@@ -1,0 +1,137 @@
+"""Executing a planned run: boards in parallel, one job at a time on each board
+(benchmarks must not share a board: within a run by this order, between runs by each board's
+lease, harness/boards/lease.py), every result stored as soon as it exists.
+
+Whatever goes wrong on one board -- an unreachable host, a probe or deploy that fails or
+raises, a harness bug in one job -- ends only that board's jobs (status failed, lost or
+timeout, with the reason in one line); the other boards run on. A Stop (a signal) starts
+no more jobs anywhere and kills the running ones (status interrupted); jobs that never
+started get no result, so --resume runs them."""
+from __future__ import annotations
+
+import traceback
+from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor, wait
+from contextlib import closing, nullcontext
+
+from harness.boards import lease
+from harness.execution import stages
+from harness.preparation.bundle import Prepared, open_site
+from harness.execution.job import reason, run_job
+from harness.planning.inventory import Target
+from harness.planning.runs import Job, failure
+from harness.boards.probe import probe
+from harness.execution.progress import ProgressView
+from harness.stores.store import Store
+from harness.boards.transport import POLL_S, LocalTransport, Stop, TransportError
+
+
+def transport_for(target: Target, stop: Stop | None = None):
+    if target.transport == "local":
+        return LocalTransport(stop)
+    from harness.boards.ssh import SshTransport   # paramiko and fabric take ~0.2 s to import: only a board pays it
+    return SshTransport(target, stop=stop)
+
+
+def reach(target: Target, stop: Stop, on_wait=None):
+    """The target to connect to for the block: a labgrid target's place reserved, acquired and
+    released around it (harness/boards/labgrid_place.py); any other, as it is."""
+    if not target.labgrid:
+        return nullcontext(target)
+    from harness.boards import labgrid_place      # labgrid is optional: only a labgrid target imports it
+
+    return labgrid_place.place(target, stop, on_wait)
+
+
+def execute(store: Store, run_id: str, jobs: list[Job], targets: dict[str, Target],
+            prepared: dict[str, Prepared], view: ProgressView, stop: Stop | None = None,
+            lease_timeout: float | None = None) -> list[dict]:
+    """Run jobs with what bundle.prepare made for their targets; returns their results in plan
+    order (a job that never started has none). Pretraining jobs and the jobs that start from
+    nothing run first; then the fine-tuning jobs, each from its pretraining job's weights. A job
+    waits for its board's lease up to lease_timeout seconds (None: its own timeout)."""
+    stop = stop or Stop()
+    terms = lease.Terms(run_id, lease_timeout)
+    results = {}
+
+    def finish(name: str, result: dict) -> None:
+        try:
+            store.add_result(run_id, result)
+        except OSError as e:    # a full disk, a folder gone read-only: nothing more can be kept, so nothing more runs
+            stop.request(f"cannot store results in {store.runs / run_id}: {e.strerror or e}")
+            return
+        results[result["job"]["job_id"]] = result
+        view.job_finished(name, result)
+
+    first, then = stages.split(jobs)
+    _wave(store, run_id, first, targets, prepared, view, stop, results, finish, terms)
+    if then and not stop.is_set():
+        ready, failed = stages.link(store, run_id, then)
+        for r in failed:
+            finish(r["job"]["target"], r)
+        prepared = {name: p.with_pretrained([j for j in ready if j.target == name]) for name, p in prepared.items()}
+        _wave(store, run_id, ready, targets, prepared, view, stop, results, finish, terms)
+    return [results[j.job_id] for j in jobs if j.job_id in results]
+
+
+def _wave(store: Store, run_id: str, jobs: list[Job], targets: dict[str, Target], prepared: dict[str, Prepared],
+          view: ProgressView, stop: Stop, results: dict, finish, terms: lease.Terms) -> None:
+    """Boards in parallel, each running its jobs of this wave in turn."""
+    by_target = defaultdict(list)
+    for job in jobs:
+        by_target[job.target].append(job)
+
+    def run_board(name: str) -> None:
+        target, todo, prep = targets[name], by_target[name], prepared[name]
+        if not todo or stop.is_set():
+            return
+        with reach(target, stop, lambda line: view.waiting(name, line)) as target, \
+                closing(transport_for(target, stop)) as transport:     # closed however the board ends
+            facts = probe(transport, target)
+            store.save_probe(run_id, name, facts)
+            # the binary for the CPU the probe found (built once a run per CPU, whichever board asks first)
+            binary = prep.binary(target, facts, stop) if prep.binaries else None
+            if stop.is_set():       # stopped while it built (Ctrl-C ends the compiler too): --resume runs its jobs
+                return
+            if binary and binary.error:     # no binary: its cpp jobs say why, the others still run
+                for job in todo:
+                    if job.spec["runtime"] == "cpp":
+                        finish(name, failure(job, "failed", binary.error))
+                todo, binary = [j for j in todo if j.spec["runtime"] != "cpp"], None
+                if not todo:
+                    return
+            site = open_site(target, transport, prep, binary, store.runs / run_id / "work", run_id)
+            for job in todo:
+                if stop.is_set():
+                    return
+                view.job_started(name, job.job_id)
+                try:
+                    result = run_job(job, target, site, store.work_dir(run_id, job.job_id),
+                                     on_event=lambda ev: view.event(name, ev), terms=terms)
+                except TransportError as e:
+                    result = failure(job, "lost", reason(e))
+                except OSError as e:    # this machine's files (a full disk): said once, by finish(), below
+                    result = failure(job, "failed", f"on this machine: {e.strerror or e}: {e.filename or ''}")
+                except Exception as e:  # a harness bug in one job: the board's next jobs still run
+                    traceback.print_exc()
+                    result = failure(job, "failed", f"harness error: {reason(e)}")
+                result["env"]["probe"] = facts
+                finish(name, result)
+
+    def board(name: str) -> None:
+        try:
+            run_board(name)
+        except Exception as e:  # the board is unusable (probe, deploy, ...): its jobs say why, the others run on
+            why = reason(e)
+            for job in by_target[name]:
+                if job.job_id not in results and not stop.is_set():
+                    finish(name, failure(job, "failed", why))
+
+    with ThreadPoolExecutor(max_workers=len(by_target) or 1) as pool:
+        futures = [pool.submit(board, name) for name in by_target]
+        # in short waits: Python runs a signal handler only when the main thread runs bytecode, and
+        # a signal the kernel gave to a board's thread does not wake a main thread blocked for good
+        while wait(futures, timeout=POLL_S).not_done:
+            pass
+        for f in futures:
+            f.result()

@@ -1,0 +1,1 @@
+"""What a run needs before a job starts, made once on the host: data sets (the host-only makers of point clouds, text and ONNX graphs among them), initial weights, the C++ binary for each CPU, the bundle a board receives and its deployment."""

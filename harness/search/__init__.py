@@ -1,0 +1,1 @@
+"""Sizing and searching: the memory model, fit, the equal-memory study and tune."""

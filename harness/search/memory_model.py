@@ -1,0 +1,394 @@
+"""Analytic memory models: the ElasticZO paper's for layer models (Eqs. 2-5 FP32, 13-15 INT8),
+and one built the same way for decoder-only transformers (FP32; docs/transformers.md).
+
+Every tensor size comes from the model description in workloads/models.py, never from typed-in
+numbers, so the model covers any architecture written there. As in the paper, every buffer is
+assumed allocated for the whole run (no lifetime-based reuse): the parts add up to an upper
+bound of the peak.
+
+Layer models. Activations are the outputs of every operation: each layer's own (conv2d,
+pointwise: one row per point, fc), its ReLU's and its pool's where the description has them
+(LeNet-5: 18,058 values per sample; PointNet on 1,024 points: 2,753,352). The parts are as follows.
+
+FP32 (4 bytes each):
+- parameters: all weights and biases.
+- activations: the activations, batch-sized.
+- gradients: one per BP-trained parameter.
+- errors: one per activation produced inside the BP part.
+- optimizer: 2 per BP-trained parameter with Adam (Eq. 5). SGD, and the in-place ZO update,
+  need none.
+
+INT8 (NITI: int8 tensors plus the int32 buffers they are requantized from; no biases):
+- parameters, activations, gradients and errors: as above, at 1 byte each.
+- scratch (int32): each layer's output accumulator, batch-sized. For every
+  BP-trained weight, its gradient accumulator. For every BP layer but the lowest, the
+  accumulator of the error passed to its input.
+
+This reproduces the paper's figures (Sec. 4's equations; checked in tests/test_memory_model.py). With
+B=32 and B=256: Full ZO 2.6 / 18.0 MiB, Full BP 5.2 / 36.1 MiB, and ElasticZO adds
+4.6 / 13.3 KiB (k=1) and 65.3 / 221.0 KiB (k=2). The INT8 ZO methods need 1.45-1.60x less
+memory than FP32 (paper: 1.46-1.60), and INT8 ElasticZO adds 0.26 / 0.052% (k=1) and
+4.1 / 1.4% (k=2) over INT8 Full ZO, as the paper's Sec. 5.2 states.
+
+Transformers. The paper's parts assume a graph that keeps every output; PyTorch's autograd keeps
+only what each op's backward reads, and a transformer's step also holds large tensors nobody
+keeps (attention scores, logits and their gradients), so these parts count the tensors of
+workloads/transformer_torch.py op by op (symbols in Sizes; 4 bytes a value):
+- parameters: every weight once (a tied LM head is the token embedding).
+- gradients: one per BP-trained parameter the task reads; a classifier never reads an untied
+  LM head, which so gets no .grad.
+- optimizer: Adam's 2 per BP-trained parameter, read or not: the engine allocates its moments
+  over the whole BP part.
+- activations: every tensor autograd keeps for backward (block_kept, head_kept), checked byte
+  for byte against autograd's own record in tests/test_memory_model.py. ElasticZO keeps both
+  perturbed passes' (methods.zo_step runs backward once, on their mean loss). With
+  checkpointing each BP block keeps only its input.
+- recompute: with checkpointing, the activations of the one block that backward re-makes at a
+  time, less its input, already kept.
+- working: the largest set of transient tensors alive at one moment of the step (moments), and
+  the chunk of z values the ZO part is perturbed by at a time (zrng.CHUNK, or all of a smaller
+  ZO part).
+- inputs: the token batch as the engine holds it (int64 tokens and targets) and the tables
+  every forward reads, built once per length: the causal mask, llama's rotary cos and sin.
+The parts' total bounds a step's memory; peak_bytes predicts it: the parameters, optimizer and
+inputs, there all along, plus the most the step holds at one of its moments (peak_moments),
+each counting what is alive then -- activations not yet freed, gradients already made.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+from workloads import vocab, zrng
+from workloads.models import MODELS, Model, ModelError, Transformer
+
+from harness.errors import UserError
+
+PARTS = ("parameters", "activations", "gradients", "errors", "optimizer", "scratch")
+TRANSFORMER_PARTS = ("parameters", "gradients", "optimizer", "activations", "recompute", "working", "inputs")
+FLOAT, TOKEN = 4, 8         # bytes of an FP32 value and of an int64 token id
+
+
+@dataclass
+class Breakdown:
+    method: str
+    bp_layers: int
+    precision: str
+    batch: int
+    optimizer: str
+    parts: dict
+    context: int | None = None          # transformers only: tokens a sequence
+    checkpointing: bool | None = None   # transformers only
+    # transformers only: the most the step holds at one moment (peak_moments), and the moment
+    peak_bytes: int | None = None
+    peak_at: str | None = None
+
+    @property
+    def total_bytes(self) -> int:
+        """The parts summed as if each were at its largest at once: an upper bound (the paper's)."""
+        return sum(self.parts.values())
+
+    def to_dict(self) -> dict:
+        return {**{k: v for k, v in asdict(self).items() if v is not None}, "total_bytes": self.total_bytes}
+
+
+def layer_outputs(model: Model) -> list[list[int]]:
+    """Per layer, the sizes (per sample) of the activations it produces, in order: its output
+    (conv2d [OC, H, W]; pointwise [N, O]; fc [O]), its ReLU's if it has one, its pool's if it
+    has one (max2x2 [OC, H/2, W/2]; global-max [O])."""
+    out = []
+    for layer, shapes in zip(model.layers, model.shapes):
+        o = math.prod(shapes.out)
+        out.append([o] + [o] * layer.relu + [math.prod(shapes.pooled)] * bool(layer.pool))
+    return out
+
+
+def breakdown(model: Model | Transformer, method: str, batch: int, precision: str = "fp32", bp_layers: int = 0,
+              optimizer: str = "sgd", context: int = 0, checkpointing: bool = False) -> Breakdown:
+    """The memory of one configuration; ValueError names what does not apply to the model.
+    context: a transformer's tokens a sequence (0: its own context)."""
+    if model.kind == Transformer.kind:
+        return _transformer(model, method, batch, precision, bp_layers, optimizer, context, checkpointing)
+    if context or checkpointing:
+        raise ValueError(f"{'context' if context else 'checkpointing'}: only a transformer takes it; "
+                         f"{model.name} is not one")
+    first = model.first_bp_layer(method, bp_layers)
+    outs = layer_outputs(model)
+    weights = [math.prod(l.weight_shape) for l in model.layers]
+    biases = [l.weight_shape[0] for l in model.layers]
+    acts = batch * sum(sum(o) for o in outs)
+    bp_acts = batch * sum(sum(o) for o in outs[first:])
+    if precision == "fp32":
+        params = [w + b for w, b in zip(weights, biases)]
+        bp_params = sum(params[first:])
+        parts = {"parameters": 4 * sum(params), "activations": 4 * acts, "gradients": 4 * bp_params,
+                 "errors": 4 * bp_acts, "optimizer": 4 * 2 * bp_params if optimizer == "adam" else 0,
+                 "scratch": 0}
+    elif precision == "int8":
+        bp_weights = sum(weights[first:])
+        layer_acc = batch * sum(o[0] for o in outs)               # each layer's int32 output accumulator
+        error_acc = batch * sum(math.prod(s.input) for s in model.shapes[first + 1:])
+        parts = {"parameters": sum(weights), "activations": acts, "gradients": bp_weights, "errors": bp_acts,
+                 "optimizer": 0, "scratch": 4 * (layer_acc + bp_weights + error_acc)}
+    else:
+        raise ValueError(f"precision must be fp32 or int8, not {precision!r}")
+    return Breakdown(method, bp_layers, precision, batch, optimizer, parts)
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """The symbols of the transformer model (docs/transformers.md): B sequences of T tokens, width
+    D, H heads, MLP width F, vocabulary V, C classes (0: a language model)."""
+    B: int
+    T: int
+    D: int
+    H: int
+    F: int
+    V: int
+    C: int
+    llama: bool
+
+    @classmethod
+    def of(cls, m: Transformer, batch: int, context: int) -> "Sizes":
+        return cls(batch, context, m.width, m.heads, m.ffn, m.vocab, m.classes, m.style == "llama")
+
+    @property
+    def N(self) -> int:
+        """Tokens in the batch: one row of every [B, T, .] activation."""
+        return self.B * self.T
+
+    @property
+    def S(self) -> int:
+        """Attention scores of one block, [B, H, T, T]: causal masking fills, never shrinks, them."""
+        return self.B * self.H * self.T ** 2
+
+    @property
+    def read(self) -> int:
+        """Positions the head reads: every one for next-token prediction, the last for a label."""
+        return self.B if self.C else self.N
+
+    @property
+    def out(self) -> int:
+        """O, the step's output: the logits [B, T, V], or the class logits [B, C]."""
+        return self.read * (self.C or self.V)
+
+
+def block_kept(z: Sizes, inner: bool) -> tuple[int, int]:
+    """Values autograd keeps for one BP-trained block: (its input's, the rest). inner: the input
+    needs a gradient, i.e. the unit before is BP-trained too.
+
+    gpt2, 8 N D + 2 N F + S + 4 N: each LayerNorm keeps its input, mean and rstd (the block input
+    x and x2 = x + attention: 2 N D + 4 N); each linear its input (ln1's and ln2's outputs, the
+    merged heads: 3 N D; GELU's output: N F); q k^T and p v keep their operands, copies matmul
+    makes of qkv's strided head views for q, k and v (3 N D), and p, softmax's output, which
+    softmax keeps anyway (S); GELU its input (N F). The masked fill keeps only the causal mask,
+    shared (inputs).
+    llama, 10 N D + 4 N F + S + 2 N when inner: RMSNorm, x * rsqrt(mean(x^2) + eps) * w, keeps x
+    and the rsqrt (N D + N) only when x needs a gradient (pow and the first product keep them for
+    it), x * rsqrt always (the product with w keeps it for w's): for x and x2, the latter always
+    needing a gradient. The linears as gpt2's, but the MLP's down reads SwiGLU's product (3 N D
+    + N F). RoPE keeps only cos and sin, shared (inputs), so q k^T keeps the rotated q and k as
+    they are, contiguous, and p v copies v (3 N D), and p (S). SwiGLU keeps the gate's output for
+    silu, silu's output and up's for their product (3 N F)."""
+    N, D, S, F = z.N, z.D, z.S, z.F
+    if not z.llama:
+        return N * D, 7 * N * D + 2 * N * F + S + 4 * N
+    return N * D * inner, 9 * N * D + 4 * N * F + S + N * (1 + inner)
+
+
+def head_kept(z: Sizes, inner: bool, weight_trains: bool) -> int:
+    """Values autograd keeps for the BP-trained head, on the n positions it reads (Sizes.read; a
+    classifier's last one is a copy, so that nothing keeps all of x): the final norm's, as in a
+    block; the output linear's input h (n D) when its weight trains, and otherwise, a tied LM
+    head under ElasticZO (the embedding ZO-trained), the copy of the embedding the engine
+    multiplies by, so that backward, run after the ZO update has moved the embedding, sees the
+    weights of its pass (V D); the loss's log-softmax output (O) and the total weight its mean
+    divides by (1)."""
+    n, D = z.read, z.D
+    norm = n * D + 2 * n if not z.llama else (n * D + n) * inner + n * D
+    return norm + (n * D if weight_trains else z.V * D) + z.out + 1
+
+
+def moments(z: Sizes, zo_blocks: bool, zo_head: bool, bp_blocks: bool, bp_head: bool) -> dict[str, int]:
+    """Transient values (neither kept for backward nor gradients) at the moments of a step that
+    can hold the most, by moment. Each counts O, the output a step holds: bp_step's through
+    backward, zo_step's first pass's through the second forward.
+    - zo-attention, a block run without autograd, at its scores: O + 2 S + 5 N D (llama 7 N D):
+      the score tensors an op reads and writes (the engine computes p in one expression, so no
+      [B, H, T, T] temporary outlives its reader); the block input (run holds it), ln1's output,
+      qkv (v is a view of it) and llama's rotated q and k.
+    - zo-mlp: O + 3 N D + 2 N F (llama 3 N F): x, x2 and ln2's output; gpt2's fc output and
+      GELU's, llama's silu output, up's and their product.
+    - zo-head: 2 O + 2 N D: its output beside the previous pass's, x and its norm.
+    - bp-attention, a BP block's forward (or its recompute) at its scores: O + 2 S + 3 N D: the
+      score tensors an op reads and writes before p, and qkv; the rest is kept for backward.
+    - bp-mlp, backward through the MLP: O + 2 N F (llama 3 N F): gpt2's gradients of GELU's
+      output and input, llama's of the product, of silu's output and of up's.
+    - bp-head, backward through the loss: 3 O: the gradients of the log-softmax and of O.
+    These moments hold kept activations and gradients too, counted in those parts."""
+    N, D, S, F, O = z.N, z.D, z.S, z.F, z.out
+    found = {}
+    if zo_blocks:
+        found["zo-attention"] = O + 2 * S + (5 + 2 * z.llama) * N * D
+        found["zo-mlp"] = O + 3 * N * D + (2 + z.llama) * N * F
+    if zo_head:
+        found["zo-head"] = 2 * O + 2 * N * D
+    if bp_blocks:
+        found["bp-attention"] = O + 2 * S + 3 * N * D
+        found["bp-mlp"] = O + (2 + z.llama) * N * F
+    if bp_head:
+        found["bp-head"] = 3 * O
+    return found
+
+
+def peak_moments(m: Transformer, z: Sizes, first: int, passes: int, activations: int, head: int,
+                 first_block: int, zo: dict[str, int], chunk: int, optimizer: str) -> dict[str, int]:
+    """Values alive, besides the parameters, optimizer state and inputs, at each moment of a step
+    that can hold its most (the engine's order: methods.bp_step, zo_step; torch's autograd frees
+    a saved tensor once its node has run, and makes a parameter's gradient when it reaches it).
+    activations: the activations part; head: the values the head keeps a pass; first_block: the
+    values the first BP block keeps (its input's included), or 0 without BP blocks; zo: the ZO
+    moments (moments()); chunk: the z values perturbed at a time.
+    - zo-pass: a ZO forward's largest moment; ElasticZO's second pass also holds the first's
+      kept activations.
+    - bp-forward: a BP block's forward at its scores (bp-attention less O, which no pass has
+      made yet), every activation but the head's kept, and the first pass's O under ElasticZO.
+    - loss-backward: the loss's backward, every activation still kept and no gradient made:
+      bp-head's 3 O. The measured peak of a language model's Full BP and ElasticZO step.
+    - block-backward: the first BP block's MLP backward, the last block backward reaches: O,
+      every gradient made but the block's own (its MLP output projection's made) and the
+      embeddings', the block's kept values (with checkpointing, recomputed), the gradient
+      flowing in (N D), and the MLP's gradients beyond the tensors they replace (gpt2 N F,
+      llama 2 N F).
+    - embedding-backward (Full BP): every gradient, O, the embedding output's gradient N D, and
+      the dense [V, D] gradient the embedding's backward makes with new_zeros and then
+      index_put, out of place: twice V D, of which a tied embedding's already made .grad is one
+      (it receives the LM head's) and an untied one's is the result.
+    - pass-gradients (ElasticZO): the two passes' gradients of a BP tensor meet in autograd's
+      input buffer, which adds them out of place: for the largest, both and their sum, beside
+      O and the other gradients.
+    - zo-update: the perturbation's chunk of z (chunk values), as the last perturbation
+      (restore and update) runs: O and, under ElasticZO, both passes' activations are alive.
+    - adam-update: Adam's three temporaries the size of the largest BP tensor (methods.
+      adam_update's expressions), beside O and every gradient."""
+    N, D, F, O, V = z.N, z.D, z.F, z.out, z.V
+    trained = [t for t in m.tensors() if t.unit >= first and not (m.classes and t.name == "lm_head.weight")]
+    grads = sum(t.size for t in trained)
+    found = {}
+    if zo:
+        found["zo-pass"] = activations * (passes - 1) // passes + max(zo.values())
+    if first_block:
+        found["bp-forward"] = activations - head + O * (passes - 1) + 2 * z.S + 3 * N * D
+        u = max(first, 1)
+        made = sum(t.size for t in trained if t.unit > u or (t.unit == u and t.name.startswith(
+            (f"h{u - 1}.mlp.proj", f"h{u - 1}.mlp.down"))) or (t.name == "wte" and m.tied and not m.classes))
+        found["block-backward"] = O + made + first_block + N * D + (1 + z.llama) * N * F
+    if head:
+        found["loss-backward"] = activations + 3 * O
+    if first == 0:
+        found["embedding-backward"] = grads + O + N * D + V * D * (1 + (m.tied and not m.classes))
+    largest = max((t.size for t in trained), default=0)
+    if passes == 2 and trained:
+        found["pass-gradients"] = O + grads + 2 * largest
+    if chunk:
+        found["zo-update"] = activations + O + chunk
+    if optimizer == "adam" and trained:
+        found["adam-update"] = grads + O + 3 * largest
+    return found
+
+
+def _transformer(m: Transformer, method: str, batch: int, precision: str, bp_layers: int, optimizer: str,
+                 context: int, checkpointing: bool) -> Breakdown:
+    if precision != "fp32":
+        raise ValueError(f"precision {precision}: transformers train in fp32 only")
+    T = context or m.context
+    if m.style == "gpt2" and T > m.context:
+        raise ValueError(f"context {T}: {m.name} has {m.context} learned positions")
+    if checkpointing and method == "full-zo":
+        raise ValueError("checkpointing: full-zo keeps no activations to checkpoint")
+    z = Sizes.of(m, batch, T)
+    first = m.first_bp_layer(method, bp_layers)         # first BP unit: 0 embeddings, 1..L blocks, L + 1 head
+    blocks = range(max(first, 1), m.depth + 1)          # the BP blocks' units; unit u is block u - 1
+    kept = [block_kept(z, u > first) for u in blocks]
+    # the output linear's weight trains unless it is the token embedding, ZO-trained
+    head = head_kept(z, first <= m.depth, bool(m.classes) or not m.tied or first == 0) if method != "full-zo" else 0
+    passes = 2 if method == "elastic-zo" else 1         # zo_step keeps both perturbed passes for backward
+    if checkpointing:
+        activations = passes * (len(blocks) * z.N * z.D + head)
+        recompute = max((rest for _, rest in kept), default=0)
+    else:
+        activations = passes * (sum(map(sum, kept)) + head)
+        recompute = 0
+    trained = [t for t in m.tensors() if t.unit >= first]
+    read = sum(t.size for t in trained if not (m.classes and t.name == "lm_head.weight"))
+    bp = sum(t.size for t in trained)
+    found = moments(z, first > 1, method == "full-zo", len(blocks) > 0, method != "full-zo")
+    peak = max(found.values())
+    chunk = min(zrng.CHUNK, m.params_total - bp)
+    tables = z.T ** 2 + (2 * z.T * m.head_dim * FLOAT if z.llama else 0)       # bool mask; cos, sin
+    parts = {"parameters": FLOAT * m.params_total, "gradients": FLOAT * read,
+             "optimizer": 2 * FLOAT * bp if optimizer == "adam" else 0,
+             "activations": FLOAT * activations, "recompute": FLOAT * recompute,
+             "working": FLOAT * (peak + chunk),
+             "inputs": TOKEN * (z.N + (z.B if z.C else z.N)) + tables}
+    zo = {k: v for k, v in found.items() if k.startswith("zo-")}
+    first_block = (z.N * z.D + recompute if checkpointing else sum(kept[0])) if kept else 0
+    at = peak_moments(m, z, first, passes, activations, head, first_block, zo, chunk, optimizer)
+    name = max(at, key=at.get)
+    resident = parts["parameters"] + parts["optimizer"] + parts["inputs"]
+    return Breakdown(method, bp_layers, precision, batch, optimizer, parts, T, checkpointing,
+                     resident + FLOAT * at[name], name)
+
+
+def asked(model_name: str, batch: int, precision: str, method: str | None, bp_layers: int | None,
+          optimizer: str, points: int | None, context: int, checkpointing: bool) -> list[Breakdown]:
+    """`zobench memory`'s breakdowns: the method asked for, or the paper's four (checkpointing then
+    applies to those with a BP part to checkpoint); a UserError names the option that cannot be."""
+    if bp_layers is not None and method != "elastic-zo":
+        raise UserError("memory --bp-layers: only with --method elastic-zo")
+    model = MODELS[model_name]
+    if points is not None:
+        if model.kind == Transformer.kind:
+            raise UserError(f"memory --points: {model.name} is a transformer; it takes --context")
+        try:
+            model = model.with_points(points)
+        except ModelError as e:
+            raise UserError(f"memory --points: {e}") from None
+    configs = [(method, bp_layers or (1 if method == "elastic-zo" else 0))] if method else list(vocab.PAPER_CONFIGS)
+    try:
+        return [breakdown(model, m, batch, precision, k, optimizer, context, checkpointing and (m != "full-zo" or method is not None))
+                for m, k in configs]
+    except ValueError as e:
+        raise UserError(f"memory: {e}") from None
+
+
+def human(n: float) -> str:
+    for unit, size in (("GiB", 2 ** 30), ("MiB", 2 ** 20), ("KiB", 2 ** 10)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n:.0f} B"
+
+
+def label(r: Breakdown) -> str:
+    """The paper's names for a layer model's configurations; a transformer's method key, since
+    its units are not the paper's classifier layers, and whether it checkpoints."""
+    if r.context is None:
+        return vocab.method_label(r.method, r.bp_layers)
+    return vocab.method_key(r.method, r.bp_layers) + (" +ckpt" if r.checkpointing else "")
+
+
+def table(rows: list[Breakdown]) -> str:
+    """One line per breakdown, a column per part of its kind (transformers': TRANSFORMER_PARTS,
+    their context, and the predicted peak beside the total that bounds it)."""
+    ctx = any(r.context is not None for r in rows)
+    parts = [p for p in dict.fromkeys(TRANSFORMER_PARTS + PARTS if ctx else PARTS + TRANSFORMER_PARTS)
+             if any(p in r.parts for r in rows)]
+    head = f"{'method':34} {'prec':5} {'batch':>5} " + (f"{'ctx':>6} " if ctx else "") + \
+        " ".join(f"{p:>12}" for p in parts) + f" {'total':>12}" + (f" {'peak':>12}" if ctx else "")
+    lines = [head]
+    for r in rows:
+        peak = f" {human(r.peak_bytes) if r.peak_bytes is not None else '':>12}" if ctx else ""
+        lines.append(f"{label(r):34} {r.precision:5} {r.batch:5d} " + (f"{r.context or '':>6} " if ctx else "") +
+                     " ".join(f"{human(r.parts.get(p, 0)):>12}" for p in parts) + f" {human(r.total_bytes):>12}" +
+                     peak)
+    return "\n".join(lines)

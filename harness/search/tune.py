@@ -1,0 +1,381 @@
+"""`zobench tune`: a method's learning rates (INT8: its perturbation scale) searched the way the
+ElasticZO paper tunes them (Sec. 5.1.1: "for each model and dataset, the initial learning rate
+is tuned"), scored on a validation split held out of the training set, never on the test set.
+
+Each trial is an ordinary job of one run in the store, trained on the rest of the training set
+and evaluated after every epoch on the held-out samples (workload.validation: the host splits
+the files once with zobench-z, so every runtime scores on the same samples). Optuna proposes the
+values (TPE, or a grid) and its pruner stops a trial whose validation accuracy falls behind the
+others' at the same epoch (median, or successive halving): the job is stopped like an
+interrupted one, and its epochs so far are kept in the study. A trial's score is its final
+epoch's validation accuracy: what the run being tuned reports, on data it never tested on; a
+trial whose loss diverged or was unstable ranks after every one that converged (rank). The
+study (each trial's values, validation accuracy and training loss per epoch, how it ended) is
+the run's run.json "tune" record, which the report charts.
+"""
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+import random
+from dataclasses import dataclass
+
+from workloads import datasets, vocab
+from workloads.spec import Hyper
+
+from harness.stores import convergence
+from harness.planning import plan, runs
+from harness.stores.measurements import shown_hyper, shown_value
+from harness.preparation.bundle import prepare
+from harness.errors import UserError
+from harness.planning.inventory import Target
+from harness.execution.progress import ProgressView
+from harness.execution.scheduler import execute
+from harness.stores.store import Store
+from harness.planning.suites import MethodChoice, Suite, scope_name
+from harness.boards.transport import Stop
+
+SAMPLERS = ("tpe", "grid")
+# a trial is pruned only up to this share of its epochs: past it, what is left costs little and its
+# last accuracy is the score itself (successive halving's rung at epoch 48 of 50 stopped Full ZO
+# INT8* trials two epochs before their end, ahead of the one that finished)
+LAST_PRUNED = 0.9
+PRUNERS = ("median", "halving", "none")
+# a training set's share held out by default: Fashion-MNIST's 60,000 keep 50,000 to train on and
+# score on 10,000, as many as its test set
+VALIDATION_SHARE = 1 / 6
+
+
+@dataclass(frozen=True)
+class Param:
+    """One hyperparameter searched over [low, high], on a log scale for a learning rate."""
+    name: str
+    low: float
+    high: float
+    log: bool = True
+
+    @property
+    def integer(self) -> bool:
+        return isinstance(getattr(Hyper, self.name), int)
+
+    @classmethod
+    def parse(cls, text: str) -> "Param":
+        """'lr_zo=1e-5:1e-2' (log scale), 'zo_scale=1:32:linear' -> a Param (UserError names it)."""
+        name, sep, rest = text.partition("=")
+        parts = rest.split(":")
+        where = f"--param {text!r}"
+        if not sep or len(parts) not in (2, 3) or (len(parts) == 3 and parts[2] not in ("log", "linear")):
+            raise UserError(f"{where}: expected NAME=LOW:HIGH[:log|linear], e.g. lr_zo=1e-5:1e-2")
+        if name not in Hyper.BOUNDS or name in NOT_TUNED or isinstance(getattr(Hyper, name, None), bool):
+            raise UserError(f"{where}: expected a numeric hyperparameter ({', '.join(TUNABLE)}), got {name!r}")
+        integer = isinstance(getattr(Hyper, name), int)
+        try:
+            low, high = (int(p) if integer else float(p) for p in parts[:2])
+        except ValueError:
+            raise UserError(f"{where}: expected {'integers' if integer else 'numbers'} LOW:HIGH") from None
+        for v in (low, high):
+            if (problem := Hyper.BOUNDS[name].problem(v)):
+                raise UserError(f"{where}: {problem}")
+        log = (parts[2] == "log") if len(parts) == 3 else not integer
+        if not low < high or (log and low <= 0):
+            raise UserError(f"{where}: expected LOW < HIGH" + (", both > 0 on a log scale" if log else ""))
+        return cls(name, low, high, log)
+
+    def __str__(self) -> str:
+        return f"{self.name}={self.low:g}:{self.high:g}:{'log' if self.log else 'linear'}"
+
+    def suggest(self, trial):
+        suggest = trial.suggest_int if self.integer else trial.suggest_float
+        return suggest(self.name, self.low, self.high, log=self.log)
+
+    def grid(self, points: int) -> list:
+        """points values from low to high (log-spaced on a log scale), integers rounded and unique."""
+        if points == 1:
+            return [self.low]
+        at = [(math.exp if self.log else float)(
+            (math.log(self.low) if self.log else self.low)
+            + i * ((math.log(self.high) - math.log(self.low)) if self.log else self.high - self.low) / (points - 1))
+            for i in range(points)]
+        return sorted({round(v) for v in at}) if self.integer else [float(f"{v:.3g}") for v in at]
+
+
+# what is never searched: sizes that change the work or the data, and test-only knobs
+NOT_TUNED = ("epochs", "batch_size", "train_samples", "test_samples", "trace_steps", "points", "context",
+             "max_train_seconds", "warmup_steps", "inject_slowdown")
+TUNABLE = tuple(k for k in Hyper.BOUNDS if k not in NOT_TUNED)
+
+
+# epochs a trial trains by default, at most the suite's own: a tenth of the paper's 100 for FP32,
+# where a rate that is too high shows within them (a loss rising from epoch 6); 50 for INT8, whose
+# sparsity and gradient bitwidth change at epochs 20 and 50 (int8.schedule): a 10-epoch trial never
+# sees either, and on Fashion-MNIST chose a Full ZO perturbation scale that ended 5.5 (INT8) and
+# 1.2 (INT8*) points below the one 50-epoch trials chose (docs/reproduction.md)
+TRIAL_EPOCHS = {"fp32": 10, "int8": 50}
+
+
+def default_epochs(suite: Suite, precision: str) -> int:
+    return min(TRIAL_EPOCHS[precision], suite.hyper.get("epochs", Hyper.epochs))
+
+
+def default_params(method: MethodChoice, precision: str) -> list[Param]:
+    """The paper's tuned knobs (Sec. 5.1.1): FP32's initial learning rates, of the ZO part and of
+    the BP part where the method has each; INT8's perturbation scale, where it has a ZO part
+    (its BP part learns at NITI's scheduled gradient bitwidth, which the paper does not tune)."""
+    zo, bp = method.method != "full-bp", method.method != "full-zo"
+    if precision == "int8":
+        return [Param("zo_scale", 1, 64, log=True)] if zo else []
+    return [*([Param("lr_zo", 1e-5, 1e-2)] if zo else []), *([Param("lr_bp", 1e-3, 0.5)] if bp else [])]
+
+
+@dataclass
+class Options:
+    method: MethodChoice
+    precision: str = "fp32"
+    zo_loss: str = "float"
+    runtime: str = "cpp"
+    dataset: str = ""           # "" = the suite's first data set
+    params: list = dataclasses.field(default_factory=list)
+    trials: int = 12
+    epochs: int = 10
+    validation: int = 0         # held-out samples; 0 = VALIDATION_SHARE of the training set
+    sampler: str = "tpe"
+    grid_points: int = 5
+    pruner: str = "median"
+    seed: int = 0               # the sampler's; the jobs keep the suite's seed
+    overrides: dict = dataclasses.field(default_factory=dict)
+    timeout_s: float | None = None
+
+
+@dataclass
+class Outcome:
+    run_id: str
+    record: dict                # run.json's "tune"; its "best" is None when no trial completed
+    interrupted: str = ""       # why the search stopped early ("" = it ran every trial)
+
+
+def trial_suite(suite: Suite, opts: Options, dataset: str, rotate: float) -> Suite:
+    """The in-memory suite of the trials: the method's job of the suite (its hyper as hyper_for
+    gives it, --set over it), at the tuning epochs, on the validation split of one data set."""
+    hyper = {**suite.hyper_for(opts.method, opts.precision, opts.zo_loss), **opts.overrides, "epochs": opts.epochs}
+    workload = {**{k: v for k, v in suite.workload.items() if k not in ("dataset", "rotate")},
+                "dataset": dataset, "rotate": rotate, "validation": opts.validation}
+    return dataclasses.replace(suite, methods=[opts.method], runtimes=[opts.runtime], precisions=[opts.precision],
+                               zo_losses=[opts.zo_loss], workload=workload, hyper=hyper, scoped={}, repeats=1,
+                               datasets=[], rotations=[], pretrain=None, equal_memory=None)
+
+
+def resolve(suite: Suite, opts: Options) -> tuple[str, float]:
+    """Check what the search needs before anything runs; the data set and angle it tunes on."""
+    if suite.pretrain is not None or suite.equal_memory is not None:
+        raise UserError(f"tune: suite {suite.name} starts its jobs from a pretraining stage or an equal-memory "
+                        "fit; tune its methods on a suite that trains them from scratch (e.g. paper-fmnist)")
+    if str(opts.method) not in [str(m) for m in suite.methods]:
+        raise UserError(f"tune --method {opts.method}: the suite has {', '.join(map(str, suite.methods))}")
+    if opts.precision not in suite.precisions:
+        raise UserError(f"tune --precision {opts.precision}: the suite trains {', '.join(suite.precisions)}")
+    if not opts.params:
+        raise UserError(f"tune: {opts.method} {opts.precision} has nothing the paper tunes (INT8 Full BP learns at "
+                        "NITI's scheduled bitwidth); name what to search with --param NAME=LOW:HIGH")
+    variants = suite.data_sets()     # the plan refuses a data set that is not split (text)
+    matching = [(d, r) for d, r in variants if d == (opts.dataset or d)]
+    if not matching:
+        raise UserError(f"tune --dataset {opts.dataset}: the suite learns "
+                        f"{', '.join(dict.fromkeys(d for d, _ in variants))}")
+    return matching[0]
+
+
+def default_validation(dataset: str, data_dir: str) -> int:
+    try:
+        n = datasets.split_size(dataset, "train", data_dir or None)
+    except datasets.DatasetError as e:
+        raise UserError(f"tune: {e}") from None
+    return max(1, round(n * VALIDATION_SHARE))
+
+
+def _study(opts: Options):
+    """TPE, seeded; or every point of the grid queued in an order drawn from the seed (Optuna's
+    GridSampler ends a study it runs outside study.optimize with an error, so the grid is queued)."""
+    import optuna
+    grid = opts.sampler == "grid"
+    sampler = optuna.samplers.RandomSampler(seed=opts.seed) if grid else \
+        optuna.samplers.TPESampler(seed=opts.seed, n_startup_trials=min(5, opts.trials))
+    study = optuna.create_study(direction="maximize", pruner=_pruner(opts), sampler=sampler)
+    if not grid:
+        return study
+    points = list(itertools.product(*(p.grid(opts.grid_points) for p in opts.params)))
+    random.Random(opts.seed).shuffle(points)
+    for point in points[:trials_of(opts)]:
+        study.enqueue_trial(dict(zip((p.name for p in opts.params), point)))
+    return study
+
+
+def _pruner(opts: Options):
+    """Median: a trial stops when its validation accuracy at an epoch is below the median of the
+    earlier trials' at that epoch, once 3 trials have reported and from a third of its epochs on.
+    Successive halving: from a third of the epochs, at rungs growing threefold, only the best
+    third of the trials that reached a rung go on. Never sooner: a ZO run's first epochs are
+    noisy, and the rate that ends best is not always ahead after one epoch (Fashion-MNIST's Full
+    ZO at 3e-4 trailed 1e-4 after its first)."""
+    import optuna
+    warmup = max(1, opts.epochs // 3)
+    return {"median": lambda: optuna.pruners.MedianPruner(n_startup_trials=3, n_warmup_steps=warmup),
+            "halving": lambda: optuna.pruners.SuccessiveHalvingPruner(min_resource=warmup, reduction_factor=3),
+            "none": lambda: optuna.pruners.NopPruner()}[opts.pruner]()
+
+
+def trials_of(opts: Options) -> int:
+    """A grid runs each of its points once, at most --trials of them."""
+    if opts.sampler != "grid":
+        return opts.trials
+    return min(opts.trials, math.prod(len(p.grid(opts.grid_points)) for p in opts.params))
+
+
+def toml_lines(run_id: str, record: dict) -> list[str]:
+    """The chosen values (record["best"]) as the suite's table of the method and precision, ready
+    to paste."""
+    best = record["best"]
+    precision = vocab.precision_key(record["precision"], record["zo_loss"], MethodChoice.parse(record["method"]).method)
+    lines = [f"# zobench tune run {run_id}: validation accuracy {best['score']:.4f} after "
+             f"{record['epochs']} epochs on {record['validation']} held-out samples of {record['dataset']}, "
+             f"{len(record['trials'])} trials ({sum(t['state'] == 'pruned' for t in record['trials'])} pruned)",
+             f"[hyper.{scope_name(record['method'])}.{precision}]"]
+    return lines + [f"{k} = {shown_value(v)}" for k, v in best["values"].items()]
+
+
+def search(opts: Options, train, stop: Stop | None = None, on_trial=lambda entry: None) -> list[dict]:
+    """The study: Optuna proposes each trial's values and its pruner judges it after every epoch.
+    train(record, report) runs the trial of record["values"] and returns its (status, flags,
+    error); it calls
+    report(epoch, validation accuracy, train loss) after each epoch, which answers True when the
+    pruner stops the trial there (never in the last tenth of its epochs: LAST_PRUNED). train may
+    add to the trial's record (its job id). Returns the trials' records, each as on_trial saw it
+    once it ended."""
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = _study(opts)
+    records = []
+    for n in range(trials_of(opts)):
+        if stop is not None and stop.is_set():
+            break
+        trial = study.ask()
+        entry = {"number": n, "values": {p.name: p.suggest(trial) for p in opts.params}, "state": "running",
+                 "validation_accuracy": [], "train_loss": [], "score": None}
+        records.append(entry)
+
+        def report(epoch: int, accuracy, train_loss) -> bool:
+            entry["validation_accuracy"].append(accuracy)
+            entry["train_loss"].append(train_loss)
+            trial.report(accuracy if accuracy is not None else 0.0, epoch)     # a diverged loss scores nothing
+            if epoch <= LAST_PRUNED * opts.epochs and trial.should_prune():
+                entry["state"], entry["pruned_at"] = "pruned", epoch
+                return True
+            return False
+
+        status, flags, error = train(entry, report)
+        if entry["state"] == "pruned":
+            study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+        elif status == "ok" and entry["validation_accuracy"] and entry["validation_accuracy"][-1] is not None:
+            entry.update(state="complete", score=entry["validation_accuracy"][-1], flags=flags)
+            study.tell(trial, rank(entry))
+        else:
+            entry.update(state="interrupted" if stop is not None and stop.is_set() else "failed", error=error)
+            study.tell(trial, state=optuna.trial.TrialState.FAIL)
+        on_trial(entry)
+    return records
+
+
+def rank(entry: dict) -> float:
+    """What a whole trial is ranked by: its score, less 1 where its run was flagged diverged or
+    unstable (harness/stores/convergence.py), so such a trial comes after every one that converged: its
+    last accuracy is where it happened to stop on the way down (Fashion-MNIST's ElasticZO k=1 at
+    1e-3 led after 10 epochs and fell from 62% to 31% over 100)."""
+    return entry["score"] - (1.0 if entry.get("flags") else 0.0)
+
+
+def best_of(records: list[dict]) -> dict | None:
+    done = [t for t in records if t["state"] == "complete"]
+    return max(done, key=rank) if done else None
+
+
+def run(store: Store, suite: Suite, target: Target, opts: Options, stop: Stop | None = None,
+        show=lambda line: None) -> Outcome:
+    """Run the search on target, each trial a job of one run; stop (a signal) ends the trial in
+    progress and the search."""
+    stop = stop or Stop()
+    dataset, rotate = resolve(suite, opts)
+    if not opts.validation:
+        opts.validation = default_validation(dataset, suite.workload.get("data_dir", ""))
+    base = trial_suite(suite, opts, dataset, rotate)
+    record = {"suite": suite.name, "method": str(opts.method), "precision": opts.precision, "zo_loss": opts.zo_loss,
+              "runtime": opts.runtime, "target": target.name, "dataset": datasets.data_name(dataset, rotate),
+              "validation": opts.validation, "epochs": opts.epochs, "params": [dataclasses.asdict(p) for p in opts.params],
+              "sampler": opts.sampler, "pruner": opts.pruner, "seed": opts.seed,
+              "objective": "the last epoch's validation accuracy", "trials": []}
+    jobs, _ = plan.make(base, [target], timeout_s=opts.timeout_s)    # the plan checked before anything runs
+    prepared = prepare(jobs, {target.name: target})
+    run_id = store.new_run(runs.record(suite=suite.name, suite_path=str(suite.path), tune=record, jobs=[]))
+
+    def train(entry: dict, report) -> tuple[str, list, str | None]:
+        ((job,), _) = plan.make(dataclasses.replace(base, hyper={**base.hyper, **entry["values"]}), [target],
+                                timeout_s=opts.timeout_s)
+        job.job_id = job.spec["job_id"] = entry["job_id"] = runs.safe_name(f"trial{entry['number']:03d}.{job.job_id}")
+        store.extend_plan(run_id, [job.to_dict()])
+        result = _trial(store, run_id, job, target, prepared, report, stop)
+        return result["status"], (convergence.of(result) or {}).get("flags", []), result.get("error")
+
+    def on_trial(entry: dict) -> None:
+        record["trials"].append(entry)
+        store.set_in_plan(run_id, "tune", record)
+        show(_line(entry))
+
+    search(opts, train, stop, on_trial)
+    best = best_of(record["trials"])
+    record["best"] = best and {"number": best["number"], "values": best["values"], "score": best["score"]}
+    store.set_in_plan(run_id, "tune", record)
+    return Outcome(run_id, record, stop.reason)
+
+
+def _trial(store: Store, run_id: str, job, target: Target, prepared, report, run_stop: Stop) -> dict:
+    """One trial's job, each epoch's validation accuracy reported as it ends; a pruned one is
+    stopped as an interrupted job is (by its own Stop, so the search goes on)."""
+    own = _TrialStop(run_stop)
+
+    class View(ProgressView):
+        def event(self, name: str, ev: dict) -> None:
+            super().event(name, ev)
+            if ev.get("event") == "epoch" and not own.is_set() and \
+                    report(ev["epoch"], ev.get("test_accuracy"), ev.get("train_loss")):
+                acc = ev.get("test_accuracy")
+                own.request(f"pruned by zobench tune after epoch {ev['epoch']} (validation accuracy "
+                            f"{acc if acc is not None else math.nan:.4f})")
+
+    with View({target.name: 1}) as view:
+        (result,) = execute(store, run_id, [job], {target.name: target}, prepared, view, own)
+    return result
+
+
+class _TrialStop(Stop):
+    """A trial's own stop, which the run's also sets: pruning ends one trial, a signal all."""
+
+    def __init__(self, run_stop: Stop):
+        super().__init__()
+        self.run_stop = run_stop
+
+    def is_set(self) -> bool:
+        if self.run_stop.is_set():
+            self.request(self.run_stop.reason)
+        return bool(self.reason)
+
+
+def _line(entry: dict) -> str:
+    values = shown_hyper(entry["values"].items())
+    acc = entry["validation_accuracy"]
+    if entry["state"] == "complete":
+        how = f"validation accuracy {entry['score']:.4f}" + (f" ({', '.join(entry['flags'])})" if entry["flags"] else "")
+    elif entry["state"] == "pruned":
+        how = f"pruned after epoch {entry['pruned_at']} at {acc[-1] if acc and acc[-1] is not None else math.nan:.4f}"
+    else:
+        how = f"{entry['state']}: {entry.get('error')}"
+    return f"trial {entry['number']:3d}  {values:32}  {how}"

@@ -1,0 +1,1 @@
+"""Where results live and what they hold: the local store, the shared PostgreSQL store, the result schema and its upgrade on read, the records a result carries (convergence, validity, the machine's load), the metrics and results grouped by job key."""

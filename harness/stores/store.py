@@ -1,0 +1,251 @@
+"""The results store: the files are the only copy of a run.
+
+RESULTS/runs/<run_id>/run.json        the plan of the run (what --resume replays)
+RESULTS/runs/<run_id>/<job_id>.json   one result per job, written atomically
+RESULTS/runs/<run_id>/probes/         what each target was (one JSON file per target)
+RESULTS/runs/<run_id>/work/<job_id>/  spec, runner output and logs of a job
+
+Every command reads the result files themselves and checks each against the schema as it
+reads it: a file that does not parse or validate is left out of the command's view, named
+once on stderr, and counts as a job with no result (`run --resume` runs it again). There is
+no index beside the files: a run is minutes to hours of board time, so a store holds
+hundreds of result files, which read in well under a second, and a second copy could only
+fall behind them.
+"""
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import shlex
+import shutil
+import sys
+import tempfile
+from datetime import datetime, timezone
+from json import JSONDecodeError
+from pathlib import Path
+
+from workloads.jsonfile import loads, write_atomic
+
+from harness.stores import convergence
+from harness import paths
+from harness.stores import validity
+from harness.errors import UserError
+from harness.planning.runs import safe_name
+from harness.stores.schema import plan_problems, step_seconds, stored_problems, upgrade
+
+# What new_run() names a run: the time it started (UTC) and 16 random bits. Nothing else is a
+# run id, so a run id given on the command line can never name a path outside the store.
+RUN_ID = re.compile(r"\d{8}-\d{6}-[0-9a-f]{4}")
+RUN_ID_EXAMPLE = "20250101-120000-ab12"
+# Corrupt files already named on stderr: once per process, and a command is one process.
+_reported: set[str] = set()
+
+
+def results_dir(path) -> Path:
+    """path as a results folder: refused when it, or the nearest folder above it that exists,
+    is not a folder (a folder that does not exist yet is made by the first run)."""
+    root = Path(path)
+    for p in (root, *root.parents):
+        try:
+            if not (p.exists() or p.is_symlink()):
+                continue
+            if not p.is_dir():
+                raise UserError(f"results directory {root}" + (": " + str(p) if p != root else "")
+                                + " is not a directory")
+        except OSError as e:
+            raise UserError(f"results directory {root}: {e.strerror}") from None
+        break
+    return root
+
+
+def summary(run_id: str, r: dict) -> dict:
+    """The flat row of a result as the store reads it (schema.upgrade's shape: every field there):
+    the results table, CSV and JSON."""
+    job, workload, last = r["job"], r["job"]["workload"], (r["epochs"] or [{}])[-1]
+    model, judged = r["model"] or {}, r["convergence"] or {}
+    return {
+        "run_id": run_id, **{k: job[k] for k in ("job_id", "target", "runtime", "method", "bp_layers", "precision",
+                                                  "zo_loss")},
+        "model": workload["model"], "dataset": workload["dataset"], "rotate": workload["rotate"],
+        "repeat": job["repeat"], "status": r["status"], "error": r["error"],
+        "steps": r["steps"], "train_seconds": r["train_seconds"], "step_seconds": step_seconds(r),
+        "peak_rss_bytes": r["memory"]["peak_rss_bytes"],
+        "test_accuracy": last.get("test_accuracy"), "train_loss": last.get("train_loss"),
+        # diverged / unstable, or None (harness/stores/convergence.py), and the best epoch's accuracy beside the final one
+        "flags": convergence.worst(judged.get("flags") or []), "best_test_accuracy": judged.get("best_test_accuracy"),
+        # throttled, freq-capped, ... (harness/stores/validity.py): the board, not the code, set its time
+        "validity": ",".join(validity.flags_of(r)) or None,
+        "nonfinite": "; ".join(r["nonfinite"]) or None,
+        # lineage: what the job started from and ended with (fine-tuning: its pretraining job's weights)
+        "pretrained_from": job["pretrained_from"] or None,
+        "init_sha256": model.get("init_sha256"), "weights_sha256": model.get("weights_sha256"),
+        "start_accuracy": (r["start_eval"] or {}).get("test_accuracy"),
+        "started_at": r["started_at"],
+    }
+
+
+class Store:
+    def __init__(self, root: Path):
+        self.root = results_dir(root)
+        self.runs = self.root / "runs"
+
+    # -- runs ---------------------------------------------------------------
+    def run_dir(self, run_id: str) -> Path:
+        """The folder of run_id, which must be a run id (checked before it becomes a path)."""
+        if not isinstance(run_id, str) or not RUN_ID.fullmatch(run_id):
+            raise UserError(f"unknown run {run_id!r}: a run id looks like {RUN_ID_EXAMPLE}; {self._listing()}")
+        return self.runs / run_id
+
+    def new_run(self, plan: dict) -> str:
+        self.check_writable()
+        made = None
+        try:
+            while made is None:
+                run_id = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(2)
+                try:
+                    self.run_dir(run_id).mkdir()
+                    made = self.run_dir(run_id)
+                except FileExistsError:     # another run started the same second with the same 16 bits
+                    pass
+            (made / "work").mkdir()
+            write_atomic(made / "run.json", {"run_id": run_id, **plan})
+        except OSError as e:
+            if made is not None:        # no run folder without its plan
+                shutil.rmtree(made, ignore_errors=True)
+            raise UserError(f"cannot write a run to {self.runs}: {e.strerror}") from None
+        return run_id
+
+    def adopt_run(self, run_id: str, plan: dict) -> None:
+        """Keep a run made elsewhere (zobench pull) under its own id: its folder and plan, once;
+        a run of that id here with another plan is refused, never overwritten."""
+        d = self.run_dir(run_id)
+        if (d / "run.json").is_file():
+            if self.run_plan(run_id) != plan:
+                raise UserError(f"run {run_id} in {self.root} has another plan than the one pulled: "
+                                "left as it is")
+            return
+        self.check_writable()
+        (d / "work").mkdir(parents=True, exist_ok=True)
+        write_atomic(d / "run.json", plan)
+
+    def extend_plan(self, run_id: str, jobs: list[dict]) -> None:
+        """Add jobs to a run whose next job depends on the last one's outcome (zobench fit, tune)."""
+        self._change_plan(run_id, lambda plan: plan["jobs"].extend(jobs))
+
+    def set_in_plan(self, run_id: str, key: str, value) -> None:
+        """Record what a search found so far in its run.json (zobench tune's study)."""
+        self._change_plan(run_id, lambda plan: plan.__setitem__(key, value))
+
+    def _change_plan(self, run_id: str, change) -> None:
+        plan = self.run_plan(run_id)
+        change(plan)
+        write_atomic(self.run_dir(run_id) / "run.json", plan)
+
+    def check_writable(self, run_id: str | None = None) -> None:
+        """Refuse a store that cannot take a file (a read-only mount, a folder without
+        permission) before a command writes any part of a run or runs a job."""
+        d = self.run_dir(run_id) if run_id else self.runs
+        try:
+            d.mkdir(parents=True, exist_ok=True)
+            fd, probe = tempfile.mkstemp(dir=d, prefix=".zobench-write-test-")
+            os.close(fd)
+            os.unlink(probe)
+        except OSError as e:
+            raise UserError(f"cannot write to {d}: {e.strerror}") from None
+
+    def run_plan(self, run_id: str) -> dict:
+        """run.json of run_id; a missing or corrupt one is a one-line UserError naming it."""
+        path = self.run_dir(run_id) / "run.json"
+        if not path.parent.is_dir():
+            raise UserError(f"unknown run {run_id!r}; {self._listing()}")
+        try:
+            plan = loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise UserError(f"{path} is missing: run {run_id} has no plan to read or resume") from None
+        except (OSError, ValueError, RecursionError) as e:
+            raise UserError(f"{path} is corrupt ({_unreadable(e)})") from None
+        bad = plan_problems(plan)
+        if bad:
+            raise UserError(f"{path} is corrupt ({bad[0]})")
+        return plan
+
+    def run_ids(self) -> list[str]:
+        if not self.runs.is_dir():
+            return []
+        return sorted(p.name for p in self.runs.iterdir() if RUN_ID.fullmatch(p.name) and (p / "run.json").is_file())
+
+    def latest(self) -> str:
+        ids = self.run_ids()
+        if not ids:
+            raise UserError(f"no runs in {self.root}; start one with `zobench run`")
+        return ids[-1]
+
+    def resume_command(self, run_id: str) -> str:
+        """The command that runs the jobs of run_id that have no ok result."""
+        where = "" if self.root.resolve() == paths.DEFAULT_RESULTS.resolve() else f" --results {shlex.quote(str(self.root))}"
+        return f"zobench run --resume {run_id}{where}"
+
+    def save_probe(self, run_id: str, target: str, facts: dict) -> None:
+        d = self.run_dir(run_id) / "probes"
+        d.mkdir(exist_ok=True)
+        write_atomic(d / f"{safe_name(target)}.json", {"target": target, **facts})
+
+    def work_dir(self, run_id: str, job_id: str) -> Path:
+        d = self.run_dir(run_id) / "work" / job_id
+        d.mkdir(parents=True, exist_ok=True)
+        return d
+
+    def _listing(self) -> str:
+        return f"runs in {self.root}: {', '.join(self.run_ids()[-5:]) or 'none'}"
+
+    # -- results ------------------------------------------------------------
+    def add_result(self, run_id: str, result: dict) -> Path:
+        path = self.run_dir(run_id) / f"{result['job']['job_id']}.json"
+        write_atomic(path, result)
+        return path
+
+    def results(self, run_id: str, plan: dict | None = None) -> list[dict]:
+        """The valid results of a run, in plan order; `plan` is the run's run_plan() where the
+        caller has read it already, each in this version's shape (schema.upgrade). A job with no
+        file has no result yet; a file that does not parse or validate is left out and named once
+        on stderr with how to run its job again."""
+        if plan is None:
+            plan = self.run_plan(run_id)
+        out = []
+        for job in plan["jobs"]:
+            path = self.run_dir(run_id) / f"{job['job_id']}.json"
+            try:
+                r = loads(path.read_text(encoding="utf-8"))
+            except FileNotFoundError:
+                continue
+            except (OSError, ValueError, RecursionError) as e:
+                self._corrupt(run_id, path, _unreadable(e))
+                continue
+            bad = stored_problems(r, job["job_id"])
+            if bad:
+                self._corrupt(run_id, path, "; ".join(bad[:3]))
+                continue
+            out.append(upgrade(r))
+        return out
+
+    def not_run(self, run_id: str, plan: dict) -> list[str]:
+        """The jobs of a run with no result file yet (an interrupted run)."""
+        return [j["job_id"] for j in plan["jobs"] if not (self.run_dir(run_id) / f"{j['job_id']}.json").exists()]
+
+    def _corrupt(self, run_id: str, path: Path, why: str) -> None:
+        if str(path) not in _reported:
+            _reported.add(str(path))
+            print(f"zobench: warning: {path} is corrupt ({why}): left out; `{self.resume_command(run_id)}` re-runs it",
+                  file=sys.stderr)
+
+
+def _unreadable(e: Exception) -> str:
+    """Why a JSON file could not be read, in a few words."""
+    if isinstance(e, JSONDecodeError):
+        return f"not valid JSON: {e}"
+    if isinstance(e, UnicodeDecodeError):
+        return f"not UTF-8 text: byte {e.object[e.start]:#04x} at offset {e.start}"
+    if isinstance(e, OSError):
+        return f"cannot read it: {e.strerror}"
+    return str(e)
