@@ -6,6 +6,7 @@ tests/fixtures/cpuinfo/ holds /proc/cpuinfo as five real machines print it: an A
 EPYC 7B12, Zen 2), an AVX-512 VNNI x86 (Intel Xeon Platinum 8375C, Ice Lake), a Raspberry Pi
 Zero 2 W (4x Cortex-A53), a Raspberry Pi 5 (4x Cortex-A76) and a Jetson Orin Nano (6x
 Cortex-A78AE)."""
+import os
 import platform
 import threading
 from pathlib import Path
@@ -233,3 +234,43 @@ def test_a_boards_cpp_job_runs_the_binary_built_for_the_cpu_its_probe_found(farm
     out = capsys.readouterr().out
     assert f"/build/{arch}-{here.cpu}-" in out and out.rstrip().endswith(f"cpu {here.cpu}: {here.why}")
     assert f"sha256 {r['env']['binary_sha256']}" in out
+
+
+def working_in(folder: Path) -> list[tuple[str, str]]:
+    """(pid, command) of every process whose working folder is in folder: a build's make and
+    compilers run in its build folder."""
+    out = []
+    for d in Path("/proc").glob("[0-9]*"):
+        try:
+            if Path(os.readlink(d / "cwd")).is_relative_to(folder):
+                out.append((d.name, (d / "comm").read_text().strip()))
+        except OSError:
+            pass
+    return out
+
+
+def test_a_stopped_build_kills_its_compiler_and_leaves_nothing_running(monkeypatch, tmp_path):
+    """A run stopped while a board's binary builds (SIGTERM during `zobench run`) stops the build
+    at once: the real cmake and compiler, in a build folder of their own, are killed as soon as
+    the Stop is set, and the build ends in BuildStopped (one line), not after the compiler."""
+    from harness import paths
+    from harness.boards.transport import Stop
+    from harness.preparation import build as builds
+
+    monkeypatch.setattr(paths, "REPO", tmp_path)     # a fresh folder: a real build from nothing
+    stop, compiling = Stop(), threading.Event()
+
+    def stop_once_it_compiles():
+        while not stop.is_set():
+            if any(comm.startswith(("cc1plus", "c++", "g++")) for _, comm in working_in(tmp_path)):
+                compiling.set()
+                stop.request("interrupted by SIGTERM")
+            threading.Event().wait(0.05)
+
+    watcher = threading.Thread(target=stop_once_it_compiles, daemon=True)
+    watcher.start()
+    with pytest.raises(builds.BuildStopped, match=r"^building zobench-train \(native\) stopped: interrupted by SIGTERM$"):
+        builds.build(Target(name="local", transport="local", arch=platform.machine()), stop=stop)
+    watcher.join(timeout=60)
+    assert compiling.is_set() and working_in(tmp_path) == []
+    assert not list((tmp_path / "build").glob("*/zobench-train"))      # no binary came of it
