@@ -175,3 +175,25 @@ def until(what: str, check, proc: subprocess.Popen | None = None, log: Path | No
         assert proc is None or proc.poll() is None, f"it ended before {what}: {log.read_text() if log else ''}"
         time.sleep(0.05)
     raise AssertionError(f"never: {what}")
+
+
+def checked(workload, hyper: dict, suite_path: str = "suite.toml") -> None:
+    """A workload and its hyperparameters through what `zobench run` checks before any job
+    starts: the plan's checks and, for a point or text set, preparation's, which makes the set
+    first (harness/planning/plan.py check_data, check_made). A UserError names what is wrong."""
+    import dataclasses
+    from types import SimpleNamespace
+
+    from harness.planning import plan, runs
+    from harness.planning.inventory import Target
+    from harness.preparation.bundle import prepare
+    from workloads import datasets
+    from workloads.spec import Hyper, JobSpec
+
+    plan.check_data(SimpleNamespace(path=suite_path), workload, Hyper(**hyper), {})
+    model = workload.resolve()
+    if datasets.is_text(workload.dataset):
+        model = model.with_classes(datasets.topics(workload.dataset))
+    w = {**dataclasses.asdict(workload), "architecture": model.to_dict()}
+    spec = JobSpec.from_dict({"job_id": "j", "method": "full-zo", "workload": w, "hyper": hyper}).to_dict()
+    prepare([runs.Job("j", "local", 60.0, spec)], {"local": Target(name="local", transport="local")})

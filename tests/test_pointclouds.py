@@ -11,13 +11,14 @@ import numpy as np
 import pytest
 
 from harness.preparation import artifacts
-from harness.planning import plan
 from harness.preparation.bundle import bundle_files
 from harness.errors import UserError
 from workloads import datasets
 from harness.preparation import pointclouds
 from workloads.datasets import DatasetError
-from workloads.spec import Hyper, Workload
+from workloads.spec import Workload
+
+from testkit.runners import checked
 
 SUITE = SimpleNamespace(path="suite.toml")
 CUBE = """OFF
@@ -229,7 +230,7 @@ def test_missing_release_says_how_to_get_it(home, tmp_path):
 
 
 def check(dataset: str, model: str = "pointnet", data_dir: str = "", **hyper) -> None:
-    plan.check_data(SUITE, Workload(model=model, dataset=dataset, data_dir=data_dir), Hyper(**hyper), {})
+    checked(Workload(model=model, dataset=dataset, data_dir=data_dir), hyper)
 
 
 def test_plan_checks_the_data_fits_the_model(home, tmp_path):
@@ -244,5 +245,5 @@ def test_plan_checks_the_data_fits_the_model(home, tmp_path):
     check("modelnet40", data_dir=str(tmp_path / "data"), train_samples=18, test_samples=8, batch_size=4, points=512)
     with pytest.raises(UserError, match="hyper.train_samples: expected at most the 18 samples of modelnet40 train"):
         check("modelnet40", data_dir=str(tmp_path / "data"), train_samples=19, batch_size=4)
-    with pytest.raises(UserError, match="workload.dataset: dataset 'modelnet40': neither"):
+    with pytest.raises(UserError, match="^dataset 'modelnet40': neither"):
         check("modelnet40", data_dir=str(tmp_path / "nothing"))

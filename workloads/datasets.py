@@ -54,6 +54,10 @@ TEXT_FILES = {"tokens": ("idx1-int", 0x0C), "entries": ("idx2-int", 0x0C), "labe
 # beside them: the topics in label order, the vocabulary size, the pad id (manifest.json) and the
 # tokenizer itself, to decode what a model writes (tokenizer.json)
 MANIFEST, TOKENIZER = "manifest.json", "tokenizer.json"
+# The text sets' source: Debian's fortunes package, one file a topic (the host makes the token
+# files from it, harness/preparation/text.py; a board reads only those).
+CORPUS = Path("/usr/share/games/fortunes")
+INDEX_SUFFIXES = (".dat", ".u8")    # strfile's index of a file, and its UTF-8 alias (a symlink)
 # A rotated data set's folder holds this file, the angle as text: a runner told to read rotated
 # images checks it, so a job pointed at an unrotated folder fails instead of training on it.
 ROTATION_FILE = "rotation"
@@ -77,6 +81,25 @@ def is_points(name: str) -> bool:
 
 def is_text(name: str) -> bool:
     return name in TEXT_SETS
+
+
+def topic_files(folder: Path = CORPUS) -> list[Path]:
+    """The corpus's fortune files, one per topic, sorted by name: strfile's indexes, the .u8
+    symlinks and subfolders (the offensive ones of fortunes-off) are not topics."""
+    try:
+        found = sorted(p for p in folder.iterdir() if p.is_file() and not p.is_symlink()
+                       and p.suffix not in INDEX_SUFFIXES and not p.name.startswith("."))
+    except OSError:
+        found = []
+    if not found:
+        raise DatasetError(f"dataset {TEXT_FOLDER!r}: no fortune files in {folder}; {HOW_TO_GET[TEXT_FOLDER]}")
+    return found
+
+
+def topics(name: str) -> int:
+    """A text set's classes before its files are made (what a plan gives a transformer's head):
+    `fortunes-topics`'s are the corpus's topic files, `fortunes` has none."""
+    return len(topic_files()) if name == "fortunes-topics" else 0
 
 
 def classes(name: str, data_dir: str | None = None) -> int:

@@ -8,7 +8,6 @@ from workloads.support import unsupported
 from workloads.models import Model, Transformer
 from workloads.spec import Hyper, JobSpec, SpecError, Workload, check_value
 
-from harness.preparation import artifacts
 from harness.errors import UserError
 from harness.planning.inventory import ARCHES, Target
 from harness.planning.runs import Job, harness_commit, safe_name
@@ -47,15 +46,19 @@ def input_of(model: Model | Transformer) -> str:
     return "text" if model.kind == Transformer.kind else "point clouds" if model.points else "images"
 
 
-def check_data(suite: Suite, workload: Workload, hyper: Hyper, overrides: dict) -> str:
-    """Refuse now, naming the setting, a data set that is missing, does not fit the model (images
-    for an image model, point clouds for a point model, text for a transformer of a vocabulary
-    as large as the tokenizer's; as many classes, which a transformer takes from its text set
-    instead), or is smaller than the samples, points and batch the hyperparameters take from
-    it: a runner would fail, or cut it silently; or a rotation of a data set that is not images
-    stored as IDX files. A point or text set's size is read from the IDX files made from it, so
-    they are made here. Returns the data_dir a runner reads the data from here: the folder made for
-    a point or text set, else the workload's."""
+def made(dataset: str) -> bool:
+    """A point or text set: its files are made from its sources on the host, in preparation."""
+    return datasets.is_points(dataset) or datasets.is_text(dataset)
+
+
+def check_data(suite: Suite, workload: Workload, hyper: Hyper, overrides: dict) -> None:
+    """Refuse now, naming the setting, a data set that does not fit the model (images for an
+    image model, point clouds for a point model, text for a transformer; as many classes, which
+    a transformer takes from its text set instead), a rotation of a data set that is not images
+    stored as IDX files, more points than a cloud stores; and for a data set read as it is (IDX
+    images), one that is missing or smaller than the samples and batch the hyperparameters take.
+    A point or text set's size is known once its files are made: preparation checks those
+    (check_sizes), so planning makes nothing."""
     def origin(key: str) -> str:
         return f"--set {key}={overrides[key]}: {key}" if key in overrides else f"{suite.path}: hyper.{key}"
 
@@ -74,22 +77,30 @@ def check_data(suite: Suite, workload: Workload, hyper: Hyper, overrides: dict) 
     if hyper.points > datasets.STORED_POINTS:
         raise UserError(f"{origin('points')}: expected at most the {datasets.STORED_POINTS} points stored per "
                         f"cloud of {name} (0 = all of them), got {hyper.points}")
-    made = datasets.is_points(name) or datasets.is_text(name)
+    if not made(name):
+        check_sizes(name, workload.data_dir, hyper, model, workload.validation, origin, f"{suite.path}: ")
+
+
+def check_sizes(name: str, data_dir: str, hyper: Hyper, model, validation: int, origin, at: str) -> None:
+    """Refuse a data set that is missing, or smaller than the samples, points and batch the
+    hyperparameters take from it (a runner would fail, or cut it silently), or a text set whose
+    tokenizer has more tokens than the model's vocabulary. origin(key) names where a
+    hyperparameter was set, `at` where the workload was: the plan's suite and --set, or a
+    job (preparation checks a made set's, once it is made)."""
     context = (hyper.context or model.context) if datasets.is_text(name) else 0
     try:
-        data_dir = str(artifacts.raw_idx(name, workload.data_dir).dir) if made else workload.data_dir
         datasets.check(name, data_dir)
         size = {split: datasets.split_size(name, split, data_dir, context) for split in ("train", "test")}
         vocab = datasets.manifest(name, data_dir)["vocab"] if datasets.is_text(name) else 0
     except datasets.DatasetError as e:
-        raise UserError(f"{suite.path}: workload.dataset: {e}") from None
-    if workload.validation:     # the split's train files are the rest, its test files the held-out samples
-        if workload.validation >= size["train"]:
-            raise UserError(f"{suite.path}: workload.validation: expected fewer than the {size['train']} training "
-                            f"samples of {name}, got {workload.validation}")
-        size = {"train": size["train"] - workload.validation, "test": workload.validation}
+        raise UserError(f"{at}workload.dataset: {e}") from None
+    if validation:     # the split's train files are the rest, its test files the held-out samples
+        if validation >= size["train"]:
+            raise UserError(f"{at}workload.validation: expected fewer than the {size['train']} training "
+                            f"samples of {name}, got {validation}")
+        size = {"train": size["train"] - validation, "test": validation}
     if datasets.is_text(name) and vocab > model.vocab:
-        raise UserError(f"{suite.path}: workload.model: {model.name} has a vocabulary of {model.vocab} tokens, "
+        raise UserError(f"{at}workload.model: {model.name} has a vocabulary of {model.vocab} tokens, "
                         f"but the tokenizer of {name} has {vocab}")
     what = f"sequences of {context} tokens" if name == "fortunes" else "samples"
     for key, split in (("train_samples", "train"), ("test_samples", "test")):
@@ -100,7 +111,13 @@ def check_data(suite: Suite, workload: Workload, hyper: Hyper, overrides: dict) 
     if hyper.batch_size > train:
         raise UserError(f"{origin('batch_size')}: expected at most the {train} training {what}, "
                         f"got {hyper.batch_size}")
-    return data_dir
+
+
+def check_made(job: Job, data_dir: str) -> None:
+    """check_sizes for a job whose point or text set preparation made in data_dir."""
+    spec = JobSpec.from_dict(job.spec)
+    check_sizes(spec.workload.dataset, data_dir, spec.hyper, spec.model(), spec.workload.validation,
+                lambda key: f"job {job.job_id}: hyper.{key}", f"job {job.job_id}: ")
 
 
 # the hyperparameters that take samples from a data set: check_data checks each job's against it
@@ -176,8 +193,11 @@ def make(suite: Suite, targets: list[Target], *, methods=(), runtimes=(), precis
         sizes = tuple(hyper.get(k) for k in DATA_SIZES)
         if (dataset, rotate, model.name, sizes) not in checked:
             w = {**suite.workload, "model": model.name, "dataset": dataset, "rotate": rotate}
-            data_dir = check_data(suite, Workload(**w), Hyper(**hyper), overrides)
-            trained = model.with_classes(datasets.classes(dataset, data_dir)) if datasets.is_text(dataset) else model
+            check_data(suite, Workload(**w), Hyper(**hyper), overrides)
+            try:
+                trained = model.with_classes(datasets.topics(dataset)) if datasets.is_text(dataset) else model
+            except datasets.DatasetError as e:
+                raise UserError(f"{suite.path}: workload.dataset: {e}") from None
             checked[dataset, rotate, model.name, sizes] = {**w, "architecture": trained.to_dict()}
         return checked[dataset, rotate, model.name, sizes]
 

@@ -170,7 +170,7 @@ def text_idx(name: str) -> DataFiles:
     Making it takes a few seconds (text.tokenise), once."""
     from harness.preparation import text     # tokenizers: only the host of a run with a text set needs it
 
-    sources = {f: _read(name, f) for f in text.topic_files(text.CORPUS)}
+    sources = {f: _read(name, f) for f in datasets.topic_files()}
     sums = [[f.name, hashlib.sha256(b).hexdigest()] for f, b in sources.items()]
     key = hashlib.sha256(json.dumps([sums, models.TEXT_VOCAB, hashlib.sha256(TEXT_CODE.read_bytes()).hexdigest(),
                                      importlib.metadata.version("tokenizers")]).encode()).hexdigest()[:16]

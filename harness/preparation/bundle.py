@@ -18,12 +18,13 @@ from workloads.models import Model, Transformer
 
 from harness import paths
 from harness.preparation.artifacts import (DATA, INIT, ONNX, content_id, init_weights_dir, init_weights_file, init_weights_name, 
-                        onnx_graph, pretrained_weights_name, root, validation_idx)
+                        onnx_graph, pretrained_weights_name, raw_idx, root, validation_idx)
 from harness.preparation.build import BuildStopped, build, build_name, cpu_choice
 from harness.planning.cpu import Choice
 from harness.preparation.deploy import deploy
 from harness.errors import UserError
 from harness.planning.inventory import Target
+from harness.planning.plan import check_made, made
 from harness.planning.runs import Job
 from harness.boards.transport import LocalTransport, TransportError
 
@@ -194,6 +195,7 @@ def prepare(jobs: list[Job], targets: dict[str, Target]) -> dict[str, Prepared]:
     binaries = Binaries()
     ids: dict[Path, tuple[str, int]] = {}
     raws: dict[tuple[str, str, float, int], DataFiles] = {}  # data_of(spec) -> its IDX files: read and hashed once a run
+    made_dirs: dict[tuple[str, str], Path] = {}              # a made set's folder, unrotated and unsplit
 
     def raw(*data: str | float | int):
         if data not in raws:
@@ -221,6 +223,12 @@ def prepare(jobs: list[Job], targets: dict[str, Target]) -> dict[str, Prepared]:
         inits = {(model_of(j.spec), j.spec["seed"]) for j in mine if needs_init(j.spec)}
         graphs = {graph_of(j.spec) for j in mine if needs_graph(j.spec)}
         files = bundle_files(need, inits, graphs, raw)
+        for j in mine:      # a point or text set's sizes are known now that it is made (plan.check_data)
+            dataset, data_dir, _, _ = data_of(j.spec)
+            if made(dataset):
+                if (dataset, data_dir) not in made_dirs:    # made above: this only finds its folder
+                    made_dirs[dataset, data_dir] = raw_idx(dataset, data_dir).dir
+                check_made(j, str(made_dirs[dataset, data_dir]))
         out[name] = Prepared(files, {} if local else {rel: content(p) for rel, p in files.items()},
                              binaries if cpp else None, local)
     return out

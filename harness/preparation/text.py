@@ -24,11 +24,9 @@ import tokenizers
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from workloads import zrng
-from workloads.datasets import HOW_TO_GET, DatasetError, TEXT_FOLDER
+from workloads.datasets import HOW_TO_GET, TEXT_FOLDER, DatasetError
 from workloads.models import TEXT_VOCAB
 
-CORPUS = Path("/usr/share/games/fortunes")     # where Debian's fortunes package puts its files
-INDEX_SUFFIXES = (".dat", ".u8")    # strfile's index of a file, and its UTF-8 alias (a symlink)
 SEPARATOR = "%"                     # a line holding only this ends an entry
 EOT = "<|endoftext|>"               # ends every entry in a stream; also the left padding of fortunes-topics
 TEST_EVERY = 10
@@ -36,19 +34,6 @@ SPLITS = ("train", "test")
 SEED = 0
 # zobench-z stream of the host's data preparation (the runners use 1-3, pointclouds.py 0x500x)
 STREAM_ORDER = 0x5101      # counter = split index: the order entries are stored in
-
-
-def topic_files(folder: Path = CORPUS) -> list[Path]:
-    """The corpus's fortune files, one per topic, sorted by name: strfile's indexes, the .u8
-    symlinks and subfolders (the offensive ones of fortunes-off) are not topics."""
-    try:
-        found = sorted(p for p in folder.iterdir() if p.is_file() and not p.is_symlink()
-                       and p.suffix not in INDEX_SUFFIXES and not p.name.startswith("."))
-    except OSError:
-        found = []
-    if not found:
-        raise DatasetError(f"dataset {TEXT_FOLDER!r}: no fortune files in {folder}; {HOW_TO_GET[TEXT_FOLDER]}")
-    return found
 
 
 def entries(text: str) -> list[str]:
