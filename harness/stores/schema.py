@@ -70,7 +70,8 @@ def upgrade(r: dict) -> dict:
     always had), every record (null where it was not measured), and `convergence` judged where
     the harness stored none. The store calls it once as it reads a result, so no reader carries
     a default of its own (asv's results api_version)."""
-    if r["schema"] == VERSION and all(k in r for k in (*ABSENT, "energy")):
+    if r["schema"] == VERSION and all(k in r for k in (*ABSENT, "energy")) \
+            and (r["convergence"] is not None or r["status"] != "ok"):
         return r
     out = {**ABSENT, "nonfinite": [], **r, "schema": VERSION, "job": full_job(r["job"]),
            "memory": {**ABSENT_MEMORY, **r["memory"]},
