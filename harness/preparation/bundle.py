@@ -18,7 +18,7 @@ from workloads.models import Model, Transformer
 
 from harness import paths
 from harness.preparation.artifacts import (DATA, INIT, ONNX, content_id, init_weights_dir, init_weights_file, init_weights_name, 
-                        onnx_graph, pretrained_weights_name, raw_idx, root, validation_idx)
+                        onnx_graph, pretrained_weights_name, raw_idx, root, validation_idx, DataFiles)
 from harness.preparation.build import BuildStopped, build, build_name, cpu_choice
 from harness.planning.cpu import Choice
 from harness.preparation.deploy import deploy
@@ -226,8 +226,8 @@ def prepare(jobs: list[Job], targets: dict[str, Target]) -> dict[str, Prepared]:
         for j in mine:      # a point or text set's sizes are known now that it is made (plan.check_data)
             dataset, data_dir, _, _ = data_of(j.spec)
             if made(dataset):
-                if (dataset, data_dir) not in made_dirs:    # made above: this only finds its folder
-                    made_dirs[dataset, data_dir] = raw_idx(dataset, data_dir).dir
+                if (dataset, data_dir) not in made_dirs:    # made above: the unsplit set's folder
+                    made_dirs[dataset, data_dir] = (raws.get((dataset, data_dir, 0.0, 0)) or raw_idx(dataset, data_dir)).dir
                 check_made(j, str(made_dirs[dataset, data_dir]))
         out[name] = Prepared(files, {} if local else {rel: content(p) for rel, p in files.items()},
                              binaries if cpp else None, local)

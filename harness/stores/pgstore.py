@@ -369,7 +369,7 @@ class SharedStore:
             args.append(start)
         return (f"WITH s AS (SELECT job_key, fingerprint FROM series WHERE {' AND '.join(chosen)}) "
                 "SELECT r.job_key, r.target, r.fingerprint, u.git_commit, r.run_id, "
-                + "".join(f"r.{c}, " for c in COLUMNS.split(", ")) +
+                + "".join(f"r.{m.column}, " for m in METRICS) +
                 "r.test_accuracy, r.starved, r.flags FROM s JOIN results r USING (job_key, fingerprint) "
                 f"JOIN runs u USING (run_id) WHERE {' AND '.join(where)} ORDER BY u.created_at, r.run_id, r.job_id",
                 args)

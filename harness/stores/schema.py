@@ -14,6 +14,7 @@ import math
 import re
 
 from workloads import vocab
+from workloads.result import skeleton
 from workloads.spec import JobSpec
 
 from harness.stores import convergence
@@ -44,39 +45,39 @@ ENERGY_FIGURES = ("joules", "joules_per_step", "avg_power_w")
 VERSION = vocab.RESULT_SCHEMA
 # What a result that records no energy says: one written before zobench measured it.
 NO_ENERGY = "its result records no energy (written before zobench measured it)"
-# The records a result may lack, absent in one written before each existed (version 1), and what
-# upgrade() puts there: unknown, in the shape a reader of this version expects.
-ABSENT = {"error": None, "nonfinite": [], "warmup": None, "start_eval": None, "model": None, "load": None,
-          "lease": None, "validity": None, "convergence": None}
-ABSENT_MEMORY = {key: None for key in (*("device_peak_bytes", "device_reserved_peak_bytes", "device_used_bytes"),
-                                       "loaded_rss_bytes", "buffers_bytes")}
+# The records the harness adds to a runner's result as the job ends (job.py); absent in one
+# stored before each existed.
+HARNESS_RECORDS = ("load", "lease", "validity", "convergence")
+# Every field of a job's spec at its default: what an older spec lacks (full_job)
+SPEC_DEFAULTS = JobSpec(job_id="", method="").to_dict()
 
 
 def full_job(job: dict) -> dict:
     """A job's spec with every field JobSpec has: its defaults where the spec was written before a
     field existed, and the warm-up resolved to its device's, as a runner resolves it (so the job's
     key is the one it always had)."""
-    defaults = JobSpec(job_id="", method="").to_dict()
-    device = job.get("device") or defaults["device"]
-    return {**defaults, **job,
-            "workload": {**defaults["workload"], **(job.get("workload") or {})},
-            "hyper": {**defaults["hyper"], "warmup_steps": vocab.WARMUP_STEPS.get(device, 0), **(job.get("hyper") or {})}}
+    d = SPEC_DEFAULTS
+    device = job.get("device") or d["device"]
+    return {**d, **job,
+            "workload": {**d["workload"], **(job.get("workload") or {})},
+            "hyper": {**d["hyper"], "warmup_steps": vocab.WARMUP_STEPS.get(device, 0), **(job.get("hyper") or {})}}
 
 
 def upgrade(r: dict) -> dict:
     """A valid result (problems() is empty) in this version's shape, however old: its job with
-    every field of the spec (JobSpec's defaults where it was written before a field existed,
-    the warm-up resolved to its device's, as a runner resolves it, so its job key is the one it
-    always had), every record (null where it was not measured), and `convergence` judged where
-    the harness stored none. The store calls it once as it reads a result, so no reader carries
-    a default of its own (asv's results api_version)."""
-    if r["schema"] == VERSION and all(k in r for k in (*ABSENT, "energy")) \
+    every field of the spec (full_job), every record a runner writes (workloads/result.py's
+    skeleton: null where it was not measured; the energy unavailable, NO_ENERGY) and the
+    harness adds, and `convergence` judged where the harness stored none. The store calls it
+    once as it reads a result, so no reader carries a default of its own (asv's results
+    api_version)."""
+    if r["schema"] == VERSION and all(k in r for k in (*HARNESS_RECORDS, "warmup", "start_eval", "nonfinite", "energy")) \
             and (r["convergence"] is not None or r["status"] != "ok"):
         return r
-    out = {**ABSENT, "nonfinite": [], **r, "schema": VERSION, "job": full_job(r["job"]),
-           "memory": {**ABSENT_MEMORY, **r["memory"]},
-           "energy": r.get("energy") or {"source": None, "joules": None, "joules_per_step": None,
-                                         "avg_power_w": None, "unavailable": NO_ENERGY},
+    runner = skeleton(None, {})
+    del runner["cpu_seconds"]      # a figure, not a record: unknown where a result lacks it
+    out = {**runner, **dict.fromkeys(HARNESS_RECORDS), "energy": {**runner["energy"], "unavailable": NO_ENERGY},
+           **{k: v for k, v in r.items() if k != "energy" or v}, "schema": VERSION, "job": full_job(r["job"]),
+           "memory": {**runner["memory"], **r["memory"]},
            "epochs": [{"joules": None, **e} for e in r["epochs"]]}
     if out["convergence"] is None:
         out["convergence"] = convergence.of(out)

@@ -54,7 +54,7 @@ def main(args) -> int:
         except fit.Stopped as e:
             print(e, file=sys.stderr)
             return 128 + caught[0]
-    pushed = not (url := pgstore.url_from(args.store)) or running.push(url, store, [run_id], None, lambda line: print(line, file=sys.stderr))
+    pushed = not (url := pgstore.url_from(args.store)) or running.push(url, store, [run_id], None, options.say)
     human = fit.memory_model.human
     print(f"{'probe':40} {'params':>10} {'predicted':>11} {'peak RSS':>11}  status")
     for p in probes:

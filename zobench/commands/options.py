@@ -4,6 +4,7 @@ bounded numbers, the --results and --store options, and the runs a reading comma
 from __future__ import annotations
 
 import argparse
+import sys
 
 from workloads.spec import Bounds
 
@@ -31,6 +32,11 @@ def number(kind, bounds: Bounds):
             raise argparse.ArgumentTypeError(problem)
         return value
     return parse
+
+
+def say(line: str) -> None:
+    """What the library has to tell the user (notes, progress lines, warnings): on stderr."""
+    print(line, file=sys.stderr)
 
 
 def add_results(p):

@@ -1,7 +1,6 @@
 """`zobench push`: copy local runs into the shared store."""
 from __future__ import annotations
 
-import sys
 
 from harness.stores import pgstore
 from harness.stores.store import Store
@@ -19,12 +18,8 @@ def add(sub) -> None:
     p.set_defaults(main=main)
 
 
-def say(line: str) -> None:
-    print(line, file=sys.stderr)
-
-
 def main(args) -> int:
     store = Store(args.results)
     for run_id in args.runs:
         store.run_plan(run_id)      # an unknown or corrupt run is refused before anything is sent
-    return 0 if running.push(pgstore.required(args.store, "push"), store, args.runs, args.branch, say) else 2
+    return 0 if running.push(pgstore.required(args.store, "push"), store, args.runs, args.branch, options.say) else 2

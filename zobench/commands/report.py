@@ -1,7 +1,6 @@
 """`zobench report`: charts, report.md and report.html for runs (reports/)."""
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 from workloads.spec import Bounds
@@ -37,7 +36,7 @@ def main(args) -> int:
         runs = runs or [store.latest()]
         print(build_report(store, runs, args.out, targets=args.target, methods=args.method,
                            history=running.history_of(pgstore.url_from(args.store), store, runs,
-                                                      lambda line: print(line, file=sys.stderr)),
+                                                      options.say),
                            accuracy=args.energy_accuracy))
     except OSError as e:    # a read-only results folder or --out: the first write fails, nothing is half-made
         raise UserError(f"report: cannot write {e.filename}: {e.strerror}") from None

@@ -2,7 +2,6 @@
 work itself is zobench/running.py's."""
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 from harness.planning import suites
@@ -45,7 +44,7 @@ def request(args) -> running.Request:
 
 
 def main(args) -> int:
-    outcome = running.run(Store(args.results), request(args), lambda line: print(line, file=sys.stderr))
+    outcome = running.run(Store(args.results), request(args), options.say)
     if outcome.report is not None:
         print(f"report: {outcome.report}")
     return outcome.exit_code

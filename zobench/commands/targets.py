@@ -33,7 +33,7 @@ def main(args) -> int:
         (target,) = inventory.resolve([args.name], args.inventory)
         try:
             # Ctrl-C raises here (main says so): the place is released on the way out
-            with reach(target, Stop(), lambda line: print(line, file=sys.stderr)) as there, \
+            with reach(target, Stop(), options.say) as there, \
                     contextlib.closing(transport_for(there)) as transport:
                 facts = probe(transport, there)
         except TransportError as e:

@@ -61,7 +61,7 @@ def main(args) -> int:
                         args.grid_points, args.pruner, args.seed, overrides, args.timeout)
     with running.signals_stop() as (stop, caught):     # the trial in progress is stopped, and no other starts
         outcome = tune.run(Store(args.results), suite, target, opts, stop,
-                           show=lambda line: print(line, file=sys.stderr))
+                           show=options.say)
     run_id, best = outcome.run_id, outcome.record["best"]
     if caught:
         print(f"tune run {run_id}: {outcome.interrupted} after {len(outcome.record['trials'])} trials"
