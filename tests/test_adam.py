@@ -8,7 +8,7 @@ import torch
 from harness.planning import inventory, plan, suites
 from harness.preparation.artifacts import onnx_graph
 from harness.errors import UserError
-from testkit.agreement import assert_same_fp32_steps
+from testkit.agreement import assert_buffers_follow_the_model, assert_same_fp32_steps
 from testkit.runners import ORT_RUNNER, TORCH_RUNNER, job_spec, run_runner
 from workloads import methods
 from workloads.clock import NullClock
@@ -124,6 +124,7 @@ def test_the_binary_holds_two_values_per_bp_parameter_for_adam(native, data_dir,
                  for o in ("sgd", "adam"))
     extra = adam["memory"]["buffers_bytes"] - sgd["memory"]["buffers_bytes"]
     assert extra == 2 * 4 * adam["model"]["params_bp"]
+    assert_buffers_follow_the_model(adam)
     if method == "full-zo":
         assert extra == 0 and adam["trace"] == sgd["trace"]
 

@@ -15,7 +15,7 @@ from workloads import models, support, vocab
 from workloads.spec import Hyper
 from workloads.vocab import PAPER_CONFIGS
 
-from testkit.agreement import assert_same_fp32_steps, assert_same_int8_run
+from testkit.agreement import assert_buffers_follow_the_model, assert_same_fp32_steps, assert_same_int8_run
 from testkit.runners import QEMU_A53, job_spec, run_runner
 
 
@@ -38,6 +38,7 @@ def test_binary_matches_torch_step_for_step(native, data_dir, tmp_path, method, 
         np.testing.assert_allclose(gc, gt, rtol=0, atol=5e-3 + 1e-2 * np.abs(gt).max())
         assert np.corrcoef(gt, gc)[0, 1] > 0.9999
     assert abs(t["epochs"][0]["test_accuracy"] - c["epochs"][0]["test_accuracy"]) <= 2 / 256
+    assert_buffers_follow_the_model(c)
 
 
 def test_binary_result_follows_the_schema(native, data_dir, tmp_path):
@@ -50,6 +51,9 @@ def test_binary_result_follows_the_schema(native, data_dir, tmp_path):
     assert r["memory"]["peak_rss_bytes"] >= r["memory"]["baseline_rss_bytes"] > 0
     assert r["warmup"] == {"steps": 0, "seconds": 0.0}      # no hyper.warmup_steps: none
     assert r["energy"] == NO_ENERGY
+    bad = copy.deepcopy(r)
+    bad["memory"]["buffer_parts"]["errors"] = -1
+    assert schema.problems(bad) == ["memory.buffer_parts.errors: -1 is not an integer >= 0"]
 
 
 NO_ENERGY = {"source": None, "joules": None, "joules_per_step": None, "avg_power_w": None,
@@ -127,12 +131,15 @@ def test_pointnet_matches_torch_step_for_step(native, points_dir, tmp_path, meth
     c = run_runner(s, tmp_path / "cpp", native)
     assert_same_fp32_steps(run_runner(s, tmp_path / "torch"), c, 6)
     assert c["model"]["params_total"] == POINTNET.params_total
+    assert_buffers_follow_the_model(c)
 
 
 @pytest.mark.parametrize("config", INT8_CONFIGS, ids=lambda c: "-".join(map(str, c)))
 def test_pointnet_is_bit_exact_in_int8(native, points_dir, tmp_path, config):
     s = small_spec(POINTNET, *config[:2], points_dir, "int8", config[2])
-    assert_same_int8_run(run_runner(s, tmp_path / "torch"), run_runner(s, tmp_path / "cpp", native))
+    c = run_runner(s, tmp_path / "cpp", native)
+    assert_same_int8_run(run_runner(s, tmp_path / "torch"), c)
+    assert_buffers_follow_the_model(c)
 
 
 def test_aarch64_build_runs_pointnet_under_qemu_cortex_a53(aarch64, points_dir, tmp_path):

@@ -10,6 +10,7 @@ from harness.stores import schema
 from workloads import int8
 from workloads.models import LENET5
 
+from testkit.agreement import assert_buffers_follow_the_model
 from testkit.runners import QEMU_A53, REPO, TORCH_RUNNER, job_spec, run_runner
 
 STEPS = 100
@@ -45,6 +46,7 @@ def test_binary_ends_with_the_torch_runners_exact_int8_weights(native, reference
     c = run_runner(spec(*config, data_dir), tmp_path, native)
     assert len(c["trace"]) == STEPS
     assert_identical(reference[config], c)
+    assert_buffers_follow_the_model(c)
 
 
 @pytest.mark.parametrize("config", [("full-bp", 0, "float"), ("full-zo", 0, "integer"), ("elastic-zo", 1, "float"),

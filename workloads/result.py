@@ -21,7 +21,8 @@ def skeleton(job, env: dict, status: str = "failed", error: str | None = None) -
             "wall_seconds": 0.0, "train_seconds": 0.0, "cpu_seconds": 0.0, "steps": 0, "phases": {}, "epochs": [],
             "warmup": None, "start_eval": None, "nonfinite": [],
             "memory": {"peak_rss_bytes": 0, "baseline_rss_bytes": 0, "loaded_rss_bytes": None, "buffers_bytes": None,
-                       "device_peak_bytes": None, "device_reserved_peak_bytes": None, "device_used_bytes": None},
+                       "buffers": None, "buffer_parts": None, "device_peak_bytes": None,
+                       "device_reserved_peak_bytes": None, "device_used_bytes": None},
             "energy": {"source": None, "joules": None, "joules_per_step": None, "avg_power_w": None,
                        "unavailable": NO_TIMED_LOOP},
             "model": None, "env": env}

@@ -115,8 +115,14 @@ def problems(r) -> list[str]:
     for key in ("peak_rss_bytes", "baseline_rss_bytes"):
         if not isinstance(r["memory"].get(key), int):
             out.append(f"memory.{key} must be an integer")
-    for key in DEVICE_MEMORY:
+    for key in (*DEVICE_MEMORY, "buffers_bytes"):
         out += _amount(r["memory"].get(key), f"memory.{key}", int)
+    for key in ("buffers", "buffer_parts"):   # the binary's table of buffers: name -> bytes
+        table = r["memory"].get(key)
+        if table is not None and not isinstance(table, dict):
+            out.append(f"memory.{key} must be null or an object of bytes")
+        for name, n in (table or {}).items():
+            out += _amount(n, f"memory.{key}.{name}", int)
     for i, e in enumerate(r["epochs"]):
         if not isinstance(e, dict) or not {"epoch", "seconds", "train_loss"} <= set(e):
             out.append("an epoch record lacks epoch, seconds or train_loss")

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <fstream>
+#include <functional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -139,11 +140,84 @@ struct PhaseClock {
 };
 
 
-// bytes held by vectors: what a network reports as memory.buffers_bytes, its exact allocation
-template <class... V>
-inline size_t bytes_of(const V&... v) {
-    return (size_t(0) + ... + (v.size() * sizeof(typename V::value_type)));
-}
+// The parts a buffer is counted under: harness/search/memory_model.py's names (tests/test_cpp.py
+// holds them to its PARTS and TRANSFORMER_PARTS). "working" is what the paper's equations leave
+// out and the kernels add: padded errors, repacked weights, per-thread sums, the batch's labels.
+#define ZOBENCH_PARTS(X)                                                                               \
+    X(PARAMETERS, "parameters") X(ACTIVATIONS, "activations") X(GRADIENTS, "gradients") X(ERRORS, "errors") \
+    X(OPTIMIZER, "optimizer") X(SCRATCH, "scratch") X(WORKING, "working")
+#define ZOBENCH_PART_ENUM(id, name) id,
+#define ZOBENCH_PART_NAME(id, name) name,
+enum Part { ZOBENCH_PARTS(ZOBENCH_PART_ENUM) NPARTS };
+static const char* PART_NAMES[] = {ZOBENCH_PARTS(ZOBENCH_PART_NAME)};
+#undef ZOBENCH_PART_ENUM
+#undef ZOBENCH_PART_NAME
+
+// A network's buffers as one named table, as llm.c's param_sizes and act_sizes both allocate and
+// count: each layer states what it needs of a buffer (a buffer the layers share takes the
+// largest need), allocate() then sizes every buffer once, zeroed, and the table reports each
+// one's bytes and each part's: memory.buffers, memory.buffer_parts and their sum,
+// memory.buffers_bytes, the network's exact allocation.
+class Buffers {
+  public:
+    template <class T>
+    void need(std::vector<T>& v, const std::string& name, Part part, size_t count) {
+        Entry& e = entry(&v, name, part, sizeof(T), [&v](size_t n) { v.assign(n, T(0)); });
+        e.count = std::max(e.count, count);
+    }
+    // a buffer already filled (the parameters): counted as it is
+    template <class T>
+    void hold(const std::vector<T>& v, const std::string& name, Part part) {
+        entry(&v, name, part, sizeof(T), [](size_t) {}).count = v.size();
+    }
+    void allocate() {
+        for (Entry& e : entries) e.alloc(e.count);
+    }
+    size_t bytes() const {
+        size_t n = 0;
+        for (const Entry& e : entries) n += e.bytes();
+        return n;
+    }
+    json each() const {  // buffer -> bytes, the empty ones left out
+        json j = json::object();
+        for (const Entry& e : entries)
+            if (e.count) j[e.name] = e.bytes();
+        return j;
+    }
+    json parts() const {  // part -> bytes, every part
+        size_t n[NPARTS] = {};
+        for (const Entry& e : entries) n[e.part] += e.bytes();
+        json j = json::object();
+        for (int p = 0; p < NPARTS; ++p) j[PART_NAMES[p]] = n[p];
+        return j;
+    }
+    void add_to(json& memory) const {
+        memory["buffers_bytes"] = bytes();
+        memory["buffers"] = each();
+        memory["buffer_parts"] = parts();
+    }
+
+  private:
+    struct Entry {
+        const void* at;
+        std::string name;
+        Part part;
+        size_t elem, count;
+        std::function<void(size_t)> alloc;
+        size_t bytes() const { return elem * count; }
+    };
+    std::vector<Entry> entries;
+
+    Entry& entry(const void* at, const std::string& name, Part part, size_t elem, std::function<void(size_t)> alloc) {
+        for (Entry& e : entries)
+            if (e.at == at) return e;
+        entries.push_back({at, name, part, elem, 0, std::move(alloc)});
+        return entries.back();
+    }
+};
+
+// a per-layer buffer's name in the table: "err[3]"
+inline std::string of_layer(const char* name, int l) { return std::string(name) + "[" + std::to_string(l) + "]"; }
 
 // ---- the networks' common parts ----
 constexpr int MAX_CLASSES = 1024;  // the losses keep a row of per-class terms on the stack
@@ -284,25 +358,24 @@ struct ActivationPlan {
     std::vector<Activations<T>> layer;
     std::vector<Logit> logits[2];
 
-    // slack: bytes a kernel may read past a buffer's end (INT8's convolution tile)
-    void alloc(const Arch& a, int B, int first_bp, bool two, size_t slack = 0) {
+    // states the buffers in `table`; slack: bytes a kernel may read past a buffer's end (INT8's
+    // convolution tile); kept(l): whether out(l), where it needs a buffer of its own, has one
+    // (the networks fuse some pools into the layer before them)
+    template <class Kept>
+    void plan(Buffers& table, const Arch& a, int B, int first_bp, bool two, size_t slack, Kept kept) {
         layer.assign(a.n(), {});
         for (int l = 0; l < a.n(); ++l) {
             const Layer& L = a.layers[l];
-            layer[l].in[0].assign(size_t(B) * L.in_padded() + slack, T(0));
-            if (two && l >= first_bp) layer[l].in[1].assign(layer[l].in[0].size(), T(0));
+            const size_t in = size_t(B) * L.in_padded() + slack;
+            table.need(layer[l].in[0], of_layer("in", l), ACTIVATIONS, in);
+            if (two && l >= first_bp) table.need(layer[l].in[1], of_layer("in_pass1", l), ACTIVATIONS, in);
             const bool own = l + 1 < a.n() && (L.pool != NO_POOL || a.layers[l + 1].pad > 0);
-            if (own) layer[l].own_out.assign(size_t(B) * L.out_size(), T(0));
+            if (own && kept(l)) table.need(layer[l].own_out, of_layer("out", l), ACTIVATIONS, size_t(B) * L.out_size());
         }
-        logits[0].assign(size_t(B) * a.classes, Logit(0));
-        if (two) logits[1].assign(logits[0].size(), Logit(0));
+        table.need(logits[0], "logits", ACTIVATIONS, size_t(B) * a.classes);
+        if (two) table.need(logits[1], "logits_pass1", ACTIVATIONS, size_t(B) * a.classes);
     }
     T* in(int l, int k) { return (layer[l].in[k].empty() ? layer[l].in[0] : layer[l].in[k]).data(); }
-    size_t bytes() const {
-        size_t n = 0;
-        for (const auto& a : layer) n += bytes_of(a.in[0], a.in[1], a.own_out);
-        return n + bytes_of(logits[0], logits[1]);
-    }
 };
 
 // [BC][H][W] -> the interior of [BC][H + 2ph][W + 2pw], whose border stays as it is: zero, in

@@ -1,8 +1,9 @@
 // The FP32 network of zobench-train, in the llm.c style: one contiguous parameter buffer, one
 // gradient buffer for the BP part only (and with Adam one buffer per moment, the same size),
 // and per layer explicit activation and error buffers
-// sized from the batch, all allocated once, up front (the activations and errors the ElasticZO
-// paper's Eqs. 2-4 count, with ReLU fused into the layer it follows, plus the padded inputs and
+// sized from the batch, all allocated once, up front, from one named table (Buffers) that also
+// counts them under the memory model's parts (the activations and errors the ElasticZO paper's
+// Eqs. 2-4 count, with ReLU fused into the layer it follows, plus the padded inputs and
 // repacked weights the kernels read). The layers are the spec's (common.hpp parse_arch); each
 // kind has one forward and one backward step here, on fp32_kernels.hpp's kernels.
 #pragma once
@@ -51,6 +52,8 @@ struct Net {
     std::vector<float> grad_scratch;
     std::vector<float> lut;      // pixel -> normalised value (datasets.py's table)
 
+    Buffers buffers;             // every buffer above: what the constructor allocates, and their bytes
+
     Net(int batch, const Spec& s, const std::vector<float>& init, std::vector<float> table)
         : a(s.arch), B(batch), n(s.arch.n()), params(init), lut(std::move(table)) {
         first_bp = first_bp_layer(s);
@@ -58,34 +61,32 @@ struct Net {
         for (const Layer& L : a.layers) off.push_back(o), o += L.w_size() + L.O;
         n_zo = first_bp < n ? off[first_bp] : params.size();
         n_bp = params.size() - n_zo;
-        grads.assign(n_bp, 0.f);
-        if (s.h.optimizer == "adam") adam_m.assign(n_bp, 0.f), adam_v.assign(n_bp, 0.f);
+        buffers.hold(params, "params", PARAMETERS);
+        buffers.need(grads, "grads", GRADIENTS, n_bp);
+        if (s.h.optimizer == "adam") buffers.need(adam_m, "adam_m", OPTIMIZER, n_bp), buffers.need(adam_v, "adam_v", OPTIMIZER, n_bp);
         const bool two = s.method == "elastic-zo";  // two perturbed passes feed BP
-        act.alloc(a, B, first_bp, two);
         // a global max is fused into its pointwise layer (pointwise_forward): BP reads its argmax
-        for (int l = 0; l < n; ++l)
-            if (a.layers[l].pool == GLOBAL_MAX) std::vector<float>().swap(act.layer[l].own_out);
-        for (int k = 0; k < (two ? 2 : 1); ++k) probs[k].assign(size_t(B) * a.classes, 0.f);
-        labels.assign(B, 0);
+        act.plan(buffers, a, B, first_bp, two, 0, [&](int l) { return a.layers[l].pool != GLOBAL_MAX; });
+        for (int k = 0; k < (two ? 2 : 1); ++k) buffers.need(probs[k], k ? "probs_pass1" : "probs", WORKING, size_t(B) * a.classes);
+        buffers.need(labels, "labels", WORKING, B);
         err.resize(n), dpooled.resize(n), argmax.resize(n);
-        size_t wk_size = 0, pad_size = 0, scratch_size = 0;
         for (int l = 0; l < n; ++l) {
             const Layer& L = a.layers[l];
-            if (L.kind == CONV2D && (L.O >= 16 || l > first_bp)) wk_size = std::max(wk_size, L.w_size());
-            if (L.kind == POINTWISE) wk_size = std::max(wk_size, L.w_size());
+            if ((L.kind == CONV2D && (L.O >= 16 || l > first_bp)) || L.kind == POINTWISE)
+                buffers.need(wk, "wk", WORKING, L.w_size());
             if (l < first_bp) continue;
-            err[l].assign(size_t(B) * (L.pool == GLOBAL_MAX ? L.O : L.out_size()), 0.f);
-            if (L.pool == GLOBAL_MAX) argmax[l].assign(size_t(two ? 2 : 1) * B * L.O, 0);
-            else if (L.kind == POINTWISE) scratch_size = std::max(scratch_size, size_t(L.C + 1) * L.O);
+            buffers.need(err[l], of_layer("err", l), ERRORS, size_t(B) * (L.pool == GLOBAL_MAX ? L.O : L.out_size()));
+            if (L.pool == GLOBAL_MAX) buffers.need(argmax[l], of_layer("argmax", l), WORKING, size_t(two ? 2 : 1) * B * L.O);
+            else if (L.kind == POINTWISE) {
+                grad_threads = omp_get_max_threads();
+                buffers.need(grad_scratch, "grad_scratch", WORKING, size_t(grad_threads) * (L.C + 1) * L.O);
+            }
             if (l == first_bp) continue;
-            if (a.layers[l - 1].pool == MAX2X2) dpooled[l].assign(size_t(B) * L.in_size(), 0.f);
+            if (a.layers[l - 1].pool == MAX2X2) buffers.need(dpooled[l], of_layer("dpooled", l), ERRORS, size_t(B) * L.in_size());
             if (L.kind == CONV2D)
-                pad_size = std::max(pad_size, size_t(B) * L.O * (L.OH + 2 * (L.KH - 1 - L.pad)) * (L.OW + 2 * (L.KW - 1 - L.pad)));
+                buffers.need(errpad, "errpad", WORKING, size_t(B) * L.O * (L.OH + 2 * (L.KH - 1 - L.pad)) * (L.OW + 2 * (L.KW - 1 - L.pad)));
         }
-        wk.assign(wk_size, 0.f);
-        errpad.assign(pad_size, 0.f);
-        if (scratch_size) grad_threads = omp_get_max_threads();
-        grad_scratch.assign(grad_threads * scratch_size, 0.f);
+        buffers.allocate();
     }
 
     float* Wt(int l) { return params.data() + off[l]; }
@@ -266,12 +267,6 @@ struct Net {
     }
 
     size_t params_total() const { return params.size(); }
-    size_t buffer_bytes() const {
-        size_t bytes = act.bytes() + bytes_of(params, grads, adam_m, adam_v, probs[0], probs[1], wk, labels, errpad,
-                                              grad_scratch);
-        for (int l = 0; l < n; ++l) bytes += bytes_of(err[l], dpooled[l], argmax[l]);
-        return bytes;
-    }
     std::vector<uint8_t> weights_bytes() const {  // float32 LE (both targets are little-endian)
         const uint8_t* p = reinterpret_cast<const uint8_t*>(params.data());
         return {p, p + sizeof(float) * params.size()};

@@ -12,7 +12,7 @@
 // their weight gradient. A pointwise layer's global max is fused into the layer: its
 // accumulators are never stored, only each cloud's and channel's maximum (and, for BP, that
 // of every block of points).
-// All are allocated once, in the constructor, and buffer_bytes counts them all. Each
+// All are allocated once, in the constructor, from one table (Buffers) that counts them all. Each
 // activation is uint8: a ReLU output or pixel >> 1, so in [0, 127]; only a point cloud's input
 // coordinates are signed int8 held in that buffer (the first layer reads them as such).
 #pragma once
@@ -71,6 +71,8 @@ struct Net {
     std::vector<uint8_t> grad_planes;
     std::vector<int64_t> grad_sums;
 
+    Buffers buffers;  // every buffer above: what the constructor allocates, and their bytes
+
     // LeNet-5's convolutions run shape-specialised kernels (above); every other shape the
     // runtime-sized ones
     static bool fast(const Layer& L) {
@@ -78,11 +80,19 @@ struct Net {
                with_conv_shape(L.C, L.O, L.OH, L.OW, [](auto) {});
     }
 
+    // whether out(l), where it needs a buffer of its own, has one: a pooled activation is kept
+    // only where BP reads it (requant_relu_pool pools the accumulators), and never before a
+    // global max (BP reads its argmax)
+    bool keeps_out(int l) const {
+        const Layer& L = a.layers[l];
+        return !((l < first_bp && L.pool != NO_POOL) || L.pool == GLOBAL_MAX);
+    }
+
     // a fast convolution whose pre-pool activation is not kept (every ZO pass's): conv_pool_packed
     // pools its accumulators straight into the next layer's padded input
     bool fused_pool(int l) const {
         const Layer& L = a.layers[l];
-        return fast(L) && L.pool == MAX2X2 && l + 1 < n && act.layer[l].own_out.empty();
+        return fast(L) && L.pool == MAX2X2 && l + 1 < n && !keeps_out(l);
     }
 
     // a pointwise layer with a global max, on uint8 inputs: pointwise_gmax_forward
@@ -117,52 +127,44 @@ struct Net {
             for (const Layer& L : a.layers) exps.push_back(init_exponent(L.fan_in(), L.O * L.KH * L.KW));
         }
         const bool two = s.method == "elastic-zo";
-        act.alloc(a, B, first_bp, two, READ_SLACK);
-        // a pooled activation is kept only where BP reads it: requant_relu_pool pools the
-        // accumulators; BP through a global max reads its argmax instead
-        for (int l = 0; l < n; ++l)
-            if ((l < first_bp && a.layers[l].pool != NO_POOL) || a.layers[l].pool == GLOBAL_MAX)
-                std::vector<uint8_t>().swap(act.layer[l].own_out);
-        labels.assign(B, 0);
+        buffers.hold(q, "q", PARAMETERS);
+        act.plan(buffers, a, B, first_bp, two, READ_SLACK, [&](int l) { return keeps_out(l); });
+        buffers.need(labels, "labels", WORKING, B);
         g32.resize(n), g64.resize(n), eacc.resize(n), err.resize(n), argmax.resize(n);
-        size_t acc_size = 0, wk_size = 0, flip_size = 0, pad_size = 0;
         for (int l = 0; l < n; ++l) {
             const Layer& L = a.layers[l];
-            acc_size = std::max(acc_size, size_t(B) * (fused_gmax(l) ? L.O : L.out_size()));
+            buffers.need(acc, "acc", SCRATCH, size_t(B) * (fused_gmax(l) ? L.O : L.out_size()));
             if (fused_pool(l))  // conv_pool_packed's, padded
-                acc_size = std::max(acc_size, size_t(B) * L.O * (L.OH / 2 + 2 * a.layers[l + 1].pad) * (L.OW / 2 + 2 * a.layers[l + 1].pad));
-            if (fast(L)) wk_size = std::max(wk_size, size_t(conv_packed_size(L.C, L.O)));
-            if (L.kind == POINTWISE) wk_size = std::max(wk_size, l > 0 ? pointwise_packed_size(L.C, L.O) : L.w_size());
+                buffers.need(acc, "acc", SCRATCH, size_t(B) * L.O * (L.OH / 2 + 2 * a.layers[l + 1].pad) * (L.OW / 2 + 2 * a.layers[l + 1].pad));
+            if (fast(L)) buffers.need(wk, "wk", WORKING, conv_packed_size(L.C, L.O));
+            if (L.kind == POINTWISE) buffers.need(wk, "wk", WORKING, l > 0 ? pointwise_packed_size(L.C, L.O) : L.w_size());
             if (l < first_bp) continue;
-            if (L.kind == FC) g32[l].assign(L.w_size(), 0);
-            else g64[l].assign(L.w_size(), 0);
-            err[l].assign(size_t(B) * (L.pool == GLOBAL_MAX ? L.O : L.out_size()), 0);
-            if (L.pool == GLOBAL_MAX) argmax[l].assign(size_t(two ? 2 : 1) * B * L.O, 0);
-            if (fused_gmax(l)) gmax_max.resize(std::max(gmax_max.size(), size_t(B) * L.O * gmax_blocks(L.rows)));
-            if (L.kind == POINTWISE && l > 0 && L.pool == NO_POOL && pointwise_tiled(L.O)) {
+            if (L.kind == FC) buffers.need(g32[l], of_layer("g32", l), SCRATCH, L.w_size());
+            else buffers.need(g64[l], of_layer("g64", l), SCRATCH, L.w_size());
+            buffers.need(err[l], of_layer("err", l), ERRORS, size_t(B) * (L.pool == GLOBAL_MAX ? L.O : L.out_size()));
+            if (L.pool == GLOBAL_MAX) buffers.need(argmax[l], of_layer("argmax", l), WORKING, size_t(two ? 2 : 1) * B * L.O);
+            if (fused_gmax(l)) buffers.need(gmax_max, "gmax_max", WORKING, size_t(B) * L.O * gmax_blocks(L.rows));
+            const bool pointwise_scratch = L.kind == POINTWISE && l > 0 && L.pool == NO_POOL && pointwise_tiled(L.O);
+            const bool conv_scratch = fast(L) && l <= 1 + first_bp;
+            if (pointwise_scratch || conv_scratch) {
                 grad_threads = omp_get_max_threads();
-                planes_stride = std::max(planes_stride, pointwise_grad_pack(L.C, L.O));
-                sums_stride = std::max(sums_stride, size_t(L.C) * L.O);
-            }
-            if (fast(L) && l <= 1 + first_bp) {
-                grad_threads = omp_get_max_threads();
-                planes_stride = std::max(planes_stride, conv_grad_planes(L.C, L.OH, L.OW));
-                sums_stride = std::max(sums_stride, conv_grad_sums(L.C, L.O));
+                buffers.need(grad_planes, "grad_planes", WORKING,
+                             size_t(grad_threads) * (conv_scratch ? conv_grad_planes(L.C, L.OH, L.OW) : pointwise_grad_pack(L.C, L.O)));
+                buffers.need(grad_sums, "grad_sums", WORKING,
+                             size_t(grad_threads) * (conv_scratch ? conv_grad_sums(L.C, L.O) : size_t(L.C) * L.O));
             }
             if (l == first_bp) continue;
-            eacc[l].assign(size_t(B) * L.in_size(), 0);
+            buffers.need(eacc[l], of_layer("eacc", l), SCRATCH, size_t(B) * L.in_size());
             if (L.kind == CONV2D) {
-                flip_size = std::max(flip_size, L.w_size());
-                if (fast(L)) wk_size = std::max(wk_size, size_t(conv_packed_size(L.O, L.C)));
-                pad_size = std::max(pad_size, size_t(B) * L.O * (L.OH + 2 * (L.KH - 1 - L.pad)) * (L.OW + 2 * (L.KW - 1 - L.pad)));
+                buffers.need(wflip, "wflip", WORKING, L.w_size());
+                if (fast(L)) buffers.need(wk, "wk", WORKING, conv_packed_size(L.O, L.C));
+                buffers.need(errpad, "errpad", WORKING,
+                             size_t(B) * L.O * (L.OH + 2 * (L.KH - 1 - L.pad)) * (L.OW + 2 * (L.KW - 1 - L.pad)) + READ_SLACK);
             }
         }
-        acc.assign(acc_size, 0);
-        wk.assign(wk_size, 0);
-        wflip.assign(flip_size, 0);
-        errpad.assign(pad_size ? pad_size + READ_SLACK : 0, 0);
-        grad_planes.assign(grad_threads * planes_stride, 0);
-        grad_sums.assign(grad_threads * sums_stride, 0);
+        buffers.allocate();
+        // each thread's share of the weight gradients' scratch: the largest a layer needs
+        if (grad_threads) planes_stride = grad_planes.size() / grad_threads, sums_stride = grad_sums.size() / grad_threads;
     }
 
     int8_t* Wt(int l) { return q.data() + off[l]; }
@@ -393,11 +395,6 @@ struct Net {
     }
 
     size_t params_total() const { return q.size(); }
-    size_t buffer_bytes() const {
-        size_t bytes = act.bytes() + bytes_of(q, acc, gmax_max, wk, wflip, labels, errpad, grad_planes, grad_sums);
-        for (int l = 0; l < n; ++l) bytes += bytes_of(g32[l], g64[l], eacc[l], err[l], argmax[l]);
-        return bytes;
-    }
     std::vector<uint8_t> weights_bytes() const {  // int8 weights, then each layer's exponent as int32 LE
         std::vector<uint8_t> bytes(q.begin(), q.end());
         for (int e : exps)

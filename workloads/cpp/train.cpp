@@ -349,7 +349,7 @@ static std::pair<double, double> epoch_lrs(const Spec& s, int epoch) {
 //
 // The saved state is a copy of the trainable buffers, freed when the warm-up ends: no buffer of
 // the net is free during a step to hold it, and it does not exist while training runs, so it is
-// not in buffer_bytes (the training allocation). main() warms up before it resets the peak RSS,
+// not in buffers_bytes (the training allocation). main() warms up before it resets the peak RSS,
 // so the copy is not in peak_rss_bytes either.
 template <class NetT>
 static void warm_up(const Spec& s, NetT& net, const Split& tr, State& st) {
@@ -566,7 +566,8 @@ int main(int argc, char** argv) {
                    {"phases", json::object()}, {"epochs", json::array()},
                    {"warmup", nullptr}, {"start_eval", nullptr}, {"nonfinite", json::array()},
                    {"memory", {{"peak_rss_bytes", 0}, {"baseline_rss_bytes", 0}, {"loaded_rss_bytes", nullptr},
-                               {"buffers_bytes", nullptr}, {"device_peak_bytes", nullptr},
+                               {"buffers_bytes", nullptr}, {"buffers", nullptr}, {"buffer_parts", nullptr},
+                               {"device_peak_bytes", nullptr},
                                {"device_reserved_peak_bytes", nullptr}, {"device_used_bytes", nullptr}}},
                    {"model", nullptr}, {"env", env_facts()},
                    {"energy", {{"source", nullptr}, {"joules", nullptr}, {"joules_per_step", nullptr},
@@ -614,8 +615,8 @@ int main(int argc, char** argv) {
         result["error"] = e.what();
     }
     if (result["job"].is_null()) result["job"] = {{"job_id", s.job_id}};
-    if (net32) result["model"] = model_facts(s, *net32, init_sha256), result["memory"]["buffers_bytes"] = net32->buffer_bytes();
-    if (net8) result["model"] = model_facts(s, *net8, init_sha256), result["memory"]["buffers_bytes"] = net8->buffer_bytes();
+    if (net32) result["model"] = model_facts(s, *net32, init_sha256), net32->buffers.add_to(result["memory"]);
+    if (net8) result["model"] = model_facts(s, *net8, init_sha256), net8->buffers.add_to(result["memory"]);
     if (!weights_file.empty()) result["model"]["weights_file"] = weights_file;
     if (net32 || net8) {
         result["phases"] = clock.as_json();
