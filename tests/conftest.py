@@ -14,9 +14,11 @@ from testkit.tools import require
 
 
 if os.environ.get("PYTEST_XDIST_WORKER"):
-    # make test runs two workers on two cores: a runner's OpenMP (torch, the C++ binary) spinning
-    # on two threads beside the other worker's slowed some tests tenfold. One thread each; a
-    # test that sets its own thread count (spec.threads) still gets it.
+    # make test runs a worker per core and one more: a runner's OpenMP (torch, the C++ binary)
+    # spinning on two threads beside the other workers' slowed some tests tenfold. One thread
+    # each; a test that sets its own thread count (spec.threads) still gets it, and the runners
+    # a test starts itself sleep at their barriers as the harness's do (testkit/runners.py
+    # RUNNER_ENV).
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     # Two workers on one machine are the point here: each leases this machine on its own
     # (harness/boards/lease.py), or every local job of one would wait for the other's.

@@ -24,14 +24,14 @@ def results(root: Path, run_id: str) -> dict:
 
 def test_hung_runner_times_out_is_killed_and_others_are_kept(tmp_path):
     rc = main(["run", "--results", str(tmp_path), "--no-report", "--method", "full-bp", "--method", "full-zo",
-               "--set", "fault=hang@full-zo", "--timeout", "25", *TINY])
+               "--set", "fault=hang@full-zo", "--timeout", "15", *TINY])
     assert rc == 1
     store = Store(tmp_path)
     run_id = store.latest()
     r = results(tmp_path, run_id)
     assert r["full-bp"]["status"] == "ok"
     assert r["full-zo"]["status"] == "timeout"
-    assert "25 s timeout" in r["full-zo"]["error"] and "killed" in r["full-zo"]["error"]
+    assert "15 s timeout" in r["full-zo"]["error"] and "killed" in r["full-zo"]["error"]
     assert r["full-zo"]["steps"] >= 0
     assert processes_mentioning(str(store.runs / run_id)) == []     # nothing of the runner is left
 

@@ -49,8 +49,10 @@ def test_binary_ends_with_the_torch_runners_exact_int8_weights(native, reference
     assert_buffers_follow_the_model(c)
 
 
-@pytest.mark.parametrize("config", [("full-bp", 0, "float"), ("full-zo", 0, "integer"), ("elastic-zo", 1, "float"),
-                                    ("elastic-zo", 2, "integer")], ids=lambda c: "-".join(map(str, c)))
+# BP through every layer with the float loss, and ZO with a BP head and the integer loss: each
+# kernel and both losses under qemu (the native runs above cover every configuration)
+@pytest.mark.parametrize("config", [("full-bp", 0, "float"), ("elastic-zo", 2, "integer")],
+                         ids=lambda c: "-".join(map(str, c)))
 def test_aarch64_binary_under_qemu_ends_with_the_same_weights(aarch64, reference, data_dir, tmp_path, config):
     arm = run_runner(spec(*config, data_dir), tmp_path, [*QEMU_A53, aarch64])
     assert arm["env"]["arch"] == "aarch64" and schema.problems(arm) == []

@@ -83,7 +83,7 @@ def largest_ok(store: Store, run_id: str):
 def test_fit_table_lists_the_largest_ok_model_per_method_and_the_ratio_to_bp(tmp_path):
     """zobench fit for Full BP and for Full ZO under one budget, then reports of both and of one."""
     for method in ("full-bp", "full-zo"):     # 1: nothing fits (RLIMIT_AS, no cgroup); the table says so too
-        assert main(["fit", "--results", str(tmp_path), "--budget", "700M", "--context", "64",
+        assert main(["fit", "--results", str(tmp_path), "--budget", "350M", "--context", "64",
                      "--method", method]) in (0, 1)
     store = Store(tmp_path)
     bp_run, zo_run = store.run_ids()
@@ -92,7 +92,7 @@ def test_fit_table_lists_the_largest_ok_model_per_method_and_the_ratio_to_bp(tmp
     bp, zo = largest_ok(store, bp_run), largest_ok(store, zo_run)
     for label, best in (("Full BP", bp), ("Full ZO", zo)):
         assert rows[label]["largest ok"] == (best.name if best else "none fits")
-        assert rows[label]["budget"] == "700.0 MiB" and rows[label]["T"] == "64" and rows[label]["B"] == "8"
+        assert rows[label]["budget"] == "350.0 MiB" and rows[label]["T"] == "64" and rows[label]["B"] == "8"
     if bp is None:
         pytest.skip("nothing fit under RLIMIT_AS (no memory cgroup here): no ratio to check")
     assert rows["Full BP"]["parameters"] == f"{bp.params_total / 1e6:.2f} M"

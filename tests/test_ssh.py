@@ -71,7 +71,7 @@ def test_three_boards_run_in_parallel(inv, tmp_path):
 
 def test_hung_runner_times_out_and_leaves_no_process_on_the_board(farm, inv, tmp_path):
     rc = run(inv["path"], tmp_path, "--target", "board-a", "--method", "full-zo", "--set", "fault=hang",
-             "--timeout", "15")
+             "--timeout", "8")
     assert rc == 1
     store = Store(tmp_path)
     (r,) = store.results(store.latest())
