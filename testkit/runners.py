@@ -39,7 +39,10 @@ def cli(capsys, *args) -> subprocess.CompletedProcess:
     from zobench.cli import main
 
     capsys.readouterr()
-    rc = main([str(a) for a in args])
+    try:
+        rc = main([str(a) for a in args])
+    except SystemExit as e:     # how argparse ends a bad command line, in the real CLI too
+        rc = e.code
     out, err = capsys.readouterr()
     return subprocess.CompletedProcess(args, rc, out, err)
 

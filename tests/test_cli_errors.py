@@ -1,11 +1,13 @@
-"""Bad input: one line naming the file/key and what was expected, exit code 2, no traceback."""
+"""Bad input: one line naming the file/key and what was expected, exit code 2, no traceback.
+The many refusals of one kind run the CLI's main() in the test's process (testkit.runners.cli);
+the rest, a `zobench` process each, as a user runs it."""
 import os
 import typing
 
 import pytest
 
 from workloads.spec import Hyper
-from testkit.runners import REPO, zobench
+from testkit.runners import REPO, cli, zobench
 
 QUICK = ["--set", "epochs=1", "--set", "train_samples=64", "--set", "test_samples=32"]
 
@@ -56,9 +58,9 @@ epochs = 1
     (["--resume", "20990101-000000-dead"], ["unknown run '20990101-000000-dead'"]),
     (["--bogus"], ["unrecognized arguments: --bogus"]),
 ])
-def test_bad_command_line(tmp_path, args, needles):
+def test_bad_command_line(tmp_path, capsys, args, needles):
     extra = [] if "--resume" in args else QUICK
-    check_user_error(zobench("run", "--results", tmp_path, *args, *extra), *needles)
+    check_user_error(cli(capsys, "run", "--results", tmp_path, *args, *extra), *needles)
     assert not (tmp_path / "runs").exists()       # nothing was started
 
 
@@ -67,9 +69,9 @@ FLOAT_HYPERS = [k for k, t in typing.get_type_hints(Hyper).items() if t is float
 
 @pytest.mark.parametrize("value", ["nan", "inf", "-inf"])
 @pytest.mark.parametrize("key", FLOAT_HYPERS)
-def test_every_float_hyperparameter_must_be_finite(tmp_path, key, value):
+def test_every_float_hyperparameter_must_be_finite(tmp_path, capsys, key, value):
     """A NaN learning rate once ran to the end as `ok`, with NaN losses."""
-    check_user_error(zobench("run", "--results", tmp_path, "--set", f"{key}={value}", *QUICK),
+    check_user_error(cli(capsys, "run", "--results", tmp_path, "--set", f"{key}={value}", *QUICK),
                      f"--set {key}={value}: {key}: expected a finite number, got {value}")
 
 
@@ -97,8 +99,8 @@ def test_a_cpp_board_needs_its_arch(tmp_path):
     (["compare", "a", "b", "--threshold", "nan"], ["argument --threshold: expected a finite number, got nan"]),
     (["compare", "a", "b", "--threshold", "-1"], ["argument --threshold: expected a value >= 0 and <= 1000"]),
 ])
-def test_bad_numbers_in_other_commands(args, needles):
-    check_user_error(zobench(*args), *needles)
+def test_bad_numbers_in_other_commands(capsys, args, needles):
+    check_user_error(cli(capsys, *args), *needles)
 
 
 @pytest.mark.parametrize("text,needles", [
@@ -123,9 +125,9 @@ def test_bad_numbers_in_other_commands(args, needles):
     ('methods = ["full-zo"]\n[workload]\nmodel = "resnet"\n', ["workload.model: expected one of 'lenet5'"]),
     ('timeout_s = 60\n', ["methods: missing"]),
 ])
-def test_bad_suite_file(tmp_path, text, needles):
+def test_bad_suite_file(tmp_path, capsys, text, needles):
     suite = write(tmp_path, "my suite.toml", text)
-    check_user_error(zobench("run", "--results", tmp_path, "--suite", suite), str(suite), *needles)
+    check_user_error(cli(capsys, "run", "--results", tmp_path, "--suite", suite), str(suite), *needles)
 
 
 def test_missing_dataset_is_a_configuration_error(tmp_path):
@@ -154,9 +156,9 @@ def test_missing_dataset_is_a_configuration_error(tmp_path):
     ('[targets.pi\n', ["malformed TOML"]),
     ('[boards.pi]\nhost = "h"\n', ["boards: unknown key"]),
 ])
-def test_bad_inventory(tmp_path, text, needles):
+def test_bad_inventory(tmp_path, capsys, text, needles):
     inv = write(tmp_path, "inventory.toml", text)
-    check_user_error(zobench("targets", "list", "--inventory", inv), *needles)
+    check_user_error(cli(capsys, "targets", "list", "--inventory", inv), *needles)
 
 
 def test_a_toml_file_that_is_not_utf8_is_one_line_naming_it(tmp_path):
