@@ -203,7 +203,6 @@ def checked(workload, hyper: dict, suite_path: str = "suite.toml") -> None:
     from harness.planning import plan, runs
     from harness.planning.inventory import Target
     from harness.preparation.bundle import prepare
-    from workloads import datasets, vocab
     from workloads.spec import Hyper, JobSpec
 
     plan.check_data(SimpleNamespace(path=suite_path), workload, Hyper(**hyper), {})
