@@ -31,7 +31,7 @@ run: setup
 # the extra worker keeps the cores busy meanwhile (7:00 against 7:55 with a worker per core).
 test: setup-test
 	$(BIN)/python -m compileall -q harness workloads zobench reports testkit
-	$(BIN)/python -m pytest -n $$(( $$(nproc) + 1 )) --dist loadfile
+	$(BIN)/python -m pytest -n $$(( $$(nproc) + 1 )) --dist loadfile --no-loadscope-reorder
 
 test-slow: setup-test
 	$(BIN)/python -m pytest -m slow

@@ -13,6 +13,20 @@ from testkit.runners import aarch64_binary, idx_data_dir, native_binary
 from testkit.tools import require
 
 
+# The files that take longest on a fresh clone (`pytest --durations=0`, summed per file; the
+# first three build binaries), longest first. make test hands out whole files in this order
+# (--dist loadfile --no-loadscope-reorder): a long file started last would run alone at the end.
+LONGEST_FIRST = ("test_int8.py", "test_kernel_paths.py", "test_cpp.py", "test_compare.py", "test_shared_store.py",
+                 "test_ssh.py", "test_faults.py", "test_report.py", "test_lease.py", "test_finetune.py",
+                 "test_report_transformers.py", "test_labgrid.py", "test_build_cpu.py", "test_signals.py",
+                 "test_validity.py", "test_store.py", "test_equal_memory.py", "test_ort_transformer.py")
+
+
+def pytest_collection_modifyitems(items):
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
+
+
 if os.environ.get("PYTEST_XDIST_WORKER"):
     # make test runs a worker per core and one more: a runner's OpenMP (torch, the C++ binary)
     # spinning on two threads beside the other workers' slowed some tests tenfold. One thread
