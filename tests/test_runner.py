@@ -1,7 +1,10 @@
 """The torch runner as a process: its contract (spec in, result out), determinism, data, failures."""
 import gzip
 import hashlib
+import json
 import math
+import os
+import subprocess
 
 import numpy as np
 import pytest
@@ -10,7 +13,8 @@ from harness.stores import schema
 from workloads import datasets
 from workloads.models import LENET5
 
-from testkit.runners import job_spec, run_runner
+from testkit import warm
+from testkit.runners import REPO, RUNNER_ENV, TORCH_RUNNER, job_spec, run_runner
 
 def spec(method="elastic-zo", bp_layers=1, seed=0, **hyper):
     """Ten batches (320 samples), untraced unless hyper says."""
@@ -106,3 +110,21 @@ def test_fashion_mnist_and_digits_load_and_normalise():
     assert xd.shape == (1437, 1, 28, 28) and set(np.unique(yd)) == set(range(10))
     assert len(datasets.load("digits", "test")) == 1797 - 1437
     assert math.isclose(float(xd.std()), 1.0, abs_tol=0.05)
+
+
+def test_a_runner_forked_from_the_warm_server_runs_as_a_fresh_interpreter_does(tmp_path):
+    """testkit/warm.py forks the tests' runners from a process that imported torch once: the
+    same steps, weights and facts as `python -m workloads.torch_runner` started afresh, and a
+    call that sets a variable read at import gets no fork."""
+    spec = job_spec("elastic-zo", 1, seed=3, steps=5, test_samples=32)
+    forked = run_runner(spec, tmp_path / "warm")
+    (tmp_path / "fresh").mkdir()
+    (tmp_path / "fresh" / "spec.json").write_text(json.dumps(spec))
+    subprocess.run([*TORCH_RUNNER, "--spec", tmp_path / "fresh" / "spec.json", "--out", tmp_path / "fresh" / "r.json"],
+                   cwd=REPO, env={**os.environ, **RUNNER_ENV}, check=True, capture_output=True)
+    fresh = json.loads((tmp_path / "fresh" / "r.json").read_text())
+    assert forked["status"] == fresh["status"] == "ok"
+    assert forked["trace"] == fresh["trace"] and forked["model"] == fresh["model"]
+    assert forked["env"]["versions"] == fresh["env"]["versions"]
+    assert warm.run("workloads.torch_runner", [], REPO, {**os.environ, **RUNNER_ENV, "MKL_NUM_THREADS": "3"},
+                    tmp_path / "o", tmp_path / "e", timeout=60) is None
