@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
+from harness.execution.job import omp_env
 from harness.planning import cpu
 from harness.preparation.build import build
 from harness.preparation.artifacts import raw_idx
@@ -69,9 +70,9 @@ def processes_mentioning(text: str) -> list[str]:
     return hits
 
 
-# what the harness sets for every runner it starts (harness/execution/job.py): OpenMP threads
-# that sleep at a barrier, so two test workers' runners share the cores instead of spinning
-RUNNER_ENV = {"OMP_WAIT_POLICY": vocab.OMP_WAIT_POLICY.upper()}
+# what the harness sets for every runner it starts by default: OpenMP threads that sleep at a
+# barrier, so two test workers' runners share the cores instead of spinning
+RUNNER_ENV = omp_env(vocab.OMP_WAIT_POLICY)
 TORCH_RUNNER = (sys.executable, "-m", "workloads.torch_runner")
 ORT_RUNNER = (sys.executable, "-m", "workloads.ort_runner")
 QEMU_A53 = ("qemu-aarch64", "-cpu", "cortex-a53")      # put before an aarch64 binary's path
@@ -91,11 +92,11 @@ def run_runner(spec: dict, tmp: Path, command: str | Path | Sequence[str | Path]
     argv = [command] if isinstance(command, (str, Path)) else [*command]
     args = ["--spec", str(tmp / "spec.json"), "--out", str(out)]
     env = {**os.environ, **RUNNER_ENV}
-    rc = None
-    if tuple(argv) in (TORCH_RUNNER, ORT_RUNNER):
-        rc = warm.run(argv[2], args, REPO, env, tmp / "runner.out", tmp / "runner.err", timeout=600)
-        stderr = (tmp / "runner.err").read_text(errors="replace") if rc is not None else ""
-    if rc is None:
+    python = tuple(argv) in (TORCH_RUNNER, ORT_RUNNER)
+    rc = warm.run(argv[2], args, REPO, env, tmp / "runner.out", tmp / "runner.err", timeout=600) if python else None
+    if rc is not None:
+        stderr = (tmp / "runner.err").read_text(errors="replace")
+    else:
         p = subprocess.run([*argv, *args], cwd=REPO, env=env, capture_output=True, text=True, errors="replace",
                            timeout=600)
         rc, stderr = p.returncode, p.stderr

@@ -86,9 +86,10 @@ def _child(request: dict) -> None:
         sys.argv = [request["module"], *request["args"]]
         runpy.run_module(request["module"], run_name="__main__", alter_sys=True)
         code = 0
-    except SystemExit as e:
-        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-        if not isinstance(e.code, (int, type(None))):
+    except SystemExit as e:     # as the interpreter ends on it: None is 0, a message is 1
+        if e.code is None or isinstance(e.code, int):
+            code = e.code or 0
+        else:
             print(e.code, file=sys.stderr)
     except BaseException:
         traceback.print_exc()

@@ -58,6 +58,12 @@ class Evidence:
     kernel_log: str = ""                        # KERNEL_LOG's lines, read after a SIGKILL
 
 
+
+def omp_env(policy: str) -> dict:
+    """What a runner is started with for a target's OpenMP wait policy (docs/compare.md):
+    nothing for "default", the runtime's own."""
+    return {} if policy == "default" else {"OMP_WAIT_POLICY": policy.upper()}
+
 def oom_kills(counters: str) -> int:
     """The OOM kills a memory cgroup counted (its `oom_kill N` line; 0 when it has none)."""
     return sum(int(f[1]) for f in (line.split() for line in counters.splitlines())
@@ -242,9 +248,8 @@ def run_job(job: Job, target: Target, site: Site, work: Path, on_event=None,
 
     started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
     t0 = time.perf_counter()
-    wait_policy = {} if target.omp_wait_policy == "default" else {"OMP_WAIT_POLICY": target.omp_wait_policy.upper()}
     outcome = t.run(argv, cwd=site.root, timeout=ends, on_line=on_line,
-                    env={"PYTHONPATH": site.root, "PYTHONUNBUFFERED": "1", **wait_policy},
+                    env={"PYTHONPATH": site.root, "PYTHONUNBUFFERED": "1", **omp_env(target.omp_wait_policy)},
                     stdout_path=work / "stdout.log", stderr_path=work / "stderr.log")
     held = evidence.launch.get("lease") if isinstance(evidence.launch.get("lease"), dict) else {}
     waited = _seconds(held.get("waited_s", busy.get("waited_s")))

@@ -48,6 +48,11 @@ NO_ENERGY = "its result records no energy (written before zobench measured it)"
 # The records the harness adds to a runner's result as the job ends (job.py); absent in one
 # stored before each existed.
 HARNESS_RECORDS = ("load", "lease", "validity", "convergence")
+# The records of a result in this version's shape: a runner's (workloads/result.py's skeleton;
+# cpu_seconds is a figure, unknown where a result lacks it) and the harness's, and the memory
+# figures a runner writes. A result that has them all is upgraded already.
+RECORDS = tuple(k for k in skeleton(None, {}) if k != "cpu_seconds") + HARNESS_RECORDS
+MEMORY_RECORDS = tuple(skeleton(None, {})["memory"])
 # Every field of a job's spec at its default: what an older spec lacks (full_job)
 SPEC_DEFAULTS = JobSpec(job_id="", method="").to_dict()
 
@@ -70,11 +75,10 @@ def upgrade(r: dict) -> dict:
     harness adds, and `convergence` judged where the harness stored none. The store calls it
     once as it reads a result, so no reader carries a default of its own (asv's results
     api_version)."""
-    if r["schema"] == VERSION and all(k in r for k in (*HARNESS_RECORDS, "warmup", "start_eval", "nonfinite", "energy")) \
+    if r["schema"] == VERSION and all(k in r for k in RECORDS) and all(k in r["memory"] for k in MEMORY_RECORDS) \
             and (r["convergence"] is not None or r["status"] != "ok"):
         return r
-    runner = skeleton(None, {})
-    del runner["cpu_seconds"]      # a figure, not a record: unknown where a result lacks it
+    runner = {k: v for k, v in skeleton(None, {}).items() if k in RECORDS}    # fresh: no result shares a list
     out = {**runner, **dict.fromkeys(HARNESS_RECORDS), "energy": {**runner["energy"], "unavailable": NO_ENERGY},
            **{k: v for k, v in r.items() if k != "energy" or v}, "schema": VERSION, "job": full_job(r["job"]),
            "memory": {**runner["memory"], **r["memory"]},

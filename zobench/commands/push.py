@@ -1,7 +1,6 @@
 """`zobench push`: copy local runs into the shared store."""
 from __future__ import annotations
 
-
 from harness.stores import pgstore
 from harness.stores.store import Store
 
