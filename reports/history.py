@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from matplotlib.figure import Figure
 
+from harness.analysis.compare import ESTIMATOR, point_estimate
 from harness.analysis.history import Series
 from harness.stores.metrics import METRICS
 
@@ -13,10 +14,8 @@ from . import charts
 MAX_SERIES = 24     # a chart of more rows is unreadable: the text output lists them all
 
 
-def chart(all_series: list[Series], estimator: str = "min") -> Figure:
-    from harness.analysis.compare import ESTIMATORS
-
-    estimate = ESTIMATORS[estimator]
+def chart(all_series: list[Series], estimator: str = ESTIMATOR) -> Figure:
+    _, estimate = point_estimate(estimator)
     shown = all_series[:MAX_SERIES]
     panels = [m for m in METRICS if any(p.samples.get(m.name) for s in shown for p in s.points)]
     fig, axes = charts.figure(len(panels) + 1, len(shown), width=4.2, height=2.8)

@@ -5,8 +5,8 @@ detected (docs/store.md).
 Change points use the rule the regression gate already applies (harness/analysis/compare.py), along the
 series: at each commit boundary, the samples of up to WINDOW commits before it against those of
 up to WINDOW commits from it on; a boundary is a change when the two-sided Mann-Whitney U test
-is significant and the estimates (min by default, as the gate) differ by more than the
-threshold. Significant at the gate's alpha (0.05) divided by the number of boundaries tested
+is significant and the estimates (the minimum and the median by default, as the gate) both
+differ by more than the threshold, the same way. Significant at the gate's alpha (0.05) divided by the number of boundaries tested
 (Bonferroni): a series of n commits asks n - 1 questions where compare asks one (at 0.05 each,
 same-code series showed false changes: docs/store.md). A step shows at its own boundary and,
 weaker, at its neighbours (their windows
@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from harness.analysis.compare import ALPHA, ESTIMATORS, LOADED, mann_whitney_p
+from harness.analysis.compare import ALPHA, ESTIMATOR, LOADED, mann_whitney_p, point_estimate, shift
 from harness.stores.metrics import BY_NAME, LOADED_METRICS, METRICS
 
 WINDOW = 3
@@ -99,7 +99,7 @@ def build(rows: list[tuple], facts: dict[str, dict]) -> list[Series]:
     return out
 
 
-def series(rows: list[tuple], facts: dict[str, dict], threshold: float, estimator: str = "min") -> list[Series]:
+def series(rows: list[tuple], facts: dict[str, dict], threshold: float, estimator: str = ESTIMATOR) -> list[Series]:
     """build()'s series, each with its change points (detect())."""
     found = build(rows, facts)
     for s in found:
@@ -107,9 +107,9 @@ def series(rows: list[tuple], facts: dict[str, dict], threshold: float, estimato
     return found
 
 
-def detect(s: Series, threshold: float, estimator: str = "min", window: int = WINDOW) -> list[Change]:
+def detect(s: Series, threshold: float, estimator: str = ESTIMATOR, window: int = WINDOW) -> list[Change]:
     """The series' change points, per metric, by the rule of the module docstring."""
-    estimate, found = ESTIMATORS[estimator], []
+    found = []
     alpha = ALPHA / max(1, len(s.points) - 1)
     for name in BY_NAME:
         flagged = []
@@ -118,10 +118,9 @@ def detect(s: Series, threshold: float, estimator: str = "min", window: int = WI
             after = [v for p in s.points[i:i + window] for v in p.samples.get(name, [])]
             if not before or not after:
                 continue
-            b, a = estimate(before), estimate(after)
-            change = a / b - 1 if b else 0.0
+            b, a, change, _, beyond = shift(before, after, estimator, threshold)
             p = mann_whitney_p(before, after)
-            if p < alpha and abs(change) > threshold:
+            if p < alpha and beyond:
                 flagged.append((i, Change(name, s.points[i].commit, i, b, a, change, p)))
         run: list = []
         for i, c in flagged + [(None, None)]:      # of each run of adjacent boundaries, the most significant
@@ -133,10 +132,10 @@ def detect(s: Series, threshold: float, estimator: str = "min", window: int = WI
     return found
 
 
-def render(all_series: list[Series], fmt: str, estimator: str = "min") -> str:
+def render(all_series: list[Series], fmt: str, estimator: str = ESTIMATOR) -> str:
     """Per series its points (commit, results, each metric's estimate and spread, accuracy) and
     its change points; Markdown for a CI job summary."""
-    estimate, lines = ESTIMATORS[estimator], []
+    (shown_as, estimate), lines = point_estimate(estimator), []
     md = fmt == "markdown"
     for s in all_series:
         head = f"{s.key} on {s.target} (fingerprint {s.fingerprint[:12]})"
@@ -144,7 +143,7 @@ def render(all_series: list[Series], fmt: str, estimator: str = "min") -> str:
         if s.split_from:
             lines.append(f"new series: the fingerprint changed ({s.split_from})")
         shown = [m for m in METRICS if any(p.samples.get(m.name) for p in s.points)]
-        cols = ["commit", "n", *(f"{m.title} {m.unit} ({estimator}, range)" for m in shown), "accuracy %"]
+        cols = ["commit", "n", *(f"{m.title} {m.unit} ({shown_as}, range)" for m in shown), "accuracy %"]
         rows = []
         for p in s.points:
             left_out = ", ".join(f"{n} {what}" for n, what in ((p.loaded, "loaded"), (p.flagged, "throttled")) if n)
