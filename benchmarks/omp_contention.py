@@ -3,13 +3,13 @@ for each thread count and OpenMP wait policy (issue: load must cost time in prop
 CPU it takes, or the gate's rule in docs/compare.md cannot excuse it).
 
 For each policy (OMP_WAIT_POLICY passive / active / the runtime's default) and each thread count
-(1, every core), one quiet Full ZO job of the C++ binary, then the same job beside N busy-loop
+(1, every core), one quiet job of the C++ binary (Full ZO, or --method), then the same job beside N busy-loop
 processes (N = 1 .. cores). Each loaded job's slowdown over the quiet one is printed beside
 what its lost share s explains, 1 / (1 - s) - 1 (compare.explained), and their ratio: close to
 1 means the load record can account for the slowdown; far above 1 means spinning barriers waited
 for descheduled threads. Medians of --repeats jobs. Asserts nothing.
 
-    python benchmarks/omp_contention.py [--samples 3200] [--repeats 3]
+    python benchmarks/omp_contention.py [--samples 3200] [--repeats 3] [--method full-bp] [--policy passive]
 """
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ from testkit.runners import REPO  # noqa: E402
 POLICIES = ("passive", "active", "default")
 
 
-def job(root: Path, threads: int, policy: str, samples: int) -> tuple[float, float]:
+def job(root: Path, threads: int, policy: str, samples: int, method: str) -> tuple[float, float]:
     """(ms/step, the share of the CPU it wanted that other work took) of one job."""
     inv = root / "targets.toml"
     inv.write_text(f'[targets.here]\ntransport = "local"\nruntimes = ["cpp"]\nthreads = {threads}\n'
@@ -39,7 +39,7 @@ def job(root: Path, threads: int, policy: str, samples: int) -> tuple[float, flo
     env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "OMP_NUM_THREADS")}
     p = subprocess.run([sys.executable, "-m", "zobench", "run", "--results", str(root / "res"), "--no-report",
                         "--inventory", str(inv), "--target", "here", "--runtime", "cpp", "--precision", "fp32",
-                        "--method", "full-zo", "--set", "epochs=1", "--set", f"train_samples={samples}",
+                        "--method", method, "--set", "epochs=1", "--set", f"train_samples={samples}",
                         "--set", "test_samples=32"], cwd=REPO, env=env, capture_output=True, text=True)
     store = Store(root / "res")
     (r,) = store.results(store.latest())
@@ -52,17 +52,19 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--samples", type=int, default=3200, help="training samples of each job (batch 32)")
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--method", default="full-zo", help="the job's method (full-zo, full-bp, elastic-zo:1)")
+    ap.add_argument("--policy", action="append", choices=POLICIES, help="only these policies (default: all)")
     args = ap.parse_args()
     cores = os.cpu_count() or 1
     print(f"{'policy':8} {'threads':>7} {'busy':>4} {'ms/step':>8} {'lost':>5} {'slowdown':>9} {'explained':>9} {'ratio':>6}")
     with tempfile.TemporaryDirectory() as tmp:
-        for policy in POLICIES:
+        for policy in args.policy or POLICIES:
             for threads in sorted({1, cores}):
                 quiet = None
                 for n in range(cores + 1):
                     hogs = [subprocess.Popen(["sh", "-c", "while :; do :; done"]) for _ in range(n)]
                     try:
-                        got = [job(Path(tmp), threads, policy, args.samples) for _ in range(args.repeats)]
+                        got = [job(Path(tmp), threads, policy, args.samples, args.method) for _ in range(args.repeats)]
                     finally:
                         for h in hogs:
                             h.kill()
