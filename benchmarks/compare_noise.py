@@ -17,9 +17,7 @@ kept runs again without running anything. Asserts nothing.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -31,6 +29,7 @@ from harness.analysis import compare  # noqa: E402
 from harness.stores import machine_load, measurements  # noqa: E402
 from harness.stores.store import Store  # noqa: E402
 from testkit.compare_runs import COMPARE_SIDES, run  # noqa: E402
+from testkit.runners import busy_loops  # noqa: E402
 
 # the gate's default first, then each estimate alone
 ESTIMATORS = (compare.ESTIMATOR, *(e for e in compare.ESTIMATORS if e != compare.ESTIMATOR))
@@ -82,18 +81,6 @@ class Tally:
 
 HEADER = (f"{'trial':>5}  {'busy A/A/S':>14}  {f'A -> A ({ESTIMATORS[0]})':<36} {f'A -> S ({ESTIMATORS[0]})':<36} "
           + "; ".join(f"A->A, A->S ({e})" for e in ESTIMATORS[1:]))
-
-
-@contextlib.contextmanager
-def busy_loops(n: int):
-    """n processes that keep a core each busy for the block: a loaded CI runner."""
-    hogs = [subprocess.Popen(["sh", "-c", "while :; do :; done"]) for _ in range(n)]
-    try:
-        yield
-    finally:
-        for h in hogs:
-            h.kill()
-            h.wait()
 
 
 def measure(trials: int, narrow: list[str], keep: Path | None, slowdown: float = 0.2, loops: int = 0) -> None:

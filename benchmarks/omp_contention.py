@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from harness.analysis import compare  # noqa: E402
 from harness.stores.schema import step_seconds  # noqa: E402
 from harness.stores.store import Store  # noqa: E402
-from testkit.runners import REPO  # noqa: E402
+from testkit.runners import REPO, busy_loops  # noqa: E402
 
 POLICIES = ("passive", "active", "default")
 
@@ -62,13 +62,8 @@ def main() -> int:
             for threads in sorted({1, cores}):
                 quiet = None
                 for n in range(cores + 1):
-                    hogs = [subprocess.Popen(["sh", "-c", "while :; do :; done"]) for _ in range(n)]
-                    try:
+                    with busy_loops(n):
                         got = [job(Path(tmp), threads, policy, args.samples, args.method) for _ in range(args.repeats)]
-                    finally:
-                        for h in hogs:
-                            h.kill()
-                            h.wait()
                     ms, lost = statistics.median(g[0] for g in got), statistics.median(g[1] for g in got)
                     quiet = quiet or ms
                     slow, expl = ms / quiet - 1, compare.explained(lost, 0.0)

@@ -2,6 +2,7 @@
 the benchmarks run training with."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
@@ -56,6 +57,19 @@ def start(*args, env=None) -> subprocess.Popen:
 
 # A run of a few seconds: one epoch of 320 samples, torch FP32 only.
 TINY = ["--runtime", "torch", "--precision", "fp32", "--set", "epochs=1", "--set", "train_samples=320", "--set", "test_samples=64"]
+
+
+@contextlib.contextmanager
+def busy_loops(n: int):
+    """n processes that keep a core each busy for the block: a loaded CI runner (the benchmarks
+    of the gate and of OpenMP's wait policies measure beside them)."""
+    hogs = [subprocess.Popen(["sh", "-c", "while :; do :; done"]) for _ in range(n)]
+    try:
+        yield
+    finally:
+        for h in hogs:
+            h.kill()
+            h.wait()
 
 
 def processes_mentioning(text: str) -> list[str]:

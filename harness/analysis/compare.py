@@ -50,11 +50,7 @@ from harness.stores.measurements import FINGERPRINT, Measurement, differs
 
 ALPHA = 0.05
 THRESHOLD = 0.05     # the smallest relative change that counts, by default (--threshold 5)
-# A side's estimates by name, and what each --estimator judges on: "both" (the default) takes the
-# fastest repeat and the median, and a change counts only when both moved past the threshold the
-# same way. The minimum alone is moved by one lucky repeat (a process that landed on a fast memory
-# layout), the median alone by a few busy ones; code that got slower moves every repeat
-# (docs/compare.md, "How a key is judged", has the measurements).
+# A side's estimates by name, and the ones each --estimator judges on (the module docstring says why both)
 ESTIMATES = {"min": min, "median": statistics.median}
 ESTIMATORS = {"both": ("min", "median"), "min": ("min",), "median": ("median",)}
 ESTIMATOR = "both"    # the default (--estimator): compare, history and the benchmark read it here

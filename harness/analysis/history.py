@@ -6,8 +6,8 @@ Change points use the rule the regression gate already applies (harness/analysis
 series: at each commit boundary, the samples of up to WINDOW commits before it against those of
 up to WINDOW commits from it on; a boundary is a change when the two-sided Mann-Whitney U test
 is significant and the estimates (the minimum and the median by default, as the gate) both
-differ by more than the threshold, the same way. Significant at the gate's alpha (0.05) divided by the number of boundaries tested
-(Bonferroni): a series of n commits asks n - 1 questions where compare asks one (at 0.05 each,
+differ by more than the threshold, the same way. Significant at the gate's alpha (0.05)
+divided by the number of boundaries tested (Bonferroni): a series of n commits asks n - 1 questions where compare asks one (at 0.05 each,
 same-code series showed false changes: docs/store.md). A step shows at its own boundary and,
 weaker, at its neighbours (their windows
 straddle it, and a min estimate does not see that, since one side keeps a sample of the old

@@ -57,12 +57,11 @@ class Evidence:
     cgroup_counters: str = ""                   # its cgroup's memory.events (v2) / memory.oom_control (v1), after it
     kernel_log: str = ""                        # KERNEL_LOG's lines, read after a SIGKILL
 
-
-
 def omp_env(policy: str) -> dict:
     """What a runner is started with for a target's OpenMP wait policy (docs/compare.md):
     nothing for "default", the runtime's own."""
     return {} if policy == "default" else {"OMP_WAIT_POLICY": policy.upper()}
+
 
 def oom_kills(counters: str) -> int:
     """The OOM kills a memory cgroup counted (its `oom_kill N` line; 0 when it has none)."""
