@@ -24,6 +24,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from harness.analysis import compare  # noqa: E402
+from harness.stores import machine_load  # noqa: E402
 from harness.stores.schema import step_seconds  # noqa: E402
 from harness.stores.store import Store  # noqa: E402
 from testkit.runners import REPO, busy_loops  # noqa: E402
@@ -45,7 +46,7 @@ def job(root: Path, threads: int, policy: str, samples: int, method: str) -> tup
     (r,) = store.results(store.latest())
     if p.returncode != 0 or r["status"] != "ok":
         raise SystemExit(f"job failed: {r.get('error') or p.stderr[-500:]}")
-    return 1e3 * step_seconds(r), compare.starved(r.get("load"), threads) or 0.0
+    return 1e3 * step_seconds(r), compare.starved(machine_load.of_steps(r), threads) or 0.0
 
 
 def main() -> int:

@@ -17,7 +17,7 @@ import pytest
 
 from harness.stores import machine_load, validity
 from harness.planning import plan, suites
-from harness.analysis.compare import compare as compare_measurements, shift
+from harness.analysis.compare import compare as compare_measurements, shift, team
 from harness.planning.inventory import resolve
 from harness.stores.measurements import Measurement
 from harness.stores.schema import step_seconds
@@ -97,6 +97,9 @@ def test_every_result_records_the_machines_load_during_its_job(runs):
         assert all(isinstance(x, float) for x in (r["cpu_seconds"], load["cpu_seconds_other"],
                                                   load["loadavg_1m_start"], load["loadavg_1m_end"]))
         assert load["steal_seconds"] is None or isinstance(load["steal_seconds"], float)
+    # a result from before the runner measured its timed loops is judged by the job's window
+    old = {**results[0], "timed_loop_load": None}
+    assert machine_load.of_steps(old) is old["load"]
 
 
 # Two PROBE outputs of a two-core guest, 4 s apart (USER_HZ 100): the fields of /proc/stat's cpu
@@ -123,18 +126,20 @@ def test_the_load_record_is_the_difference_of_the_kernels_counters():
 
 def test_a_job_beside_a_cpu_hog_records_the_hogs_cpu_as_other_work(tmp_path):
     """A real busy loop beside a real job: the job's load has the hog's CPU time in it (a core's
-    worth while the hog has a core to itself, and never less than most of one on two cores)."""
+    worth while the hog has a core to itself, and never less than most of one on two cores), and
+    so has the load its runner measured over the timed loop (100 steps: 20 ticks of a core)."""
     store = Store(tmp_path / "results")
     hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     try:
-        run_id = run(store, ["--inventory", str(solo_inventory(tmp_path)), *SOLO, "--set", "train_samples=1600"])
+        run_id = run(store, ["--inventory", str(solo_inventory(tmp_path)), *SOLO])
     finally:
         hog.kill()
         hog.wait()
     for r in store.results(run_id):
-        load = r["load"]
-        assert load["cpu_seconds_other"] >= 0.6 * load["wall_seconds"], load
-        assert machine_load.contention(load) >= 0.6 / load["cores"]
+        for load in (r["load"], r["timed_loop_load"]):     # the job's window and its timed loop's
+            assert load["cpu_seconds_other"] >= 0.6 * load["wall_seconds"], load
+            assert machine_load.contention(load) >= 0.6 / load["cores"]
+        assert machine_load.of_steps(r) is r["timed_loop_load"]     # what its step time is judged beside
 
 
 def test_the_load_of_a_board_is_sampled_over_its_ssh_connection(farm, tmp_path):
@@ -345,7 +350,7 @@ def test_a_slower_side_that_ran_beside_other_work_is_noisy_not_regressed(tmp_pat
     zo = verdicts["full-zo"]
     assert zo["status"] == "noisy" and zo["metrics"]["step_time"]["change"] == pytest.approx(13.1 / 10.1 - 1)  # the medians
     assert zo["reason"] == ("current ran beside other work: other processes or steal took 50% of the CPU its jobs "
-                            "wanted (2% in baseline: enough to slow it by 96%)")
+                            "wanted (2% in baseline: enough to slow its 2 threads by 284%)")
     p = compare(tmp_path, busy, quiet)              # the busy side is the baseline: it is the slower side again
     assert p.returncode == 0 and "baseline ran beside other work" in p.stdout
 
@@ -406,10 +411,10 @@ def test_a_slowdown_of_the_quieter_side_stands_however_busy_the_other_was(tmp_pa
 
 
 def test_load_excuses_only_the_slowdown_it_can_explain(tmp_path):
-    """Other work that took a share s of the CPU a side wanted can slow it by 1 / (1 - s) - 1 at
-    most. Current 31% loaded, baseline quiet: that explains +45%, so +200% is a regression (with
-    the load in its note) and +30% stays noisy; with the load on both sides (34% and 31%) the
-    slowdown is the code's."""
+    """Other work that took a share s of the CPU a side wanted can slow a team of T threads that
+    meet at every step's barrier by (1 / (1 - s))^T - 1 at most. Current 31% loaded, baseline 2%,
+    two threads: that explains +102%, so +200% is a regression (with the load in its note) and
+    +30% stays noisy; with the load on both sides (34% and 31%) the slowdown is the code's."""
     store = Store(tmp_path)
     quiet = _two_keys(store, [10.0, 10.1, 10.2, 10.0, 10.1], [0.02] * 5)
     both = _two_keys(store, [14.0, 14.1, 14.2, 14.0, 14.1], [0.34] * 5)
@@ -426,14 +431,15 @@ def test_load_excuses_only_the_slowdown_it_can_explain(tmp_path):
     (zo,) = [v for v in json.loads(compare(tmp_path, quiet, cur, "--format", "json").stdout)["verdicts"]
              if "full-zo" in v["key"]]
     assert zo["reason"] == ("current ran beside other work: other processes or steal took 31% of the CPU its jobs "
-                            "wanted (2% in baseline: enough to slow it by 42%), not by the 198% measured: judged")
+                            "wanted (2% in baseline: enough to slow its 2 threads by 102%), not by the 198% measured: judged")
 
 
 def test_the_same_code_under_the_same_load_on_both_sides_is_unchanged(tmp_path):
     """Both sides lost about a third of their CPU: that hides no change of the threshold, so the
-    gate compares them (before, any side past 25% made the key noisy and a gate of one key exit 3)."""
+    gate compares them (before, any side past 25% made the key noisy and a gate of one key exit 3).
+    Of two threads, a point more lost hides 3%, two would hide 6%: noisy."""
     store = Store(tmp_path)
-    base = made_up_run(store, [made_up_result(t, repeat=i, load=load_at(0.34)) for i, t in
+    base = made_up_run(store, [made_up_result(t, repeat=i, load=load_at(0.33)) for i, t in
                                enumerate([14.0, 14.3, 14.1, 14.6, 14.2])])
     cur = made_up_run(store, [made_up_result(t, repeat=i, load=load_at(0.32)) for i, t in
                               enumerate([14.2, 14.1, 14.5, 14.0, 14.4])])
@@ -441,6 +447,10 @@ def test_the_same_code_under_the_same_load_on_both_sides_is_unchanged(tmp_path):
     assert p.returncode == 0, p.stdout + p.stderr
     (v,) = json.loads(p.stdout)["verdicts"]
     assert v["status"] == "unchanged"
+    base = made_up_run(store, [made_up_result(t, repeat=i, load=load_at(0.34)) for i, t in
+                               enumerate([14.0, 14.3, 14.1, 14.6, 14.2])])
+    (v,) = json.loads(compare(tmp_path, base, cur, "--format", "json").stdout)["verdicts"]
+    assert v["status"] == "noisy" and "enough to slow its 2 threads by 6%" in v["reason"]
 
 
 def test_memory_growth_is_a_regression_however_busy_the_machine_was(tmp_path):
@@ -584,3 +594,29 @@ def test_one_lucky_repeat_moves_the_minimum_alone_and_is_no_change():
     # the two estimates moving apart (the minimum down, the median up) count as no change either way
     assert shift([10] * 5, [8, 12, 12, 12, 12], "both", 0.05)[4] is False
     assert shift([10] * 5, [12, 12, 12, 12, 12.5], "both", 0.05)[2:] == (pytest.approx(0.2), "min", True)
+
+
+def test_a_team_of_threads_is_excused_the_power_of_its_lost_share():
+    """Measured (benchmarks/compare_noise.py beside two busy loops, the C++ full-bp FP32 key at two
+    threads, the same code twice; loads over the timed loops). Its repeats fell in two regimes:
+    half the CPU lost at 4.9 ms/step, 60% lost at 7.4 ms/step, where the job also burnt 20% more
+    CPU per step. By the fastest repeats (the estimate that moved least), 58% against 50% lost
+    explains +19% for one thread, and the current side measured +33%: the gate called that a
+    regression. A team that waits at every step for its slowest thread is excused
+    (0.5 / 0.42)^2 - 1 = +42%, so it is noisy; twice its time is still a regression."""
+    base = ([4.94, 7.38, 7.37, 4.86, 4.87], [0.50, 0.60, 0.61, 0.50, 0.50])
+    same = ([6.44, 7.78, 7.44, 7.52, 7.45], [0.58, 0.62, 0.60, 0.61, 0.61])
+
+    def side(times, loads, threads):
+        return {"k": Measurement("k", {"threads": threads}, step_s=[t / 1e3 for t in times], peak_rss=[1 << 20] * 5,
+                                 load=[load_at(c) for c in loads])}
+
+    # one thread on two cores loses only what other work took beyond the core it left idle
+    one = ([4.94, 7.38, 7.37, 4.86, 4.87], [0.75, 0.80, 0.805, 0.75, 0.75])
+    (v,) = compare_measurements(side(*one, 1), side(same[0], [0.5 + c / 2 for c in same[1]], 1), 0.05, "both")
+    assert v.status == "regressed" and "enough to slow it by 19%" in v.reason
+    (v,) = compare_measurements(side(*base, 2), side(*same, 2), 0.05, "both")
+    assert v.status == "noisy" and "enough to slow its 2 threads by 42%" in v.reason
+    (v,) = compare_measurements(side(*base, 2), side([2 * t for t in same[0]], same[1], 2), 0.05, "both")
+    assert v.status == "regressed" and "not by the 165% measured: judged" in v.reason
+    assert team(side(*base, 0)["k"]) == 2       # threads 0: every core of the machine

@@ -2,6 +2,7 @@
 import copy
 import dataclasses
 import json
+import os
 import struct
 import subprocess
 
@@ -51,9 +52,16 @@ def test_binary_result_follows_the_schema(native, data_dir, tmp_path):
     assert r["memory"]["peak_rss_bytes"] >= r["memory"]["baseline_rss_bytes"] > 0
     assert r["warmup"] == {"steps": 0, "seconds": 0.0}      # no hyper.warmup_steps: none
     assert r["energy"] == NO_ENERGY
+    loop = r["timed_loop_load"]     # as the Python runners measure it (test_runner.py)
+    assert loop["wall_seconds"] == pytest.approx(r["train_seconds"], abs=1e-6)
+    assert loop["cores"] == os.sysconf("SC_NPROCESSORS_ONLN") and loop["cpu_seconds_other"] >= 0
     bad = copy.deepcopy(r)
     bad["memory"]["buffer_parts"]["errors"] = -1
-    assert schema.problems(bad) == ["memory.buffer_parts.errors: -1 is not an integer >= 0"]
+    bad["timed_loop_load"]["cpu_seconds_other"] = -1.0
+    assert schema.problems(bad) == ["memory.buffer_parts.errors: -1 is not an integer >= 0",
+                                    "timed_loop_load.cpu_seconds_other: -1.0 is not a finite number >= 0"]
+    bad["timed_loop_load"] = {"cores": 0}
+    assert schema.problems(bad)[-1] == "timed_loop_load needs cores (an integer >= 1)"
 
 
 NO_ENERGY = {"source": None, "joules": None, "joules_per_step": None, "avg_power_w": None,

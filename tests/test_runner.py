@@ -51,6 +51,10 @@ def test_result_follows_schema_and_phases_tile_training_time(tmp_path):
     assert r["phases"]["eval"]["calls"] == 1 and r["phases"]["eval"]["seconds"] > 0
     assert r["memory"]["peak_rss_bytes"] >= r["memory"]["baseline_rss_bytes"] > 0
     assert r["env"]["cores"] >= 1 and r["env"]["versions"]["torch"]
+    # the machine's load over the timed loop alone: its window is the loop's, its CPUs this machine's
+    loop = r["timed_loop_load"]
+    assert loop["wall_seconds"] == pytest.approx(r["train_seconds"], abs=1e-6)
+    assert loop["cores"] == os.sysconf("SC_NPROCESSORS_ONLN") and loop["cpu_seconds_other"] >= 0
 
 
 def test_initial_weights_file_is_the_starting_point(tmp_path):

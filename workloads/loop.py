@@ -13,6 +13,7 @@ from . import methods, vocab, zrng
 from .clock import NullClock
 from .jsonfile import dumps
 from .spec import SpecError
+from .timed_loop_load import TimedLoopLoad
 
 EMIT_EVERY_S = 0.5
 
@@ -34,6 +35,7 @@ class TrainState:
     warmup: dict | None = None
     start_eval: dict | None = None    # eval_start: the test set's loss and accuracy before training
     joules: float | None = 0.0    # the timed loops' energy; None once an epoch had no reading
+    load: TimedLoopLoad = field(default_factory=TimedLoopLoad)   # the machine's, while they ran
 
 
 def as_number(value):
@@ -119,6 +121,7 @@ def train(engine, spec, train_split, test_split, clock, state: TrainState, meter
         snap = clock.snapshot()
         loss_sum = 0.0
         meter.begin()
+        state.load.begin()
         clock.start()
         t0 = time.perf_counter()
         for b in range(steps_per_epoch):
@@ -146,6 +149,7 @@ def train(engine, spec, train_split, test_split, clock, state: TrainState, meter
         clock.step_end()
         steps = b + 1
         seconds = time.perf_counter() - t0
+        state.load.end(seconds)
         joules = meter.end(seconds)
         state.train_seconds += seconds
         state.joules = None if joules is None or state.joules is None else state.joules + joules

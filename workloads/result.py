@@ -19,7 +19,7 @@ def skeleton(job, env: dict, status: str = "failed", error: str | None = None) -
     """A result of `job` (its spec, or None before it is read) that did nothing yet."""
     return {"schema": vocab.RESULT_SCHEMA, "job": job, "status": status, "error": error, "started_at": now(),
             "wall_seconds": 0.0, "train_seconds": 0.0, "cpu_seconds": 0.0, "steps": 0, "phases": {}, "epochs": [],
-            "warmup": None, "start_eval": None, "nonfinite": [],
+            "warmup": None, "start_eval": None, "timed_loop_load": None, "nonfinite": [],
             "memory": {"peak_rss_bytes": 0, "baseline_rss_bytes": 0, "loaded_rss_bytes": None, "buffers_bytes": None,
                        "buffers": None, "buffer_parts": None, "device_peak_bytes": None,
                        "device_reserved_peak_bytes": None, "device_used_bytes": None},

@@ -145,7 +145,7 @@ def main(make_engine, packages: tuple[str, ...], argv=None) -> int:
         if clock is not None:
             result["phases"] = clock.as_result()
         result.update(steps=state.steps, train_seconds=state.train_seconds, epochs=state.epochs,
-                      start_eval=state.start_eval)
+                      start_eval=state.start_eval, timed_loop_load=state.load.record())
         if state.trace:
             result["trace"] = state.trace
         result["memory"]["peak_rss_bytes"] = memory.peak_rss_bytes()

@@ -44,7 +44,7 @@ from dataclasses import asdict, dataclass, field
 from workloads import jsonfile
 
 from harness.stores import validity
-from harness.stores.machine_load import starved
+from harness.stores.machine_load import contention, starved, wanted
 from harness.stores.metrics import LOADED_METRICS, METRICS, Metric
 from harness.stores.measurements import FINGERPRINT, Measurement, differs
 
@@ -131,10 +131,19 @@ def side_load(m: Measurement, estimate) -> float | None:
     return estimate(known) if known else None
 
 
-def explained(busy: float, quiet: float) -> float:
-    """The slowdown a job gets from losing a share `busy` of the CPU it wants to other work
-    instead of `quiet`: its work is the same, the CPU it gets is (1 - share)."""
-    return (1 - quiet) / max(1 - busy, 0.01) - 1
+def team(m: Measurement) -> int:
+    """How many threads a side's jobs ran on the CPUs of their machine (threads 0: every core)."""
+    threads = m.facts.get("threads") or 0
+    return max((wanted(load, threads) for load in m.load if contention(load) is not None), default=1)
+
+
+def explained(busy: float, quiet: float, threads: int = 1) -> float:
+    """The slowdown a job of `threads` threads gets from losing a share `busy` of the CPU it wants
+    to other work instead of `quiet`. One thread does the same work on (1 - share) of the CPU. A
+    team of threads that meets at a barrier every step moves only while all of them run, and the
+    kernel runs each beside other work on its own: the chance that all run at once is the
+    share's power (docs/compare.md has the measurements)."""
+    return ((1 - quiet) / max(1 - busy, 0.01)) ** threads - 1
 
 
 def unexplained(change: float, gap: float) -> float:
@@ -181,8 +190,10 @@ def noise(b: Measurement, c: Measurement, step: MetricChange, threshold: float) 
                 gap = math.inf
                 words.append(f"{said} (unknown in {other})")
             elif theirs is not None:
-                gap = explained(mine, theirs)
-                words.append(f"{said} ({100 * theirs:.0f}% in {other}: enough to slow it by {100 * gap:.0f}%)")
+                threads = team(b if side == "baseline" else c)
+                gap = explained(mine, theirs, threads)
+                it = "it" if threads == 1 else f"its {threads} threads"
+                words.append(f"{said} ({100 * theirs:.0f}% in {other}: enough to slow {it} by {100 * gap:.0f}%)")
         hot, what = heat[side]
         if not what:
             return gap, "; ".join(words)

@@ -5,7 +5,9 @@ that got slower beside other work ("noisy") from one whose own code got slower
 ("regressed"). The job records the target's CPU counters just before and just after its
 runner, read through the transport like everything else, so a board over SSH records the
 board's load and this machine its own. Only Linux's /proc is read; a target without it
-records no load, and compare then judges that side on its samples alone.
+records no load, and compare then judges that side on its samples alone. The runner reads the
+same counters around its timed loops (`timed_loop_load`), and a step time is judged by that
+(of_steps): the job's window holds its start, data and evaluation too.
 
 The job's result gets `load` (docs/compare.md):
 - wall_seconds: target uptime between the two samples; cores: online CPUs;
@@ -20,10 +22,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from workloads.timed_loop_load import cpu_counters
+
 # One round trip: uptime, load average, the aggregate and per-CPU lines of /proc/stat, USER_HZ.
 PROBE = "cat /proc/uptime /proc/loadavg && grep '^cpu' /proc/stat && (getconf CLK_TCK 2>/dev/null || echo 100)"
-BUSY_FIELDS = (0, 1, 2, 5, 6)   # user nice system irq softirq (guest time is inside user); idle and iowait are not busy
-STEAL_FIELD = 7
 
 
 @dataclass
@@ -40,15 +42,11 @@ def parse(text: str) -> Sample | None:
     lines = text.split("\n")
     try:
         uptime, loadavg = float(lines[0].split()[0]), float(lines[1].split()[0])
-        cpu = [int(x) for x in lines[2].split()[1:]]
         hz = int(next(l for l in reversed(lines) if l.strip()))
-        cores = sum(l.startswith("cpu") and l[3:4].isdigit() for l in lines)
     except (IndexError, ValueError, StopIteration):
         return None
-    if not lines[2].startswith("cpu ") or len(cpu) < 4 or hz <= 0 or not cores:
-        return None
-    return Sample(uptime, loadavg, sum(cpu[i] for i in BUSY_FIELDS if i < len(cpu)) / hz,
-                  cpu[STEAL_FIELD] / hz if len(cpu) > STEAL_FIELD else None, cores)
+    counters = cpu_counters("\n".join(lines[2:]), hz)
+    return None if counters is None else Sample(uptime, loadavg, *counters)
 
 
 def sample(transport) -> Sample | None:
@@ -68,6 +66,13 @@ def during(before: Sample | None, after: Sample | None, job_cpu_seconds) -> dict
     return {"wall_seconds": round(after.uptime - before.uptime, 3), "cores": after.cores,
             "loadavg_1m_start": before.loadavg_1m, "loadavg_1m_end": after.loadavg_1m,
             "cpu_seconds_other": other, "steal_seconds": steal}
+
+
+def of_steps(result: dict) -> dict | None:
+    """The load a result's step times were taken under: its runner's, over the timed loops
+    alone (`timed_loop_load`, workloads/timed_loop_load.py), where it measured one; the job's
+    otherwise (a result from an older zobench, or a machine without /proc/stat)."""
+    return result.get("timed_loop_load") or result.get("load")
 
 
 def contention(load) -> float | None:
@@ -93,6 +98,10 @@ def starved(load, threads: int) -> float | None:
     c = contention(load)
     if c is None:
         return None
-    cores = load["cores"]
-    wanted = min(threads or cores, cores)
-    return max(0.0, c * cores - (cores - wanted)) / wanted
+    cores, want = load["cores"], wanted(load, threads)
+    return max(0.0, c * cores - (cores - want)) / want
+
+
+def wanted(load: dict, threads: int) -> int:
+    """The cores a job of `threads` threads wants on the machine of a known load (0 = every core)."""
+    return min(threads or load["cores"], load["cores"])

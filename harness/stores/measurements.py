@@ -22,6 +22,7 @@ from workloads import datasets, gpuinfo, vocab
 from workloads.spec import Hyper
 
 from harness.errors import UserError
+from harness.stores import machine_load
 from harness.stores.schema import full_job, joules_per_step, step_seconds
 from harness.stores.store import Store
 
@@ -59,7 +60,7 @@ class Measurement:
     fingerprint: dict = field(default_factory=dict)
     binary_sha256: str | None = None
     harness_commit: str = ""
-    load: list = field(default_factory=list)      # each repeat's result["load"] (None where unknown)
+    load: list = field(default_factory=list)      # each repeat's machine_load.of_steps (None where unknown)
     disagreement: str = ""                        # how its repeats' fingerprints differ ("" = they agree)
     device_peak: list = field(default_factory=list)      # bytes torch allocated at most, per cuda repeat
     joules_per_step: list = field(default_factory=list)  # J, per repeat (or epoch) a meter measured
@@ -142,7 +143,7 @@ def from_results(results: list[tuple[str, dict]], across_builds: bool = False) -
         for samples, x in ((m.device_peak, memory.get("device_peak_bytes")), (m.joules_per_step, joules_per_step(r))):
             if x is not None:       # no GPU, no meter, or a result from before either was measured
                 samples.append(x)
-        m.load.append(r.get("load"))
+        m.load.append(machine_load.of_steps(r))
         m.validity.append(r.get("validity") if isinstance(r.get("validity"), dict) else None)
         epochs[key] = [(e["seconds"], e.get("joules"), r["steps"] / len(r["epochs"])) for e in r.get("epochs") or []]
     for key, m in out.items():

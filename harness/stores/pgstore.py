@@ -25,7 +25,7 @@ from datetime import datetime
 from harness.stores import measurements
 from harness import paths, tomlfile
 from harness.stores import validity
-from harness.stores.machine_load import starved
+from harness.stores.machine_load import of_steps, starved
 from harness.stores.metrics import METRICS
 from harness.errors import UserError
 from harness.stores.schema import plan_problems, stored_problems, upgrade
@@ -256,7 +256,7 @@ class SharedStore:
                     " WHERE results.result IS DISTINCT FROM EXCLUDED.result RETURNING (xmax = 0)",
                     (run_id, r["job"]["job_id"], key, r["job"]["target"], fp, r["status"],
                      *(m.value(r) for m in METRICS), r["memory"]["peak_rss_bytes"], last.get("test_accuracy"),
-                     starved(r["load"], r["job"]["threads"]), validity.flags_of(r), r["started_at"],
+                     starved(of_steps(r), r["job"]["threads"]), validity.flags_of(r), r["started_at"],
                      Jsonb(r))).fetchone()
                 if got is None:
                     out.unchanged += 1

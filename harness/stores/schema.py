@@ -134,6 +134,7 @@ def problems(r) -> list[str]:
         out += _amount(e.get("joules"), f"epochs[{i}].joules", NUMBER)
     out += _warmup(r.get("warmup")) + _energy(r.get("energy")) + _start_eval(r.get("start_eval"))
     out += _convergence(r.get("convergence")) + _validity(r.get("validity"))
+    out += _timed_loop_load(r.get("timed_loop_load"))
     if r["status"] == "ok" and not isinstance(r.get("model"), dict):
         out.append("an ok result needs model")
     return out
@@ -168,6 +169,17 @@ def _start_eval(s) -> list[str]:
     if isinstance(acc, bool) or not isinstance(acc, NUMBER) or not 0 <= acc <= 1:
         return [f"start_eval.test_accuracy: {json.dumps(acc)[:40]} is not a number in [0, 1]"]
     return _amount(s["test_loss"], "start_eval.test_loss", NUMBER)
+
+
+def _timed_loop_load(t) -> list[str]:
+    """The machine's load over the timed loops (workloads/timed_loop_load.py): null where the runner
+    could not read it, absent in a result written before it did."""
+    if t is None:
+        return []
+    if not isinstance(t, dict) or not isinstance(t.get("cores"), int) or isinstance(t["cores"], bool) or t["cores"] < 1:
+        return ["timed_loop_load needs cores (an integer >= 1)"]
+    return [problem for key in ("wall_seconds", "cpu_seconds_other", "steal_seconds")
+            for problem in _amount(t.get(key), f"timed_loop_load.{key}", NUMBER)]
 
 
 def _validity(v) -> list[str]:

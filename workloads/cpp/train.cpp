@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -24,6 +25,7 @@
 #include <memory>
 #include <new>
 #include <numeric>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -318,12 +320,73 @@ static void inject_fault(const Spec& s) {
 }
 
 // ---------------------------------------------------------------- training
+// The machine's busy and steal time (/proc/stat) and this process's CPU time, summed over the
+// timed loops: the result's timed_loop_load, as workloads/timed_loop_load.py measures it (its
+// docstring says why the harness's window around the whole runner is not enough)
+class TimedLoopLoad {
+    struct Counters {
+        bool ok = false, has_steal = false;
+        double busy = 0, steal = 0, own = 0;
+        int cores = 0;
+    };
+    static Counters read() {
+        Counters c;
+        rusage ru{};
+        getrusage(RUSAGE_SELF, &ru);  // every thread
+        c.own = ru.ru_utime.tv_sec + ru.ru_stime.tv_sec + 1e-6 * (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
+        std::ifstream f("/proc/stat");
+        const double hz = double(sysconf(_SC_CLK_TCK));
+        std::string line;
+        for (bool first = true; std::getline(f, line) && line.rfind("cpu", 0) == 0; first = false) {
+            if (!first) {
+                c.cores += std::isdigit(static_cast<unsigned char>(line[3])) ? 1 : 0;
+                continue;
+            }
+            std::istringstream in(line.substr(3));
+            std::vector<long long> v;
+            for (long long x; in >> x;) v.push_back(x);
+            if (line.rfind("cpu ", 0) != 0 || v.size() < 4 || hz <= 0) return c;
+            for (size_t i : {0, 1, 2, 5, 6})  // user nice system irq softirq (timed_loop_load.py BUSY_FIELDS)
+                if (i < v.size()) c.busy += v[i] / hz;
+            c.has_steal = v.size() > 7;
+            if (c.has_steal) c.steal = v[7] / hz;
+        }
+        c.ok = c.cores > 0;
+        return c;
+    }
+    Counters start_;
+    double wall_ = 0, busy_ = 0, own_ = 0, steal_ = 0;
+    bool known_ = true, has_steal_ = true;
+    int cores_ = 0;
+
+   public:
+    void begin() { start_ = read(); }
+    void end(double seconds) {
+        const Counters now = read();
+        if (!start_.ok || !now.ok) {
+            known_ = false;
+            return;
+        }
+        wall_ += seconds, busy_ += now.busy - start_.busy, own_ += now.own - start_.own;
+        has_steal_ = has_steal_ && start_.has_steal && now.has_steal;
+        steal_ += now.steal - start_.steal;
+        cores_ = now.cores;
+    }
+    json record() const {
+        if (!known_ || !cores_ || wall_ <= 0) return nullptr;
+        auto ms = [](double x) { return std::round(x * 1000) / 1000; };  // ticks are 10 ms: no more digits
+        return {{"wall_seconds", wall_}, {"cores", cores_}, {"cpu_seconds_other", ms(std::max(0.0, busy_ - own_))},
+                {"steal_seconds", has_steal_ ? json(ms(steal_)) : json(nullptr)}};
+    }
+};
+
 struct State {
     long steps = 0;
     double train_seconds = 0;
     json epochs = json::array(), trace = json::array();
     int warmup_steps = 0;  // the untimed warm-up (warm_up): steps taken, and its wall clock
     double warmup_seconds = 0;
+    TimedLoopLoad load;  // the machine's, while the timed loops ran
 };
 
 // full batches an epoch takes (the last partial one is dropped)
@@ -415,6 +478,7 @@ static void train(const Spec& s, NetT& net, const Split& tr, const Split& te, Ph
         PhaseClock snap = clock;
         double loss_sum = 0;
         int steps = 0;
+        st.load.begin();
         clock.start();
         const auto t0 = Clock::now();
         for (int b = 0; b < steps_per_epoch; ++b) {
@@ -445,6 +509,7 @@ static void train(const Spec& s, NetT& net, const Split& tr, const Split& te, Ph
             if (out_of_time(s, st.train_seconds + std::chrono::duration<double>(Clock::now() - t0).count())) break;
         }
         const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+        st.load.end(seconds);
         st.train_seconds += seconds;
         clock.start();
         const auto [test_loss, test_accuracy] = evaluate(s, net, te);
@@ -564,7 +629,8 @@ int main(int argc, char** argv) {
                    {"job", nullptr}, {"status", "failed"}, {"error", nullptr}, {"started_at", utc_now()},
                    {"wall_seconds", 0.0}, {"train_seconds", 0.0}, {"cpu_seconds", 0.0}, {"steps", 0},
                    {"phases", json::object()}, {"epochs", json::array()},
-                   {"warmup", nullptr}, {"start_eval", nullptr}, {"nonfinite", json::array()},
+                   {"warmup", nullptr}, {"start_eval", nullptr}, {"timed_loop_load", nullptr},
+                   {"nonfinite", json::array()},
                    {"memory", {{"peak_rss_bytes", 0}, {"baseline_rss_bytes", 0}, {"loaded_rss_bytes", nullptr},
                                {"buffers_bytes", nullptr}, {"buffers", nullptr}, {"buffer_parts", nullptr},
                                {"device_peak_bytes", nullptr},
@@ -625,6 +691,7 @@ int main(int argc, char** argv) {
     result["steps"] = st.steps;
     result["train_seconds"] = st.train_seconds;
     result["epochs"] = st.epochs;
+    result["timed_loop_load"] = st.load.record();
     if (!st.trace.empty()) result["trace"] = st.trace;
     result["memory"]["peak_rss_bytes"] = peak_rss_bytes();
     result["wall_seconds"] = std::chrono::duration<double>(Clock::now() - wall0).count();
