@@ -27,6 +27,7 @@ from reports.report import _machine
 from workloads.envinfo import cpu_facts
 from zobench.cli import main
 
+from testkit.runners import SHORT
 from testkit.sshd import board_toml
 from testkit.tools import require
 
@@ -39,7 +40,6 @@ MACHINES = {
     "raspberry-pi-5": ("aarch64", ["0x41:0xd0b"], "cortex-a76", ["-mcpu=cortex-a76"]),
     "jetson-orin-nano": ("aarch64", ["0x41:0xd42"], "cortex-a78ae", ["-mcpu=cortex-a78ae"]),
 }
-TINY = ["--precision", "fp32", "--set", "epochs=1", "--set", "train_samples=320", "--set", "test_samples=64"]
 
 
 def probed(name: str) -> dict:
@@ -222,7 +222,7 @@ def test_a_boards_cpp_job_runs_the_binary_built_for_the_cpu_its_probe_found(farm
     inv.write_text(board_toml("board-a", farm["boards"]["board-a"], farm["key"], tmp_path / "work",
                               runtimes=["cpp"], arch=arch))
     assert main(["run", "--results", str(tmp_path / "results"), "--inventory", str(inv), "--target", "board-a",
-                 "--method", "full-zo", "--no-report", *TINY]) == 0
+                 "--method", "full-zo", "--no-report", *SHORT]) == 0
     store = Store(tmp_path / "results")
     (r,) = store.results(store.latest())
     assert r["status"] == "ok", r["error"]

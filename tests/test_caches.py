@@ -18,10 +18,9 @@ from harness.stores.store import Store
 from workloads.datasets import DatasetError
 from workloads.models import LENET5
 
-from testkit.runners import REPO, zobench
+from testkit.runners import REPO, SHORT, zobench
 from testkit.sshd import board_toml
 
-TINY = ["--precision", "fp32", "--set", "epochs=1", "--set", "train_samples=320", "--set", "test_samples=64"]
 STEMS = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")
 
 
@@ -100,7 +99,7 @@ def test_a_local_cpp_run_reads_raw_sources_from_the_cache(native, tmp_path):
     raw = fake_fashion_mnist(tmp_path / "data", seed=8, gz=False)
     env = {"HOME": str(tmp_path / "home"), "ZOBENCH_DATA": str(tmp_path / "data")}
     out = zobench("run", "--target", "local", "--runtime", "cpp", "--method", "full-zo", "--no-report",
-                  "--results", tmp_path / "results", *TINY, env=env)
+                  "--results", tmp_path / "results", *SHORT, env=env)
     assert out.returncode == 0, out.stderr
     store = Store(tmp_path / "results")
     (r,) = store.results(store.latest())
@@ -189,7 +188,7 @@ def test_an_ssh_run_trains_on_the_data_zobench_data_names_now(farm, tmp_path):
     inv.write_text(board_toml("board-a", farm["boards"]["board-a"], farm["key"], tmp_path / "work",
                               runtimes=["ort"]))     # the quickest runner to start: this is about its data
     env = {**farm["env"], "ZOBENCH_DATA": str(tmp_path / "data")}
-    args = ("run", "--inventory", inv, "--target", "board-a", "--method", "full-zo", "--no-report", *TINY)
+    args = ("run", "--inventory", inv, "--target", "board-a", "--method", "full-zo", "--no-report", *SHORT)
     cache = farm["home"] / ".cache" / "zobench"
 
     store = Store(tmp_path / "results")

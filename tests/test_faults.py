@@ -14,7 +14,7 @@ import pytest
 from zobench.cli import main
 from harness.stores.store import Store
 from harness.boards.transport import LocalTransport, TransportError
-from testkit.runners import REPO, TINY, processes_mentioning, until, zobench
+from testkit.runners import REPO, TINY, TINY_CPP, processes_mentioning, until, zobench
 
 
 
@@ -24,7 +24,7 @@ def results(root: Path, run_id: str) -> dict:
 
 def test_hung_runner_times_out_is_killed_and_others_are_kept(tmp_path):
     rc = main(["run", "--results", str(tmp_path), "--no-report", "--method", "full-bp", "--method", "full-zo",
-               "--set", "fault=hang@full-zo", "--timeout", "15", *TINY])
+               "--set", "fault=hang@full-zo", "--timeout", "15", *TINY_CPP])
     assert rc == 1
     store = Store(tmp_path)
     run_id = store.latest()
@@ -38,7 +38,7 @@ def test_hung_runner_times_out_is_killed_and_others_are_kept(tmp_path):
 
 def test_crashed_runner_is_failed_with_the_signal_and_others_are_kept(tmp_path):
     rc = main(["run", "--results", str(tmp_path), "--no-report", "--method", "full-bp", "--method", "full-zo",
-               "--set", "fault=crash@full-bp", *TINY])
+               "--set", "fault=crash@full-bp", *TINY_CPP])
     assert rc == 1
     r = results(tmp_path, Store(tmp_path).latest())
     assert r["full-bp"]["status"] == "failed" and "SIGABRT" in r["full-bp"]["error"]
@@ -47,11 +47,11 @@ def test_crashed_runner_is_failed_with_the_signal_and_others_are_kept(tmp_path):
 
 def test_resume_reruns_only_the_jobs_that_did_not_end_ok(tmp_path):
     assert main(["run", "--results", str(tmp_path), "--no-report", "--method", "full-bp",
-                 "--method", "elastic-zo:1", *TINY]) == 0
+                 "--method", "elastic-zo:1", *TINY_CPP]) == 0
     store = Store(tmp_path)
     run_id = store.latest()
-    bp_file = store.runs / run_id / "local.torch.full-bp.fp32.r0.json"
-    ez_file = store.runs / run_id / "local.torch.elastic-zo-k1.fp32.r0.json"
+    bp_file = store.runs / run_id / "local.cpp.full-bp.fp32.r0.json"
+    ez_file = store.runs / run_id / "local.cpp.elastic-zo-k1.fp32.r0.json"
     lost = json.loads(ez_file.read_text())
     lost.update(status="lost", error="connection lost mid-job")
     ez_file.write_text(json.dumps(lost))
@@ -85,7 +85,7 @@ def kill_when_training(root: Path, job: str) -> threading.Thread:
 def test_a_runner_killed_by_sigkill_without_evidence_of_memory_is_failed_not_oom(tmp_path):
     watcher = kill_when_training(tmp_path, "*.full-zo.*")
     rc = main(["run", "--results", str(tmp_path), "--no-report", "--method", "full-zo", "--method", "elastic-zo:1",
-               "--set", "fault=hang@full-zo", *TINY])
+               "--set", "fault=hang@full-zo", *TINY_CPP])
     watcher.join()
     assert rc == 1
     store = Store(tmp_path)

@@ -13,11 +13,11 @@ from harness.stores import validity
 from harness.stores.store import Store
 from testkit import compare_runs
 from testkit.postgres import Postgres
-from testkit.runners import REPO, TINY, cli, start
+from testkit.runners import REPO, TINY_CPP, cli, start
 from testkit.sshd import free_port
 from testkit.tools import require
 
-ONE = [*TINY, "--method", "full-zo"]     # one job of a few seconds
+ONE = [*TINY_CPP, "--method", "full-zo"]     # one job of a second
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +40,7 @@ def rows(url: str, sql: str, *args):
 
 
 def test_a_run_with_a_store_reads_back_equal_and_pulls_into_a_fresh_folder(capsys, tmp_path, url):
-    r = cli(capsys, "run", "--results", tmp_path / "a", "--no-report", "--store", url, *TINY)
+    r = cli(capsys, "run", "--results", tmp_path / "a", "--no-report", "--store", url, *TINY_CPP)
     assert r.returncode == 0, r.stderr
     local = Store(tmp_path / "a")
     run_id = local.latest()

@@ -9,8 +9,20 @@ import time
 from pathlib import Path
 
 from harness.stores.store import Store
-from testkit.runners import TINY, processes_mentioning, start
+from testkit.runners import TINY, TINY_CPP, processes_mentioning, start
 from testkit.sshd import board_toml
+
+
+def events(text: str) -> list[dict]:
+    """The JSON events of a job's stdout.log (the launcher's, then its runner's: each runtime
+    writes its own spacing), less a line still being written."""
+    out = []
+    for line in text.splitlines():
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            pass
+    return out
 
 
 def launched(results: Path, job: str, proc: subprocess.Popen, event: str, count: int = 1) -> list[dict]:
@@ -18,9 +30,9 @@ def launched(results: Path, job: str, proc: subprocess.Popen, event: str, count:
     launcher's line: after the lease's, if it had to wait)."""
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
-        logs = [log.read_text() for log in results.glob(f"runs/*/work/{job}/stdout.log")]
-        found = [next(json.loads(line) for line in text.splitlines() if '"event": "launch"' in line)
-                 for text in logs if f'"event": "{event}"' in text]
+        logs = [events(log.read_text()) for log in results.glob(f"runs/*/work/{job}/stdout.log")]
+        found = [next(e for e in log if e.get("event") == "launch") for log in logs
+                 if any(e.get("event") == event for e in log)]
         if len(found) >= count:
             return found
         assert proc.poll() is None, proc.communicate()
@@ -82,7 +94,7 @@ def test_ctrl_c_kills_the_running_job_keeps_the_rest_and_resume_finishes_it(tmp_
 
 def test_sigterm_then_a_second_signal_kill_a_hung_runner_and_exit_143(tmp_path):
     proc = start("run", "--results", tmp_path, "--no-report", "--method", "full-zo", "--method", "elastic-zo:1",
-                 "--set", "fault=hang@full-zo", *TINY)
+                 "--set", "fault=hang@full-zo", *TINY_CPP)
     (launch,) = launched(tmp_path, "*.full-zo.*", proc, "start")    # training, then hung after its first step
     proc.send_signal(signal.SIGTERM)
     gone(launch["pid"])

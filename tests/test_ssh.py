@@ -16,10 +16,9 @@ from harness.stores import schema
 from zobench.cli import main
 from harness.stores.store import Store
 
-from testkit.runners import zobench
+from testkit.runners import SHORT, zobench
 from testkit.sshd import board_toml, free_port, keygen
 
-TINY = ["--precision", "fp32", "--set", "epochs=1", "--set", "train_samples=320", "--set", "test_samples=64"]
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +32,7 @@ def inv(farm, tmp_path_factory):
 
 
 def run(inv_path, results, *args) -> int:
-    return main(["run", "--results", str(results), "--inventory", str(inv_path), "--no-report", *TINY, *args])
+    return main(["run", "--results", str(results), "--inventory", str(inv_path), "--no-report", *SHORT, *args])
 
 
 def ssh(farm, board, command: str) -> str:
@@ -239,7 +238,7 @@ def test_a_workdir_that_is_the_boards_root_is_refused(farm, tmp_path):
     and nothing is written to /)."""
     path = tmp_path / "inv.toml"
     path.write_text(board_toml("a", farm["boards"]["board-a"], farm["key"], "/tmp/.."))
-    out = zobench("run", "--inventory", path, "--target", "a", "--results", tmp_path / "res", *TINY, env=farm["env"])
+    out = zobench("run", "--inventory", path, "--target", "a", "--results", tmp_path / "res", *SHORT, env=farm["env"])
     assert out.returncode == 2 and out.stderr.strip() == (
         f"zobench: error: {path}: targets.a.workdir: expected a folder of zobench's own, like \"~/zobench\", not the root /")
     up = "/".join([".."] * (len(Path(pwd.getpwuid(os.getuid()).pw_dir).parts) - 1))      # ~/.. up to /

@@ -13,12 +13,11 @@ import pytest
 
 from zobench.cli import main
 from harness.stores.store import Store
-from testkit.runners import TORCH_RUNNER, cli, job_spec, run_runner, zobench
+from testkit.runners import TINY_CPP, TORCH_RUNNER, cli, job_spec, run_runner, zobench
 
-# Two jobs: lr_zo=1e30 makes full-zo diverge (its losses NaN) and leaves full-bp (lr_bp) alone.
-TINY = ["--runtime", "torch", "--precision", "fp32", "--method", "full-bp", "--method", "full-zo", "--set", "epochs=1",
-        "--set", "train_samples=320", "--set", "test_samples=64", "--set", "lr_zo=1e30"]
-BP, ZO = "local.torch.full-bp.fp32.r0", "local.torch.full-zo.fp32.r0"
+# Two jobs of the binary: lr_zo=1e30 makes full-zo diverge (its losses NaN) and leaves full-bp (lr_bp) alone.
+TINY = [*TINY_CPP, "--method", "full-bp", "--method", "full-zo", "--set", "lr_zo=1e30"]
+BP, ZO = "local.cpp.full-bp.fp32.r0", "local.cpp.full-zo.fp32.r0"
 
 
 def strict(text: str):

@@ -300,7 +300,27 @@ static json env_facts() {
             {"binary_sha256", nullptr}, {"harness_commit", ""}, {"zrng", zrng::VERSION}};
 }
 
-static void emit(const json& j) {
+static void find_nonfinite(const json& j, const std::string& where, std::vector<std::string>& found) {
+    if (j.is_number_float() && !std::isfinite(j.get<double>())) {
+        const double v = j.get<double>();
+        found.push_back((where.empty() ? "value" : where) + ": " + (std::isnan(v) ? "nan" : v > 0 ? "inf" : "-inf"));
+    } else if (j.is_object()) {
+        for (const auto& item : j.items())
+            find_nonfinite(item.value(), where.empty() ? item.key() : where + "." + item.key(), found);
+    } else if (j.is_array()) {
+        for (size_t i = 0; i < j.size(); ++i) find_nonfinite(j[i], where + "[" + std::to_string(i) + "]", found);
+    }
+}
+
+// An event on stdout, as workloads/loop.py emits it (jsonfile.normal): a value that is not
+// finite is null (nlohmann writes it so), and where and what it was is listed under "nonfinite"
+static void emit(json j) {
+    std::vector<std::string> nonfinite;
+    find_nonfinite(j, "", nonfinite);
+    if (!nonfinite.empty()) {
+        std::sort(nonfinite.begin(), nonfinite.end());
+        j["nonfinite"] = nonfinite;
+    }
     std::cout << j.dump() << "\n" << std::flush;
 }
 
@@ -536,18 +556,6 @@ static std::string utc_now() {
 
 // nlohmann writes NaN and Infinity as null; as the Python runners do (workloads/jsonfile.py),
 // the result names each such value under "nonfinite", so a diverged loss stays visible.
-static void find_nonfinite(const json& j, const std::string& where, std::vector<std::string>& found) {
-    if (j.is_number_float() && !std::isfinite(j.get<double>())) {
-        const double v = j.get<double>();
-        found.push_back((where.empty() ? "value" : where) + ": " + (std::isnan(v) ? "nan" : v > 0 ? "inf" : "-inf"));
-    } else if (j.is_object()) {
-        for (const auto& item : j.items())
-            find_nonfinite(item.value(), where.empty() ? item.key() : where + "." + item.key(), found);
-    } else if (j.is_array()) {
-        for (size_t i = 0; i < j.size(); ++i) find_nonfinite(j[i], where + "[" + std::to_string(i) + "]", found);
-    }
-}
-
 // path holds the bytes whole or not at all
 static void write_atomic(const std::string& path, const char* data, size_t size) {
     const std::string tmp = path + ".tmp-" + std::to_string(getpid());
