@@ -2,13 +2,12 @@
 
 The harness samples the machine's counters around the whole runner (harness/stores/machine_load.py):
 its start, data loading, warm-up and evaluation included. A job of 200 short steps spends most of
-that window outside its timed loop, much of it on one thread, so how busy the machine was then
-says little about the steps: beside two busy loops the share other work took of the runner's
-window and the step time of a two-thread job agreed poorly, and the gate's load rule misjudged
-them (docs/compare.md). The runner therefore reads the same counters (the machine's busy and
-steal time in /proc/stat, its own CPU time from getrusage) just before and just after each
-epoch's timed loop, and the result's `timed_loop_load` has the fields machine_load's `load` has,
-over those loops only. The C++ binary does the same (workloads/cpp/train.cpp, TimedLoopLoad).
+that window outside its timed loop, much of it on one thread, so the share other work took of
+it is not the share the steps lost. The runner therefore reads the same counters (the machine's
+busy and steal time in /proc/stat, its own CPU time from getrusage) just before and just after
+each epoch's timed loop, and the result's `timed_loop_load` has the fields machine_load's `load`
+has, over those loops only: the window of the step time it excuses (docs/compare.md). The C++
+binary does the same (workloads/cpp/train.cpp, TimedLoopLoad).
 """
 from __future__ import annotations
 
