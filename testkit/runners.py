@@ -3,6 +3,7 @@ the benchmarks run training with."""
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import os
 import platform
@@ -35,18 +36,25 @@ def zobench(*args, env=None, timeout=600) -> subprocess.CompletedProcess:
                           env={**os.environ, **(env or {})})
 
 
-def cli(capsys, *args) -> subprocess.CompletedProcess:
-    """The CLI's main() in this process, output captured (pytest's capsys) as zobench() captures
-    it: for the many refusals and quick reads, which need no interpreter of their own."""
+def in_process(*args) -> subprocess.CompletedProcess:
+    """The CLI's main() in this process, its output captured as zobench() captures it: for the
+    many refusals, quick reads and gates, which need no interpreter of their own (a process
+    spends about a second of CPU importing zobench and scipy before it reads an argument)."""
     from zobench.cli import main
 
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            rc = main([str(a) for a in args])
+        except SystemExit as e:     # how argparse ends a bad command line, in the real CLI too
+            rc = e.code
+    return subprocess.CompletedProcess(args, rc, out.getvalue(), err.getvalue())
+
+
+def cli(capsys, *args) -> subprocess.CompletedProcess:
+    """in_process, after what the test printed so far is taken out of pytest's capture."""
     capsys.readouterr()
-    try:
-        rc = main([str(a) for a in args])
-    except SystemExit as e:     # how argparse ends a bad command line, in the real CLI too
-        rc = e.code
-    out, err = capsys.readouterr()
-    return subprocess.CompletedProcess(args, rc, out, err)
+    return in_process(*args)
 
 
 def start(*args, env=None) -> subprocess.Popen:
