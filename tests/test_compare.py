@@ -25,7 +25,7 @@ from harness.stores.store import Store
 
 from testkit.compare_runs import (SOLO, interleaved_runs, load_at, made_up_result, made_up_run, run, thermal_sample,
                                   solo_inventory)
-from testkit.runners import in_process, zobench
+from testkit.runners import busy_loops, in_process, zobench
 
 
 @pytest.fixture(scope="module")
@@ -130,12 +130,8 @@ def test_a_job_beside_a_cpu_hog_records_the_hogs_cpu_as_other_work(tmp_path):
     worth while the hog has a core to itself, and never less than most of one on two cores), and
     so has the load its runner measured over the timed loop (100 steps: 20 ticks of a core)."""
     store = Store(tmp_path / "results")
-    hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
-    try:
+    with busy_loops(1):
         run_id = run(store, ["--inventory", str(solo_inventory(tmp_path)), *SOLO])
-    finally:
-        hog.kill()
-        hog.wait()
     for r in store.results(run_id):
         for load in (r["load"], r["timed_loop_load"]):     # the job's window and its timed loop's
             assert load["cpu_seconds_other"] >= 0.6 * load["wall_seconds"], load
@@ -492,8 +488,10 @@ def test_csv_export_has_one_row_per_job_key(runs):
     assert ",full-zo,fp32,cpp,solo,1,epochs=1 train_samples=3200 test_samples=256,5," in lines[1]
 
 
-def measurement(step_ms):
-    return Measurement("k", {}, step_s=[t / 1e3 for t in step_ms], peak_rss=[1 << 20] * len(step_ms))
+def measurement(step_ms, threads=None, loads=()):
+    """A key's samples, with its thread count and each repeat's contention where a test gives them."""
+    return Measurement("k", {} if threads is None else {"threads": threads}, step_s=[t / 1e3 for t in step_ms],
+                       peak_rss=[1 << 20] * len(step_ms), load=[load_at(c) for c in loads])
 
 
 def test_the_minimum_ignores_one_sided_noise_that_moves_the_median():
@@ -609,8 +607,7 @@ def test_a_team_of_threads_is_excused_the_power_of_its_lost_share():
     same = ([6.44, 7.78, 7.44, 7.52, 7.45], [0.58, 0.62, 0.60, 0.61, 0.61])
 
     def side(times, loads, threads):
-        return {"k": Measurement("k", {"threads": threads}, step_s=[t / 1e3 for t in times], peak_rss=[1 << 20] * 5,
-                                 load=[load_at(c) for c in loads])}
+        return {"k": measurement(times, threads, loads)}
 
     # one thread on two cores loses only what other work took beyond the core it left idle
     one = ([4.94, 7.38, 7.37, 4.86, 4.87], [0.75, 0.80, 0.805, 0.75, 0.75])

@@ -11,7 +11,6 @@ import argparse
 import hashlib
 import json
 import os
-import resource
 import time
 import traceback
 from pathlib import Path
@@ -25,6 +24,7 @@ from .clock import EventClock, PhaseClock
 from .loop import TrainState, emit, evaluate_start, train, warm_up
 from .models import Transformer
 from .spec import JobSpec, SpecError
+from .timed_loop_load import own_cpu_seconds
 
 
 
@@ -150,8 +150,7 @@ def main(make_engine, packages: tuple[str, ...], argv=None) -> int:
             result["trace"] = state.trace
         result["memory"]["peak_rss_bytes"] = memory.peak_rss_bytes()
         result["wall_seconds"] = time.perf_counter() - wall0
-        ru = resource.getrusage(resource.RUSAGE_SELF)   # every thread, and the launcher before its exec
-        result["cpu_seconds"] = ru.ru_utime + ru.ru_stime   # what the harness nets out of the machine's load
+        result["cpu_seconds"] = own_cpu_seconds()   # what the harness nets out of the machine's load
         write_atomic(args.out, result)
         emit("done", status=result["status"], error=result["error"])
     return 0 if result["status"] == "ok" else 1

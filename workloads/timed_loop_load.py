@@ -35,8 +35,9 @@ def cpu_counters(text: str, hz: int) -> tuple[float, float | None, int] | None:
             cpu[STEAL_FIELD] / hz if len(cpu) > STEAL_FIELD else None, cores)
 
 
-def _own_cpu_seconds() -> float:
-    ru = resource.getrusage(resource.RUSAGE_SELF)   # every thread of the runner
+def own_cpu_seconds() -> float:
+    """The runner's CPU time: every thread, and the launcher before its exec."""
+    ru = resource.getrusage(resource.RUSAGE_SELF)
     return ru.ru_utime + ru.ru_stime
 
 
@@ -46,7 +47,7 @@ def _read() -> tuple[tuple[float, float | None, int] | None, float]:
             counters = cpu_counters(f.read(), os.sysconf("SC_CLK_TCK"))
     except (OSError, ValueError):
         counters = None
-    return counters, _own_cpu_seconds()
+    return counters, own_cpu_seconds()
 
 
 class TimedLoopLoad:

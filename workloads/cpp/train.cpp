@@ -340,6 +340,13 @@ static void inject_fault(const Spec& s) {
 }
 
 // ---------------------------------------------------------------- training
+// this process's CPU time: every thread, and the launcher before its exec
+static double own_cpu_seconds() {
+    rusage ru{};
+    getrusage(RUSAGE_SELF, &ru);
+    return ru.ru_utime.tv_sec + ru.ru_stime.tv_sec + 1e-6 * (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
+}
+
 // The machine's busy and steal time (/proc/stat) and this process's CPU time, summed over the
 // timed loops: the result's timed_loop_load, as workloads/timed_loop_load.py measures it (its
 // docstring says why the harness's window around the whole runner is not enough)
@@ -351,9 +358,7 @@ class TimedLoopLoad {
     };
     static Counters read() {
         Counters c;
-        rusage ru{};
-        getrusage(RUSAGE_SELF, &ru);  // every thread
-        c.own = ru.ru_utime.tv_sec + ru.ru_stime.tv_sec + 1e-6 * (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
+        c.own = own_cpu_seconds();
         std::ifstream f("/proc/stat");
         const double hz = double(sysconf(_SC_CLK_TCK));
         std::string line;
@@ -703,9 +708,7 @@ int main(int argc, char** argv) {
     if (!st.trace.empty()) result["trace"] = st.trace;
     result["memory"]["peak_rss_bytes"] = peak_rss_bytes();
     result["wall_seconds"] = std::chrono::duration<double>(Clock::now() - wall0).count();
-    rusage ru{};  // every thread, and the launcher before its exec: what the harness nets out of the machine's load
-    getrusage(RUSAGE_SELF, &ru);
-    result["cpu_seconds"] = ru.ru_utime.tv_sec + ru.ru_stime.tv_sec + 1e-6 * (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
+    result["cpu_seconds"] = own_cpu_seconds();  // what the harness nets out of the machine's load
     std::vector<std::string> nonfinite;
     find_nonfinite(result, "", nonfinite);
     if (!nonfinite.empty()) {
