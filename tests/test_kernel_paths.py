@@ -1,12 +1,12 @@
 """Each kernel path of the C++ binary against the torch runner. Every x86 CPU name this machine
-runs (harness/planning/cpu.py; a name it cannot run is skipped) is built, names its kernels in
-env.kernels, trains FP32 step for step with torch and INT8 bit for bit with the reference:
-LeNet-5 (the convolution tiles, pooled as they are made where no activation before the pool is
-kept, unpooled for BP with the input gradient's signed tile; the FC dot products over a batch
-that is no whole number of 4-image blocks) and PointNet (the pointwise GEMM tile: forward,
-weight gradient and the fused global max, over rows and points that leave short tiles and
-blocks). The aarch64 builds do the same under qemu: with the dot product (-cpu max) and without
-(the Cortex-A53)."""
+runs (harness/planning/cpu.py; a name it cannot run is skipped) is built (or run by the native
+build, where that compiles the same kernels), names its kernels in env.kernels, trains FP32 step
+for step with torch and INT8 bit for bit with the reference: LeNet-5 (the convolution tiles,
+pooled as they are made where no activation before the pool is kept, unpooled for BP with the
+input gradient's signed tile; the FC dot products over a batch that is no whole number of
+4-image blocks) and PointNet (the pointwise GEMM tile: forward, weight gradient and the fused
+global max, over rows and points that leave short tiles and blocks). The aarch64 builds do the
+same under qemu: with the dot product (-cpu max) and without (the Cortex-A53)."""
 import platform
 
 import pytest
@@ -40,16 +40,21 @@ def runnable() -> list[str]:
 
 
 @pytest.fixture(scope="session")
-def x86_build():
-    """The binary of an x86 CPU name, built once a session; a name this CPU cannot run skips."""
-    require("cmake", "g++", "nlohmann/json.hpp")
+def x86_build(native, data_dir, tmp_path_factory):
+    """The binary of an x86 CPU name, built once a session; a name this CPU cannot run skips. A
+    name whose kernels the native build compiles too (the same vector ISA, so the same source
+    paths) is run by the native binary, which the other tests need anyway: a build is about 18 s
+    of CPU."""
     made = {}
 
     def binary(name: str) -> str:
         if name not in runnable():
             pytest.skip(f"this CPU cannot run {name} code")
+        if "native" not in made:
+            kernels = run_runner(lenet_spec("full-bp", 0, data_dir), tmp_path_factory.mktemp("native"), native)["env"]["kernels"]
+            made["native"] = (kernels["conv"], kernels["int8"])
         if name not in made:
-            made[name] = native_binary(name)
+            made[name] = native if X86_KERNELS[name] == made["native"] else native_binary(name)
         return made[name]
     return binary
 
