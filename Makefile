@@ -5,22 +5,27 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: setup setup-test setup-bench run test test-slow bench reproduce clean
+.PHONY: setup setup-test setup-bench deps-run deps-test deps-bench run test test-slow bench reproduce clean
+
+# What runs beside pip, which keeps about one core busy for a minute: for `make test`, the build
+# of the C++ binaries the tests run (testkit/binaries.py; it needs only numpy, installed first).
+ALONGSIDE_PIP ?= true
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet -e '.[test]'
+	$(BIN)/pip install --quiet numpy
+	@$(ALONGSIDE_PIP) & beside=$$!; $(BIN)/pip install --quiet -e '.[test]'; rc=$$?; wait $$beside; exit $$rc
 	touch $(STAMP)
 
-# the system packages (testkit/tools.py lists them): installed where apt is usable
-setup: $(STAMP)
-	@PYTHON=$(PYTHON) scripts/ensure-deps.sh run
+# the system packages (testkit/tools.py lists them; installed where apt is usable), before the
+# venv: the compilers are among them
+setup: deps-run $(STAMP)
+setup-test: deps-test $(STAMP)
+setup-test: ALONGSIDE_PIP = $(BIN)/python -m testkit.binaries
+setup-bench: deps-bench $(STAMP)
 
-setup-test: $(STAMP)
-	@PYTHON=$(PYTHON) scripts/ensure-deps.sh test
-
-setup-bench: $(STAMP)
-	@PYTHON=$(PYTHON) scripts/ensure-deps.sh bench
+deps-run deps-test deps-bench:
+	@PYTHON=$(PYTHON) scripts/ensure-deps.sh $(@:deps-%=%)
 
 run: setup
 	$(BIN)/zobench run --suite quick

@@ -31,7 +31,8 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.runtimes import bench_spec  # noqa: E402
 from harness.preparation.artifacts import raw_idx  # noqa: E402
 from harness.planning.suites import MethodChoice  # noqa: E402
-from testkit.runners import aarch64_binary, run_runner  # noqa: E402
+from testkit.binaries import aarch64_binary  # noqa: E402
+from testkit.runners import run_runner  # noqa: E402
 from workloads.vocab import PAPER_CONFIGS  # noqa: E402
 
 QEMU = ("qemu-aarch64", "-cpu", "cortex-a53")

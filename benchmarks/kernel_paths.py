@@ -23,7 +23,8 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.runtimes import ZO_PHASES, bench_spec, ms_per_step, share  # noqa: E402
 from harness.preparation.artifacts import raw_idx  # noqa: E402
 from harness.planning.suites import MethodChoice  # noqa: E402
-from testkit.runners import TORCH_RUNNER, native_binary, run_runner, x86_names_here  # noqa: E402
+from testkit.binaries import native_binary, x86_names_here  # noqa: E402
+from testkit.runners import TORCH_RUNNER, run_runner  # noqa: E402
 from workloads.vocab import PAPER_CONFIGS  # noqa: E402
 
 

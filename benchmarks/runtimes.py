@@ -21,7 +21,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from testkit.runners import ORT_RUNNER, TORCH_RUNNER, job_spec, native_binary, run_runner  # noqa: E402
+from testkit.binaries import native_binary  # noqa: E402
+from testkit.runners import ORT_RUNNER, TORCH_RUNNER, job_spec, run_runner  # noqa: E402
 
 from harness.preparation.artifacts import onnx_graph, raw_idx  # noqa: E402
 from harness.planning.suites import MethodChoice  # noqa: E402

@@ -6,7 +6,6 @@ import contextlib
 import io
 import json
 import os
-import platform
 import subprocess
 import sys
 import time
@@ -16,12 +15,8 @@ from pathlib import Path
 import numpy as np
 
 from harness.execution.job import omp_env
-from harness.planning import cpu
-from harness.preparation.build import build
 from harness.preparation.artifacts import raw_idx
-from harness.planning.inventory import Target
 from workloads import datasets, vocab
-from workloads.envinfo import cpu_facts
 from workloads.models import LENET5, Model
 
 from . import warm
@@ -169,24 +164,6 @@ def small_mnist(tmp: Path, monkeypatch, train: int, test: int, seed: int, mark=l
 def idx_data_dir() -> str:
     """The folder of Fashion-MNIST as raw IDX files, the C++ binary's data_dir."""
     return str(raw_idx("fashion-mnist", "").dir)
-
-
-def native_binary(cpu: str = "") -> str:
-    """The C++ binary built for this machine, or for one of its arch's CPU names (harness/planning/cpu.py:
-    "x86-64-v3" is the AVX2 build, whose kernels this machine runs whatever else it has)."""
-    return str(build(Target(name="local", transport="local", arch=platform.machine()), cpu))
-
-
-def x86_names_here() -> list[str]:
-    """The x86 CPU names (harness/planning/cpu.py) this machine runs, read as a board's probe reads its
-    CPU: the kernel paths the tests and benchmarks can build and run here."""
-    return cpu.x86_names(set(cpu_facts(Path("/proc/cpuinfo").read_text())["cpu_flags"]))
-
-
-def aarch64_binary(cpu: str = "cortex-a53") -> str:
-    """The C++ binary cross-built for an Arm board (static aarch64; a Raspberry Pi Zero 2's
-    runs here under QEMU_A53)."""
-    return str(build(Target(name="pi", transport="ssh", host="pi.invalid", arch="aarch64", runtimes=["cpp"]), cpu))
 
 
 def held_python(tmp: Path) -> tuple[Path, Path, Path]:

@@ -9,7 +9,8 @@ import pytest
 
 from zobench.cli import main
 from harness.stores.store import Store
-from testkit.runners import aarch64_binary, idx_data_dir, native_binary
+from testkit.binaries import aarch64_binary, native_binary
+from testkit.runners import idx_data_dir
 from testkit.tools import require
 
 
