@@ -13,6 +13,7 @@ import json
 import platform
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from harness.errors import UserError
@@ -78,11 +79,19 @@ def main() -> int:
         print(f"testkit.binaries: {what}: {path}", file=sys.stderr)
         return path
 
-    native = made("native", native_binary)
-    for name in x86_names_here() if native else ():
-        made(name, lambda: x86_binary(name, native))
-    for name in ARM_CPUS:
-        made(f"aarch64 {name}", lambda: aarch64_binary(name))
+    def x86() -> None:
+        native = made("native", native_binary)
+        for name in x86_names_here() if native else ():
+            made(name, lambda: x86_binary(name, native))
+
+    def arm() -> None:
+        for name in ARM_CPUS:
+            made(f"aarch64 {name}", lambda: aarch64_binary(name))
+
+    # two at a time: a build is one compiler process, and once pip is done both cores are free
+    with ThreadPoolExecutor(2) as pool:
+        for done in [pool.submit(x86), pool.submit(arm)]:
+            done.result()
     return 0
 
 
