@@ -632,12 +632,8 @@ int main(int argc, char** argv) {
         std::cout << h.dump() << "\n";
         return 0;
     }
-    if (argc == 2 && std::string(argv[1]) == "--kernels") {  // env.kernels, without a run
-        std::cout << kernel_paths().dump() << "\n";
-        return 0;
-    }
     if (spec_path.empty() || out_path.empty()) {
-        std::cerr << "usage: zobench-train --spec spec.json --out result.json | --hyper | --kernels\n";
+        std::cerr << "usage: zobench-train --spec spec.json --out result.json | --hyper\n";
         return 2;
     }
     const auto wall0 = Clock::now();
