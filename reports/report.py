@@ -171,10 +171,12 @@ def _load(store, run_ids: list[str], plans: list[dict]) -> pd.DataFrame:
                 "batch": spec.hyper.batch_size, "model": spec.workload.model, "optimizer": spec.hyper.optimizer,
                 "network": network, "context": context, "checkpointing": checkpointing,
                 # a transformer's context and checkpointing change its memory: jobs differing in them are not averaged
-                # and the optimizer of a BP part: Adam's moments and update are other work than SGD's
+                # and the optimizer of a BP part: Adam's moments and update are other work than SGD's; and
+                # the ZO part's estimator, queries and update rule where they are not MeZO's: another optimizer
                 "setup": " ".join(filter(None, [f"T={context}" + (" +ckpt" if checkpointing else "") if context else "",
                                                 "adam" if spec.hyper.optimizer == "adam" and job["method"] != "full-zo"
-                                                else ""])),
+                                                else "",
+                                                spec.hyper.zo_parts() if job["method"] != "full-bp" else ""])),
                 "status": r["status"], "error": r["error"] or "", "steps": steps,
                 "train_s": r["train_seconds"] or math.nan,
                 # A runner that never trained reports 0 s and 0 bytes: unknown, not free.

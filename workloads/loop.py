@@ -40,7 +40,10 @@ class TrainState:
 
 def as_number(value):
     """A step's number as a Python number: a GPU step leaves its losses and projected gradient
-    on the device, so reading one synchronizes, and is done only where a number is shown."""
+    on the device, so reading one synchronizes, and is done only where a number is shown. A list
+    (a q-query step's projected gradients) is read element by element."""
+    if isinstance(value, list):
+        return [as_number(v) for v in value]
     return value.item() if hasattr(value, "item") else value
 
 

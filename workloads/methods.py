@@ -86,31 +86,72 @@ def bp_step(engine, x, y, update, clock) -> dict:
     return {"loss": loss}
 
 
-def zo_step(engine: Engine, x, y, key: int, eps: float, clip: float,
-            lr_zo: float, lr_bp: float, clock) -> dict:
-    head = engine.n_bp > 0
-    engine.perturb(key, eps)
-    clock.lap("zo_perturb")
-    out = engine.forward(x, keep=head)
-    clock.lap("forward")
-    loss_plus = engine.loss(out, y)
-    clock.lap("loss")
-    engine.perturb(key, -2.0 * eps)
-    clock.lap("zo_perturb")
-    out = engine.forward(x, keep=head)
-    clock.lap("forward")
-    loss_minus = engine.loss(out, y)
-    clock.lap("loss")
-    grad = _clip((loss_plus - loss_minus) / (2.0 * eps), clip)
-    engine.perturb(key, eps - lr_zo * grad)
-    clock.lap("zo_update")
+def zo_step(engine: Engine, x, y, key, eps: float, clip: float, lr_zo: float, lr_bp: float, clock,
+            estimator: str = "two-point", update: str = "sgd") -> dict:
+    """One FP32 ZO step (docs/zo-optimizers.md). key: the direction's key, or one key per query
+    (zrng.zo_keys); each query's projected gradient is estimated from the same θ, and the step
+    moves θ by -lr_zo/q times the sum of each query's update direction (g, or sign(g)) times its
+    z. With one query the restore and the update are one pass, as MeZO's is (Sec. 4)."""
+    keys = key if isinstance(key, (list, tuple)) else [key]
+    q, head = len(keys), engine.n_bp > 0
+    one_sided = estimator == "one-sided"
+    if one_sided:       # L(θ), once for all queries; kept: the head learns from it as from the others
+        out = engine.forward(x, keep=head)
+        clock.lap("forward")
+        loss_zero = engine.loss(out, y)
+        clock.lap("loss")
+    plus, minus, grads = [], [], []
+    for k in keys:
+        engine.perturb(k, eps)
+        clock.lap("zo_perturb")
+        out = engine.forward(x, keep=head)
+        clock.lap("forward")
+        plus.append(engine.loss(out, y))
+        clock.lap("loss")
+        if one_sided:
+            grads.append(_clip((plus[-1] - loss_zero) / eps, clip))
+            back = -eps
+        else:
+            engine.perturb(k, -2.0 * eps)
+            clock.lap("zo_perturb")
+            out = engine.forward(x, keep=head)
+            clock.lap("forward")
+            minus.append(engine.loss(out, y))
+            clock.lap("loss")
+            grads.append(_clip((plus[-1] - minus[-1]) / (2.0 * eps), clip))
+            back = eps
+        if q == 1:
+            engine.perturb(k, back - lr_zo * _direction(grads[0], update))
+            clock.lap("zo_update")
+        else:
+            engine.perturb(k, back)
+            clock.lap("zo_perturb")
+    if q > 1:
+        for k, g in zip(keys, grads):
+            engine.perturb(k, -lr_zo * _direction(g, update) / q)
+        clock.lap("zo_update")
     if head:
         engine.backward()
         clock.lap("backward")
         engine.bp_update(lr_bp)
         clock.lap("bp_update")
-    return {"loss": 0.5 * (loss_plus + loss_minus), "loss_plus": loss_plus,
-            "loss_minus": loss_minus, "grad": grad}
+    if q == 1 and not one_sided:
+        return {"loss": 0.5 * (plus[0] + minus[0]), "loss_plus": plus[0], "loss_minus": minus[0], "grad": grads[0]}
+    out = {"loss": loss_zero if one_sided else sum(0.5 * (p + m) for p, m in zip(plus, minus)) / q,
+           "loss_plus": sum(plus) / q, "grad": sum(grads) / q}
+    if not one_sided:
+        out["loss_minus"] = sum(minus) / q
+    if q > 1:
+        out["grads"] = grads
+    return out
+
+
+def _direction(g, update: str):
+    """What a query's projected gradient moves θ by, per unit rate: g itself (SGD), or its sign
+    (ZO-SGD-Sign), as a float or, on a GPU, a device scalar."""
+    if update == "sign":
+        return g.sign() if hasattr(g, "sign") else float(_sign(g))
+    return g
 
 
 def adam_update(p, g, m, v, lr, t, hyper, sqrt) -> None:
@@ -168,14 +209,16 @@ def int8_zo_step(engine: Int8Engine, x, y, key: int, zo_loss: str, epoch: int, c
 
 def step(engine, spec, x, y, t: int, epoch: int, lr_zo, lr_bp, clock, key=None) -> dict:
     """Optimizer step t (0-based, global across epochs) of the spec's method and precision.
-    key: z's key when the caller holds it elsewhere (a CUDA graph reads it from the device, as
-    it does the rates), else the step's own."""
+    key: z's key, or an FP32 step's keys (one per query), when the caller holds them elsewhere (a
+    CUDA graph reads them from the device, as it does the rates), else the step's own."""
     if key is None:
-        key = zrng.stream_key(spec.seed, zrng.STREAM_ZO, t)
+        key = zrng.zo_keys(spec.seed, t, spec.hyper.zo_queries) if spec.precision == "fp32" else \
+            zrng.stream_key(spec.seed, zrng.STREAM_ZO, t)
     if spec.precision == "int8":
         if spec.method == "full-bp":
             return bp_step(engine, x, y, epoch, clock)
         return int8_zo_step(engine, x, y, key, spec.zo_loss, epoch, clock)
     if spec.method == "full-bp":
         return bp_step(engine, x, y, lr_bp, clock)
-    return zo_step(engine, x, y, key, spec.hyper.eps, spec.hyper.zo_grad_clip, lr_zo, lr_bp, clock)
+    h = spec.hyper
+    return zo_step(engine, x, y, key, h.eps, h.zo_grad_clip, lr_zo, lr_bp, clock, h.zo_estimator, h.zo_update)

@@ -13,7 +13,7 @@ import re
 import typing
 from dataclasses import dataclass, field
 
-from . import vocab
+from . import vocab, zrng
 from .datasets import DATASETS
 from . import models
 from .models import MODELS, Model, ModelError, Transformer
@@ -29,6 +29,8 @@ NAME_TEXT = "up to 64 letters, digits, '.', '_' and '-', starting with a letter 
 INT32_MAX = 2**31 - 1     # the C++ binary reads its integers as int
 # why an INT8 job's hyper.optimizer is sgd: the spec's refusal and the plan's note say it
 ADAM_INT8 = "adam trains FP32 only; INT8 trains its BP part with NITI's integer update (docs/int8.md)"
+INT8_ZO_PARTS = ("INT8 trains its ZO part by Alg. 2, the sign of the two-point loss difference (docs/int8.md): "
+                 "the other estimators and update rules are FP32's")
 
 
 @dataclass(frozen=True)
@@ -74,6 +76,13 @@ class Hyper:
     adam_beta2: float = 0.999
     adam_eps: float = 1e-8
     zo_grad_clip: float = 5.0     # projected gradient clipped to +-this
+    # The ZO part as parts (docs/zo-optimizers.md): its estimator, the directions a step averages
+    # (q-query SPSA: 2q forwards a step, q + 1 one-sided; the rate is split among them), and its
+    # update rule (vocab.ZO_ESTIMATORS, vocab.ZO_UPDATES). The defaults are MeZO's step. FP32 only:
+    # INT8's ZO step is Alg. 2's, the sign of the loss difference already.
+    zo_estimator: str = "two-point"
+    zo_queries: int = 1
+    zo_update: str = "sgd"
     train_samples: int = 0        # first N training samples (0 = all)
     test_samples: int = 0         # first N test samples (0 = all)
     zo_scale: int = 8             # int8: the perturbation z is uniform on [-zo_scale, zo_scale]
@@ -95,13 +104,16 @@ class Hyper:
     # held equal to the other fields by tests/test_cpp.py), and why.
     CPP_LEAVES: typing.ClassVar[dict] = {
         "context": "transformers only, which the binary does not run (support.cpp_refuses)",
-        "checkpointing": "transformers only, which the binary does not run (support.cpp_refuses)"}
+        "checkpointing": "transformers only, which the binary does not run (support.cpp_refuses)",
+        **{k: "the binary runs MeZO's ZO step only (support.unsupported leaves the other parts out of the plan)"
+           for k in ("zo_estimator", "zo_queries", "zo_update")}}
     # Defaults that are placeholders the host resolves before any runner sees the spec (-1 = the
     # device's default), so a runner's own default for them may differ.
     RESOLVED_BY_HOST: typing.ClassVar[tuple] = ("warmup_steps",)
     PATTERNS: typing.ClassVar[dict] = {
         "fault": (r"((hang|crash|oom)(@[a-z0-9-]+)?)?", "a fault like \"hang\" or \"crash@full-zo\"")}
-    CHOICES: typing.ClassVar[dict] = {"optimizer": ("sgd", "adam")}
+    CHOICES: typing.ClassVar[dict] = {"optimizer": ("sgd", "adam"), "zo_estimator": vocab.ZO_ESTIMATORS,
+                                      "zo_update": vocab.ZO_UPDATES}
     # Every runtime takes every value in these bounds. epochs: epochs x steps fit the binary's int;
     # zo_scale: the int8 perturbation z in [-zo_scale, zo_scale] fits an int8. The data set's size
     # bounds train_samples, test_samples and batch_size too: the plan checks those (plan.check_data).
@@ -114,7 +126,11 @@ class Hyper:
         "max_train_seconds": Bounds(0),
         "adam_beta1": Bounds(0, 1.0, open_hi=True), "adam_beta2": Bounds(0, 1.0, open_hi=True),
         "adam_eps": Bounds(0, open_lo=True),
-        "warmup_steps": Bounds(-1, 10_000)}
+        "warmup_steps": Bounds(-1, 10_000), "zo_queries": Bounds(1, zrng.MAX_QUERIES)}
+
+    def zo_parts(self) -> str:
+        """The ZO parts that are not MeZO's, as words ("one-sided q=4 sign"); "" for MeZO's step."""
+        return vocab.zo_parts(self.zo_estimator, self.zo_queries, self.zo_update)
 
 
 @dataclass
@@ -214,6 +230,8 @@ class JobSpec:
             raise SpecError("precision int8: transformers train in fp32 only")
         if spec.precision == "int8" and spec.hyper.optimizer != "sgd":
             raise SpecError(f"hyper.optimizer: {ADAM_INT8}")
+        if spec.precision == "int8" and spec.method != "full-bp" and (parts := spec.hyper.zo_parts()):
+            raise SpecError(f"hyper: {INT8_ZO_PARTS}, not {parts}")
         if spec.hyper.points and not model.points:
             raise SpecError(f"hyper.points: {model.name} does not take point clouds")
         if (spec.hyper.context or spec.hyper.checkpointing) and not spec.transformer:

@@ -97,6 +97,8 @@ class TorchEngine(Engine):
             # the step's key and perturbation scale as device scalars: the perturbation kernel
             # reads them there, so a CUDA graph replays it with each step's values
             self.key = torch.zeros((), dtype=torch.int32, device=self.device)
+            # a q-query step's keys (zrng.zo_keys), the first of them self.key
+            self.keys = [self.key] + [torch.zeros_like(self.key) for _ in range(spec.hyper.zo_queries - 1)]
             self.alpha = torch.zeros((), dtype=self.flat.dtype, device=self.device)
             self.fused_perturb = fused_perturb()
             if graphed:
@@ -222,7 +224,8 @@ class GraphStep:
         if self.graph is None and self.calls < self.EAGER:
             self.calls += 1
             return self._on_side_stream(lambda: methods.step(engine, spec, x, y, t, epoch, lr_zo, lr_bp, clock))
-        engine.key.fill_(zrng_torch.key32(zrng.stream_key(spec.seed, zrng.STREAM_ZO, t)))
+        for device_key, key in zip(engine.keys, zrng.zo_keys(spec.seed, t, spec.hyper.zo_queries)):
+            device_key.fill_(zrng_torch.key32(key))
         if self.rates != (lr_zo, lr_bp):     # they change once an epoch at most
             self.rates = (lr_zo, lr_bp)
             self.lr_zo.fill_(lr_zo)
@@ -233,7 +236,7 @@ class GraphStep:
             laps = _Laps()
             with torch.cuda.graph(self.graph, stream=self.stream):
                 self.out = methods.step(engine, spec, self.x, self.y, t, epoch, self.lr_zo, self.lr_bp,
-                                        laps, key=engine.key)
+                                        laps, key=engine.keys)
             self.laps = laps.laps
         self.x.copy_(x)
         self.y.copy_(y)

@@ -8,6 +8,12 @@ called one thing in a result and another in a chart.
 METHODS = ("full-bp", "full-zo", "elastic-zo")
 PRECISIONS = ("fp32", "int8")
 ZO_LOSSES = ("float", "integer")
+# The ZO part of a method as parts (docs/zo-optimizers.md), each a hyperparameter; the first of
+# each is MeZO's (and ElasticZO's) step. Its estimator of the projected gradient: two-point SPSA,
+# (L(θ+εz) - L(θ-εz)) / 2ε, or one-sided, (L(θ+εz) - L(θ)) / ε. Its update rule: SGD, θ -= lr g z,
+# or sign (ZO-SGD-Sign), θ -= lr sign(g) z.
+ZO_ESTIMATORS = ("two-point", "one-sided")
+ZO_UPDATES = ("sgd", "sign")
 RUNTIMES = ("torch", "ort", "cpp")
 DEVICES = ("cpu", "cuda")
 # Untimed warm-up steps by device (hyper.warmup_steps = -1): a CPU needs its caches and thread
@@ -59,6 +65,12 @@ PRECISION_LABELS = ("fp32", "int8", "int8*")
 def precision_label(precision: str, zo_loss: str, method: str) -> str:
     key = precision_key(precision, zo_loss, method)
     return {"int8-float": "int8", "int8-integer": "int8*"}.get(key, key)
+
+
+def zo_parts(estimator: str, queries: int, update: str) -> str:
+    """The ZO parts that are not MeZO's, as a label's words ("one-sided q=4 sign"); "" for MeZO's."""
+    return " ".join(filter(None, ["" if estimator == ZO_ESTIMATORS[0] else estimator,
+                                  f"q={queries}" if queries != 1 else "", "" if update == ZO_UPDATES[0] else update]))
 
 
 def method_label(method: str, bp_layers: int) -> str:

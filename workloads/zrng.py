@@ -37,6 +37,8 @@ STREAM_ZO = 1      # counter = global optimizer step, i = flat parameter index
 STREAM_INIT = 2    # counter = 0, i = flat parameter index
 STREAM_DATA = 3    # counter = epoch (0-based), i = training sample index
 STREAM_SPLIT = 4   # counter = 0, i = training sample index: the validation split (holdout)
+STREAM_ZO_QUERY = 5   # counter = step * MAX_QUERIES + query (the 2nd and later of a q-query step), i = flat parameter index
+MAX_QUERIES = 1024    # hyper.zo_queries' bound: the counters of two steps never meet
 
 # 1 / sqrt(Var(sum of four U{0..255})) = sqrt(3 / (256^2 - 1))
 Z_SCALE = np.float32(np.sqrt(3.0 / (256.0 ** 2 - 1.0)))
@@ -61,6 +63,13 @@ def mix64_int(x: int) -> int:
 def stream_key(seed: int, stream: int, counter: int) -> int:
     """key = mix64(mix64(mix64(seed) ^ stream) ^ counter)."""
     return mix64_int(mix64_int(mix64_int(seed) ^ stream) ^ counter)
+
+
+def zo_keys(seed: int, step: int, queries: int = 1) -> list[int]:
+    """The keys of optimizer step's directions, one per query: the first is the key a one-query
+    step has always had (STREAM_ZO, counter = step), so q = 1 is today's MeZO step bit for bit."""
+    return [stream_key(seed, STREAM_ZO, step)] + [stream_key(seed, STREAM_ZO_QUERY, step * MAX_QUERIES + i)
+                                                  for i in range(1, queries)]
 
 
 def bits(key: int, start: int, count: int) -> np.ndarray:

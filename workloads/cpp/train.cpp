@@ -75,6 +75,12 @@ static Spec read_spec(const std::string& path) {
 #define TAKE(type, name, value) take(h, #name, s.h.name);
         ZOBENCH_HYPER(TAKE)
 #undef TAKE
+        // the ZO parts it does not run (Hyper.CPP_LEAVES; the plan leaves them out, support.unsupported):
+        // refused here too, never run as MeZO's step under another name
+        if (s.method != "full-bp" && (h.value("zo_estimator", std::string("two-point")) != "two-point" ||
+                                      h.value("zo_queries", 1) != 1 || h.value("zo_update", std::string("sgd")) != "sgd"))
+            throw SpecError("hyper: the binary runs MeZO's ZO step only (zo_estimator two-point, zo_queries 1, "
+                            "zo_update sgd; docs/zo-optimizers.md)");
     }
     if (s.method != "full-bp" && s.method != "full-zo" && s.method != "elastic-zo")
         throw SpecError("method: expected full-bp, full-zo or elastic-zo, got " + s.method);
