@@ -3,6 +3,7 @@ against a direct implementation of its formula on LeNet-5 in float64, the estima
 on a model whose gradient is known, and what the plan and each runtime run."""
 import numpy as np
 import pytest
+import torch
 
 from harness.planning import inventory, plan, suites
 from workloads import methods, vocab, zrng
@@ -79,9 +80,7 @@ def test_q_queries_estimate_from_one_theta_and_average_their_updates(batch, esti
     assert r["grad"] == pytest.approx(np.mean(r["grads"]), rel=1e-12)
     want = theta[:n] - lr_zo / 3 * sum(g * z for g, z in zip(r["grads"], zs))
     np.testing.assert_allclose(eng.weights()[:n], want, rtol=0, atol=1e-12)
-    xt, yt = (np.asarray(v) for v in batch)
-    import torch
-    at_theta = reference_loss(torch.from_numpy(theta), torch.from_numpy(xt).double(), torch.from_numpy(yt)).item()
+    at_theta = reference_loss(torch.from_numpy(theta), torch.from_numpy(batch[0]).double(), torch.from_numpy(batch[1])).item()
     if estimator == "one-sided":        # L(θ) once, then one forward a query: q + 1 forwards
         assert r["loss"] == pytest.approx(at_theta, rel=1e-12) and "loss_minus" not in r
     else:

@@ -135,15 +135,14 @@ def zo_step(engine: Engine, x, y, key, eps: float, clip: float, lr_zo: float, lr
         clock.lap("backward")
         engine.bp_update(lr_bp)
         clock.lap("bp_update")
-    if q == 1 and not one_sided:
-        return {"loss": 0.5 * (plus[0] + minus[0]), "loss_plus": plus[0], "loss_minus": minus[0], "grad": grads[0]}
-    out = {"loss": loss_zero if one_sided else sum(0.5 * (p + m) for p, m in zip(plus, minus)) / q,
-           "loss_plus": sum(plus) / q, "grad": sum(grads) / q}
-    if not one_sided:
-        out["loss_minus"] = sum(minus) / q
-    if q > 1:
-        out["grads"] = grads
-    return out
+    out = {"loss": loss_zero if one_sided else _mean([0.5 * (p + m) for p, m in zip(plus, minus)]),
+           "loss_plus": _mean(plus), **({} if one_sided else {"loss_minus": _mean(minus)}), "grad": _mean(grads)}
+    return {**out, "grads": grads} if q > 1 else out
+
+
+def _mean(values: list):
+    """The queries' mean; one query's value itself (a GPU step adds no kernel for it)."""
+    return values[0] if len(values) == 1 else sum(values) / len(values)
 
 
 def _direction(g, update: str):

@@ -130,7 +130,9 @@ class Hyper:
 
     def zo_parts(self) -> str:
         """The ZO parts that are not MeZO's, as words ("one-sided q=4 sign"); "" for MeZO's step."""
-        return vocab.zo_parts(self.zo_estimator, self.zo_queries, self.zo_update)
+        return " ".join(filter(None, ["" if self.zo_estimator == vocab.ZO_ESTIMATORS[0] else self.zo_estimator,
+                                      f"q={self.zo_queries}" if self.zo_queries != 1 else "",
+                                      "" if self.zo_update == vocab.ZO_UPDATES[0] else self.zo_update]))
 
 
 @dataclass

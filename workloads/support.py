@@ -11,8 +11,6 @@ from . import datasets, vocab
 from .models import Transformer
 from .spec import ADAM_INT8, INT8_ZO_PARTS, Hyper, SpecError
 
-DEFAULTS = {k: getattr(Hyper, k) for k in ("optimizer", "zo_estimator", "zo_queries", "zo_update")}
-
 # (The int8 reference computes on the job's device, exactly on a GPU too; the C++ binary reads the
 # image and point sets stored as IDX files, not scikit-learn's digits, which are made on the
 # board, nor text.)
@@ -58,14 +56,14 @@ def _listed(words) -> str:
 
 
 def unsupported(runtime: str, method: str, precision: str, dataset: str, device: str,
-                model=None, hyper: dict | None = None, bp_layers: int = 0) -> str | None:
-    """Why runtime cannot run the combination, or None; hyper: the job's hyperparameters that
-    differ from Hyper's defaults (its BP part's optimizer and its ZO parts). Every runtime trains
+                model=None, hyper: Hyper | None = None, bp_layers: int = 0) -> str | None:
+    """Why runtime cannot run the combination, or None; hyper: the job's hyperparameters (its BP
+    part's optimizer and its ZO parts matter here; None: the defaults). Every runtime trains
     FP32 with either optimizer (the ort runtime's BP head too); INT8 with sgd only (JobSpec.from_dict
     refuses). The torch and ort runtimes run every ZO estimator and update rule (workloads/methods.py,
     which both run); the C++ binary MeZO's alone, and INT8 is Alg. 2's (JobSpec.from_dict refuses)."""
-    h = {**DEFAULTS, **(hyper or {})}
-    parts = "" if method == "full-bp" else vocab.zo_parts(h["zo_estimator"], h["zo_queries"], h["zo_update"])
+    h = hyper or Hyper()
+    parts = "" if method == "full-bp" else h.zo_parts()
     s = SUPPORT.get(runtime)
     if s is None:
         return f"the {runtime} runtime is not available in this version"
@@ -86,7 +84,7 @@ def unsupported(runtime: str, method: str, precision: str, dataset: str, device:
             return str(e).partition(": ")[2]       # the runner's own reason, without its key
         except ValueError:      # bp_layers out of the model's range: JobSpec names it
             pass
-    if precision == "int8" and h["optimizer"] != "sgd":
+    if precision == "int8" and h.optimizer != "sgd":
         return ADAM_INT8
     if precision == "int8" and parts:
         return f"{INT8_ZO_PARTS}, not {parts}"

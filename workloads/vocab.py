@@ -67,12 +67,6 @@ def precision_label(precision: str, zo_loss: str, method: str) -> str:
     return {"int8-float": "int8", "int8-integer": "int8*"}.get(key, key)
 
 
-def zo_parts(estimator: str, queries: int, update: str) -> str:
-    """The ZO parts that are not MeZO's, as a label's words ("one-sided q=4 sign"); "" for MeZO's."""
-    return " ".join(filter(None, ["" if estimator == ZO_ESTIMATORS[0] else estimator,
-                                  f"q={queries}" if queries != 1 else "", "" if update == ZO_UPDATES[0] else update]))
-
-
 def method_label(method: str, bp_layers: int) -> str:
     """Human label that names the paper's configuration too."""
     if method == "elastic-zo":

@@ -240,7 +240,7 @@ def make(suite: Suite, targets: list[Target], *, methods=(), runtimes=(), precis
                             model = model_of[str(m)]
                             hyper = {**suite.hyper_for(m, precision, zo_loss), **overrides}
                             why = unsupported(runtime, m.method, precision, dataset, target.device, model,
-                                              hyper, m.bp_layers)
+                                              Hyper(**hyper), m.bp_layers)
                             if why:
                                 notes.append(f"{m} {precision} on {runtime}: {why}")
                                 continue
@@ -283,7 +283,7 @@ def _pretrain_job(suite: Suite, target: Target, precision: str, dataset: str, jo
         raise UserError(f"{suite.path}: pretrain.runtime: target {target.name} has no {pre.runtime} runtime "
                         f"(it has {', '.join(target.runtimes)})")
     why = unsupported(pre.runtime, pre.method.method, precision, dataset, target.device, model,
-                      hyper, pre.method.bp_layers)
+                      Hyper(**hyper), pre.method.bp_layers)
     if why:
         raise UserError(f"{suite.path}: pretrain: {pre.method} {precision} on {pre.runtime}: {why}")
     return job(job_id, target, {"method": pre.method.method, "runtime": pre.runtime, "bp_layers": pre.method.bp_layers,
