@@ -22,8 +22,10 @@ forward pass is run.
 from __future__ import annotations
 
 import hashlib
-
+import math
 from typing import Protocol
+
+import numpy as np
 
 from . import models, zrng
 
@@ -42,6 +44,18 @@ class Engine(Protocol):
     def weights(self): ...                                     # flat float32 numpy copy
     def save(self): ...                                        # the trainable state, for warm-up ...
     def restore(self, saved) -> None: ...                      # ... to put back exactly
+
+    # The ZO parts (docs/zo-optimizers.md) read these; an engine holds them from zo_state.
+    sparsity: "Sparsity | None"     # None: every ZO parameter, every step
+    ranges: list | None             # the step's ZO parameter ranges (LeZO's units), None: all
+    mask: object                    # 0/1 per ZO parameter (Sparse MeZO), None: all
+    zo_moments: list                # momentum's m, or Adam's m and v, over the ZO part
+    zo_t: object                    # Adam's ZO update count
+
+    def set_sparsity(self, ranges=None, mask=None) -> None: ...   # what perturb touches from now on
+    def zo_direction(self, keys, coefs): ...    # Σ cᵢ z(keyᵢ) over the ZO part, touched as perturb does
+    def zo_params(self): ...                    # theta[:n_zo], an array to update in place
+    def jvp(self, x, y, key): ...               # (L(θ), ∇L·z(key)) by forward-mode AD: torch only
 
     def weights_bytes(self) -> bytes:
         return models.weights_bytes(self.weights())
@@ -87,28 +101,38 @@ def bp_step(engine, x, y, update, clock) -> dict:
 
 
 def zo_step(engine: Engine, x, y, key, eps: float, clip: float, lr_zo: float, lr_bp: float, clock,
-            estimator: str = "two-point", update: str = "sgd") -> dict:
+            estimator: str = "two-point", update: str = "sgd", hyper=None) -> dict:
     """One FP32 ZO step (docs/zo-optimizers.md). key: the direction's key, or one key per query
-    (zrng.zo_keys); each query's projected gradient is estimated from the same θ, and the step
-    moves θ by -lr_zo/q times the sum of each query's update direction (g, or sign(g)) times its
-    z. With one query the restore and the update are one pass, as MeZO's is (Sec. 4)."""
+    (zrng.zo_keys); each query's projected gradient is estimated from the same θ, and the step's
+    direction is d = (1/q) Σ dir(gᵢ) zᵢ (dir: g, or sign(g)), which the update rule applies.
+    With one query SGD's and sign's restore and update are one pass, as MeZO's is (Sec. 4).
+    hyper: the update rules' constants (momentum's β, Adam's), spec.Hyper's defaults if None."""
     keys = key if isinstance(key, (list, tuple)) else [key]
     q, head = len(keys), engine.n_bp > 0
-    one_sided = estimator == "one-sided"
-    if one_sided:       # L(θ), once for all queries; kept: the head learns from it as from the others
+    merged = q == 1 and update in ("sgd", "sign") and estimator != "forward-grad"
+    plus, minus, grads, loss_zero = [], [], [], None
+    if estimator == "forward-grad":     # exact ∇L·z by forward-mode AD: no perturbation
+        for k in keys:
+            loss, g = engine.jvp(x, y, k)
+            clock.lap("forward")
+            loss_zero = loss if loss_zero is None else loss_zero
+            grads.append(_clip(g, clip))
+        if head:        # the head learns from one kept pass at θ
+            engine.loss(engine.forward(x, keep=True), y)
+            clock.lap("forward")
+    elif estimator == "one-sided":      # L(θ), once for all queries; kept: the head learns from it as from the others
         out = engine.forward(x, keep=head)
         clock.lap("forward")
         loss_zero = engine.loss(out, y)
         clock.lap("loss")
-    plus, minus, grads = [], [], []
-    for k in keys:
+    for k in keys if estimator != "forward-grad" else ():
         engine.perturb(k, eps)
         clock.lap("zo_perturb")
         out = engine.forward(x, keep=head)
         clock.lap("forward")
         plus.append(engine.loss(out, y))
         clock.lap("loss")
-        if one_sided:
+        if estimator == "one-sided":
             grads.append(_clip((plus[-1] - loss_zero) / eps, clip))
             back = -eps
         else:
@@ -120,23 +144,40 @@ def zo_step(engine: Engine, x, y, key, eps: float, clip: float, lr_zo: float, lr
             clock.lap("loss")
             grads.append(_clip((plus[-1] - minus[-1]) / (2.0 * eps), clip))
             back = eps
-        if q == 1:
+        if merged:
             engine.perturb(k, back - lr_zo * _direction(grads[0], update))
             clock.lap("zo_update")
         else:
             engine.perturb(k, back)
             clock.lap("zo_perturb")
-    if q > 1:
-        for k, g in zip(keys, grads):
-            engine.perturb(k, -lr_zo * _direction(g, update) / q)
+    coefs = [_direction(g, update) / q if q > 1 else _direction(g, update) for g in grads]
+    extra = {}
+    if update == "conservative":
+        if loss_zero is None:       # two-point: L(θ) is the step's fifth forward
+            loss_zero = engine.loss(engine.forward(x, keep=False), y)
+            clock.lap("forward")
+        extra["loss_kept"] = _conservative(engine, x, y, keys, coefs, lr_zo, loss_zero, clock)
+    elif update in ("momentum", "adam"):
+        _stateful(engine, keys, coefs, lr_zo, update, hyper)
+        clock.lap("zo_update")
+    elif not merged:
+        for k, c in zip(keys, coefs):
+            engine.perturb(k, -lr_zo * c)
         clock.lap("zo_update")
     if head:
         engine.backward()
         clock.lap("backward")
         engine.bp_update(lr_bp)
         clock.lap("bp_update")
-    out = {"loss": loss_zero if one_sided else _mean([0.5 * (p + m) for p, m in zip(plus, minus)]),
-           "loss_plus": _mean(plus), **({} if one_sided else {"loss_minus": _mean(minus)}), "grad": _mean(grads)}
+    if loss_zero is not None:       # one-sided, forward-grad, conservative: L(θ) was measured
+        out = {"loss": loss_zero}
+    else:
+        out = {"loss": _mean([0.5 * (p + m) for p, m in zip(plus, minus)])}
+    if plus:
+        out["loss_plus"] = _mean(plus)
+    if minus:
+        out["loss_minus"] = _mean(minus)
+    out = {**out, "grad": _mean(grads), **extra}
     return {**out, "grads": grads} if q > 1 else out
 
 
@@ -146,11 +187,118 @@ def _mean(values: list):
 
 
 def _direction(g, update: str):
-    """What a query's projected gradient moves θ by, per unit rate: g itself (SGD), or its sign
-    (ZO-SGD-Sign), as a float or, on a GPU, a device scalar."""
+    """What a query's projected gradient moves θ by, per unit rate: its sign (ZO-SGD-Sign), or g
+    itself (every other rule), as a float or, on a GPU, a device scalar."""
     if update == "sign":
         return g.sign() if hasattr(g, "sign") else float(_sign(g))
     return g
+
+
+def _conservative(engine, x, y, keys, coefs, lr, loss_zero, clock):
+    """ZO-SGD-Cons: of θ, θ - lr d and θ + lr d keep the one with the lowest loss on the batch
+    (ties to θ, then to θ - lr d), so no step ends above where it started. Two forwards, and the
+    choice applied as one more scaled pass (none when θ + lr d is kept). Returns the kept loss."""
+    def move(scale):
+        for k, c in zip(keys, coefs):
+            engine.perturb(k, scale * lr * c)
+        clock.lap("zo_update")
+
+    losses = []
+    for scale in (-1.0, 2.0):       # θ - lr d, then θ + lr d
+        move(scale)
+        losses.append(engine.loss(engine.forward(x, keep=False), y))
+        clock.lap("forward")
+    lower, upper = losses
+    if hasattr(loss_zero, "where"):     # device scalars: chosen on the device, no host sync
+        import torch
+        best = torch.minimum(lower, upper)
+        back = torch.where(loss_zero <= best, -1.0, torch.where(lower <= upper, -2.0, 0.0))
+        move(back.to(loss_zero.dtype))
+        return torch.minimum(loss_zero, best)
+    back = -1.0 if loss_zero <= min(lower, upper) else -2.0 if lower <= upper else 0.0
+    if back:
+        move(back)
+    return min(loss_zero, lower, upper)
+
+
+def _stateful(engine, keys, coefs, lr, update: str, hyper) -> None:
+    """The update rules with state over the ZO part, on the engine's arrays (numpy or torch, in
+    place): the step's direction d = Σ cᵢ zᵢ is formed once (an n_zo scratch buffer), then
+    momentum (ZO-SGD-MMT, torch.optim's SGD momentum on d: m = β m + d, θ -= lr m) or Adam
+    (ZO-Adam: adam_update on d, with its own update count). The C++ binary runs the same
+    operations in the same order (fp32_net.hpp)."""
+    from .spec import Hyper
+    h = hyper or Hyper()
+    d = engine.zo_direction(keys, coefs)
+    p = engine.zo_params()
+    if update == "momentum":
+        m, = engine.zo_moments
+        m *= h.zo_momentum
+        m += d
+        p -= lr * m
+        return
+    engine.zo_t += 1
+    adam_update(p, d, *engine.zo_moments, lr, engine.zo_t, h, engine.sqrt)
+
+
+class Sparsity:
+    """Which ZO parameters a step perturbs and updates (hyper.zo_sparsity): every one; LeZO's
+    zo_layers of the ZO part's units, drawn from the step's key on zrng.STREAM_ZO_UNITS so every
+    runtime draws the same; or Sparse MeZO's mask, in each ZO tensor its zo_mask_fraction of
+    smallest |weights| (ties to the lower index), recomputed every zo_mask_every steps from the
+    weights then. Host work between steps (sparsify): a step reads the engine's ranges or mask."""
+
+    def __init__(self, model, method: str, bp_layers: int, hyper):
+        from .spec import SpecError
+        self.h = hyper
+        n_zo = model.split(method, bp_layers)
+        sizes = model.unit_sizes()[:model.first_bp_layer(method, bp_layers)]
+        starts = [sum(sizes[:i]) for i in range(len(sizes))]
+        self.units = [(lo, lo + n) for lo, n in zip(starts, sizes)]
+        self.tensors = [(o, o + math.prod(shape)) for _, o, shape in model.offsets() if o < n_zo]
+        if hyper.zo_sparsity == "layers" and hyper.zo_layers > len(self.units):
+            raise SpecError(f"hyper.zo_layers: {model.name}'s ZO part has {len(self.units)} units "
+                            f"(layers, or a transformer's embeddings and blocks), not {hyper.zo_layers}")
+
+    def ranges(self, seed: int, t: int) -> list[tuple[int, int]]:
+        """Step t's units as parameter ranges, adjacent ones merged."""
+        out = []
+        for i in zrng.choose(zrng.stream_key(seed, zrng.STREAM_ZO_UNITS, t), len(self.units), self.h.zo_layers):
+            lo, hi = self.units[i]
+            if out and out[-1][1] == lo:
+                out[-1] = (out[-1][0], hi)
+            else:
+                out.append((lo, hi))
+        return out
+
+    def mask(self, weights: np.ndarray) -> np.ndarray:
+        """1 where a ZO weight is perturbed, else 0, in the weights' type."""
+        mask = np.zeros(self.tensors[-1][1] if self.tensors else 0, dtype=weights.dtype)
+        for lo, hi in self.tensors:
+            k = math.ceil(self.h.zo_mask_fraction * (hi - lo))
+            mask[lo + np.argsort(np.abs(weights[lo:hi]), kind="stable")[:k]] = 1
+        return mask
+
+
+def zo_state(engine, spec, model, zeros) -> None:
+    """Give an engine what the ZO parts read (Engine): its Sparsity, and the update rule's
+    moments over the ZO part (zeros(n) makes an array of n zeros of the engine's kind)."""
+    h = spec.hyper
+    zo = spec.method != "full-bp"
+    engine.sparsity = Sparsity(model, spec.method, spec.bp_layers, h) if zo and h.zo_sparsity != "all" else None
+    engine.ranges = engine.mask = None
+    engine.zo_moments = [zeros(engine.n_zo) for _ in range({"momentum": 1, "adam": 2}.get(h.zo_update, 0) if zo else 0)]
+
+
+def sparsify(engine, spec, t: int) -> None:
+    """Before step t, outside any CUDA graph: set what the step perturbs (Sparsity)."""
+    s = engine.sparsity
+    if s is None:
+        return
+    if spec.hyper.zo_sparsity == "layers":
+        engine.set_sparsity(ranges=s.ranges(spec.seed, t))
+    elif t % spec.hyper.zo_mask_every == 0 or engine.mask is None:
+        engine.set_sparsity(mask=s.mask(engine.weights()[:engine.n_zo]))
 
 
 def adam_update(p, g, m, v, lr, t, hyper, sqrt) -> None:
@@ -220,4 +368,5 @@ def step(engine, spec, x, y, t: int, epoch: int, lr_zo, lr_bp, clock, key=None) 
     if spec.method == "full-bp":
         return bp_step(engine, x, y, lr_bp, clock)
     h = spec.hyper
-    return zo_step(engine, x, y, key, h.eps, h.zo_grad_clip, lr_zo, lr_bp, clock, h.zo_estimator, h.zo_update)
+    sparsify(engine, spec, t)
+    return zo_step(engine, x, y, key, h.eps, h.zo_grad_clip, lr_zo, lr_bp, clock, h.zo_estimator, h.zo_update, h)

@@ -114,6 +114,10 @@ class Model:
                 off += math.prod(shape)
         return out
 
+    def unit_sizes(self) -> list[int]:
+        """Parameters per unit, in layout order: a layer model's units are its layers."""
+        return [l.size for l in self.layers]
+
     def head_layers(self) -> int:
         """How many layers at the end are FC: the most ElasticZO can train by BP."""
         n = 0

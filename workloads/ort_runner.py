@@ -34,7 +34,7 @@ from .methods import Engine
 from .models import Transformer
 from .runner import main
 from .spec import SpecError
-from .support import ort_front_layers
+from .support import ORT_FORWARD_GRAD, ort_front_layers
 
 EPS = 1e-5      # a transformer's norms' (transformer_torch.EPS)
 
@@ -146,6 +146,8 @@ class OrtEngine(Engine):
         if spec.precision != "fp32":
             raise SpecError(f"precision: the ort runtime trains fp32 only, not {spec.precision}")
         first = ort_front_layers(model, spec.method, spec.bp_layers)
+        if spec.hyper.zo_estimator == "forward-grad":
+            raise SpecError(f"hyper.zo_estimator: {ORT_FORWARD_GRAD}")
         if not spec.onnx_model:
             raise SpecError("onnx_model: the ort runtime needs the exported graph of the model's ZO front "
                             "(the harness writes it with harness/preparation/onnx_export.py)")
@@ -198,6 +200,12 @@ class OrtEngine(Engine):
         self._outputs = {}
         self.z = np.empty(self.n_zo, dtype=np.float32)
         self.z_key = None
+        # the ZO parts' state (methods.zo_state): sparsity, momentum's or Adam's moments over the
+        # ZO part with Adam's count, and the step's direction d when a rule keeps state
+        methods.zo_state(self, spec, model, lambda n: np.zeros(n, dtype=np.float32))
+        self.zo_t = 0
+        self.d = np.empty(self.n_zo if self.zo_moments else 0, dtype=np.float32)
+        self.sqrt = np.sqrt
         self.kept = []
 
     def load_batch(self, x, y):
@@ -254,16 +262,43 @@ class OrtEngine(Engine):
             self.flat[self.n_zo:] -= np.float32(lr) * self.grad
         self.grad[:] = 0.0
 
-    def perturb(self, key: int, alpha: float) -> None:
+    def _z(self, key: int) -> np.ndarray:
+        """z(key) over the step's ranges, times its mask: drawn once per key into the scratch."""
         if key != self.z_key:
-            for off, z in zrng.normal_chunks(key, 0, self.n_zo):
-                self.z[off:off + z.size] = z
+            for lo, hi in self.ranges or [(0, self.n_zo)]:
+                for off, z in zrng.normal_chunks(key, lo, hi - lo):
+                    self.z[lo + off:lo + off + z.size] = z
+            if self.mask is not None:
+                self.z *= self.mask
             self.z_key = key
-        a = np.float32(alpha)
-        for off in range(0, self.n_zo, zrng.CHUNK):   # in cache-sized pieces: no full-size temporary
-            end = min(off + zrng.CHUNK, self.n_zo)
-            p = self.flat[off:end]
-            p += a * self.z[off:end]
+        return self.z
+
+    def _pieces(self):
+        """The step's ranges in cache-sized pieces: no full-size temporary."""
+        for lo, hi in self.ranges or [(0, self.n_zo)]:
+            for off in range(lo, hi, zrng.CHUNK):
+                yield off, min(off + zrng.CHUNK, hi)
+
+    def perturb(self, key: int, alpha: float) -> None:
+        z, a = self._z(key), np.float32(alpha)
+        for lo, hi in self._pieces():
+            p = self.flat[lo:hi]
+            p += a * z[lo:hi]
+
+    def set_sparsity(self, ranges=None, mask=None) -> None:
+        self.ranges, self.mask, self.z_key = ranges, mask, None
+
+    def zo_direction(self, keys, coefs) -> np.ndarray:
+        self.d[:] = 0
+        for k, c in zip(keys, coefs):
+            z, a = self._z(k), np.float32(c)
+            for lo, hi in self._pieces():
+                d = self.d[lo:hi]
+                d += a * z[lo:hi]
+        return self.d
+
+    def zo_params(self) -> np.ndarray:
+        return self.flat[:self.n_zo]
 
     def evaluate(self, x, y) -> tuple[float, float]:
         """(the sum over samples of each one's mean loss, the sum of each one's fraction predicted
@@ -278,11 +313,11 @@ class OrtEngine(Engine):
         return self.flat.copy()
 
     def save(self) -> tuple:
-        return [x.copy() for x in (self.flat, *self.moments)], self.adam_t
+        return [x.copy() for x in (self.flat, *self.moments, *self.zo_moments)], self.adam_t, self.zo_t
 
     def restore(self, saved: tuple) -> None:
-        arrays, self.adam_t = saved
-        for x, s in zip((self.flat, *self.moments), arrays):
+        arrays, self.adam_t, self.zo_t = saved
+        for x, s in zip((self.flat, *self.moments, *self.zo_moments), arrays):
             x[:] = s    # in place: the session's bound inputs are views of the flat buffer
 
 

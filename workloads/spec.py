@@ -29,6 +29,9 @@ NAME_TEXT = "up to 64 letters, digits, '.', '_' and '-', starting with a letter 
 INT32_MAX = 2**31 - 1     # the C++ binary reads its integers as int
 # why an INT8 job's hyper.optimizer is sgd: the spec's refusal and the plan's note say it
 ADAM_INT8 = "adam trains FP32 only; INT8 trains its BP part with NITI's integer update (docs/int8.md)"
+# The hyperparameters that make the ZO part (docs/zo-optimizers.md): each is MeZO's at its default.
+ZO_PART_FIELDS = ("zo_estimator", "zo_queries", "zo_update", "zo_momentum", "zo_sparsity", "zo_layers",
+                  "zo_mask_fraction", "zo_mask_every")
 INT8_ZO_PARTS = ("INT8 trains its ZO part by Alg. 2, the sign of the two-point loss difference (docs/int8.md): "
                  "the other estimators and update rules are FP32's")
 
@@ -83,6 +86,14 @@ class Hyper:
     zo_estimator: str = "two-point"
     zo_queries: int = 1
     zo_update: str = "sgd"
+    zo_momentum: float = 0.9      # zo_update momentum: m = zo_momentum m + d (adam takes adam_beta1, _beta2, _eps)
+    # which ZO parameters a step perturbs and updates (vocab.ZO_SPARSITIES): all; zo_layers of the
+    # ZO part's units drawn each step (LeZO); or each ZO tensor's zo_mask_fraction of smallest
+    # |weights|, the mask recomputed every zo_mask_every steps (Sparse MeZO)
+    zo_sparsity: str = "all"
+    zo_layers: int = 1
+    zo_mask_fraction: float = 0.25
+    zo_mask_every: int = 50
     train_samples: int = 0        # first N training samples (0 = all)
     test_samples: int = 0         # first N test samples (0 = all)
     zo_scale: int = 8             # int8: the perturbation z is uniform on [-zo_scale, zo_scale]
@@ -104,16 +115,14 @@ class Hyper:
     # held equal to the other fields by tests/test_cpp.py), and why.
     CPP_LEAVES: typing.ClassVar[dict] = {
         "context": "transformers only, which the binary does not run (support.cpp_refuses)",
-        "checkpointing": "transformers only, which the binary does not run (support.cpp_refuses)",
-        **{k: "the binary runs MeZO's ZO step only (support.unsupported leaves the other parts out of the plan)"
-           for k in ("zo_estimator", "zo_queries", "zo_update")}}
+        "checkpointing": "transformers only, which the binary does not run (support.cpp_refuses)"}
     # Defaults that are placeholders the host resolves before any runner sees the spec (-1 = the
     # device's default), so a runner's own default for them may differ.
     RESOLVED_BY_HOST: typing.ClassVar[tuple] = ("warmup_steps",)
     PATTERNS: typing.ClassVar[dict] = {
         "fault": (r"((hang|crash|oom)(@[a-z0-9-]+)?)?", "a fault like \"hang\" or \"crash@full-zo\"")}
     CHOICES: typing.ClassVar[dict] = {"optimizer": ("sgd", "adam"), "zo_estimator": vocab.ZO_ESTIMATORS,
-                                      "zo_update": vocab.ZO_UPDATES}
+                                      "zo_update": vocab.ZO_UPDATES, "zo_sparsity": vocab.ZO_SPARSITIES}
     # Every runtime takes every value in these bounds. epochs: epochs x steps fit the binary's int;
     # zo_scale: the int8 perturbation z in [-zo_scale, zo_scale] fits an int8. The data set's size
     # bounds train_samples, test_samples and batch_size too: the plan checks those (plan.check_data).
@@ -126,13 +135,20 @@ class Hyper:
         "max_train_seconds": Bounds(0),
         "adam_beta1": Bounds(0, 1.0, open_hi=True), "adam_beta2": Bounds(0, 1.0, open_hi=True),
         "adam_eps": Bounds(0, open_lo=True),
-        "warmup_steps": Bounds(-1, 10_000), "zo_queries": Bounds(1, zrng.MAX_QUERIES)}
+        "warmup_steps": Bounds(-1, 10_000), "zo_queries": Bounds(1, zrng.MAX_QUERIES),
+        "zo_momentum": Bounds(0, 1.0, open_hi=True), "zo_layers": Bounds(1, INT32_MAX),
+        "zo_mask_fraction": Bounds(0, 1.0, open_lo=True), "zo_mask_every": Bounds(1, INT32_MAX)}
 
     def zo_parts(self) -> str:
-        """The ZO parts that are not MeZO's, as words ("one-sided q=4 sign"); "" for MeZO's step."""
-        return " ".join(filter(None, ["" if self.zo_estimator == vocab.ZO_ESTIMATORS[0] else self.zo_estimator,
-                                      f"q={self.zo_queries}" if self.zo_queries != 1 else "",
-                                      "" if self.zo_update == vocab.ZO_UPDATES[0] else self.zo_update]))
+        """The ZO parts that are not MeZO's, as words ("one-sided q=4 momentum=0.9 layers=2"); ""
+        for MeZO's step. A part's own constant is named with it (a momentum's β, the layers a step,
+        the mask's fraction and period), and only there: it changes nothing without its part."""
+        words = [self.zo_estimator if self.zo_estimator != vocab.ZO_ESTIMATORS[0] else "",
+                 f"q={self.zo_queries}" if self.zo_queries != 1 else "",
+                 {"sgd": "", "momentum": f"momentum={self.zo_momentum:g}"}.get(self.zo_update, self.zo_update),
+                 {"all": "", "layers": f"layers={self.zo_layers}",
+                  "magnitude": f"mask={self.zo_mask_fraction:g}/{self.zo_mask_every}"}[self.zo_sparsity]]
+        return " ".join(filter(None, words))
 
 
 @dataclass

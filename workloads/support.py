@@ -24,6 +24,16 @@ SUPPORT = {
 }
 
 
+# why the ort runtime and the C++ binary leave forward-grad out, and the binary elastic-zo with
+# several queries (each runner refuses them with these words too: train.cpp check_zo_parts)
+ORT_FORWARD_GRAD = ("forward-grad needs forward-mode AD (a Jacobian-vector product), which the ort runtime "
+                    "does not have: it runs forward passes only; torch runs it")
+CPP_FORWARD_GRAD = ("forward-grad needs forward-mode AD (a Jacobian-vector product), which the cpp runtime "
+                    "does not have; torch runs it")
+CPP_HEAD_QUERIES = ("the cpp runtime keeps the BP head's activations of two passes, so elastic-zo runs one "
+                    "query a step there; torch and ort run more")
+
+
 def cpp_refuses(model) -> str | None:
     """Why the C++ binary cannot run a model its description allows (workloads/cpp/common.hpp
     parse_arch refuses the same), or None. (Its rule that pointwise layers come first needs no
@@ -60,8 +70,9 @@ def unsupported(runtime: str, method: str, precision: str, dataset: str, device:
     """Why runtime cannot run the combination, or None; hyper: the job's hyperparameters (its BP
     part's optimizer and its ZO parts matter here; None: the defaults). Every runtime trains
     FP32 with either optimizer (the ort runtime's BP head too); INT8 with sgd only (JobSpec.from_dict
-    refuses). The torch and ort runtimes run every ZO estimator and update rule (workloads/methods.py,
-    which both run); the C++ binary MeZO's alone, and INT8 is Alg. 2's (JobSpec.from_dict refuses)."""
+    refuses). The torch runtime runs every ZO part (workloads/methods.py); the ort runtime and the
+    C++ binary every one but forward-grad, which needs forward-mode AD, and the binary elastic-zo
+    with one query a step, and INT8 is Alg. 2's (JobSpec.from_dict refuses)."""
     h = hyper or Hyper()
     parts = "" if method == "full-bp" else h.zo_parts()
     s = SUPPORT.get(runtime)
@@ -88,6 +99,10 @@ def unsupported(runtime: str, method: str, precision: str, dataset: str, device:
         return ADAM_INT8
     if precision == "int8" and parts:
         return f"{INT8_ZO_PARTS}, not {parts}"
-    if runtime == "cpp" and parts:
-        return f"the cpp runtime runs MeZO's ZO step only (two-point, one query, sgd), not {parts}"
+    if runtime == "ort" and parts and h.zo_estimator == "forward-grad":
+        return ORT_FORWARD_GRAD
+    if runtime == "cpp" and parts and h.zo_estimator == "forward-grad":
+        return CPP_FORWARD_GRAD
+    if runtime == "cpp" and method == "elastic-zo" and h.zo_queries > 1:
+        return CPP_HEAD_QUERIES
     return None

@@ -11,6 +11,7 @@ same for both kinds.
 """
 from __future__ import annotations
 
+import math
 import sys
 
 import numpy as np
@@ -66,16 +67,16 @@ class TorchEngine(Engine):
         graphed: on a GPU, replay each step as a CUDA graph (GraphStep)."""
         self.device = torch.device(spec.device)
         self.cuda = self.device.type == "cuda"
-        self.z_chunks = (lambda key, n: zrng_torch.normal_chunks(key, 0, n, self.device)) if z_on_device else \
-            (lambda key, n: ((off, torch.from_numpy(z)) for off, z in zrng.normal_chunks(key, 0, n)))
+        self.z_chunks = (lambda key, lo, n: zrng_torch.normal_chunks(key, lo, n, self.device)) if z_on_device else \
+            (lambda key, lo, n: ((off, torch.from_numpy(z)) for off, z in zrng.normal_chunks(key, lo, n)))
         self.flat = torch.from_numpy(init.copy()).to(self.device)   # float64 init -> float64 engine (tests)
         # the BP part: full-bp trains every unit, elastic-zo the last bp_layers, full-zo none
         self.first_bp = model.first_bp_layer(spec.method, spec.bp_layers)
         self.n_zo = model.split(spec.method, spec.bp_layers)
         self.n_bp = model.params_total - self.n_zo
         views = [self._alias(o, s) for _, o, s in model.offsets()]
-        self.net = TransformerNet(model, views, spec.hyper.checkpointing) \
-            if model.kind == Transformer.kind else LayerNet(model, views)
+        self.model = model
+        self.net = self._net(views, spec.hyper.checkpointing)
         bp = [(o, p) for (_, o, _), p in zip(model.offsets(), views) if o >= self.n_zo]
         self.bp_params = [p for _, p in bp]
         for p in self.bp_params:
@@ -91,6 +92,13 @@ class TorchEngine(Engine):
                                  for buf in moments]
             self.adam_t = torch.zeros((), dtype=torch.float64, device=self.device)
             self.state += [*moments, self.adam_t]
+        # the ZO parts' state (methods.zo_state): sparsity, and momentum's or Adam's moments over
+        # the ZO part with Adam's count; d is the step's direction when a rule keeps state
+        methods.zo_state(self, spec, model, lambda n: torch.zeros(n, dtype=self.flat.dtype, device=self.device))
+        self.zo_t = torch.zeros((), dtype=torch.float64, device=self.device)
+        self.state += [*self.zo_moments, *[self.zo_t][:len(self.zo_moments) == 2]]
+        self.d = torch.empty(self.n_zo if self.zo_moments else 0, dtype=self.flat.dtype, device=self.device)
+        self.sqrt = torch.sqrt
         self.kept = []
         if self.cuda:
             self.sync = torch.cuda.synchronize
@@ -101,8 +109,14 @@ class TorchEngine(Engine):
             self.keys = [self.key] + [torch.zeros_like(self.key) for _ in range(spec.hyper.zo_queries - 1)]
             self.alpha = torch.zeros((), dtype=self.flat.dtype, device=self.device)
             self.fused_perturb = fused_perturb()
-            if graphed:
+            # a CUDA graph replays fixed ranges: a sparse step's change, and forward-grad's jvp
+            # builds its own views; those steps run eagerly
+            if graphed and self.sparsity is None and spec.hyper.zo_estimator != "forward-grad":
                 self.run_step = GraphStep(self)
+
+    def _net(self, views, checkpointing: bool = False):
+        return TransformerNet(self.model, views, checkpointing) if self.model.kind == Transformer.kind \
+            else LayerNet(self.model, views)
 
     def _alias(self, offset: int, shape: tuple):
         """A tensor over flat[offset:...] with its own version counter: plain views share
@@ -165,17 +179,60 @@ class TorchEngine(Engine):
 
     @torch.no_grad()
     def perturb(self, key, alpha) -> None:
-        """theta[:n_zo] += alpha z(key). On a GPU one fused pass over the prefix with the key and
-        alpha as device scalars (alpha may already be one: eps - lr g, never read on the host)."""
-        if self.cuda:
+        """theta[:n_zo] += alpha z(key), over the step's ranges and mask (set_sparsity)."""
+        self._add_z(self.flat, key, alpha)
+
+    def _add_z(self, target, key, alpha) -> None:
+        """target[:n_zo] += alpha z(key). On a GPU without sparsity one fused pass over the prefix
+        with the key and alpha as device scalars (alpha may already be one: eps - lr g, never read
+        on the host)."""
+        if self.cuda and self.ranges is None and self.mask is None:
             if not isinstance(key, torch.Tensor):
                 key = self.key.fill_(zrng_torch.key32(key))
             if not isinstance(alpha, torch.Tensor):
                 alpha = self.alpha.fill_(alpha)
-            self.fused_perturb(self.flat[:self.n_zo], key, alpha)
+            self.fused_perturb(target[:self.n_zo], key, alpha)
             return
-        for off, z in self.z_chunks(key, self.n_zo):
-            self.flat[off:off + len(z)].add_(z, alpha=alpha)
+        chunks = (lambda k, lo, n: zrng_torch.normal_chunks(k, lo, n, self.device)) if self.cuda else self.z_chunks
+        for lo, hi in self.ranges or [(0, self.n_zo)]:
+            for off, z in chunks(key, lo, hi - lo):
+                a, b = lo + off, lo + off + len(z)
+                if self.mask is not None:
+                    z = z.to(self.device) * self.mask[a:b]
+                if isinstance(alpha, torch.Tensor):
+                    target[a:b].add_(z.to(target.dtype).mul_(alpha))
+                else:
+                    target[a:b].add_(z.to(self.device), alpha=alpha)
+
+    def set_sparsity(self, ranges=None, mask=None) -> None:
+        self.ranges = ranges
+        self.mask = None if mask is None else torch.from_numpy(mask).to(self.device)
+
+    @torch.no_grad()
+    def zo_direction(self, keys, coefs):
+        self.d.zero_()
+        for k, c in zip(keys, coefs):
+            self._add_z(self.d, k, c)
+        return self.d
+
+    def zo_params(self):
+        return self.flat[:self.n_zo]
+
+    def jvp(self, x, y, key):
+        """(L(θ), ∇L(θ)·z) at once by forward-mode AD (torch.func.jvp), z(key) as touched by
+        perturb: the network runs on views of the ZO part as the function's input, the BP part's
+        weights as constants. Costs the tangent (n_zo values) and a dual value per activation."""
+        tangent = torch.zeros(self.n_zo, dtype=self.flat.dtype, device=self.device)
+        self._add_z(tangent, key, 1.0)
+        shapes = self.model.offsets()
+
+        def loss(front):
+            views = [(front if o < self.n_zo else self.flat.detach())[o:o + math.prod(s)].view(s)
+                     for _, o, s in shapes]
+            return self.net.loss(self._net(views).run(x, 0, self.net.units), y)
+
+        value, g = torch.func.jvp(loss, (self.flat[:self.n_zo].detach(),), (tangent,))
+        return (value.detach().double(), g.double()) if self.cuda else (value.item(), g.item())
 
     @torch.no_grad()
     def evaluate(self, x, y) -> tuple[float, float]:

@@ -10,10 +10,14 @@ PRECISIONS = ("fp32", "int8")
 ZO_LOSSES = ("float", "integer")
 # The ZO part of a method as parts (docs/zo-optimizers.md), each a hyperparameter; the first of
 # each is MeZO's (and ElasticZO's) step. Its estimator of the projected gradient: two-point SPSA,
-# (L(θ+εz) - L(θ-εz)) / 2ε, or one-sided, (L(θ+εz) - L(θ)) / ε. Its update rule: SGD, θ -= lr g z,
-# or sign (ZO-SGD-Sign), θ -= lr sign(g) z.
-ZO_ESTIMATORS = ("two-point", "one-sided")
-ZO_UPDATES = ("sgd", "sign")
+# (L(θ+εz) - L(θ-εz)) / 2ε, one-sided, (L(θ+εz) - L(θ)) / ε, or forward-grad, the exact ∇L·z of a
+# Jacobian-vector product (torch only). Its update rule: SGD, θ -= lr g z; sign (ZO-SGD-Sign),
+# θ -= lr sign(g) z; momentum (ZO-SGD-MMT); conservative (ZO-SGD-Cons: the best of θ and θ ∓ lr g z
+# on the batch); adam (ZO-Adam, moments of g z). Its sparsity: every ZO parameter; a few of the ZO
+# part's layers a step (LeZO); or the smallest weights of each tensor (Sparse MeZO's mask).
+ZO_ESTIMATORS = ("two-point", "one-sided", "forward-grad")
+ZO_UPDATES = ("sgd", "sign", "momentum", "conservative", "adam")
+ZO_SPARSITIES = ("all", "layers", "magnitude")
 RUNTIMES = ("torch", "ort", "cpp")
 DEVICES = ("cpu", "cuda")
 # Untimed warm-up steps by device (hyper.warmup_steps = -1): a CPU needs its caches and thread

@@ -39,6 +39,7 @@ STREAM_DATA = 3    # counter = epoch (0-based), i = training sample index
 STREAM_SPLIT = 4   # counter = 0, i = training sample index: the validation split (holdout)
 STREAM_ZO_QUERY = 5   # counter = step * MAX_QUERIES + query (the 2nd and later of a q-query step), i = flat parameter index
 MAX_QUERIES = 1024    # hyper.zo_queries' bound: the counters of two steps never meet
+STREAM_ZO_UNITS = 6   # counter = global optimizer step, i = ZO unit: LeZO's layers of the step (choose)
 
 # 1 / sqrt(Var(sum of four U{0..255})) = sqrt(3 / (256^2 - 1))
 Z_SCALE = np.float32(np.sqrt(3.0 / (256.0 ** 2 - 1.0)))
@@ -70,6 +71,12 @@ def zo_keys(seed: int, step: int, queries: int = 1) -> list[int]:
     step has always had (STREAM_ZO, counter = step), so q = 1 is today's MeZO step bit for bit."""
     return [stream_key(seed, STREAM_ZO, step)] + [stream_key(seed, STREAM_ZO_QUERY, step * MAX_QUERIES + i)
                                                   for i in range(1, queries)]
+
+
+def choose(key: int, n: int, k: int) -> list[int]:
+    """k of range(n), ascending: the k with the smallest 64-bit draws (ties to the lower index),
+    as zrng.hpp choose draws them."""
+    return sorted(int(i) for i in np.argsort(bits(key, 0, n), kind="stable")[:k])
 
 
 def bits(key: int, start: int, count: int) -> np.ndarray:

@@ -52,6 +52,10 @@ inline std::vector<uint8_t> read_weights_file(const std::string& path, size_t by
     X(std::string, optimizer, "sgd") /* the BP part's: sgd, or adam (FP32 only) */           \
     X(double, adam_beta1, 0.9) X(double, adam_beta2, 0.999) X(double, adam_eps, 1e-8)       \
     X(double, zo_grad_clip, 5.0)                                                             \
+    X(std::string, zo_estimator, "two-point") X(int, zo_queries, 1)                          \
+    X(std::string, zo_update, "sgd") X(double, zo_momentum, 0.9)                             \
+    X(std::string, zo_sparsity, "all") X(int, zo_layers, 1)                                  \
+    X(double, zo_mask_fraction, 0.25) X(int, zo_mask_every, 50) /* docs/zo-optimizers.md */  \
     X(int, train_samples, 0) X(int, test_samples, 0)                                         \
     X(int, zo_scale, 8)                                                                      \
     X(int, trace_steps, 0)                                                                   \
@@ -321,12 +325,20 @@ struct StepRecord {
     bool zo = false;  // the ZO passes ran: loss_plus, loss_minus and grad are set
     double loss_plus = 0, loss_minus = 0;
     Grad grad = 0;
+    // the ZO parts' (workloads/methods.py zo_step's trace): a one-sided step has no loss_minus;
+    // a q-query step each query's projected gradient; a conservative step the loss it kept
+    bool minus = true;
+    std::vector<Grad> grads;
+    bool kept = false;
+    double loss_kept = 0;
     void add_to(json& rec) const {
         rec["loss"] = loss;
         if (!zo) return;
         rec["loss_plus"] = loss_plus;
-        rec["loss_minus"] = loss_minus;
+        if (minus) rec["loss_minus"] = loss_minus;
         rec["grad"] = grad;
+        if (grads.size() > 1) rec["grads"] = grads;
+        if (kept) rec["loss_kept"] = loss_kept;
     }
 };
 

@@ -36,6 +36,15 @@ struct Net {
     // without a BP part) and the BP updates made so far, which bias-correct them
     std::vector<float> adam_m, adam_v;
     long adam_t = 0;
+    // the ZO parts (docs/zo-optimizers.md, workloads/methods.py zo_step): momentum's m or Adam's
+    // m and v over the ZO part (n_zo each) with Adam's count; the step's direction d (n_zo, with
+    // a rule that keeps state); Sparse MeZO's mask (a byte per ZO parameter); and the step's
+    // parameter ranges (LeZO's units; all of the ZO part otherwise)
+    std::vector<float> zo_m, zo_v, zo_d;
+    long zo_t = 0;
+    std::vector<uint8_t> zo_mask;
+    bool mask_set = false;
+    std::vector<std::pair<size_t, size_t>> ranges;
     ActivationPlan<float, float> act;
     std::vector<float> probs[2];
     std::vector<float> wk;       // repacked weights (transposed, flipped): the largest a layer needs
@@ -64,6 +73,13 @@ struct Net {
         buffers.hold(params, "params", PARAMETERS);
         buffers.need(grads, "grads", GRADIENTS, n_bp);
         if (s.h.optimizer == "adam") buffers.need(adam_m, "adam_m", OPTIMIZER, n_bp), buffers.need(adam_v, "adam_v", OPTIMIZER, n_bp);
+        if (n_zo > 0) {
+            const std::string& u = s.h.zo_update;
+            if (u == "momentum" || u == "adam") buffers.need(zo_m, "zo_m", OPTIMIZER, n_zo), buffers.need(zo_d, "zo_d", WORKING, n_zo);
+            if (u == "adam") buffers.need(zo_v, "zo_v", OPTIMIZER, n_zo);
+            if (s.h.zo_sparsity == "magnitude") buffers.need(zo_mask, "zo_mask", WORKING, n_zo);
+        }
+        ranges = {{0, n_zo}};
         const bool two = s.method == "elastic-zo";  // two perturbed passes feed BP
         // a global max is fused into its pointwise layer (pointwise_forward): BP reads its argmax
         act.plan(buffers, a, B, first_bp, two, 0, [&](int l) { return a.layers[l].pool != GLOBAL_MAX; });
@@ -165,20 +181,39 @@ struct Net {
     // bp_update (and empty without a BP part), and every other buffer is written by a step
     // before it is read.
     struct Saved {
-        std::vector<float> params, m, v;
-        long t;
+        std::vector<float> params, m, v, zm, zv;
+        long t, zt;
     };
-    Saved save() const { return {params, adam_m, adam_v, adam_t}; }
+    Saved save() const { return {params, adam_m, adam_v, zo_m, zo_v, adam_t, zo_t}; }
     void restore(const Saved& saved) {  // in place: the buffers stay where they are
         std::copy(saved.params.begin(), saved.params.end(), params.begin());
         std::copy(saved.m.begin(), saved.m.end(), adam_m.begin());
         std::copy(saved.v.begin(), saved.v.end(), adam_v.begin());
-        adam_t = saved.t;
+        std::copy(saved.zm.begin(), saved.zm.end(), zo_m.begin());
+        std::copy(saved.zv.begin(), saved.zv.end(), zo_v.begin());
+        adam_t = saved.t, zo_t = saved.zt;
     }
 
-    // SGD, or Adam as llm.c updates (AdamW without the weight decay): each scalar rounded to
-    // float32 once and the operations in the order of workloads/methods.py adam_update, so the
-    // runtimes agree step for step
+    // Adam on p[0, n) with gradient g, as llm.c updates (AdamW without the weight decay): each
+    // scalar rounded to float32 once and the operations in the order of workloads/methods.py
+    // adam_update, so the runtimes agree step for step; t counts this update. zero: g is a
+    // gradient buffer to clear as it is read.
+    static void adam(float* p, float* g, float* m, float* v, size_t n, double lr, const Hyper& h, long t, bool zero) {
+        const float rate = float(lr), b1 = float(h.adam_beta1), b2 = float(h.adam_beta2);
+        const float ob1 = float(1.0 - h.adam_beta1), ob2 = float(1.0 - h.adam_beta2), eps = float(h.adam_eps);
+        const float c1 = float(1.0 - std::pow(h.adam_beta1, double(t)));
+        const float c2 = float(1.0 - std::pow(h.adam_beta2, double(t)));
+#pragma omp parallel for simd schedule(static)
+        for (size_t i = 0; i < n; ++i) {
+            const float gi = g[i];
+            m[i] = m[i] * b1 + ob1 * gi;
+            v[i] = v[i] * b2 + ob2 * (gi * gi);
+            p[i] -= rate * (m[i] / c1) / (std::sqrt(v[i] / c2) + eps);
+            if (zero) g[i] = 0.f;
+        }
+    }
+
+    // SGD or Adam on the BP part
     void bp_update(double lr, const Hyper& h) {
         float* p = params.data() + n_zo;
         const float rate = float(lr);
@@ -190,27 +225,70 @@ struct Net {
             }
             return;
         }
-        adam_t += 1;
-        const float b1 = float(h.adam_beta1), b2 = float(h.adam_beta2);
-        const float ob1 = float(1.0 - h.adam_beta1), ob2 = float(1.0 - h.adam_beta2), eps = float(h.adam_eps);
-        const float c1 = float(1.0 - std::pow(h.adam_beta1, double(adam_t)));
-        const float c2 = float(1.0 - std::pow(h.adam_beta2, double(adam_t)));
-        float *m = adam_m.data(), *v = adam_v.data();
-#pragma omp parallel for simd schedule(static)
-        for (size_t i = 0; i < n_bp; ++i) {
-            const float g = grads[i];
-            m[i] = m[i] * b1 + ob1 * g;
-            v[i] = v[i] * b2 + ob2 * (g * g);
-            p[i] -= rate * (m[i] / c1) / (std::sqrt(v[i] / c2) + eps);
-            grads[i] = 0.f;
+        adam(p, grads.data(), adam_m.data(), adam_v.data(), n_bp, lr, h, ++adam_t, true);
+    }
+
+    // target[i] += alpha * z(key)[i] over the step's ranges, where the mask (if any) is set: z
+    // generated on the fly, never stored (the MeZO trick)
+    void add_z(float* target, uint64_t key, float alpha) {
+        const float scale = zrng::z_scale();
+        const uint8_t* m = zo_mask.empty() ? nullptr : zo_mask.data();
+        for (const auto& [lo, hi] : ranges) {
+            if (m)
+                zrng::each_bits32(key, lo, hi - lo, [=](size_t i, uint32_t x) { target[i] += alpha * (m[i] ? zrng::normal(x, scale) : 0.f); });
+            else
+                zrng::each_bits32(key, lo, hi - lo, [=](size_t i, uint32_t x) { target[i] += alpha * zrng::normal(x, scale); });
         }
     }
 
-    // theta[:n_zo] += alpha * z(key): z generated on the fly, never stored (the MeZO trick)
-    void perturb(uint64_t key, float alpha) {
-        const float scale = zrng::z_scale();
-        float* p = params.data();
-        zrng::each_bits32(key, n_zo, [=](size_t i, uint32_t x) { p[i] += alpha * zrng::normal(x, scale); });
+    // theta[:n_zo] += alpha * z(key)
+    void perturb(uint64_t key, float alpha) { add_z(params.data(), key, alpha); }
+
+    // Before step t (workloads/methods.py sparsify): LeZO's units of the step as ranges, or
+    // Sparse MeZO's mask, recomputed every zo_mask_every steps: in each ZO tensor the
+    // ceil(fraction * size) smallest |weights|, ties to the lower index (numpy's stable argsort)
+    void sparsify(const Spec& s, long t) {
+        const Hyper& h = s.h;
+        if (h.zo_sparsity == "layers") {
+            ranges.clear();
+            for (int l : zrng::choose(zrng::stream_key(s.seed, zrng::STREAM_ZO_UNITS, uint64_t(t)), first_bp, h.zo_layers)) {
+                const size_t lo = off[l], hi = off[l] + a.layers[l].w_size() + a.layers[l].O;
+                if (!ranges.empty() && ranges.back().second == lo) ranges.back().second = hi;
+                else ranges.push_back({lo, hi});
+            }
+        } else if (h.zo_sparsity == "magnitude" && (t % h.zo_mask_every == 0 || !mask_set)) {
+            std::fill(zo_mask.begin(), zo_mask.end(), uint8_t(0));
+            std::vector<size_t> idx;
+            for (int l = 0; l < first_bp; ++l)
+                for (const auto [lo, n] : {std::pair{off[l], a.layers[l].w_size()}, std::pair{off[l] + a.layers[l].w_size(), size_t(a.layers[l].O)}}) {
+                    idx.resize(n);
+                    for (size_t i = 0; i < n; ++i) idx[i] = lo + i;
+                    const float* p = params.data();
+                    std::stable_sort(idx.begin(), idx.end(), [p](size_t x, size_t y) { return std::fabs(p[x]) < std::fabs(p[y]); });
+                    const size_t k = size_t(std::ceil(h.zo_mask_fraction * double(n)));
+                    for (size_t i = 0; i < k; ++i) zo_mask[idx[i]] = 1;
+                }
+            mask_set = true;
+        }
+    }
+
+    // momentum or Adam on the step's direction d = sum_i c_i z_i (workloads/methods.py _stateful)
+    void stateful_update(const std::vector<uint64_t>& keys, const std::vector<double>& c, double lr, const Hyper& h) {
+        std::fill(zo_d.begin(), zo_d.end(), 0.f);
+        for (size_t i = 0; i < keys.size(); ++i) add_z(zo_d.data(), keys[i], float(c[i]));
+        float *p = params.data(), *m = zo_m.data();
+        const float* d = zo_d.data();
+        if (h.zo_update == "momentum") {
+            const float beta = float(h.zo_momentum), rate = float(lr);
+#pragma omp parallel for simd schedule(static)
+            for (size_t i = 0; i < n_zo; ++i) {
+                m[i] = m[i] * beta;
+                m[i] += d[i];
+                p[i] -= rate * m[i];
+            }
+            return;
+        }
+        adam(p, zo_d.data(), m, zo_v.data(), n_zo, lr, h, ++zo_t, false);
     }
 
     // ---- the interface train() drives (int8_net.hpp has the same) ----
@@ -220,7 +298,7 @@ struct Net {
     }
 
     // one optimizer step on the loaded batch (workloads/methods.py bp_step / zo_step)
-    StepResult step(const Spec& s, uint64_t key, int /*epoch*/, double lr_zo, double lr_bp, PhaseClock& clock) {
+    StepResult step(const Spec& s, long t, int /*epoch*/, double lr_zo, double lr_bp, PhaseClock& clock) {
         if (n_zo == 0) {  // full-bp
             forward(B, 0);
             clock.lap(FORWARD);
@@ -232,31 +310,109 @@ struct Net {
             clock.lap(BP_UPDATE);
             return {loss};
         }
-        const bool head = n_bp > 0;
-        perturb(key, float(s.h.eps));
-        clock.lap(ZO_PERTURB);
-        forward(B, 0);
-        clock.lap(FORWARD);
-        const double lp = loss(B, 0);
-        clock.lap(LOSS);
-        perturb(key, float(-2.0 * s.h.eps));
-        clock.lap(ZO_PERTURB);
-        forward(B, head ? 1 : 0);
-        clock.lap(FORWARD);
-        const double lm = loss(B, head ? 1 : 0);
-        clock.lap(LOSS);
-        double g = (lp - lm) / (2.0 * s.h.eps);
-        g = std::min(std::max(g, -s.h.zo_grad_clip), s.h.zo_grad_clip);
-        perturb(key, float(s.h.eps - lr_zo * g));
-        clock.lap(ZO_UPDATE);
-        if (head) {  // BP through the mean loss of the two perturbed passes
+        return zo_step(s, t, lr_zo, lr_bp, clock);
+    }
+
+    // workloads/methods.py zo_step, the same passes in the same order but one: ElasticZO's head
+    // is back-propagated once the estimate's passes are done, before the update's (a
+    // conservative step's forwards reuse pass 0's buffers); the head's weights and gradients are
+    // not touched by the ZO update, so its gradient is the same. With a head a step keeps two
+    // passes: (L+, L-) two-point, (L(θ), L+) one-sided; so elastic-zo runs one query here.
+    StepResult zo_step(const Spec& s, long t, double lr_zo, double lr_bp, PhaseClock& clock) {
+        const Hyper& h = s.h;
+        sparsify(s, t);
+        const bool head = n_bp > 0, one_sided = h.zo_estimator == "one-sided";
+        const std::vector<uint64_t> keys = zrng::zo_keys(s.seed, uint64_t(t), h.zo_queries);
+        const size_t q = keys.size();
+        const bool sign = h.zo_update == "sign", merged = q == 1 && (h.zo_update == "sgd" || sign);
+        const double eps = h.eps;
+        auto clip = [&](double g) { return std::min(std::max(g, -h.zo_grad_clip), h.zo_grad_clip); };
+        auto dir = [&](double g) { return sign ? double((g > 0) - (g < 0)) : g; };
+        StepResult r{0, true};
+        r.minus = !one_sided;
+        double l0 = 0, sum_plus = 0, sum_minus = 0;
+        bool known = false;
+        if (one_sided) {
+            forward(B, 0);
+            clock.lap(FORWARD);
+            l0 = loss(B, 0), known = true;
+            clock.lap(LOSS);
+        }
+        for (uint64_t k : keys) {
+            perturb(k, float(eps));
+            clock.lap(ZO_PERTURB);
+            const int pass = head && one_sided ? 1 : 0;
+            forward(B, pass);
+            clock.lap(FORWARD);
+            const double lp = loss(B, pass);
+            clock.lap(LOSS);
+            sum_plus += lp;
+            double g, back;
+            if (one_sided) {
+                g = clip((lp - l0) / eps), back = -eps;
+            } else {
+                perturb(k, float(-2.0 * eps));
+                clock.lap(ZO_PERTURB);
+                forward(B, head ? 1 : 0);
+                clock.lap(FORWARD);
+                const double lm = loss(B, head ? 1 : 0);
+                clock.lap(LOSS);
+                sum_minus += lm;
+                g = clip((lp - lm) / (2.0 * eps)), back = eps;
+            }
+            r.grads.push_back(g);
+            if (merged) {
+                perturb(k, float(back - lr_zo * dir(g)));
+                clock.lap(ZO_UPDATE);
+            } else {
+                perturb(k, float(back));
+                clock.lap(ZO_PERTURB);
+            }
+        }
+        if (head) {  // BP through the mean loss of the two kept passes
             backward(0, 0.5f);
             backward(1, 0.5f);
             clock.lap(BACKWARD);
-            bp_update(lr_bp, s.h);
+        }
+        std::vector<double> c;
+        for (double g : r.grads) c.push_back(q > 1 ? dir(g) / double(q) : dir(g));
+        if (h.zo_update == "conservative") {
+            if (!known) {
+                forward(B, 0);
+                l0 = loss(B, 0), known = true;
+                clock.lap(FORWARD);
+            }
+            auto move = [&](double scale) {
+                for (size_t i = 0; i < q; ++i) perturb(keys[i], float(scale * lr_zo * c[i]));
+                clock.lap(ZO_UPDATE);
+            };
+            double l[2];
+            for (int j = 0; j < 2; ++j) {  // θ - lr d, then θ + lr d
+                move(j == 0 ? -1.0 : 2.0);
+                forward(B, 0);
+                l[j] = loss(B, 0);
+                clock.lap(FORWARD);
+            }
+            const double back = l0 <= std::min(l[0], l[1]) ? -1.0 : l[0] <= l[1] ? -2.0 : 0.0;
+            if (back != 0.0) move(back);
+            r.kept = true, r.loss_kept = std::min({l0, l[0], l[1]});
+        } else if (h.zo_update == "momentum" || h.zo_update == "adam") {
+            stateful_update(keys, c, lr_zo, h);
+            clock.lap(ZO_UPDATE);
+        } else if (!merged) {
+            for (size_t i = 0; i < q; ++i) perturb(keys[i], float(-lr_zo * c[i]));
+            clock.lap(ZO_UPDATE);
+        }
+        if (head) {
+            bp_update(lr_bp, h);
             clock.lap(BP_UPDATE);
         }
-        return {0.5 * (lp + lm), true, lp, lm, g};
+        r.loss_plus = sum_plus / double(q), r.loss_minus = sum_minus / double(q);
+        r.loss = known ? l0 : 0.5 * (r.loss_plus + r.loss_minus);
+        double gs = 0;
+        for (double g : r.grads) gs += g;
+        r.grad = gs / double(q);
+        return r;
     }
 
     // the first b samples loaded: sum of their losses, and how many are classified right

@@ -349,7 +349,8 @@ struct Net {
     static int sign(double v) { return (v > 0) - (v < 0); }
 
     // one step (workloads/methods.py int8_bp_step / int8_zo_step)
-    StepResult step(const Spec&, uint64_t key, int epoch, double, double, PhaseClock& clock) {
+    StepResult step(const Spec& s, long t, int epoch, double, double, PhaseClock& clock) {
+        const uint64_t key = zrng::stream_key(s.seed, zrng::STREAM_ZO, uint64_t(t));
         if (n_zo == 0) {
             forward(B, 0);
             clock.lap(FORWARD);

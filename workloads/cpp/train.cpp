@@ -41,6 +41,42 @@ static void take(const json& j, const char* key, T& into) {
     if (j.contains(key) && !j[key].is_null()) into = j[key].get<T>();
 }
 
+static bool one_of(const std::string& v, std::initializer_list<const char*> choices) {
+    for (const char* c : choices)
+        if (v == c) return true;
+    return false;
+}
+
+// The ZO parts (docs/zo-optimizers.md): the ones this binary runs, and the reasons of
+// support.unsupported for those it does not (the plan leaves them out first)
+static void check_zo_parts(const Spec& s) {
+    const Hyper& h = s.h;
+    if (!one_of(h.zo_estimator, {"two-point", "one-sided", "forward-grad"}))
+        throw SpecError("hyper.zo_estimator: expected one of 'two-point', 'one-sided', 'forward-grad', got " + h.zo_estimator);
+    if (!one_of(h.zo_update, {"sgd", "sign", "momentum", "conservative", "adam"}))
+        throw SpecError("hyper.zo_update: expected one of 'sgd', 'sign', 'momentum', 'conservative', 'adam', got " + h.zo_update);
+    if (!one_of(h.zo_sparsity, {"all", "layers", "magnitude"}))
+        throw SpecError("hyper.zo_sparsity: expected one of 'all', 'layers', 'magnitude', got " + h.zo_sparsity);
+    if (h.zo_queries < 1 || uint64_t(h.zo_queries) > zrng::MAX_QUERIES) throw SpecError("hyper.zo_queries: expected 1..1024");
+    if (!(h.zo_momentum >= 0 && h.zo_momentum < 1)) throw SpecError("hyper.zo_momentum: expected 0 <= momentum < 1");
+    if (!(h.zo_mask_fraction > 0 && h.zo_mask_fraction <= 1)) throw SpecError("hyper.zo_mask_fraction: expected 0 < fraction <= 1");
+    if (h.zo_layers < 1 || h.zo_mask_every < 1) throw SpecError("hyper.zo_layers, zo_mask_every: expected >= 1");
+    if (s.method == "full-bp") return;
+    const bool mezo = h.zo_estimator == "two-point" && h.zo_queries == 1 && h.zo_update == "sgd" && h.zo_sparsity == "all";
+    if (s.precision == "int8" && !mezo)     // the words of workloads/spec.py INT8_ZO_PARTS
+        throw SpecError("hyper: INT8 trains its ZO part by Alg. 2, the sign of the two-point loss difference "
+                        "(docs/int8.md): the other estimators and update rules are FP32's");
+    if (h.zo_estimator == "forward-grad")   // support.CPP_FORWARD_GRAD
+        throw SpecError("hyper.zo_estimator: forward-grad needs forward-mode AD (a Jacobian-vector product), which "
+                        "the cpp runtime does not have; torch runs it");
+    if (h.zo_sparsity == "layers" && h.zo_layers > first_bp_layer(s))   // as methods.Sparsity's
+        throw SpecError("hyper.zo_layers: " + s.arch.name + "'s ZO part has " + std::to_string(first_bp_layer(s)) +
+                        " units (layers, or a transformer's embeddings and blocks), not " + std::to_string(h.zo_layers));
+    if (s.method == "elastic-zo" && h.zo_queries > 1)  // support.CPP_HEAD_QUERIES
+        throw SpecError("hyper.zo_queries: the cpp runtime keeps the BP head's activations of two passes, so "
+                        "elastic-zo runs one query a step there; torch and ort run more");
+}
+
 static Spec read_spec(const std::string& path) {
     std::ifstream f(path);
     if (!f) throw SpecError("cannot read spec " + path);
@@ -75,12 +111,6 @@ static Spec read_spec(const std::string& path) {
 #define TAKE(type, name, value) take(h, #name, s.h.name);
         ZOBENCH_HYPER(TAKE)
 #undef TAKE
-        // the ZO parts it does not run (Hyper.CPP_LEAVES; the plan leaves them out, support.unsupported):
-        // refused here too, never run as MeZO's step under another name
-        if (s.method != "full-bp" && (h.value("zo_estimator", std::string("two-point")) != "two-point" ||
-                                      h.value("zo_queries", 1) != 1 || h.value("zo_update", std::string("sgd")) != "sgd"))
-            throw SpecError("hyper: the binary runs MeZO's ZO step only (zo_estimator two-point, zo_queries 1, "
-                            "zo_update sgd; docs/zo-optimizers.md)");
     }
     if (s.method != "full-bp" && s.method != "full-zo" && s.method != "elastic-zo")
         throw SpecError("method: expected full-bp, full-zo or elastic-zo, got " + s.method);
@@ -96,6 +126,7 @@ static Spec read_spec(const std::string& path) {
         throw SpecError("hyper.optimizer: adam trains FP32 only; INT8 trains its BP part with NITI's integer update (docs/int8.md)");
     if (!(s.h.adam_beta1 >= 0 && s.h.adam_beta1 < 1 && s.h.adam_beta2 >= 0 && s.h.adam_beta2 < 1 && s.h.adam_eps > 0))
         throw SpecError("hyper.adam_beta1, adam_beta2: expected 0 <= beta < 1; hyper.adam_eps: expected > 0");
+    check_zo_parts(s);
     // the host resolves -1 (the device's default) before a runner sees the spec: here it is a count
     if (s.h.warmup_steps < 0) throw SpecError("hyper.warmup_steps: expected >= 0");
     return s;
@@ -459,7 +490,7 @@ static void warm_up(const Spec& s, NetT& net, const Split& tr, State& st) {
         scratch.start();
         for (int t = 0; t < s.h.warmup_steps; ++t) {
             net.load(tr, order.data(), B);
-            net.step(s, zrng::stream_key(s.seed, zrng::STREAM_ZO, uint64_t(t)), 0, lr_zo, lr_bp, scratch);
+            net.step(s, t, 0, lr_zo, lr_bp, scratch);
         }
         net.restore(saved);
     }
@@ -516,8 +547,7 @@ static void train(const Spec& s, NetT& net, const Split& tr, const Split& te, Ph
             const auto step_t0 = Clock::now();
             net.load(tr, order.data() + size_t(b) * B, B);
             clock.lap(DATA);
-            const uint64_t key = zrng::stream_key(s.seed, zrng::STREAM_ZO, uint64_t(st.steps));
-            const auto r = net.step(s, key, epoch, lr_zo, lr_bp, clock);
+            const auto r = net.step(s, st.steps, epoch, lr_zo, lr_bp, clock);
             if (s.h.inject_slowdown > 0) {  // test-only: a real, CPU-bound slowdown for the regression gate
                 const auto until = Clock::now() + (Clock::now() - step_t0) * s.h.inject_slowdown;
                 while (Clock::now() < until) {

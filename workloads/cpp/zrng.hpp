@@ -6,13 +6,15 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 namespace zrng {
 
 constexpr const char* VERSION = "zobench-z v2";   // the result's env.zrng (workloads/zrng.py VERSION)
 
 constexpr uint64_t GOLDEN = 0x9E3779B97F4A7C15ull;
-constexpr uint64_t STREAM_ZO = 1, STREAM_INIT = 2, STREAM_DATA = 3;
+constexpr uint64_t STREAM_ZO = 1, STREAM_INIT = 2, STREAM_DATA = 3, STREAM_ZO_QUERY = 5, STREAM_ZO_UNITS = 6;
+constexpr uint64_t MAX_QUERIES = 1024;   // a q-query step's counters: step * MAX_QUERIES + query
 constexpr uint32_t WEYL = 0x9E3779B9u, LB1 = 0x7FEB352Du, LB2 = 0x846CA68Bu;
 constexpr int32_t Z_OFFSET = 2 * 255;
 // float32(sqrt(3 / (256^2 - 1))), bits 0x3BDDB446
@@ -34,6 +36,24 @@ inline uint64_t stream_key(uint64_t seed, uint64_t stream, uint64_t counter) {
 }
 
 inline uint64_t bits(uint64_t key, uint64_t i) { return mix64(key + (i + 1) * GOLDEN); }
+
+// the keys of a step's directions, one per query: the first MeZO's (workloads/zrng.py zo_keys)
+inline std::vector<uint64_t> zo_keys(uint64_t seed, uint64_t step, int queries) {
+    std::vector<uint64_t> keys{stream_key(seed, STREAM_ZO, step)};
+    for (int i = 1; i < queries; ++i) keys.push_back(stream_key(seed, STREAM_ZO_QUERY, step * MAX_QUERIES + uint64_t(i)));
+    return keys;
+}
+
+// k of [0, n), ascending: those with the smallest 64-bit draws, ties to the lower index
+// (workloads/zrng.py choose)
+inline std::vector<int> choose(uint64_t key, int n, int k) {
+    std::vector<int> idx(size_t(n), 0);
+    for (int i = 0; i < n; ++i) idx[size_t(i)] = i;
+    std::stable_sort(idx.begin(), idx.end(), [key](int a, int b) { return bits(key, uint64_t(a)) < bits(key, uint64_t(b)); });
+    idx.resize(size_t(k));
+    std::sort(idx.begin(), idx.end());
+    return idx;
+}
 
 // u[i] in [0, 1): the top 24 bits, exact
 inline float uniform(uint64_t key, uint64_t i) { return float(bits(key, i) >> 40) * (1.0f / 16777216.0f); }
@@ -63,11 +83,14 @@ inline float normal(uint32_t x, float scale) {
 // core gains nothing and loses nothing. With 8, INT8's loop no longer vectorizes on NEON.
 constexpr uint32_t STREAMS = 4;
 
+// Indices [start, start + n): a piece never crosses a 2^32 block (each has its key).
 template <class F>
-inline void each_bits32(uint64_t key, size_t n, F f) {
+inline void each_bits32(uint64_t key, size_t start, size_t n, F f) {
     constexpr size_t PIECE = size_t(1) << 31;
-    for (size_t p = 0; p < n; p += PIECE) {
-        const uint32_t m = uint32_t(std::min(n - p, PIECE)), q = m / STREAMS;
+    const size_t end = start + n;
+    for (size_t p = start; p < end;) {
+        const size_t block_end = ((p >> 32) + 1) << 32;
+        const uint32_t m = uint32_t(std::min({end - p, PIECE, block_end - p})), q = m / STREAMS;
         const uint32_t k = block_key(key, p >> 32) + uint32_t(p) * WEYL;
 #pragma omp parallel
         {
@@ -80,7 +103,11 @@ inline void each_bits32(uint64_t key, size_t n, F f) {
                     g(p + size_t(s) * q + j, lowbias32(k + (s * q + j) * WEYL));
         }
         for (uint32_t j = STREAMS * q; j < m; ++j) f(p + j, lowbias32(k + j * WEYL));
+        p += m;
     }
 }
+
+template <class F>
+inline void each_bits32(uint64_t key, size_t n, F f) { each_bits32(key, 0, n, f); }
 
 }  // namespace zrng
