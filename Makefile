@@ -47,6 +47,7 @@ bench: setup-bench
 	$(BIN)/python benchmarks/int8.py
 	$(BIN)/python benchmarks/int8.py --model pointnet --steps 6 --repeats 3
 	$(BIN)/python benchmarks/kernel_paths.py
+	$(BIN)/python benchmarks/zo_optimizers.py
 	$(BIN)/python benchmarks/a53_estimate.py
 	$(BIN)/python benchmarks/farm_parallel.py
 	$(BIN)/python benchmarks/compare_noise.py

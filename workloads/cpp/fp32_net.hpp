@@ -75,7 +75,10 @@ struct Net {
         if (s.h.optimizer == "adam") buffers.need(adam_m, "adam_m", OPTIMIZER, n_bp), buffers.need(adam_v, "adam_v", OPTIMIZER, n_bp);
         if (n_zo > 0) {
             const std::string& u = s.h.zo_update;
-            if (u == "momentum" || u == "adam") buffers.need(zo_m, "zo_m", OPTIMIZER, n_zo), buffers.need(zo_d, "zo_d", WORKING, n_zo);
+            // d is formed apart only where restore_and_step cannot fuse it: several queries, or LeZO's ranges
+            const bool apart = s.h.zo_queries > 1 || s.h.zo_sparsity == "layers";
+            if (u == "momentum" || u == "adam") buffers.need(zo_m, "zo_m", OPTIMIZER, n_zo);
+            if ((u == "momentum" || u == "adam") && apart) buffers.need(zo_d, "zo_d", WORKING, n_zo);
             if (u == "adam") buffers.need(zo_v, "zo_v", OPTIMIZER, n_zo);
             if (s.h.zo_sparsity == "magnitude") buffers.need(zo_mask, "zo_mask", WORKING, n_zo);
         }
@@ -235,7 +238,7 @@ struct Net {
         const uint8_t* m = zo_mask.empty() ? nullptr : zo_mask.data();
         for (const auto& [lo, hi] : ranges) {
             if (m)
-                zrng::each_bits32(key, lo, hi - lo, [=](size_t i, uint32_t x) { target[i] += alpha * (m[i] ? zrng::normal(x, scale) : 0.f); });
+                zrng::each_bits32(key, lo, hi - lo, [=](size_t i, uint32_t x) { target[i] += alpha * (zrng::normal(x, scale) * float(m[i])); });
             else
                 zrng::each_bits32(key, lo, hi - lo, [=](size_t i, uint32_t x) { target[i] += alpha * zrng::normal(x, scale); });
         }
@@ -264,12 +267,53 @@ struct Net {
                     idx.resize(n);
                     for (size_t i = 0; i < n; ++i) idx[i] = lo + i;
                     const float* p = params.data();
-                    std::stable_sort(idx.begin(), idx.end(), [p](size_t x, size_t y) { return std::fabs(p[x]) < std::fabs(p[y]); });
                     const size_t k = size_t(std::ceil(h.zo_mask_fraction * double(n)));
+                    // the k first by (|weight|, index): a stable sort's first k, in linear time
+                    std::nth_element(idx.begin(), idx.begin() + std::ptrdiff_t(k - 1), idx.end(), [p](size_t x, size_t y) {
+                        const float ax = std::fabs(p[x]), ay = std::fabs(p[y]);
+                        return ax < ay || (ax == ay && x < y);
+                    });
                     for (size_t i = 0; i < k; ++i) zo_mask[idx[i]] = 1;
                 }
             mask_set = true;
         }
+    }
+
+    // One query's restore (theta += back z) and momentum's or Adam's update on d = c z, in one pass
+    // over the ZO part: per parameter the operations of the restore and of stateful_update, in
+    // their order, so the result is theirs (and methods.py's) without a second draw of z or d
+    void restore_and_step(uint64_t key, float back, float c, double lr, const Hyper& h) {
+        if (zo_mask.empty()) restore_and_step<false>(key, back, c, lr, h);
+        else restore_and_step<true>(key, back, c, lr, h);
+    }
+    template <bool MASKED>  // a loop apiece: a test of the mask in the unmasked loop costs it its vectors
+    void restore_and_step(uint64_t key, float back, float c, double lr, const Hyper& h) {
+        const float scale = zrng::z_scale(), rate = float(lr);
+        float *p = params.data(), *m = zo_m.data(), *v = zo_v.data();
+        const uint8_t* mk = zo_mask.data();
+        if (h.zo_update == "momentum") {
+            const float beta = float(h.zo_momentum);
+            zrng::each_bits32(key, n_zo, [=](size_t i, uint32_t x) {
+                const float z = MASKED ? zrng::normal(x, scale) * float(mk[i]) : zrng::normal(x, scale);
+                p[i] += back * z;
+                m[i] = m[i] * beta;
+                m[i] += c * z;
+                p[i] -= rate * m[i];
+            });
+            return;
+        }
+        const long t = ++zo_t;
+        const float b1 = float(h.adam_beta1), b2 = float(h.adam_beta2);
+        const float ob1 = float(1.0 - h.adam_beta1), ob2 = float(1.0 - h.adam_beta2), eps = float(h.adam_eps);
+        const float c1 = float(1.0 - std::pow(h.adam_beta1, double(t))), c2 = float(1.0 - std::pow(h.adam_beta2, double(t)));
+        zrng::each_bits32(key, n_zo, [=](size_t i, uint32_t x) {
+            const float z = MASKED ? zrng::normal(x, scale) * float(mk[i]) : zrng::normal(x, scale);
+            p[i] += back * z;
+            const float d = c * z;
+            m[i] = m[i] * b1 + ob1 * d;
+            v[i] = v[i] * b2 + ob2 * (d * d);
+            p[i] -= rate * (m[i] / c1) / (std::sqrt(v[i] / c2) + eps);
+        });
     }
 
     // momentum or Adam on the step's direction d = sum_i c_i z_i (workloads/methods.py _stateful)
@@ -325,6 +369,9 @@ struct Net {
         const std::vector<uint64_t> keys = zrng::zo_keys(s.seed, uint64_t(t), h.zo_queries);
         const size_t q = keys.size();
         const bool sign = h.zo_update == "sign", merged = q == 1 && (h.zo_update == "sgd" || sign);
+        // one query, every ZO parameter in range: momentum's and Adam's restore and update are one
+        // pass too (restore_and_step), z drawn three times a step as MeZO's
+        const bool fused = q == 1 && !zo_m.empty() && h.zo_sparsity != "layers";
         const double eps = h.eps;
         auto clip = [&](double g) { return std::min(std::max(g, -h.zo_grad_clip), h.zo_grad_clip); };
         auto dir = [&](double g) { return sign ? double((g > 0) - (g < 0)) : g; };
@@ -364,6 +411,9 @@ struct Net {
             if (merged) {
                 perturb(k, float(back - lr_zo * dir(g)));
                 clock.lap(ZO_UPDATE);
+            } else if (fused) {
+                restore_and_step(k, float(back), float(g), lr_zo, h);
+                clock.lap(ZO_UPDATE);
             } else {
                 perturb(k, float(back));
                 clock.lap(ZO_PERTURB);
@@ -396,6 +446,7 @@ struct Net {
             const double back = l0 <= std::min(l[0], l[1]) ? -1.0 : l[0] <= l[1] ? -2.0 : 0.0;
             if (back != 0.0) move(back);
             r.kept = true, r.loss_kept = std::min({l0, l[0], l[1]});
+        } else if (fused) {  // done with the restore
         } else if (h.zo_update == "momentum" || h.zo_update == "adam") {
             stateful_update(keys, c, lr_zo, h);
             clock.lap(ZO_UPDATE);
