@@ -46,15 +46,17 @@ def assert_buffers_follow_the_model(r: dict) -> None:
     stores: a ReLU's output error (the ReLU's backward runs in place), a global max's layer
     output error (its backward routes the pooled error by argmax), and in INT8 a 2x2 pool's
     output error (routed straight into the accumulators). The rest is the binary's own layout:
-    padded inputs, fused activations, one shared accumulator, and "working" for the kernels."""
+    padded inputs, fused activations, one shared accumulator, and "working" for the kernels. The ZO
+    parts' state and buffers (optimizer, zo) are the model's exactly too."""
     m, job = r["memory"], JobSpec.from_dict(r["job"])
     parts = m["buffer_parts"]
     assert set(parts) <= set(memory_model.PARTS + memory_model.TRANSFORMER_PARTS)
     assert sum(parts.values()) == sum(m["buffers"].values()) == m["buffers_bytes"]
     model, h = job.model(), job.hyper
-    want = memory_model.breakdown(model, job.method, h.batch_size, job.precision, job.bp_layers, h.optimizer).parts
-    same = ("parameters", "gradients", "optimizer") if job.precision == "fp32" else ("parameters",)
-    assert {p: parts[p] for p in same} == {p: want[p] for p in same}
+    want = memory_model.breakdown(model, job.method, h.batch_size, job.precision, job.bp_layers, h.optimizer,
+                                  zo=h).parts
+    same = ("parameters", "gradients", "optimizer", "zo") if job.precision == "fp32" else ("parameters",)
+    assert {p: parts.get(p, 0) for p in same} == {p: want[p] for p in same}
     never = 0
     for layer, shapes in list(zip(model.layers, model.shapes))[model.first_bp_layer(job.method, job.bp_layers):]:
         out = math.prod(shapes.out)

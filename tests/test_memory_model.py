@@ -75,6 +75,19 @@ def test_cli_prints_the_breakdown_as_json_and_refuses_bad_input():
     assert bad.returncode == 2 and "Traceback" not in bad.stderr and "between 1 and 3" in bad.stderr
 
 
+def test_cli_counts_the_zo_parts_it_is_given_and_nothing_else():
+    p = zobench("memory", "--batch", "32", "--method", "full-zo", "--set", "zo_update=adam", "--set",
+                "zo_sparsity=magnitude", "--json")
+    assert p.returncode == 0, p.stderr
+    (row,) = json.loads(p.stdout)
+    assert row["parts"]["optimizer"] == 8 * LENET5.params_total and row["parts"]["zo"] == LENET5.params_total
+    for args, needle in [(["--set", "epochs=2"], "memory --set epochs: only the ZO parts"),
+                         (["--set", "zo_update=sign", "--precision", "int8"], "are FP32's"),
+                         (["--set", "zo_layers=0"], "zo_layers: expected")]:
+        bad = zobench("memory", "--batch", "32", *args)
+        assert bad.returncode == 2 and "Traceback" not in bad.stderr and needle in bad.stderr, bad.stderr
+
+
 def test_pointnet_sizes_come_from_its_description():
     """815,400 parameters: per layer the weight [O, I] and O biases, read off the description."""
     sizes = {"mlp1": 64 * 3 + 64, "mlp2": 64 * 64 + 64, "mlp3": 64 * 64 + 64, "mlp4": 128 * 64 + 128,
@@ -146,7 +159,7 @@ def test_tiny_gpt2_by_hand():
     assert bp == {"parameters": 4 * params, "gradients": 4 * params, "optimizer": 0,
                   "activations": 4 * (L * block + head), "recompute": 0,
                   "working": 4 * 3 * O,                           # bp-head: the logits, their two gradients
-                  "inputs": inputs}
+                  "inputs": inputs, "zo": 0}
     assert tiny_parts("full-bp", optimizer="adam") == {**bp, "optimizer": 4 * 2 * params}
     ckpt = tiny_parts("full-bp", checkpointing=True)
     assert ckpt == {**bp, "activations": 4 * (L * N * D + head), "recompute": 4 * (block - N * D)}
@@ -156,7 +169,7 @@ def test_tiny_gpt2_by_hand():
     assert zo == {"parameters": 4 * params, "gradients": 0, "optimizer": 0, "activations": 0, "recompute": 0,
                   # the logits held, and zo-attention's 2 score tensors, zo-mlp's or zo-head's
                   "working": 4 * (max(O + 2 * S + 5 * N * D, O + 3 * N * D + 2 * N * F, 2 * O + 2 * N * D) + chunk),
-                  "inputs": inputs}
+                  "inputs": inputs, "zo": 0}
 
     # ElasticZO k=1: the head (ln_f) by BP; the tied LM head multiplies by a copy of the ZO-trained
     # embedding, which its linear keeps instead of h; both perturbed passes kept
@@ -165,7 +178,7 @@ def test_tiny_gpt2_by_hand():
     k1 = tiny_parts("elastic-zo", 1)
     assert k1 == {"parameters": 4 * params, "gradients": 4 * ln_f, "optimizer": 0,
                   "activations": 4 * 2 * head_zo_embedding, "recompute": 0,
-                  "working": 4 * (3 * O + min(zrng.CHUNK, params - ln_f)), "inputs": inputs}
+                  "working": 4 * (3 * O + min(zrng.CHUNK, params - ln_f)), "inputs": inputs, "zo": 0}
     assert tiny_parts("elastic-zo", 1, "adam") == {**k1, "optimizer": 4 * 2 * ln_f}
     k2 = tiny_parts("elastic-zo", 2, "adam")
     assert k2["activations"] == 4 * 2 * (block + head_zo_embedding)
@@ -260,7 +273,7 @@ class Live(TorchDispatchMode):
         out = func(*args, **(kwargs or {}))
         self.now()      # forget the freed first: a new storage may reuse a freed one's address
         for t in tree_leaves(out):
-            if isinstance(t, torch.Tensor):
+            if isinstance(t, torch.Tensor) and not (torch._C._functorch.is_functorch_wrapped_tensor(t) or t._is_zerotensor()):
                 s = t.untyped_storage()
                 if s.data_ptr() not in self.ignore and s.data_ptr() not in self.refs:
                     self.refs[s.data_ptr()] = StorageWeakRef(s), s.nbytes()
@@ -417,3 +430,75 @@ def test_cli_refuses_what_a_model_does_not_take(capsys, args, needle):
     p = cli(capsys, "memory", "--batch", "8", *args)
     lines = p.stderr.strip().splitlines()
     assert p.returncode == 2 and len(lines) == 1 and needle in lines[0] and "Traceback" not in p.stderr
+
+
+def _parts_engine(model, method, k, parts, batch=4):
+    """A float32 torch engine with the ZO parts `parts`, and a batch of its inputs."""
+    data = ("fortunes-topics" if model.classes else "fortunes") if model.kind == Transformer.kind else \
+        "modelnet40" if model.points else "fashion-mnist"
+    spec = JobSpec.from_dict({"job_id": "m", "method": method, "bp_layers": k, "threads": 1, "hyper": parts,
+                              "workload": {"model": model.name, "architecture": model.to_dict(), "dataset": data}})
+    e = TorchEngine(spec, model, model.init_weights(0))
+    rng = np.random.default_rng(0)
+    if model.kind == Transformer.kind:
+        labels = (batch,) if model.classes else (batch, model.context)
+        x, y = rng.integers(0, model.vocab, (batch, model.context)), rng.integers(0, model.classes or model.vocab, labels)
+    else:
+        x, y = rng.standard_normal((batch, *model.input_shape)), rng.integers(0, model.classes, batch)
+    return spec, e, *e.load_batch(x, y)
+
+
+PARTS_MODELS = [LENET5, POINTNET.with_points(32), TINY, MID]
+ZO_PARTS = [("full-zo", 0, {"zo_update": "momentum"}), ("full-zo", 0, {"zo_update": "adam", "zo_queries": 2}),
+            ("elastic-zo", 1, {"zo_sparsity": "magnitude"}), ("elastic-zo", 1, {"zo_update": "adam", "zo_sparsity": "layers"})]
+
+
+def _ids(v):
+    return "-".join(map(str, v.values())) if isinstance(v, dict) else None
+
+
+@pytest.mark.parametrize("model", PARTS_MODELS, ids=lambda m: m.name)
+@pytest.mark.parametrize("method,k,parts", ZO_PARTS, ids=_ids)
+def test_what_the_torch_engine_holds_for_the_zo_parts_is_the_models_terms(model, method, k, parts):
+    """After a step, the update rule's moments (optimizer), d and the mask (zo) as the engine holds
+    them, against the model's terms; beyond the binary's buffers torch holds d for momentum and
+    Adam with one query too (the binary folds it into the restore's pass), named here."""
+    spec, e, x, y = _parts_engine(model, method, k, parts)
+    methods.step(e, spec, x, y, 0, 0, 1e-3, 1e-2, NullClock())
+    held = sum(t.nbytes for t in e.zo_moments) + e.d.nbytes + (e.mask.nbytes if e.mask is not None else 0)
+    h, n = spec.hyper, e.n_zo
+    r = breakdown(model, method, 4, bp_layers=k, zo=h)
+    folded = 4 * n if e.zo_moments and h.zo_queries == 1 and h.zo_sparsity != "layers" else 0
+    assert held == r.parts["optimizer"] + r.parts["zo"] + folded >= n
+
+
+@pytest.mark.parametrize("model", PARTS_MODELS, ids=lambda m: m.name)
+def test_forward_grads_tangent_is_counted_and_its_dual_values_bounded(model):
+    """What the jvp's step holds at its peak beyond MeZO's step is at least the tangent (n values)
+    and under the model's bound for the tangent and the dual values. (A dispatch mode sees the
+    tangent and the primal values; the dual values ride in functorch's wrappers, unseen.)"""
+    peaks = {}
+    for estimator in ("two-point", "forward-grad"):
+        spec, e, x, y = _parts_engine(model, "full-zo", 0, {"zo_estimator": estimator})
+        with Live(e.flat, x, y) as live:
+            methods.step(e, spec, x, y, 0, 0, 1e-3, 0.0, NullClock())
+        peaks[estimator] = live.peak
+    r = breakdown(model, "full-zo", 4, zo=spec.hyper)
+    assert 4 * e.n_zo <= peaks["forward-grad"] - peaks["two-point"] <= r.parts["zo"]
+
+
+@pytest.mark.parametrize("model", [TINY, MID], ids=lambda m: m.name)
+def test_every_kept_pass_beyond_two_holds_one_more_set_of_head_activations(model):
+    """q = 2 two-point under ElasticZO keeps four passes for the head's backward: what they leave
+    alive beyond two passes is the model's zo part (with their outputs and losses)."""
+    left = {}
+    for q in (1, 2):
+        spec, e, x, y = _parts_engine(model, "elastic-zo", 2, {"zo_queries": q}, batch=2)
+        ignore = [e.flat, x, y, *e.net.table(model.context, e.flat)[0:1], *(e.net.table(model.context, e.flat)[1] or ())]
+        with Live(*ignore) as live:
+            for _ in range(2 * q):
+                out = e.forward(x, keep=True)
+                e.loss(out, y)
+            left[q] = live.now()
+    r = breakdown(model, "elastic-zo", 2, bp_layers=2, zo=spec.hyper)
+    assert left[2] - left[1] == r.parts["zo"] + 2 * 4 > 0     # and the two passes' losses

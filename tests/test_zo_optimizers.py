@@ -10,6 +10,7 @@ from workloads import methods, vocab, zrng
 from workloads.spec import JobSpec, SpecError
 
 from test_methods import batch, clock, make, reference_grad, reference_loss  # noqa: F401 (batch: a fixture)
+from testkit.agreement import assert_buffers_follow_the_model
 from testkit.runners import job_spec, run_runner
 
 
@@ -189,6 +190,7 @@ def test_the_binary_matches_torch_step_for_step_with_the_zo_parts(native, data_d
         a, b = (np.array([x["grads"] for x in r["trace"]]) for r in (t, c))
         np.testing.assert_allclose(b, a, rtol=0, atol=5e-3 + 1e-2 * np.abs(a).max())
     assert abs(t["epochs"][0]["test_accuracy"] - c["epochs"][0]["test_accuracy"]) <= 2 / 256
+    assert_buffers_follow_the_model(c)      # the parts' state and buffers are the memory model's, exactly
 
 
 @pytest.mark.parametrize("hyper,why", [({"zo_estimator": "forward-grad"}, "forward-grad needs forward-mode AD"),
@@ -348,3 +350,31 @@ def test_ort_leaves_forward_grad_out_with_the_reason(tmp_path):
     jobs, notes = plan.make(suites.load(str(p)), inventory.resolve(["local"], None))
     assert {j.spec["runtime"] for j in jobs} == {"torch"}
     assert any("on ort" in n and "forward-mode AD" in n for n in notes)
+
+
+def test_the_memory_model_counts_each_parts_state_and_buffers():
+    """Over LeNet-5's n ZO parameters: momentum's m and Adam's m, v in optimizer; d only where a rule
+    with state cannot fold it into the restore (q > 1, LeZO), the mask's byte each, Forward-Grad's
+    tangent and dual values, and the head's activations of every kept pass beyond two."""
+    from harness.search.memory_model import breakdown, layer_outputs
+    from test_methods import LENET5
+    from workloads.spec import Hyper
+    n0, n1 = LENET5.split("full-zo", 0), LENET5.split("elastic-zo", 1)
+    acts = 32 * sum(map(sum, layer_outputs(LENET5)))
+    head = 32 * sum(map(sum, layer_outputs(LENET5)[4:]))
+
+    def parts(method, k=0, **zo):
+        return breakdown(LENET5, method, 32, bp_layers=k, zo=Hyper(**zo)).parts
+
+    mezo = parts("full-zo")
+    assert mezo == breakdown(LENET5, "full-zo", 32).parts and mezo["zo"] == mezo["optimizer"] == 0
+    assert parts("full-zo", zo_update="momentum")["optimizer"] == 4 * n0 and parts("full-zo", zo_update="momentum")["zo"] == 0
+    assert parts("full-zo", zo_update="adam", zo_queries=2) == {**mezo, "optimizer": 8 * n0, "zo": 4 * n0}
+    assert parts("elastic-zo", 1, zo_update="adam", zo_sparsity="layers")["zo"] == 4 * n1
+    assert parts("elastic-zo", 1, zo_sparsity="magnitude")["zo"] == n1
+    assert parts("full-zo", zo_estimator="forward-grad")["zo"] == 4 * (n0 + 2 * acts)
+    assert parts("elastic-zo", 1, zo_queries=3)["zo"] == 4 * 4 * head          # 6 kept passes, 2 counted
+    assert parts("elastic-zo", 1, zo_estimator="one-sided")["zo"] == 0         # L(θ) and L+: two
+    assert parts("full-bp", zo_update="adam") == breakdown(LENET5, "full-bp", 32).parts    # no ZO part
+    with pytest.raises(ValueError, match="are FP32's"):
+        breakdown(LENET5, "full-zo", 32, "int8", zo=Hyper(zo_update="sign"))

@@ -272,8 +272,8 @@ class Sparsity:
         return out
 
     def mask(self, weights: np.ndarray) -> np.ndarray:
-        """1 where a ZO weight is perturbed, else 0, in the weights' type."""
-        mask = np.zeros(self.tensors[-1][1] if self.tensors else 0, dtype=weights.dtype)
+        """1 where a ZO weight is perturbed, else 0: a byte each, as every runtime holds it."""
+        mask = np.zeros(self.tensors[-1][1] if self.tensors else 0, dtype=np.uint8)
         for lo, hi in self.tensors:
             k = math.ceil(self.h.zo_mask_fraction * (hi - lo))
             mask[lo + np.argsort(np.abs(weights[lo:hi]), kind="stable")[:k]] = 1

@@ -10,7 +10,7 @@ probes' three steps but not in a whole run ends oom, visibly, rather than passin
 """
 from __future__ import annotations
 
-from workloads.spec import Hyper
+from workloads.spec import ZO_PART_FIELDS, Hyper
 
 from harness.search import fit
 from harness.errors import UserError
@@ -34,7 +34,8 @@ def models(store: Store, suite: Suite, target: Target, overrides: dict, methods:
             chosen[str(m)] = equal.models[str(m)]
             continue
         candidates = fit.configs("model", equal.family, None, hyper.batch_size, hyper.context)
-        best, probes, run_id = fit.run(store, target, candidates, fit.Method(m, hyper.optimizer, hyper.checkpointing),
+        best, probes, run_id = fit.run(store, target, candidates, fit.Method(m, hyper.optimizer, hyper.checkpointing,
+                                                                          {k: getattr(hyper, k) for k in ZO_PART_FIELDS}),
                                        budget, dataset=dataset, runtime=suite.runtimes[0],
                                        timeout_s=timeout_s or suite.timeout_s, seed=suite.seed, stop=stop)
         runs[str(m)] = run_id

@@ -16,11 +16,12 @@ reason are kept whatever the later ones do.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from workloads import datasets
 from workloads.launch import parse_size
 from workloads.models import MODELS, Transformer, ladder
+from workloads.spec import Hyper
 
 from harness.search import memory_model
 from harness import paths
@@ -65,18 +66,20 @@ class Method:
     choice: MethodChoice
     optimizer: str = "sgd"
     checkpointing: bool = False
+    zo: dict = field(default_factory=dict)      # the ZO parts (spec.ZO_PART_FIELDS): the probes train with them
 
     def model_bytes(self, c: Config) -> int:
         """The larger of the parts' total and the predicted peak: a runner's resident set is
         glibc's high-water mark, which keeps freed tensors resident, so the live peak alone is
         too little, and with few tokens and a large vocabulary the peak passes the total."""
         b = memory_model.breakdown(c.model, self.choice.method, c.batch, "fp32", self.choice.bp_layers,
-                                   self.optimizer, c.context, self.checkpointing)
+                                   self.optimizer, c.context, self.checkpointing, Hyper(**self.zo))
         return max(b.total_bytes, b.peak_bytes)
 
 
 def asked(target: Target, budget: str | None, vary: str, model_name: str | None, family: str, method: str,
-          optimizer: str, checkpointing: bool, batch: int, context: int) -> tuple[Method, list[Config], int]:
+          optimizer: str, checkpointing: bool, batch: int, context: int,
+          zo: dict | None = None) -> tuple[Method, list[Config], int]:
     """`zobench fit`'s request checked (a UserError naming the option otherwise): the method, the
     candidates smallest first, and the budget in bytes (--budget, else the target's mem_limit)."""
     if not budget and not target.mem_limit:
@@ -101,7 +104,7 @@ def asked(target: Target, budget: str | None, vary: str, model_name: str | None,
         raise UserError(f"fit --method {method!r}: {e}") from None
     if checkpointing and choice.method == "full-zo":
         raise UserError("fit --checkpointing: full-zo keeps no activations to checkpoint")
-    return Method(choice, optimizer, checkpointing), configs(vary, family, model, batch, context), budget_bytes
+    return Method(choice, optimizer, checkpointing, zo or {}), configs(vary, family, model, batch, context), budget_bytes
 
 
 def configs(vary: str, family: str, model: Transformer | None, batch: int, context: int) -> list[Config]:
@@ -160,7 +163,7 @@ def suite_for(base: Suite, c: Config, method: Method, dataset: str) -> Suite:
     of one batch (evaluation's own peak is part of training's)."""
     hyper = {**base.hyper, "epochs": 1, "batch_size": c.batch, "context": c.context,
              "train_samples": c.batch * STEPS, "test_samples": c.batch, "optimizer": method.optimizer,
-             "checkpointing": method.checkpointing, "warmup_steps": 1}
+             "checkpointing": method.checkpointing, "warmup_steps": 1, **method.zo}
     return dataclasses.replace(base, methods=[method.choice], runtimes=base.runtimes[:1], precisions=["fp32"],
                                workload={"model": c.model.name, "dataset": dataset}, hyper=hyper, repeats=1)
 

@@ -53,6 +53,17 @@ workloads/transformer_torch.py op by op (symbols in Sizes; 4 bytes a value):
 The parts' total bounds a step's memory; peak_bytes predicts it: the parameters, optimizer and
 inputs, there all along, plus the most the step holds at one of its moments (peak_moments),
 each counting what is alive then -- activations not yet freed, gradients already made.
+
+The ZO parts (docs/zo-optimizers.md; zo: the job's Hyper) add to both kinds, over the n ZO-trained
+parameters: to "optimizer", momentum's m (n values) or Adam's m and v (2n); and a part of their
+own, "zo", 0 for MeZO's step (zo_terms): the step's direction d (n values) where a rule with state
+cannot fold it into the restore's pass (several queries, LeZO's ranges); Sparse MeZO's mask (a
+byte a ZO parameter); Forward-Grad's tangent (n values) and its dual values (a bound: twice a
+layer model's activations, a dual value each and the jvp's products; a transformer's largest
+transient set); and the BP head's
+activations of every kept pass beyond MeZO's two (2q two-point, q + 1 one-sided). These are the
+C++ binary's buffers (zo_m, zo_v, zo_d, zo_mask). torch and ort form d for momentum and Adam with
+one query too (n values more), and ort draws each z into an n-value scratch (its docstring).
 """
 from __future__ import annotations
 
@@ -64,8 +75,8 @@ from workloads.models import MODELS, Model, ModelError, Transformer
 
 from harness.errors import UserError
 
-PARTS = ("parameters", "activations", "gradients", "errors", "optimizer", "scratch")
-TRANSFORMER_PARTS = ("parameters", "gradients", "optimizer", "activations", "recompute", "working", "inputs")
+PARTS = ("parameters", "activations", "gradients", "errors", "optimizer", "scratch", "zo")
+TRANSFORMER_PARTS = ("parameters", "gradients", "optimizer", "activations", "recompute", "working", "inputs", "zo")
 FLOAT, TOKEN = 4, 8         # bytes of an FP32 value and of an int64 token id
 
 
@@ -103,12 +114,40 @@ def layer_outputs(model: Model) -> list[list[int]]:
     return out
 
 
+def kept_passes(method: str, zo) -> int:
+    """The forward passes whose BP-head activations a step keeps: MeZO's two for elastic-zo, or its
+    estimator's (methods.zo_step); one for full-bp; none for full-zo."""
+    if method != "elastic-zo":
+        return int(method == "full-bp")
+    if zo is None:
+        return 2
+    return {"two-point": 2 * zo.zo_queries, "one-sided": zo.zo_queries + 1, "forward-grad": 1}[zo.zo_estimator]
+
+
+def zo_terms(method: str, n_zo: int, zo, dual: int, head_pass: int) -> tuple[int, int]:
+    """(the ZO update rule's state, the "zo" part) in bytes, for n_zo ZO-trained parameters.
+    dual: the values of one forward (Forward-Grad's dual values); head_pass: the values one kept
+    pass of the BP head holds (a pass beyond MeZO's two adds them)."""
+    if zo is None or method == "full-bp":
+        return 0, 0
+    state = {"momentum": 1, "adam": 2}.get(zo.zo_update, 0)
+    apart = bool(state) and (zo.zo_queries > 1 or zo.zo_sparsity == "layers")
+    part = FLOAT * n_zo * apart + n_zo * (zo.zo_sparsity == "magnitude")
+    if zo.zo_estimator == "forward-grad":
+        part += FLOAT * (n_zo + dual)
+    part += FLOAT * head_pass * max(kept_passes(method, zo) - 2, 0)
+    return FLOAT * state * n_zo, part
+
+
 def breakdown(model: Model | Transformer, method: str, batch: int, precision: str = "fp32", bp_layers: int = 0,
-              optimizer: str = "sgd", context: int = 0, checkpointing: bool = False) -> Breakdown:
+              optimizer: str = "sgd", context: int = 0, checkpointing: bool = False, zo=None) -> Breakdown:
     """The memory of one configuration; ValueError names what does not apply to the model.
-    context: a transformer's tokens a sequence (0: its own context)."""
+    context: a transformer's tokens a sequence (0: its own context). zo: the job's hyperparameters
+    (workloads.spec.Hyper), whose ZO parts add their terms (zo_terms); None: MeZO's step."""
+    if zo is not None and precision != "fp32" and zo.zo_parts():
+        raise ValueError(f"the ZO parts ({zo.zo_parts()}) are FP32's; INT8 trains its ZO part by Alg. 2 (docs/int8.md)")
     if model.kind == Transformer.kind:
-        return _transformer(model, method, batch, precision, bp_layers, optimizer, context, checkpointing)
+        return _transformer(model, method, batch, precision, bp_layers, optimizer, context, checkpointing, zo)
     if context or checkpointing:
         raise ValueError(f"{'context' if context else 'checkpointing'}: only a transformer takes it; "
                          f"{model.name} is not one")
@@ -121,15 +160,18 @@ def breakdown(model: Model | Transformer, method: str, batch: int, precision: st
     if precision == "fp32":
         params = [w + b for w, b in zip(weights, biases)]
         bp_params = sum(params[first:])
+        # Forward-Grad's dual values: one per activation, and as many again for the products a
+        # Jacobian-vector product forms on the way (x·dw and dx·w, then their sum: torch's)
+        state, zo_part = zo_terms(method, sum(params[:first]), zo, 2 * acts, bp_acts)
         parts = {"parameters": 4 * sum(params), "activations": 4 * acts, "gradients": 4 * bp_params,
-                 "errors": 4 * bp_acts, "optimizer": 4 * 2 * bp_params if optimizer == "adam" else 0,
-                 "scratch": 0}
+                 "errors": 4 * bp_acts, "optimizer": 4 * 2 * bp_params * (optimizer == "adam") + state,
+                 "scratch": 0, "zo": zo_part}
     elif precision == "int8":
         bp_weights = sum(weights[first:])
         layer_acc = batch * sum(o[0] for o in outs)               # each layer's int32 output accumulator
         error_acc = batch * sum(math.prod(s.input) for s in model.shapes[first + 1:])
         parts = {"parameters": sum(weights), "activations": acts, "gradients": bp_weights, "errors": bp_acts,
-                 "optimizer": 0, "scratch": 4 * (layer_acc + bp_weights + error_acc)}
+                 "optimizer": 0, "scratch": 4 * (layer_acc + bp_weights + error_acc), "zo": 0}
     else:
         raise ValueError(f"precision must be fp32 or int8, not {precision!r}")
     return Breakdown(method, bp_layers, precision, batch, optimizer, parts)
@@ -298,7 +340,7 @@ def peak_moments(m: Transformer, z: Sizes, first: int, passes: int, activations:
 
 
 def _transformer(m: Transformer, method: str, batch: int, precision: str, bp_layers: int, optimizer: str,
-                 context: int, checkpointing: bool) -> Breakdown:
+                 context: int, checkpointing: bool, zo=None) -> Breakdown:
     if precision != "fp32":
         raise ValueError(f"precision {precision}: transformers train in fp32 only")
     T = context or m.context
@@ -313,6 +355,7 @@ def _transformer(m: Transformer, method: str, batch: int, precision: str, bp_lay
     # the output linear's weight trains unless it is the token embedding, ZO-trained
     head = head_kept(z, first <= m.depth, bool(m.classes) or not m.tied or first == 0) if method != "full-zo" else 0
     passes = 2 if method == "elastic-zo" else 1         # zo_step keeps both perturbed passes for backward
+    # (more passes, the ZO parts': in parts["zo"], zo_terms)
     if checkpointing:
         activations = passes * (len(blocks) * z.N * z.D + head)
         recompute = max((rest for _, rest in kept), default=0)
@@ -326,22 +369,23 @@ def _transformer(m: Transformer, method: str, batch: int, precision: str, bp_lay
     peak = max(found.values())
     chunk = min(zrng.CHUNK, m.params_total - bp)
     tables = z.T ** 2 + (2 * z.T * m.head_dim * FLOAT if z.llama else 0)       # bool mask; cos, sin
+    state, zo_part = zo_terms(method, m.params_total - bp, zo, peak, activations // passes)
     parts = {"parameters": FLOAT * m.params_total, "gradients": FLOAT * read,
-             "optimizer": 2 * FLOAT * bp if optimizer == "adam" else 0,
+             "optimizer": 2 * FLOAT * bp * (optimizer == "adam") + state,
              "activations": FLOAT * activations, "recompute": FLOAT * recompute,
              "working": FLOAT * (peak + chunk),
-             "inputs": TOKEN * (z.N + (z.B if z.C else z.N)) + tables}
+             "inputs": TOKEN * (z.N + (z.B if z.C else z.N)) + tables, "zo": zo_part}
     zo = {k: v for k, v in found.items() if k.startswith("zo-")}
     first_block = (z.N * z.D + recompute if checkpointing else sum(kept[0])) if kept else 0
     at = peak_moments(m, z, first, passes, activations, head, first_block, zo, chunk, optimizer)
     name = max(at, key=at.get)
-    resident = parts["parameters"] + parts["optimizer"] + parts["inputs"]
+    resident = parts["parameters"] + parts["optimizer"] + parts["inputs"] + parts["zo"]     # zo: an upper bound
     return Breakdown(method, bp_layers, precision, batch, optimizer, parts, T, checkpointing,
                      resident + FLOAT * at[name], name)
 
 
 def asked(model_name: str, batch: int, precision: str, method: str | None, bp_layers: int | None,
-          optimizer: str, points: int | None, context: int, checkpointing: bool) -> list[Breakdown]:
+          optimizer: str, points: int | None, context: int, checkpointing: bool, zo=None) -> list[Breakdown]:
     """`zobench memory`'s breakdowns: the method asked for, or the paper's four (checkpointing then
     applies to those with a BP part to checkpoint); a UserError names the option that cannot be."""
     if bp_layers is not None and method != "elastic-zo":
@@ -356,7 +400,8 @@ def asked(model_name: str, batch: int, precision: str, method: str | None, bp_la
             raise UserError(f"memory --points: {e}") from None
     configs = [(method, bp_layers or (1 if method == "elastic-zo" else 0))] if method else list(vocab.PAPER_CONFIGS)
     try:
-        return [breakdown(model, m, batch, precision, k, optimizer, context, checkpointing and (m != "full-zo" or method is not None))
+        return [breakdown(model, m, batch, precision, k, optimizer, context,
+                          checkpointing and (m != "full-zo" or method is not None), zo)
                 for m, k in configs]
     except ValueError as e:
         raise UserError(f"memory: {e}") from None
@@ -382,7 +427,7 @@ def table(rows: list[Breakdown]) -> str:
     their context, and the predicted peak beside the total that bounds it)."""
     ctx = any(r.context is not None for r in rows)
     parts = [p for p in dict.fromkeys(TRANSFORMER_PARTS + PARTS if ctx else PARTS + TRANSFORMER_PARTS)
-             if any(p in r.parts for r in rows)]
+             if any(p in r.parts for r in rows) and (p != "zo" or any(r.parts["zo"] for r in rows))]
     head = f"{'method':34} {'prec':5} {'batch':>5} " + (f"{'ctx':>6} " if ctx else "") + \
         " ".join(f"{p:>12}" for p in parts) + f" {'total':>12}" + (f" {'peak':>12}" if ctx else "")
     lines = [head]

@@ -149,7 +149,7 @@ struct PhaseClock {
 // out and the kernels add: padded errors, repacked weights, per-thread sums, the batch's labels.
 #define ZOBENCH_PARTS(X)                                                                               \
     X(PARAMETERS, "parameters") X(ACTIVATIONS, "activations") X(GRADIENTS, "gradients") X(ERRORS, "errors") \
-    X(OPTIMIZER, "optimizer") X(SCRATCH, "scratch") X(WORKING, "working")
+    X(OPTIMIZER, "optimizer") X(SCRATCH, "scratch") X(WORKING, "working") X(ZO, "zo")
 #define ZOBENCH_PART_ENUM(id, name) id,
 #define ZOBENCH_PART_NAME(id, name) name,
 enum Part { ZOBENCH_PARTS(ZOBENCH_PART_ENUM) NPARTS };

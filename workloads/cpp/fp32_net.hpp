@@ -78,9 +78,9 @@ struct Net {
             // d is formed apart only where restore_and_step cannot fuse it: several queries, or LeZO's ranges
             const bool apart = s.h.zo_queries > 1 || s.h.zo_sparsity == "layers";
             if (u == "momentum" || u == "adam") buffers.need(zo_m, "zo_m", OPTIMIZER, n_zo);
-            if ((u == "momentum" || u == "adam") && apart) buffers.need(zo_d, "zo_d", WORKING, n_zo);
+            if ((u == "momentum" || u == "adam") && apart) buffers.need(zo_d, "zo_d", ZO, n_zo);
             if (u == "adam") buffers.need(zo_v, "zo_v", OPTIMIZER, n_zo);
-            if (s.h.zo_sparsity == "magnitude") buffers.need(zo_mask, "zo_mask", WORKING, n_zo);
+            if (s.h.zo_sparsity == "magnitude") buffers.need(zo_mask, "zo_mask", ZO, n_zo);
         }
         ranges = {{0, n_zo}};
         const bool two = s.method == "elastic-zo";  // two perturbed passes feed BP

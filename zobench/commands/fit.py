@@ -29,6 +29,7 @@ def add(sub) -> None:
     p.add_argument("--method", default="full-bp", help="full-bp, full-zo or elastic-zo:K")
     p.add_argument("--optimizer", choices=Hyper.CHOICES["optimizer"], default="sgd")
     p.add_argument("--checkpointing", action="store_true", help="full-bp, elastic-zo: per-block checkpointing")
+    options.add_zo_parts(p)
     p.add_argument("--context", type=options.number(int, Bounds(1, 1 << 20)),
                    help="tokens a sequence (default: each model's own context)")
     p.add_argument("--batch", type=options.number(int, Bounds(1, 1 << 20)), default=8, help="batch size (default 8)")
@@ -44,7 +45,7 @@ def main(args) -> int:
     (target,) = inventory.resolve([args.target], args.inventory)
     method, candidates, budget = fit.asked(target, args.budget, args.vary, args.model, args.model_family,
                                            args.method, args.optimizer, args.checkpointing, args.batch,
-                                           args.context or 0)
+                                           args.context or 0, options.zo_parts("fit", args.zo_parts))
     store = Store(args.results)
     with running.signals_stop() as (stop, caught):
         try:

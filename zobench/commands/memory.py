@@ -27,6 +27,7 @@ def add(sub) -> None:
     p.add_argument("--optimizer", choices=Hyper.CHOICES["optimizer"], default="sgd", help="BP optimizer (adam: Eq. 5)")
     p.add_argument("--checkpointing", action="store_true",
                    help="a transformer: per-block activation checkpointing of the BP part")
+    options.add_zo_parts(p)
     p.add_argument("--json", action="store_true", help="print a JSON list of breakdowns")
     p.set_defaults(main=main)
 
@@ -34,7 +35,8 @@ def add(sub) -> None:
 def main(args) -> int:
     from harness.search import memory_model
 
+    parts = options.zo_parts("memory", args.zo_parts)
     rows = memory_model.asked(args.model, args.batch, args.precision, args.method, args.bp_layers, args.optimizer,
-                              args.points, args.context or 0, args.checkpointing)
+                              args.points, args.context or 0, args.checkpointing, Hyper(**parts) if parts else None)
     print(jsonfile.dumps([r.to_dict() for r in rows]) if args.json else memory_model.table(rows))
     return 0

@@ -19,6 +19,24 @@ class Parser(argparse.ArgumentParser):
         raise UserError(f"{self.prog}: {message}")
 
 
+def add_zo_parts(p) -> None:
+    """--set KEY=VALUE for the ZO parts (docs/zo-optimizers.md): what a memory prediction counts."""
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="zo_parts",
+                   help="a ZO part, e.g. --set zo_update=adam (docs/zo-optimizers.md): its state and buffers "
+                        "are counted")
+
+
+def zo_parts(command: str, items: list[str]) -> dict:
+    """The ZO parts --set names, checked as a suite's hyper is; a UserError for another key."""
+    from harness.planning.plan import parse_set
+    from workloads.spec import ZO_PART_FIELDS
+    parts = parse_set(items)
+    if other := sorted(set(parts) - set(ZO_PART_FIELDS)):
+        raise UserError(f"{command} --set {other[0]}: only the ZO parts are taken here ({', '.join(ZO_PART_FIELDS)}); "
+                        f"the batch, optimizer and context have options of their own")
+    return parts
+
+
 def number(kind, bounds: Bounds):
     """An option's type: an int or float within bounds, refused in the shape of every other number."""
     def parse(text: str):
