@@ -25,11 +25,13 @@ from harness.stores import validity
 from harness.stores.measurements import KEY_IGNORES, changed_hyper, shown_hyper
 from harness.errors import UserError
 from harness.stores.schema import joules_per_step, step_seconds
+from workloads import methods
 from workloads.datasets import data_name
 from workloads.spec import JobSpec
 from workloads.vocab import METHODS, PAPER_CONFIGS, PRECISION_LABELS, TRAIN_PHASES, method_label, precision_label
 
-from . import charts, equal_memory, finetune, paper, transformers, tune
+
+from . import charts, equal_memory, finetune, paper, transformers, tune, zo_optimizers
 from .history import chart as history_chart
 
 MIB = 2 ** 20
@@ -54,6 +56,8 @@ CHARTS = {"time_breakdown": "Training time per optimizer step, by phase, per run
                      "(points), MeZO over BP (dashed, right axis)",
           "history": "History of the run's job keys in the shared store: per key and machine, step time, peak memory, "
                      "energy and final accuracy against commits, with the changes detected (docs/store.md)",
+          "zo_optimizers": "ZO optimizers (ZO-Bench): test accuracy at equal steps against measured memory (the "
+                           "C++ binary's buffers, a GPU's peak allocation, else the peak RSS), each optimizer a point",
           "equal_memory": "Equal memory (Katti et al. Fig. 4 shape): test loss and accuracy against training seconds, "
                           "each method on the largest model within one budget",
           "tune": "zobench tune: each trial's last validation accuracy against the value searched (o whole, x pruned, "
@@ -97,7 +101,10 @@ def build(store, run_ids: list[str], out: Path | None = None, targets=(), method
             "context": lambda: transformers.context_chart(df, palette),
             "equal_memory": lambda: equal_memory.chart(df, studies, palette),
             "history": lambda: history_chart(history),
-            "tune": lambda: tune.chart(searches)}
+            "tune": lambda: tune.chart(searches),
+            "zo_optimizers": lambda: zo_optimizers.chart(zo_optimizers.groups(ok), palette)}
+    if not len(zo_optimizers.groups(ok)):
+        del draw["zo_optimizers"]
     if not ok["j_step"].notna().any():      # the report says why in a line instead of an empty chart
         del draw["energy"]
     if not len(finetune.tuned(ok)):
@@ -155,6 +162,7 @@ def _load(store, run_ids: list[str], plans: list[dict]) -> pd.DataFrame:
             spec = JobSpec.from_dict(job)
             network = spec.model()
             context, checkpointing = transformers.shape(spec.hyper, network)
+            zo = job["method"] != "full-bp"
             rows.append({
                 "run_id": run_id, "job_id": job["job_id"], "repeat": job["repeat"],
                 **{k: job[k] for k in ("method", "bp_layers", "runtime", "target")},
@@ -177,6 +185,11 @@ def _load(store, run_ids: list[str], plans: list[dict]) -> pd.DataFrame:
                                                 "adam" if spec.hyper.optimizer == "adam" and job["method"] != "full-zo"
                                                 else "",
                                                 spec.hyper.zo_parts() if job["method"] != "full-bp" else ""])),
+                # the ZO optimizer as its parts ("" = MeZO's step), its forwards a step, and the memory
+                # model's prediction for the job (reports/zo_optimizers.py)
+                "zo_parts": spec.hyper.zo_parts() if zo else "",
+                "forwards": methods.forwards_per_step(job["method"], spec.hyper),
+                "predicted_mib": _predicted_bytes(spec, network) / MIB,
                 "status": r["status"], "error": r["error"] or "", "steps": steps,
                 "train_s": r["train_seconds"] or math.nan,
                 # A runner that never trained reports 0 s and 0 bytes: unknown, not free.
@@ -223,6 +236,18 @@ def _load(store, run_ids: list[str], plans: list[dict]) -> pd.DataFrame:
     return df.reset_index(drop=True)
 
 
+def _predicted_bytes(spec: JobSpec, network) -> float:
+    """The memory model's prediction for a job: a transformer's peak, a layer model's parts' total
+    (the paper's), with the job's ZO parts; nan where the model has no answer."""
+    h = spec.hyper
+    try:
+        b = memory_model.breakdown(network, spec.method, h.batch_size, spec.precision, spec.bp_layers, h.optimizer,
+                                   h.context, h.checkpointing, h)
+    except ValueError:
+        return math.nan
+    return b.peak_bytes if b.peak_bytes is not None else b.total_bytes
+
+
 def _differing(df: pd.DataFrame) -> list[str]:
     """Per job, the hyperparameters that differ between jobs of its method, precision and stage
     (a tuning run's trials): jobs that trained with other values are other groups, never
@@ -245,15 +270,15 @@ def _chart_groups(df: pd.DataFrame) -> pd.DataFrame:
     """The ok jobs, one row per group (the label names the group uniquely)."""
     ok = df[df["status"] == "ok"]
     means = ok.groupby("label", sort=False)[["ms_step", "peak_mib", "baseline_mib", "buffers_mib", "test_acc", "best_acc",
-                                             "start_acc",
+                                             "start_acc", "predicted_mib",
                                              "device_peak_mib", "device_used_mib", "j_step", "steps_per_epoch",
                                              *TRAIN_PHASES]].mean()
     firsts = ok.groupby("label", sort=False)[["mlabel", "method", "bp_layers", "precision", "runtime", "target",
                                               "workload", "panel", "setting", "batch", "model", "network", "optimizer",
                                               "data_set", "stage", "hyper", "pretrained_from", "study",
-                                              "energy_source", "no_energy"]].first()
+                                              "energy_source", "no_energy", "zo_parts", "forwards"]].first()
     curves = pd.Series({label: pd.DataFrame([e for es in s for e in es]).groupby("epoch")[
-        ["train_loss", "test_loss", "test_acc", "joules"]].mean()
+        ["train_loss", "test_loss", "test_acc", "joules", "seconds"]].mean()
         for label, s in ok.groupby("label", sort=False)["epochs"]}, name="curve", dtype=object)
     flags = ok.groupby("label", sort=False)["flag"].agg(worst_flag)
     return pd.concat([firsts, means, flags, curves], axis=1).rename_axis("label").reset_index()
@@ -389,6 +414,18 @@ def _blocks(run_ids: list[str], plans: list[dict], df: pd.DataFrame, ok: pd.Data
                          "larger one probed and how it ended, and its parameters over those of Full BP's (SGD) largest "
                          "under the same budget, target, runtime, batch and context, where the report holds that run "
                          "(Katti et al.'s question; docs/transformers.md)."), ("table", fits)]
+    compared = zo_optimizers.groups(ok)
+    if len(compared):
+        blocks += [("h2", "ZO optimizers (ZO-Bench's table)"),
+                   ("p", "Per workload and runtime · target, each ZO optimizer (its estimator, queries, update rule "
+                         "and sparsity; MeZO's step unless named, docs/zo-optimizers.md) beside BP: forward passes a "
+                         "step (a Jacobian-vector product counted as one), the memory model's prediction for the job "
+                         "(harness/search/memory_model.py, with the optimizer's state and buffers) and the measured "
+                         "memory (the C++ binary's exact allocation, a cuda job's peak GPU allocation, else the "
+                         "process's peak RSS, most of which is the framework), ms/step, J/step where a meter measured it, and the "
+                         "final test accuracy at equal steps and at equal seconds: the last epoch that ended within "
+                         "the least training time of the rows compared (- where none did)."),
+                   ("table", zo_optimizers.table(compared))]
     return blocks + (_energy_blocks(ok, accuracy) if len(ok) else []) + [("h2", "Charts")]
 
 

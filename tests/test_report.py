@@ -51,7 +51,8 @@ def charted(report) -> list[str]:
     (tests/test_tune.py)."""
     metered = any((r.get("energy") or {}).get("joules_per_step") is not None
                   for r in report["store"].results(report["ok"]))
-    return [name for name in CHARTS if (metered or name != "energy") and name not in ("finetune", "context", "equal_memory", "history", "tune")]
+    return [name for name in CHARTS if (metered or name != "energy") and
+            name not in ("finetune", "context", "equal_memory", "history", "tune", "zo_optimizers")]
 
 
 def test_files_are_written_in_the_runs_report_folder(report):

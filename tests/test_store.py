@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -305,3 +306,15 @@ def test_a_result_of_a_newer_version_is_refused_naming_the_upgrade(run):
     from harness.stores import schema
     assert "schema 99 is not one this zobench reads (1 to 2): upgrade zobench" in schema.problems(json.loads(f.read_text()))
     assert [r["job"]["job_id"] for r in Store(root).results(run_id)] == [ZO]
+
+
+def test_a_run_started_in_another_folder_keeps_its_results_there(tmp_path):
+    """The default results folder (./results) is where the user is, also for the C++ binary, which
+    the local transport starts in a work folder of its own."""
+    p = subprocess.run([sys.executable, "-m", "zobench", "run", "--suite", "quick", "--method", "full-zo",
+                        "--runtime", "cpp", "--precision", "fp32", "--set", "epochs=1", "--set", "train_samples=320",
+                        "--set", "test_samples=64", "--no-report"], cwd=tmp_path, capture_output=True, text=True,
+                       timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    (result,) = (tmp_path / "results" / "runs").glob("*/work/local.cpp.full-zo.fp32.r0/result.json")
+    assert json.loads(result.read_text())["status"] == "ok"

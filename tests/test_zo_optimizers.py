@@ -7,6 +7,7 @@ import torch
 
 from harness.planning import inventory, plan, suites
 from workloads import methods, vocab, zrng
+from harness.errors import UserError
 from workloads.spec import JobSpec, SpecError
 
 from test_methods import batch, clock, make, reference_grad, reference_loss  # noqa: F401 (batch: a fixture)
@@ -202,6 +203,10 @@ def test_the_binary_refuses_the_parts_it_does_not_run(native, data_dir, tmp_path
     assert r["status"] == "failed" and why in r["error"] and r["steps"] == 0
 
 
+def _ids(v):
+    return "-".join(map(str, v.values())) or "mezo" if isinstance(v, dict) else None
+
+
 def make_parts(method, k=0, **hyper):
     """A float64 LeNet-5 torch engine whose spec has the ZO parts `hyper`."""
     from test_methods import LENET5
@@ -378,3 +383,96 @@ def test_the_memory_model_counts_each_parts_state_and_buffers():
     assert parts("full-bp", zo_update="adam") == breakdown(LENET5, "full-bp", 32).parts    # no ZO part
     with pytest.raises(ValueError, match="are FP32's"):
         breakdown(LENET5, "full-zo", 32, "int8", zo=Hyper(zo_update="sign"))
+
+
+@pytest.mark.parametrize("method,k", [("full-zo", 0), ("elastic-zo", 1)])
+@pytest.mark.parametrize("parts", [{}, {"zo_estimator": "one-sided", "zo_queries": 3}, {"zo_update": "conservative"},
+                                   {"zo_estimator": "one-sided", "zo_update": "conservative"},
+                                   {"zo_estimator": "forward-grad", "zo_queries": 2},
+                                   {"zo_estimator": "forward-grad", "zo_update": "conservative"}], ids=_ids)
+def test_forwards_per_step_counts_what_a_step_runs(batch, method, k, parts):  # noqa: F811
+    spec, eng = make_parts(method, k, **parts)
+    x, y = eng.load_batch(*batch)
+    calls = []
+    forward, jvp = eng.forward, eng.jvp
+    eng.forward = lambda *a, **kw: calls.append("f") or forward(*a, **kw)
+    eng.jvp = lambda *a: calls.append("j") or jvp(*a)
+    methods.step(eng, spec, x, y, 0, 0, 1e-3, 1e-2, clock())
+    assert len(calls) == methods.forwards_per_step(method, spec.hyper)
+
+
+OPTIMIZERS_SUITE = """
+description = "two optimizers and one no runtime here runs"
+runtimes = ["cpp", "ort"]
+precisions = ["fp32"]
+methods = ["full-bp", "full-zo"]
+[workload]
+model = "lenet5"
+dataset = "fashion-mnist"
+[hyper]
+epochs = 2
+train_samples = 320
+test_samples = 64
+[optimizers]
+mezo = {}
+adam = { zo_update = "adam", lr_zo = 1e-4 }
+fg = { zo_estimator = "forward-grad" }
+"""
+
+
+def test_a_suites_optimizers_multiply_its_zo_jobs_and_are_checked(tmp_path):
+    p = tmp_path / "opt.toml"
+    p.write_text(OPTIMIZERS_SUITE)
+    jobs, notes = plan.make(suites.load(str(p)), inventory.resolve(["local"], None))
+    ids = sorted(j.job_id for j in jobs)
+    assert ids == ["local.cpp.full-bp.fp32.r0", "local.cpp.full-zo.adam.fp32.r0", "local.cpp.full-zo.mezo.fp32.r0",
+                   "local.ort.full-zo.adam.fp32.r0", "local.ort.full-zo.mezo.fp32.r0"]
+    adam = next(j.spec for j in jobs if j.job_id == "local.cpp.full-zo.adam.fp32.r0")
+    assert adam["hyper"]["zo_update"] == "adam" and adam["hyper"]["lr_zo"] == 1e-4
+    assert any(n.startswith("full-zo fg fp32 on cpp: forward-grad needs forward-mode AD") for n in notes)
+    for bad, needle in [('[optimizers]\nAdam = {}', "optimizers.Adam: expected a name"),
+                        ('[optimizers]\nadam = { zo_update = "adamw" }', "optimizers.adam.zo_update: expected one of"),
+                        ('[optimizers]\nadam = 3', "optimizers.adam: expected a table")]:
+        p.write_text(OPTIMIZERS_SUITE.split("[optimizers]")[0] + bad + "\n")
+        with pytest.raises(UserError, match=needle):
+            suites.load(str(p))
+
+
+def test_a_run_comparing_optimizers_gets_zo_benchs_table_and_chart(native, tmp_path):
+    """The suite above, run: per runtime the optimizers beside BP, each row's numbers from its
+    result and the memory model, and accuracy against memory charted."""
+    from harness.search import memory_model
+    from harness.stores.store import Store
+    from reports import build
+    from workloads.models import LENET5
+    from zobench.cli import main as cli_main
+    suite = tmp_path / "opt.toml"
+    suite.write_text(OPTIMIZERS_SUITE)
+    assert cli_main(["run", "--results", str(tmp_path / "r"), "--suite", str(suite), "--no-report"]) == 0
+    store = Store(tmp_path / "r")
+    (run,) = store.run_ids()
+    html = build(store, [run])
+    md = (html.parent / "report.md").read_text()
+    section = md.split("## ZO optimizers (ZO-Bench's table)", 1)[1].split("\n## ", 1)[0]
+    lines = [l for l in section.splitlines() if l.startswith("|")]
+    head = [c.strip() for c in lines[0].strip("|").split("|")]
+    rows = [dict(zip(head, (c.strip() for c in l.strip("|").split("|")))) for l in lines[2:]]
+    got = {(r["runtime · target"], r["optimizer"]): r for r in rows}
+    assert set(got) == {("cpp · local", "BP"), ("cpp · local", "MeZO (two-point, sgd)"), ("cpp · local", "adam"),
+                        ("ort · local", "MeZO (two-point, sgd)"), ("ort · local", "adam")}
+    results = {(r["job"]["runtime"], r["job"]["hyper"].get("zo_update", "sgd"), r["job"]["method"]): r
+               for r in store.results(run)}
+    cpp_adam = results["cpp", "adam", "full-zo"]
+    r = got["cpp · local", "adam"]
+    assert r["forwards/step"] == "2" and got["cpp · local", "BP"]["forwards/step"] == "1"
+    want = memory_model.breakdown(LENET5, "full-zo", 32, zo=JobSpec.from_dict(cpp_adam["job"]).hyper).total_bytes
+    assert r["predicted MiB"] == f"{want / 2**20:.2f}"
+    assert r["measured MiB"] == f"{cpp_adam['memory']['buffers_bytes'] / 2**20:.2f}"
+    assert r["acc % (equal steps)"] == f"{100 * cpp_adam['epochs'][-1]['test_accuracy']:.1f}"
+    assert r["ms/step"] == f"{1000 * cpp_adam['train_seconds'] / cpp_adam['steps']:.3f}"
+    for (runtime, update, method), x in results.items():    # equal seconds: the last epoch within the panel's least time
+        seconds = min(sum(e["seconds"] for e in y["epochs"]) for k, y in results.items() if k[0] == runtime)
+        row = got[f"{runtime} · local", "BP" if method == "full-bp" else "adam" if update == "adam" else "MeZO (two-point, sgd)"]
+        within = [e for i, e in enumerate(x["epochs"]) if sum(f["seconds"] for f in x["epochs"][:i + 1]) <= seconds * (1 + 1e-9)]
+        assert row["acc % (equal seconds)"] == (f"{100 * within[-1]['test_accuracy']:.1f}" if within else "-")
+    assert (html.parent / "zo_optimizers.png").read_bytes().startswith(b"\x89PNG")

@@ -181,6 +181,16 @@ def zo_step(engine: Engine, x, y, key, eps: float, clip: float, lr_zo: float, lr
     return {**out, "grads": grads} if q > 1 else out
 
 
+def forwards_per_step(method: str, hyper) -> int:
+    """The forward passes one step of zo_step (bp_step: 1) runs, a Jacobian-vector product counted
+    as one: what ZO-Bench reports as queries a step (docs/zo-optimizers.md)."""
+    if method == "full-bp":
+        return 1
+    q, estimator = hyper.zo_queries, hyper.zo_estimator
+    n = {"two-point": 2 * q, "one-sided": q + 1, "forward-grad": q + (method == "elastic-zo")}[estimator]
+    return n + (2 + (estimator == "two-point") if hyper.zo_update == "conservative" else 0)
+
+
 def _mean(values: list):
     """The queries' mean; one query's value itself (a GPU step adds no kernel for it)."""
     return values[0] if len(values) == 1 else sum(values) / len(values)

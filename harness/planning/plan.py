@@ -234,21 +234,22 @@ def make(suite: Suite, targets: list[Target], *, methods=(), runtimes=(), precis
                 for precision in precision_list:
                     zo_losses = loss_list if precision == "int8" else ["float"]
                     for zo_loss in zo_losses:
-                        for m in method_list:
+                        # each method once per optimizer of the suite ([optimizers]; full-bp once)
+                        for m, opt, opt_hyper in ((m, *o) for m in method_list for o in suite.optimizers_for(m)):
                             if m.method == "full-bp" and zo_loss != zo_losses[0]:
                                 continue    # full-bp computes no ZO loss: one job per precision, not per zo_loss
                             model = model_of[str(m)]
-                            hyper = {**suite.hyper_for(m, precision, zo_loss), **overrides}
+                            hyper = {**suite.hyper_for(m, precision, zo_loss), **opt_hyper, **overrides}
                             why = unsupported(runtime, m.method, precision, dataset, target.device, model,
                                               Hyper(**hyper), m.bp_layers)
                             if why:
-                                notes.append(f"{m} {precision} on {runtime}: {why}")
+                                notes.append(f"{m}{f' {opt}' if opt else ''} {precision} on {runtime}: {why}")
                                 continue
                             stage = {"pretrained_from": pretrain_id(precision, dataset, model), "eval_start": True} \
                                 if pre is not None else {}
                             for r in range(suite.repeats):
                                 job_id = safe_name(".".join([
-                                    target.name, runtime, vocab.method_key(m.method, m.bp_layers),
+                                    target.name, runtime, vocab.method_key(m.method, m.bp_layers), *filter(None, [opt]),
                                     vocab.precision_key(precision, zo_loss, m.method),
                                     *([datasets.data_name(dataset, rotate, suite.workload.get("validation", 0))]
                                       if named else []), f"r{r}"]))

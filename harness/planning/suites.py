@@ -92,6 +92,15 @@ class Suite:
     rotations: list = field(default_factory=list)
     pretrain: Pretrain | None = None
     equal_memory: EqualMemory | None = None
+    # [optimizers]: name -> the hyper of one ZO optimizer (its parts, docs/zo-optimizers.md, and
+    # what is tuned for it, lr_zo above all). Every method with a ZO part runs once per optimizer,
+    # over hyper_for's hyper; full-bp once. {}: the suite's hyper alone, as before.
+    optimizers: dict = field(default_factory=dict)
+
+    def optimizers_for(self, method: MethodChoice) -> list[tuple[str, dict]]:
+        """(name, hyper) of each optimizer a method runs with: one unnamed without [optimizers] or
+        for full-bp, which has no ZO part."""
+        return list(self.optimizers.items()) if self.optimizers and method.method != "full-bp" else [("", {})]
 
     def hyper_for(self, method: MethodChoice, precision: str, zo_loss: str = "float") -> dict:
         """A job's hyperparameters from the suite: [hyper], then its precision's table (int8
@@ -148,7 +157,14 @@ def load(name_or_path: str) -> Suite:
     s.rotations = t.take("rotations", list, default=[])
     pretrain = t.take("pretrain", dict, default=None)
     equal = t.take("equal_memory", dict, default=None)
+    s.optimizers = t.take("optimizers", dict, default={})
     t.done()
+    for name, table in s.optimizers.items():
+        if not re.fullmatch(r"[a-z0-9][a-z0-9_-]{0,31}", name):
+            raise t.error(f"optimizers.{name}", "expected a name of up to 32 lowercase letters, digits, '-' and '_' "
+                                                "(it is in the jobs' ids)")
+        if not isinstance(table, dict):
+            raise t.error(f"optimizers.{name}", f"expected a table of hyperparameters, got {table!r}")
     if any(isinstance(r, bool) or not isinstance(r, (int, float)) for r in s.rotations):
         raise t.error("rotations", f"expected a list of angles in degrees, got {s.rotations!r}")
     for key, listing in (("dataset", "datasets"), ("rotate", "rotations")):
@@ -187,6 +203,9 @@ def load(name_or_path: str) -> Suite:
         for scope, hyper in s.scoped.items():
             for k, v in hyper.items():
                 check_value(Hyper, k, v, f"hyper.{scope_name(scope)}.")
+        for name, hyper in s.optimizers.items():
+            for k, v in hyper.items():
+                check_value(Hyper, k, v, f"optimizers.{name}.")
         for precision, hyper in (s.pretrain.hyper.items() if s.pretrain else ()):
             for k, v in hyper.items():
                 check_value(Hyper, k, v, f"pretrain.{precision}.")

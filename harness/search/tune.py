@@ -145,6 +145,7 @@ class Options:
     seed: int = 0               # the sampler's; the jobs keep the suite's seed
     overrides: dict = dataclasses.field(default_factory=dict)
     timeout_s: float | None = None
+    optimizer: str = ""         # one of the suite's [optimizers]; "" = none (a suite without them)
 
 
 @dataclass
@@ -157,12 +158,13 @@ class Outcome:
 def trial_suite(suite: Suite, opts: Options, dataset: str, rotate: float) -> Suite:
     """The in-memory suite of the trials: the method's job of the suite (its hyper as hyper_for
     gives it, --set over it), at the tuning epochs, on the validation split of one data set."""
-    hyper = {**suite.hyper_for(opts.method, opts.precision, opts.zo_loss), **opts.overrides, "epochs": opts.epochs}
+    hyper = {**suite.hyper_for(opts.method, opts.precision, opts.zo_loss), **suite.optimizers.get(opts.optimizer, {}),
+             **opts.overrides, "epochs": opts.epochs}
     workload = {**{k: v for k, v in suite.workload.items() if k not in ("dataset", "rotate")},
                 "dataset": dataset, "rotate": rotate, "validation": opts.validation}
     return dataclasses.replace(suite, methods=[opts.method], runtimes=[opts.runtime], precisions=[opts.precision],
                                zo_losses=[opts.zo_loss], workload=workload, hyper=hyper, scoped={}, repeats=1,
-                               datasets=[], rotations=[], pretrain=None, equal_memory=None)
+                               datasets=[], rotations=[], pretrain=None, equal_memory=None, optimizers={})
 
 
 def resolve(suite: Suite, opts: Options) -> tuple[str, float]:
@@ -172,6 +174,11 @@ def resolve(suite: Suite, opts: Options) -> tuple[str, float]:
                         "fit; tune its methods on a suite that trains them from scratch (e.g. paper-fmnist)")
     if str(opts.method) not in [str(m) for m in suite.methods]:
         raise UserError(f"tune --method {opts.method}: the suite has {', '.join(map(str, suite.methods))}")
+    if opts.optimizer and opts.optimizer not in suite.optimizers:
+        raise UserError(f"tune --optimizer {opts.optimizer}: the suite's are {', '.join(suite.optimizers) or 'none'}")
+    if suite.optimizers and not opts.optimizer and opts.method.method != "full-bp":
+        raise UserError(f"tune: suite {suite.name} runs {opts.method} with several optimizers; name the one to "
+                        f"tune with --optimizer ({', '.join(suite.optimizers)})")
     if opts.precision not in suite.precisions:
         raise UserError(f"tune --precision {opts.precision}: the suite trains {', '.join(suite.precisions)}")
     if not opts.params:
@@ -240,6 +247,8 @@ def toml_lines(run_id: str, record: dict) -> list[str]:
              f"{record['epochs']} epochs on {record['validation']} held-out samples of {record['dataset']}, "
              f"{len(record['trials'])} trials ({sum(t['state'] == 'pruned' for t in record['trials'])} pruned)",
              f"[hyper.{scope_name(record['method'])}.{precision}]"]
+    if record.get("optimizer"):     # a suite's optimizer: its inline table takes the values
+        lines[-1] = f"# in [optimizers], {record['optimizer']}'s table (tuned on {record['method']}):"
     return lines + [f"{k} = {shown_value(v)}" for k, v in best["values"].items()]
 
 
@@ -308,7 +317,8 @@ def run(store: Store, suite: Suite, target: Target, opts: Options, stop: Stop | 
     if not opts.validation:
         opts.validation = default_validation(dataset, suite.workload.get("data_dir", ""))
     base = trial_suite(suite, opts, dataset, rotate)
-    record = {"suite": suite.name, "method": str(opts.method), "precision": opts.precision, "zo_loss": opts.zo_loss,
+    record = {"suite": suite.name, "method": str(opts.method), "optimizer": opts.optimizer,
+              "precision": opts.precision, "zo_loss": opts.zo_loss,
               "runtime": opts.runtime, "target": target.name, "dataset": datasets.data_name(dataset, rotate),
               "validation": opts.validation, "epochs": opts.epochs, "params": [dataclasses.asdict(p) for p in opts.params],
               "sampler": opts.sampler, "pruner": opts.pruner, "seed": opts.seed,

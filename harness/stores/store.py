@@ -56,7 +56,7 @@ def results_dir(path) -> Path:
         except OSError as e:
             raise UserError(f"results directory {root}: {e.strerror}") from None
         break
-    return root
+    return root.absolute()      # a runner may start in another folder (the local transport's work dir)
 
 
 def summary(run_id: str, r: dict) -> dict:

@@ -39,6 +39,8 @@ def add(sub) -> None:
     p.add_argument("--grid-points", type=options.number(int, Bounds(1, 100)), default=5, help="grid: values per parameter")
     p.add_argument("--pruner", choices=tune.PRUNERS, default="median", help="median (default), halving or none")
     p.add_argument("--seed", type=options.number(int, Bounds(0, 2**32 - 1)), default=0, help="the sampler's seed")
+    p.add_argument("--optimizer", default="", help="one of the suite's [optimizers]: its ZO parts and hyper, "
+                                                   "over which the trials search")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a hyperparameter")
     p.add_argument("--timeout", type=options.number(float, suites.TIMEOUT_S), metavar="S", help="seconds a trial may take")
     p.set_defaults(main=main)
@@ -58,7 +60,7 @@ def main(args) -> int:
     opts = tune.Options(choice, args.precision, args.zo_loss if args.precision == "int8" else "float", args.runtime,
                         args.dataset, params, args.trials, args.epochs or tune.default_epochs(suite, args.precision),
                         args.validation or 0, args.sampler,
-                        args.grid_points, args.pruner, args.seed, overrides, args.timeout)
+                        args.grid_points, args.pruner, args.seed, overrides, args.timeout, args.optimizer)
     with running.signals_stop() as (stop, caught):     # the trial in progress is stopped, and no other starts
         outcome = tune.run(Store(args.results), suite, target, opts, stop,
                            show=options.say)
