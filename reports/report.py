@@ -423,7 +423,8 @@ def _blocks(run_ids: list[str], plans: list[dict], df: pd.DataFrame, ok: pd.Data
                          "(harness/search/memory_model.py, with the optimizer's state and buffers) and the measured "
                          "memory (the C++ binary's exact allocation, a cuda job's peak GPU allocation, else the "
                          "process's peak RSS, most of which is the framework), ms/step, J/step where a meter measured it, and the "
-                         "final test accuracy at equal steps and at equal seconds: the last epoch that ended within "
+                         "final test accuracy (and loss) at equal steps and the accuracy at equal seconds: the last epoch "
+                         "that ended within "
                          "the least training time of the rows compared (- where none did)."),
                    ("table", zo_optimizers.table(compared))]
     return blocks + (_energy_blocks(ok, accuracy) if len(ok) else []) + [("h2", "Charts")]

@@ -1,7 +1,7 @@
 """The report's ZO optimizers section, in the shape of ZO-Bench's tables (Zhang et al., ICML 2024):
 per model and runtime · target, each optimizer (estimator, update rule, sparsity: the job's ZO
 parts, docs/zo-optimizers.md) with its forwards a step, predicted and measured memory, ms/step,
-J/step where measured, and test accuracy at equal steps and at equal seconds; and a chart of
+J/step where measured, and test accuracy (and loss) at equal steps and accuracy at equal seconds; and a chart of
 accuracy against memory with each optimizer a point, the trade-off a user chooses on.
 
 It reads report._chart_groups' rows (ok job groups), whose label keeps optimizers apart, and is
@@ -52,10 +52,14 @@ def table(g: pd.DataFrame) -> pd.DataFrame:
                 "forwards/step": int(r["forwards"]),
                 "predicted MiB": _f(r["predicted_mib"], 2), "measured MiB": _f(measured_mib(r), 2),
                 "ms/step": _f(r["ms_step"], 3), "J/step": _f(r["j_step"], 4),
-                "acc % (equal steps)": _f(r["test_acc"], 1),
-                f"acc % (equal seconds)": _f(at_seconds(r["curve"], budget), 1),
+                "acc % (equal steps)": _f(r["test_acc"], 1), "test loss (equal steps)": _f(_last(r["curve"], "test_loss"), 4),
+                "acc % (equal seconds)": _f(at_seconds(r["curve"], budget), 1),
                 "equal seconds": _f(budget, 1)})
     return pd.DataFrame(rows)
+
+
+def _last(curve: pd.DataFrame, column: str) -> float:
+    return float(curve[column].iloc[-1]) if column in curve and len(curve) else math.nan
 
 
 def measured_mib(r) -> float:

@@ -75,16 +75,16 @@ def test_cli_prints_the_breakdown_as_json_and_refuses_bad_input():
     assert bad.returncode == 2 and "Traceback" not in bad.stderr and "between 1 and 3" in bad.stderr
 
 
-def test_cli_counts_the_zo_parts_it_is_given_and_nothing_else():
-    p = zobench("memory", "--batch", "32", "--method", "full-zo", "--set", "zo_update=adam", "--set",
-                "zo_sparsity=magnitude", "--json")
+def test_cli_counts_the_zo_parts_it_is_given_and_nothing_else(capsys):
+    p = cli(capsys, "memory", "--batch", "32", "--method", "full-zo", "--set", "zo_update=adam", "--set",
+            "zo_sparsity=magnitude", "--json")
     assert p.returncode == 0, p.stderr
     (row,) = json.loads(p.stdout)
     assert row["parts"]["optimizer"] == 8 * LENET5.params_total and row["parts"]["zo"] == LENET5.params_total
     for args, needle in [(["--set", "epochs=2"], "memory --set epochs: only the ZO parts"),
                          (["--set", "zo_update=sign", "--precision", "int8"], "are FP32's"),
                          (["--set", "zo_layers=0"], "zo_layers: expected")]:
-        bad = zobench("memory", "--batch", "32", *args)
+        bad = cli(capsys, "memory", "--batch", "32", *args)
         assert bad.returncode == 2 and "Traceback" not in bad.stderr and needle in bad.stderr, bad.stderr
 
 

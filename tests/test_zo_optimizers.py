@@ -476,3 +476,17 @@ def test_a_run_comparing_optimizers_gets_zo_benchs_table_and_chart(native, tmp_p
         within = [e for i, e in enumerate(x["epochs"]) if sum(f["seconds"] for f in x["epochs"][:i + 1]) <= seconds * (1 + 1e-9)]
         assert row["acc % (equal seconds)"] == (f"{100 * within[-1]['test_accuracy']:.1f}" if within else "-")
     assert (html.parent / "zo_optimizers.png").read_bytes().startswith(b"\x89PNG")
+
+
+@pytest.mark.parametrize("name", ["quick-zo-optimizers", "quick-zo-optimizers-gpt2", "zo-bench", "zo-bench-lenet5",
+                                  "zo-bench-pointnet"])
+def test_the_optimizer_suites_plan_every_optimizer_where_it_runs(name):
+    suite = suites.load(name)
+    jobs, notes = plan.make(suite, inventory.resolve(["local"], None))
+    zo = [j for j in jobs if j.spec["method"] != "full-bp" and not j.job_id.startswith("pretrain.")]
+    for runtime in suite.runtimes:
+        for m in (m for m in suite.methods if m.method != "full-bp"):
+            ran = {j.job_id.split(".")[3] for j in zo if j.spec["runtime"] == runtime and j.spec["method"] == m.method
+                   and j.spec["bp_layers"] == m.bp_layers}
+            left = {o for o in suite.optimizers if any(n.startswith(f"{m} {o} fp32 on {runtime}:") for n in notes)}
+            assert ran | left == set(suite.optimizers) and not ran & left
