@@ -12,8 +12,10 @@ nothing else: this module imports neither torch nor the harness (tested).
   generation into the update the way the C++ loop does, and generating z is
   the costliest part of a perturbation, so the runner draws z once per step
   into one n_zo scratch vector and applies it three times (+eps, -2 eps,
-  eps - lr g). That scratch (4 bytes per ZO parameter) is the one buffer this
-  runner holds that the C++ binary does not.
+  eps - lr g). That scratch (4 bytes per ZO parameter) is a buffer this
+  runner holds that the C++ binary does not; the other is the step's direction d
+  of momentum and Adam with one query, which the binary folds into its restore
+  (docs/zo-optimizers.md).
 - ElasticZO's BP head runs forward and backward in numpy on the graph's output,
   keeping the activations of both perturbed passes as methods.py prescribes; its
   update is SGD, or Adam written once for numpy and torch (methods.adam_update).
