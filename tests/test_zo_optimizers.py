@@ -12,7 +12,7 @@ from workloads.spec import JobSpec, SpecError
 
 from test_methods import batch, clock, make, reference_grad, reference_loss  # noqa: F401 (batch: a fixture)
 from testkit.agreement import assert_buffers_follow_the_model
-from testkit.runners import job_spec, run_runner
+from testkit.runners import QEMU_A53, job_spec, run_runner
 
 
 class Quadratic:
@@ -192,6 +192,19 @@ def test_the_binary_matches_torch_step_for_step_with_the_zo_parts(native, data_d
         np.testing.assert_allclose(b, a, rtol=0, atol=5e-3 + 1e-2 * np.abs(a).max())
     assert abs(t["epochs"][0]["test_accuracy"] - c["epochs"][0]["test_accuracy"]) <= 2 / 256
     assert_buffers_follow_the_model(c)      # the parts' state and buffers are the memory model's, exactly
+
+
+def test_the_aarch64_build_under_qemu_runs_the_parts_as_torch_does(aarch64, data_dir, tmp_path):
+    """The parts' loops on the NEON build, on an in-order core: one combination of an estimator,
+    an update rule with state and a sparsity, step for step with torch."""
+    parts = {"zo_estimator": "one-sided", "zo_update": "momentum", "zo_sparsity": "magnitude", "zo_mask_every": 1000}
+    s = job_spec("elastic-zo", 1, seed=3, steps=15, data_dir=data_dir, hyper=dict(parts, lr_zo=2e-3))
+    t, a = run_runner(s, tmp_path / "torch"), run_runner(s, tmp_path / "arm", [*QEMU_A53, aarch64])
+    assert a["status"] == "ok" and a["env"]["arch"] == "aarch64", a["error"]
+    np.testing.assert_allclose([x["loss"] for x in a["trace"]], [x["loss"] for x in t["trace"]], rtol=1e-4)
+    gt = np.array([x["grad"] for x in t["trace"]])
+    np.testing.assert_allclose([x["grad"] for x in a["trace"]], gt, rtol=0, atol=5e-3 + 1e-2 * np.abs(gt).max())
+    assert_buffers_follow_the_model(a)
 
 
 @pytest.mark.parametrize("hyper,why", [({"zo_estimator": "forward-grad"}, "forward-grad needs forward-mode AD"),
