@@ -1,14 +1,16 @@
 """zobench fit: the search's rule on the real memory model, and real probes under a real memory
 limit on this machine (workloads/launch.py's cgroup)."""
 import json
+from pathlib import Path
 
 import pytest
 
+from harness.planning.suites import Suite
 from harness.search import fit
 from harness.stores.store import Store
 from workloads.models import ladder
 
-from testkit.runners import cli
+from testkit.runners import cli, in_process
 
 GPT2 = ladder("gpt2")
 
@@ -99,3 +101,16 @@ def test_fit_refuses_bad_input_in_one_line(capsys, tmp_path):
         rc, out, err = run_fit(capsys, "--results", str(tmp_path), *args)
         assert rc == 2 and what in err and "Traceback" not in err, (args, err)
     assert not (tmp_path / "runs").exists() or Store(tmp_path).run_ids() == []
+
+
+def test_the_zo_parts_count_in_the_prediction_and_train_in_the_probes():
+    """--set zo_update=adam: Adam's two moments over the ZO part are in what fit predicts a
+    candidate needs, and its probes train with the part."""
+    c = fit.configs("model", "gpt2", None, 8, 64)[0]
+    mezo, adam = fit.Method(fit.MethodChoice("full-zo")), fit.Method(fit.MethodChoice("full-zo"), zo={"zo_update": "adam"})
+    n_zo = c.model.split("full-zo", 0)
+    assert adam.model_bytes(c) - mezo.model_bytes(c) == 8 * n_zo
+    probe = fit.suite_for(Suite("s", Path("s.toml"), methods=[adam.choice]), c, adam, "fortunes")
+    assert probe.hyper["zo_update"] == "adam"
+    bad = in_process("fit", "--budget", "1G", "--method", "full-zo", "--set", "epochs=2")
+    assert bad.returncode == 2 and "fit --set epochs: only the ZO parts" in bad.stderr
