@@ -8,7 +8,7 @@ import torch
 from harness.planning import inventory, plan, suites
 from workloads import methods, vocab, zrng
 from harness.errors import UserError
-from workloads.spec import JobSpec, SpecError
+from workloads.spec import Hyper, JobSpec, SpecError
 
 from test_methods import batch, clock, make, reference_grad, reference_loss  # noqa: F401 (batch: a fixture)
 from testkit.agreement import assert_buffers_follow_the_model
@@ -504,3 +504,67 @@ def test_the_optimizer_suites_plan_every_optimizer_where_it_runs(name):
                    and j.spec["bp_layers"] == m.bp_layers}
             left = {o for o in suite.optimizers if any(n.startswith(f"{m} {o} fp32 on {runtime}:") for n in notes)}
             assert ran | left == set(suite.optimizers) and not ran & left
+
+
+class DeviceScalarQuadratic(Quadratic):
+    """Quadratic as a GPU step sees it: θ and the moments are torch tensors, and every loss, projected
+    gradient and rate is a 0-dim tensor never read on the host (methods.zo_step's device-scalar
+    path: what a CUDA graph captures, run here on the CPU)."""
+
+    def __init__(self, q: Quadratic, update: str):
+        self.a, self.b = torch.from_numpy(q.a), torch.from_numpy(q.b)
+        self.theta = torch.from_numpy(q.theta.copy())
+        self.n_zo, self.n_bp = q.n_zo, 0
+        self.zo_moments = [torch.zeros(self.n_zo, dtype=torch.float64) for _ in range({"momentum": 1, "adam": 2}.get(update, 0))]
+        self.zo_t, self.sqrt = torch.zeros((), dtype=torch.float64), torch.sqrt
+
+    def perturb(self, key, alpha):
+        assert isinstance(alpha, torch.Tensor) or isinstance(alpha, float)
+        self.theta += alpha * torch.from_numpy(zrng.normal(key, 0, self.n_zo).astype(np.float64))
+
+    def forward(self, x, keep):
+        return 0.5 * self.a @ (self.theta * self.theta) + self.b @ self.theta
+
+    def zo_direction(self, keys, coefs):
+        return sum(c * torch.from_numpy(zrng.normal(k, 0, self.n_zo).astype(np.float64)) for k, c in zip(keys, coefs))
+
+    def zo_params(self):
+        return self.theta
+
+
+class HostQuadratic(Quadratic):
+    """Quadratic with the update rules' arrays in numpy: the CPU path."""
+
+    def __init__(self, q: Quadratic, update: str):
+        super().__init__(q.a, q.b, q.theta)
+        self.zo_moments = [np.zeros(self.n_zo) for _ in range({"momentum": 1, "adam": 2}.get(update, 0))]
+        self.zo_t, self.sqrt = 0, np.sqrt
+
+    def zo_direction(self, keys, coefs):
+        return sum(c * zrng.normal(k, 0, self.n_zo).astype(np.float64) for k, c in zip(keys, coefs))
+
+    def zo_params(self):
+        return self.theta
+
+
+@pytest.mark.parametrize("update", ["sgd", "sign", "momentum", "conservative", "adam"])
+@pytest.mark.parametrize("queries", [1, 3])
+def test_the_device_scalar_path_of_every_rule_steps_as_the_host_path(update, queries):
+    """A GPU's step (losses, gradients and rates as device scalars, conservative's choice made by
+    torch.where) against the host's floats, 6 steps alternating a small rate and a far too large
+    one, so that conservative both moves and stays: the same θ to 1e-9 (torch's and numpy's float64 dot products sum in
+    their own orders; a wrong branch or rule is off by lr)."""
+    q = quadratic(64)
+    host, dev = HostQuadratic(q, update), DeviceScalarQuadratic(q, update)
+    kept = []
+    for t in range(6):
+        keys, lr = zrng.zo_keys(2, t, queries), (0.01, 1.0)[t % 2]      # a small step, then one far too large
+        a = methods.zo_step(host, None, None, keys, 1e-3, 5.0, lr, 0.0, clock(), update=update, hyper=Hyper())
+        b = methods.zo_step(dev, None, None, keys, 1e-3, 5.0, torch.tensor(lr, dtype=torch.float64), 0.0, clock(),
+                            update=update, hyper=Hyper())
+        assert all(isinstance(v, torch.Tensor) for k, v in b.items() if k != "grads")
+        assert float(b["grad"]) == pytest.approx(a["grad"], rel=1e-9)
+        np.testing.assert_allclose(dev.theta.numpy(), host.theta, rtol=0, atol=1e-9)
+        if update == "conservative":
+            kept.append(float(b["loss_kept"]) < float(b["loss"]))
+    assert update != "conservative" or (any(kept) and not all(kept))    # moved on some steps, stayed on others

@@ -334,7 +334,7 @@ def _clip(v, c: float):
 
 
 def _sign(v: float) -> int:
-    return (v > 0) - (v < 0)
+    return int(v > 0) - int(v < 0)
 
 
 def int8_zo_step(engine: Int8Engine, x, y, key: int, zo_loss: str, epoch: int, clock) -> dict:
