@@ -25,6 +25,34 @@ using namespace fp32k;
 
 using StepResult = StepRecord<double>;
 
+// Adam on one parameter p with gradient g and moments m, v, as llm.c updates (AdamW without the
+// weight decay): each scalar rounded to float32 once an update and the operations in the order of
+// workloads/methods.py adam_update, so the runtimes agree step for step. t: this update's count.
+struct AdamRule {
+    float rate, b1, b2, ob1, ob2, eps, c1, c2;
+    AdamRule(double lr, const Hyper& h, long t)
+        : rate(float(lr)), b1(float(h.adam_beta1)), b2(float(h.adam_beta2)), ob1(float(1.0 - h.adam_beta1)),
+          ob2(float(1.0 - h.adam_beta2)), eps(float(h.adam_eps)), c1(float(1.0 - std::pow(h.adam_beta1, double(t)))),
+          c2(float(1.0 - std::pow(h.adam_beta2, double(t)))) {}
+    void operator()(float& p, float g, float& m, float& v) const {
+        m = m * b1 + ob1 * g;
+        v = v * b2 + ob2 * (g * g);
+        p -= rate * (m / c1) / (std::sqrt(v / c2) + eps);
+    }
+};
+
+// ZO-SGD-MMT on one parameter p with direction d and momentum m: torch.optim's SGD momentum, in
+// the order of workloads/methods.py _stateful
+struct MomentumRule {
+    float rate, beta;
+    MomentumRule(double lr, const Hyper& h) : rate(float(lr)), beta(float(h.zo_momentum)) {}
+    void operator()(float& p, float d, float& m) const {
+        m = m * beta;
+        m += d;
+        p -= rate * m;
+    }
+};
+
 struct Net {
     const Arch& a;
     int B, n, first_bp;
@@ -197,21 +225,13 @@ struct Net {
         adam_t = saved.t, zo_t = saved.zt;
     }
 
-    // Adam on p[0, n) with gradient g, as llm.c updates (AdamW without the weight decay): each
-    // scalar rounded to float32 once and the operations in the order of workloads/methods.py
-    // adam_update, so the runtimes agree step for step; t counts this update. zero: g is a
-    // gradient buffer to clear as it is read.
+    // Adam (AdamRule) on p[0, n) with gradient g; t counts this update. zero: g is a gradient
+    // buffer to clear as it is read.
     static void adam(float* p, float* g, float* m, float* v, size_t n, double lr, const Hyper& h, long t, bool zero) {
-        const float rate = float(lr), b1 = float(h.adam_beta1), b2 = float(h.adam_beta2);
-        const float ob1 = float(1.0 - h.adam_beta1), ob2 = float(1.0 - h.adam_beta2), eps = float(h.adam_eps);
-        const float c1 = float(1.0 - std::pow(h.adam_beta1, double(t)));
-        const float c2 = float(1.0 - std::pow(h.adam_beta2, double(t)));
+        const AdamRule rule(lr, h, t);
 #pragma omp parallel for simd schedule(static)
         for (size_t i = 0; i < n; ++i) {
-            const float gi = g[i];
-            m[i] = m[i] * b1 + ob1 * gi;
-            v[i] = v[i] * b2 + ob2 * (gi * gi);
-            p[i] -= rate * (m[i] / c1) / (std::sqrt(v[i] / c2) + eps);
+            rule(p[i], g[i], m[i], v[i]);
             if (zero) g[i] = 0.f;
         }
     }
@@ -288,31 +308,24 @@ struct Net {
     }
     template <bool MASKED>  // a loop apiece: a test of the mask in the unmasked loop costs it its vectors
     void restore_and_step(uint64_t key, float back, float c, double lr, const Hyper& h) {
-        const float scale = zrng::z_scale(), rate = float(lr);
+        const float scale = zrng::z_scale();
         float *p = params.data(), *m = zo_m.data(), *v = zo_v.data();
         const uint8_t* mk = zo_mask.data();
+        const auto z_at = [=](size_t i, uint32_t x) { return MASKED ? zrng::normal(x, scale) * float(mk[i]) : zrng::normal(x, scale); };
         if (h.zo_update == "momentum") {
-            const float beta = float(h.zo_momentum);
+            const MomentumRule rule(lr, h);
             zrng::each_bits32(key, n_zo, [=](size_t i, uint32_t x) {
-                const float z = MASKED ? zrng::normal(x, scale) * float(mk[i]) : zrng::normal(x, scale);
+                const float z = z_at(i, x);
                 p[i] += back * z;
-                m[i] = m[i] * beta;
-                m[i] += c * z;
-                p[i] -= rate * m[i];
+                rule(p[i], c * z, m[i]);
             });
             return;
         }
-        const long t = ++zo_t;
-        const float b1 = float(h.adam_beta1), b2 = float(h.adam_beta2);
-        const float ob1 = float(1.0 - h.adam_beta1), ob2 = float(1.0 - h.adam_beta2), eps = float(h.adam_eps);
-        const float c1 = float(1.0 - std::pow(h.adam_beta1, double(t))), c2 = float(1.0 - std::pow(h.adam_beta2, double(t)));
+        const AdamRule rule(lr, h, ++zo_t);
         zrng::each_bits32(key, n_zo, [=](size_t i, uint32_t x) {
-            const float z = MASKED ? zrng::normal(x, scale) * float(mk[i]) : zrng::normal(x, scale);
+            const float z = z_at(i, x);
             p[i] += back * z;
-            const float d = c * z;
-            m[i] = m[i] * b1 + ob1 * d;
-            v[i] = v[i] * b2 + ob2 * (d * d);
-            p[i] -= rate * (m[i] / c1) / (std::sqrt(v[i] / c2) + eps);
+            rule(p[i], c * z, m[i], v[i]);
         });
     }
 
@@ -323,13 +336,9 @@ struct Net {
         float *p = params.data(), *m = zo_m.data();
         const float* d = zo_d.data();
         if (h.zo_update == "momentum") {
-            const float beta = float(h.zo_momentum), rate = float(lr);
+            const MomentumRule rule(lr, h);
 #pragma omp parallel for simd schedule(static)
-            for (size_t i = 0; i < n_zo; ++i) {
-                m[i] = m[i] * beta;
-                m[i] += d[i];
-                p[i] -= rate * m[i];
-            }
+            for (size_t i = 0; i < n_zo; ++i) rule(p[i], d[i], m[i]);
             return;
         }
         adam(p, zo_d.data(), m, zo_v.data(), n_zo, lr, h, ++zo_t, false);
