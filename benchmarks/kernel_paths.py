@@ -47,12 +47,19 @@ def medians(runs: list[dict]) -> tuple[float, float, float]:
     return statistics.median(ms), statistics.median(zo), statistics.median(m * (1 - z) for m, z in zip(ms, zo))
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__)
+def alternating_options(doc: str) -> argparse.ArgumentParser:
+    """The options of a benchmark whose runs take turns (alternating): repeats, steps, batch and
+    threads, LeNet-5's defaults."""
+    ap = argparse.ArgumentParser(description=doc)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--threads", type=int, default=0, help="0 = all cores")
+    return ap
+
+
+def main() -> None:
+    ap = alternating_options(__doc__)
     ap.add_argument("--cpus", help="comma-separated x86 CPU names (default: every one this machine runs)")
     args = ap.parse_args()
     if platform.machine() != "x86_64":

@@ -7,7 +7,6 @@ Prints; asserts nothing.
 """
 from __future__ import annotations
 
-import argparse
 import sys
 import tempfile
 from pathlib import Path
@@ -15,7 +14,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.kernel_paths import alternating, medians  # noqa: E402
+from benchmarks.kernel_paths import alternating, alternating_options, medians  # noqa: E402
 from benchmarks.runtimes import bench_spec  # noqa: E402
 from harness.preparation.artifacts import raw_idx  # noqa: E402
 from harness.planning.suites import MethodChoice  # noqa: E402
@@ -32,11 +31,7 @@ OPTIMIZERS = {
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--steps", type=int, default=200)
-    ap.add_argument("--batch", type=int, default=32)
-    ap.add_argument("--threads", type=int, default=0, help="0 = all cores")
+    ap = alternating_options(__doc__)
     ap.add_argument("--method", default="full-zo", help="full-zo, or elastic-zo:K (its C++ runs one query a step)")
     args = ap.parse_args()
     method = MethodChoice.parse(args.method)

@@ -90,6 +90,7 @@ def build(store, run_ids: list[str], out: Path | None = None, targets=(), method
     models = _models(df)
     studies = equal_memory.studies(run_ids, plans)
     searches = tune.studies(run_ids, plans)
+    compared = zo_optimizers.groups(ok)
     draw = {"time_breakdown": lambda: charts.time_breakdown(ok, palette),
             "cross_device": lambda: charts.cross_device(ok, palette),
             "memory": lambda: charts.memory(ok, palette, models),
@@ -102,8 +103,8 @@ def build(store, run_ids: list[str], out: Path | None = None, targets=(), method
             "equal_memory": lambda: equal_memory.chart(df, studies, palette),
             "history": lambda: history_chart(history),
             "tune": lambda: tune.chart(searches),
-            "zo_optimizers": lambda: zo_optimizers.chart(zo_optimizers.groups(ok), palette)}
-    if not len(zo_optimizers.groups(ok)):
+            "zo_optimizers": lambda: zo_optimizers.chart(compared, palette)}
+    if not len(compared):
         del draw["zo_optimizers"]
     if not ok["j_step"].notna().any():      # the report says why in a line instead of an empty chart
         del draw["energy"]
@@ -162,7 +163,7 @@ def _load(store, run_ids: list[str], plans: list[dict]) -> pd.DataFrame:
             spec = JobSpec.from_dict(job)
             network = spec.model()
             context, checkpointing = transformers.shape(spec.hyper, network)
-            zo = job["method"] != "full-bp"
+            zo_parts = spec.hyper.zo_parts(job["method"])
             rows.append({
                 "run_id": run_id, "job_id": job["job_id"], "repeat": job["repeat"],
                 **{k: job[k] for k in ("method", "bp_layers", "runtime", "target")},
@@ -184,10 +185,10 @@ def _load(store, run_ids: list[str], plans: list[dict]) -> pd.DataFrame:
                 "setup": " ".join(filter(None, [f"T={context}" + (" +ckpt" if checkpointing else "") if context else "",
                                                 "adam" if spec.hyper.optimizer == "adam" and job["method"] != "full-zo"
                                                 else "",
-                                                spec.hyper.zo_parts() if job["method"] != "full-bp" else ""])),
+                                                zo_parts])),
                 # the ZO optimizer as its parts ("" = MeZO's step), its forwards a step, and the memory
                 # model's prediction for the job (reports/zo_optimizers.py)
-                "zo_parts": spec.hyper.zo_parts() if zo else "",
+                "zo_parts": zo_parts,
                 "forwards": methods.forwards_per_step(job["method"], spec.hyper),
                 "predicted_mib": _predicted_bytes(spec, network) / MIB,
                 "status": r["status"], "error": r["error"] or "", "steps": steps,

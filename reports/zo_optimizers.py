@@ -33,7 +33,7 @@ def optimizer(parts: str, method: str) -> str:
 
 def at_seconds(curve: pd.DataFrame, seconds: float) -> float:
     """The test accuracy of the last epoch that ended within `seconds` of training, nan if none did."""
-    if "seconds" not in curve or not curve["seconds"].notna().all():
+    if not curve["seconds"].notna().all():
         return math.nan
     ended = curve["seconds"].cumsum() <= seconds * (1 + 1e-9)
     return float(curve.loc[ended, "test_acc"].iloc[-1]) if ended.any() else math.nan
@@ -44,13 +44,13 @@ def table(g: pd.DataFrame) -> pd.DataFrame:
     seconds: the least total training time among the rows of a workload and panel."""
     rows = []
     for (workload, panel), p in g.groupby(["workload", "panel"], sort=False):
-        budget = min(c["seconds"].sum() if "seconds" in c else math.nan for c in p["curve"])
+        budget = min(c["seconds"].sum() for c in p["curve"])
         for _, r in p.iterrows():
             rows.append({
                 "workload": workload, "runtime · target": panel, "method": r["mlabel"],
                 "optimizer": optimizer(r["zo_parts"], r["method"]), "precision": r["precision"],
                 "forwards/step": int(r["forwards"]),
-                "predicted MiB": _f(r["predicted_mib"], 2), "measured MiB": _f(measured_mib(r), 2),
+                "predicted MiB": _f(r["predicted_mib"], 2), "measured MiB": _f(measured(r)[0], 2),
                 "ms/step": _f(r["ms_step"], 3), "J/step": _f(r["j_step"], 4),
                 "acc % (equal steps)": _f(r["test_acc"], 1), "test loss (equal steps)": _f(_last(r["curve"], "test_loss"), 4),
                 "acc % (equal seconds)": _f(at_seconds(r["curve"], budget), 1),
@@ -59,18 +59,19 @@ def table(g: pd.DataFrame) -> pd.DataFrame:
 
 
 def _last(curve: pd.DataFrame, column: str) -> float:
-    return float(curve[column].iloc[-1]) if column in curve and len(curve) else math.nan
+    return float(curve[column].iloc[-1]) if len(curve) else math.nan
 
 
-def measured_mib(r) -> float:
-    """What a job measurably held: the C++ binary's exact allocation, a cuda job's peak GPU
-    allocation, else the process's peak resident set, most of it the framework (an increment over
-    the baseline would be the allocator's history as much as the optimizer's: it can be negative)."""
+def measured(r) -> tuple[float, str]:
+    """What a job measurably held (MiB) and what that is: the C++ binary's exact allocation, a
+    cuda job's peak GPU allocation, else the process's peak resident set, most of it the framework
+    (an increment over the baseline would be the allocator's history as much as the optimizer's:
+    it can be negative)."""
     if r["runtime"] == "cpp" and not math.isnan(r["buffers_mib"]):
-        return r["buffers_mib"]
+        return r["buffers_mib"], "C++ buffers"
     if not math.isnan(r["device_peak_mib"]):
-        return r["device_peak_mib"]
-    return r["peak_mib"]
+        return r["device_peak_mib"], "GPU peak allocation"
+    return r["peak_mib"], "peak RSS"
 
 
 def chart(g: pd.DataFrame, palette: dict):
@@ -81,12 +82,10 @@ def chart(g: pd.DataFrame, palette: dict):
     for ax, (workload, panel) in zip(axes.flat, panels):
         p = g[(g["workload"] == workload) & (g["panel"] == panel)]
         for _, r in p.iterrows():
-            x = measured_mib(r)
+            x, what = measured(r)       # a panel is one runtime on one target: one kind of measure
             ax.scatter([x], [r["test_acc"]], color=palette[r["mlabel"]], s=36, edgecolor="0.2", zorder=3)
             ax.annotate(f"{optimizer(r['zo_parts'], r['method'])} {r['precision']}", (x, r["test_acc"]),
                         fontsize=6.5, xytext=(4, 3), textcoords="offset points")
-        what = "C++ buffers" if (p["runtime"] == "cpp").all() else "GPU peak allocation" \
-            if p["device_peak_mib"].notna().all() else "peak RSS"
         ax.set(title=f"{workload} · {panel}", xlabel=f"measured memory: {what} (MiB)", ylabel="test accuracy (%)")
     for ax in list(axes.flat)[len(panels):]:
         ax.set_visible(False)

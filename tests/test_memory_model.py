@@ -22,6 +22,8 @@ from workloads.torch_runner import TorchEngine
 
 from testkit.runners import cli, zobench
 
+from test_zo_optimizers import _ids
+
 MIB, KIB = 2 ** 20, 2 ** 10
 
 
@@ -451,10 +453,6 @@ def _parts_engine(model, method, k, parts, batch=4):
 PARTS_MODELS = [LENET5, POINTNET.with_points(32), TINY, MID]
 ZO_PARTS = [("full-zo", 0, {"zo_update": "momentum"}), ("full-zo", 0, {"zo_update": "adam", "zo_queries": 2}),
             ("elastic-zo", 1, {"zo_sparsity": "magnitude"}), ("elastic-zo", 1, {"zo_update": "adam", "zo_sparsity": "layers"})]
-
-
-def _ids(v):
-    return "-".join(map(str, v.values())) if isinstance(v, dict) else None
 
 
 @pytest.mark.parametrize("model", PARTS_MODELS, ids=lambda m: m.name)

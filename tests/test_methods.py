@@ -31,9 +31,9 @@ def reference_grad(theta: np.ndarray, x, y) -> np.ndarray:
     return flat.grad.numpy()
 
 
-def make(method, bp_layers=0, dtype=np.float64, seed=0):
+def make(method, bp_layers=0, dtype=np.float64, seed=0, hyper=None):
     spec = JobSpec.from_dict({"job_id": "t", "method": method, "bp_layers": bp_layers, "threads": 1,
-                              "seed": seed})
+                              "seed": seed, "hyper": hyper or {}})
     return spec, TorchEngine(spec, LENET5, LENET5.init_weights(seed).astype(dtype))
 
 

@@ -27,7 +27,7 @@ from typing import Protocol
 
 import numpy as np
 
-from . import models, zrng
+from . import models, vocab, zrng
 
 
 class Engine(Protocol):
@@ -101,12 +101,16 @@ def bp_step(engine, x, y, update, clock) -> dict:
 
 
 def zo_step(engine: Engine, x, y, key, eps: float, clip: float, lr_zo: float, lr_bp: float, clock,
-            estimator: str = "two-point", update: str = "sgd", hyper=None) -> dict:
+            hyper=None) -> dict:
     """One FP32 ZO step (docs/zo-optimizers.md). key: the direction's key, or one key per query
     (zrng.zo_keys); each query's projected gradient is estimated from the same θ, and the step's
     direction is d = (1/q) Σ dir(gᵢ) zᵢ (dir: g, or sign(g)), which the update rule applies.
     With one query SGD's and sign's restore and update are one pass, as MeZO's is (Sec. 4).
-    hyper: the update rules' constants (momentum's β, Adam's), spec.Hyper's defaults if None."""
+    hyper: the job's Hyper, whose ZO parts (estimator, update rule and its constants) the step
+    runs; None: MeZO's step."""
+    from .spec import Hyper
+    hyper = hyper or Hyper()
+    estimator, update = hyper.zo_estimator, hyper.zo_update
     keys = key if isinstance(key, (list, tuple)) else [key]
     q, head = len(keys), engine.n_bp > 0
     merged = q == 1 and update in ("sgd", "sign") and estimator != "forward-grad"
@@ -237,18 +241,16 @@ def _stateful(engine, keys, coefs, lr, update: str, hyper) -> None:
     momentum (ZO-SGD-MMT, torch.optim's SGD momentum on d: m = β m + d, θ -= lr m) or Adam
     (ZO-Adam: adam_update on d, with its own update count). The C++ binary runs the same
     operations in the same order (fp32_net.hpp)."""
-    from .spec import Hyper
-    h = hyper or Hyper()
     d = engine.zo_direction(keys, coefs)
     p = engine.zo_params()
     if update == "momentum":
         m, = engine.zo_moments
-        m *= h.zo_momentum
+        m *= hyper.zo_momentum
         m += d
         p -= lr * m
         return
     engine.zo_t += 1
-    adam_update(p, d, *engine.zo_moments, lr, engine.zo_t, h, engine.sqrt)
+    adam_update(p, d, *engine.zo_moments, lr, engine.zo_t, hyper, engine.sqrt)
 
 
 class Sparsity:
@@ -261,7 +263,7 @@ class Sparsity:
     def __init__(self, model, method: str, bp_layers: int, hyper):
         from .spec import SpecError
         self.h = hyper
-        n_zo = model.split(method, bp_layers)
+        self.n_zo = n_zo = model.split(method, bp_layers)
         sizes = model.unit_sizes()[:model.first_bp_layer(method, bp_layers)]
         starts = [sum(sizes[:i]) for i in range(len(sizes))]
         self.units = [(lo, lo + n) for lo, n in zip(starts, sizes)]
@@ -283,21 +285,24 @@ class Sparsity:
 
     def mask(self, weights: np.ndarray) -> np.ndarray:
         """1 where a ZO weight is perturbed, else 0: a byte each, as every runtime holds it."""
-        mask = np.zeros(self.tensors[-1][1] if self.tensors else 0, dtype=np.uint8)
+        mask = np.zeros(self.n_zo, dtype=np.uint8)
         for lo, hi in self.tensors:
             k = math.ceil(self.h.zo_mask_fraction * (hi - lo))
             mask[lo + np.argsort(np.abs(weights[lo:hi]), kind="stable")[:k]] = 1
         return mask
 
 
-def zo_state(engine, spec, model, zeros) -> None:
-    """Give an engine what the ZO parts read (Engine): its Sparsity, and the update rule's
-    moments over the ZO part (zeros(n) makes an array of n zeros of the engine's kind)."""
+def zo_state(engine, spec, model, zeros, count) -> None:
+    """Give an engine what the ZO parts read (Engine): its Sparsity, the update rule's moments
+    over the ZO part, the step's direction d where a rule keeps them, and Adam's count (zeros(n):
+    n zeros of the engine's kind; count: its zero count)."""
     h = spec.hyper
     zo = spec.method != "full-bp"
     engine.sparsity = Sparsity(model, spec.method, spec.bp_layers, h) if zo and h.zo_sparsity != "all" else None
     engine.ranges = engine.mask = None
-    engine.zo_moments = [zeros(engine.n_zo) for _ in range({"momentum": 1, "adam": 2}.get(h.zo_update, 0) if zo else 0)]
+    engine.zo_moments = [zeros(engine.n_zo) for _ in range(vocab.ZO_UPDATE_STATE.get(h.zo_update, 0) if zo else 0)]
+    engine.d = zeros(engine.n_zo if engine.zo_moments else 0)
+    engine.zo_t = count
 
 
 def sparsify(engine, spec, t: int) -> None:
@@ -379,4 +384,4 @@ def step(engine, spec, x, y, t: int, epoch: int, lr_zo, lr_bp, clock, key=None) 
         return bp_step(engine, x, y, lr_bp, clock)
     h = spec.hyper
     sparsify(engine, spec, t)
-    return zo_step(engine, x, y, key, h.eps, h.zo_grad_clip, lr_zo, lr_bp, clock, h.zo_estimator, h.zo_update, h)
+    return zo_step(engine, x, y, key, h.eps, h.zo_grad_clip, lr_zo, lr_bp, clock, h)

@@ -36,7 +36,7 @@ from .methods import Engine
 from .models import Transformer
 from .runner import main
 from .spec import SpecError
-from .support import ORT_FORWARD_GRAD, ort_front_layers
+from .support import no_forward_ad, ort_front_layers
 
 EPS = 1e-5      # a transformer's norms' (transformer_torch.EPS)
 
@@ -149,7 +149,7 @@ class OrtEngine(Engine):
             raise SpecError(f"precision: the ort runtime trains fp32 only, not {spec.precision}")
         first = ort_front_layers(model, spec.method, spec.bp_layers)
         if spec.hyper.zo_estimator == "forward-grad":
-            raise SpecError(f"hyper.zo_estimator: {ORT_FORWARD_GRAD}")
+            raise SpecError(f"hyper.zo_estimator: {no_forward_ad('ort')}")
         if not spec.onnx_model:
             raise SpecError("onnx_model: the ort runtime needs the exported graph of the model's ZO front "
                             "(the harness writes it with harness/preparation/onnx_export.py)")
@@ -204,9 +204,7 @@ class OrtEngine(Engine):
         self.z_key = None
         # the ZO parts' state (methods.zo_state): sparsity, momentum's or Adam's moments over the
         # ZO part with Adam's count, and the step's direction d when a rule keeps state
-        methods.zo_state(self, spec, model, lambda n: np.zeros(n, dtype=np.float32))
-        self.zo_t = 0
-        self.d = np.empty(self.n_zo if self.zo_moments else 0, dtype=np.float32)
+        methods.zo_state(self, spec, model, lambda n: np.zeros(n, dtype=np.float32), 0)
         self.sqrt = np.sqrt
         self.kept = []
 

@@ -139,10 +139,13 @@ class Hyper:
         "zo_momentum": Bounds(0, 1.0, open_hi=True), "zo_layers": Bounds(1, INT32_MAX),
         "zo_mask_fraction": Bounds(0, 1.0, open_lo=True), "zo_mask_every": Bounds(1, INT32_MAX)}
 
-    def zo_parts(self) -> str:
-        """The ZO parts that are not MeZO's, as words ("one-sided q=4 momentum=0.9 layers=2"); ""
-        for MeZO's step. A part's own constant is named with it (a momentum's β, the layers a step,
-        the mask's fraction and period), and only there: it changes nothing without its part."""
+    def zo_parts(self, method: str = "full-zo") -> str:
+        """The ZO parts of a job of `method` that are not MeZO's, as words ("one-sided q=4
+        momentum=0.9 layers=2"); "" for MeZO's step, and for full-bp, which has no ZO part. A
+        part's own constant is named with it (a momentum's β, the layers a step, the mask's
+        fraction and period), and only there: it changes nothing without its part."""
+        if method == "full-bp":
+            return ""
         words = [self.zo_estimator if self.zo_estimator != vocab.ZO_ESTIMATORS[0] else "",
                  f"q={self.zo_queries}" if self.zo_queries != 1 else "",
                  {"sgd": "", "momentum": f"momentum={self.zo_momentum:g}"}.get(self.zo_update, self.zo_update),
@@ -248,7 +251,7 @@ class JobSpec:
             raise SpecError("precision int8: transformers train in fp32 only")
         if spec.precision == "int8" and spec.hyper.optimizer != "sgd":
             raise SpecError(f"hyper.optimizer: {ADAM_INT8}")
-        if spec.precision == "int8" and spec.method != "full-bp" and (parts := spec.hyper.zo_parts()):
+        if spec.precision == "int8" and (parts := spec.hyper.zo_parts(spec.method)):
             raise SpecError(f"hyper: {INT8_ZO_PARTS}, not {parts}")
         if spec.hyper.points and not model.points:
             raise SpecError(f"hyper.points: {model.name} does not take point clouds")

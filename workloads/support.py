@@ -24,14 +24,17 @@ SUPPORT = {
 }
 
 
-# why the ort runtime and the C++ binary leave forward-grad out, and the binary elastic-zo with
-# several queries (each runner refuses them with these words too: train.cpp check_zo_parts)
-ORT_FORWARD_GRAD = ("forward-grad needs forward-mode AD (a Jacobian-vector product), which the ort runtime "
-                    "does not have: it runs forward passes only; torch runs it")
-CPP_FORWARD_GRAD = ("forward-grad needs forward-mode AD (a Jacobian-vector product), which the cpp runtime "
-                    "does not have; torch runs it")
+# why the C++ binary leaves elastic-zo with several queries out (it refuses it in these words too:
+# train.cpp check_zo_parts)
 CPP_HEAD_QUERIES = ("the cpp runtime keeps the BP head's activations of two passes, so elastic-zo runs one "
                     "query a step there; torch and ort run more")
+
+
+def no_forward_ad(runtime: str) -> str:
+    """Why a runtime other than torch leaves forward-grad out (the ort runner and train.cpp
+    check_zo_parts refuse it in these words too)."""
+    return (f"forward-grad needs forward-mode AD (a Jacobian-vector product), which the {runtime} runtime "
+            "does not have; torch runs it")
 
 
 def cpp_refuses(model) -> str | None:
@@ -74,7 +77,7 @@ def unsupported(runtime: str, method: str, precision: str, dataset: str, device:
     C++ binary every one but forward-grad, which needs forward-mode AD, and the binary elastic-zo
     with one query a step, and INT8 is Alg. 2's (JobSpec.from_dict refuses)."""
     h = hyper or Hyper()
-    parts = "" if method == "full-bp" else h.zo_parts()
+    parts = h.zo_parts(method)
     s = SUPPORT.get(runtime)
     if s is None:
         return f"the {runtime} runtime is not available in this version"
@@ -99,10 +102,8 @@ def unsupported(runtime: str, method: str, precision: str, dataset: str, device:
         return ADAM_INT8
     if precision == "int8" and parts:
         return f"{INT8_ZO_PARTS}, not {parts}"
-    if runtime == "ort" and parts and h.zo_estimator == "forward-grad":
-        return ORT_FORWARD_GRAD
-    if runtime == "cpp" and parts and h.zo_estimator == "forward-grad":
-        return CPP_FORWARD_GRAD
+    if runtime != "torch" and parts and h.zo_estimator == "forward-grad":
+        return no_forward_ad(runtime)
     if runtime == "cpp" and method == "elastic-zo" and h.zo_queries > 1:
         return CPP_HEAD_QUERIES
     return None

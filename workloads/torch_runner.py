@@ -63,11 +63,12 @@ class TorchEngine(Engine):
     def __init__(self, spec, model, init: np.ndarray, z_on_device: bool = False, graphed: bool = True):
         """z_on_device: on the CPU, draw zobench-z with zrng_torch's torch ops (what a GPU without
         Triton runs, fused_perturb) instead of numpy, ~1.2x faster here; the same bits either way.
-        A GPU always perturbs with fused_perturb.
+        A GPU perturbs with fused_perturb, or draws z with zrng_torch where a sparsity restricts it.
         graphed: on a GPU, replay each step as a CUDA graph (GraphStep)."""
         self.device = torch.device(spec.device)
         self.cuda = self.device.type == "cuda"
-        self.z_chunks = (lambda key, lo, n: zrng_torch.normal_chunks(key, lo, n, self.device)) if z_on_device else \
+        self.z_chunks = (lambda key, lo, n: zrng_torch.normal_chunks(key, lo, n, self.device)) \
+            if z_on_device or self.cuda else \
             (lambda key, lo, n: ((off, torch.from_numpy(z)) for off, z in zrng.normal_chunks(key, lo, n)))
         self.flat = torch.from_numpy(init.copy()).to(self.device)   # float64 init -> float64 engine (tests)
         # the BP part: full-bp trains every unit, elastic-zo the last bp_layers, full-zo none
@@ -94,10 +95,9 @@ class TorchEngine(Engine):
             self.state += [*moments, self.adam_t]
         # the ZO parts' state (methods.zo_state): sparsity, and momentum's or Adam's moments over
         # the ZO part with Adam's count; d is the step's direction when a rule keeps state
-        methods.zo_state(self, spec, model, lambda n: torch.zeros(n, dtype=self.flat.dtype, device=self.device))
-        self.zo_t = torch.zeros((), dtype=torch.float64, device=self.device)
-        self.state += [*self.zo_moments, *[self.zo_t][:len(self.zo_moments) == 2]]
-        self.d = torch.empty(self.n_zo if self.zo_moments else 0, dtype=self.flat.dtype, device=self.device)
+        methods.zo_state(self, spec, model, lambda n: torch.zeros(n, dtype=self.flat.dtype, device=self.device),
+                         torch.zeros((), dtype=torch.float64, device=self.device))
+        self.state += self.zo_moments + ([self.zo_t] if len(self.zo_moments) == 2 else [])
         self.sqrt = torch.sqrt
         self.kept = []
         if self.cuda:
@@ -193,16 +193,15 @@ class TorchEngine(Engine):
                 alpha = self.alpha.fill_(alpha)
             self.fused_perturb(target[:self.n_zo], key, alpha)
             return
-        chunks = (lambda k, lo, n: zrng_torch.normal_chunks(k, lo, n, self.device)) if self.cuda else self.z_chunks
         for lo, hi in self.ranges or [(0, self.n_zo)]:
-            for off, z in chunks(key, lo, hi - lo):
+            for off, z in self.z_chunks(key, lo, hi - lo):
                 a, b = lo + off, lo + off + len(z)
                 if self.mask is not None:
-                    z = z.to(self.device) * self.mask[a:b]
+                    z = z * self.mask[a:b]
                 if isinstance(alpha, torch.Tensor):
                     target[a:b].add_(z.to(target.dtype).mul_(alpha))
                 else:
-                    target[a:b].add_(z.to(self.device), alpha=alpha)
+                    target[a:b].add_(z, alpha=alpha)
 
     def set_sparsity(self, ranges=None, mask=None) -> None:
         self.ranges = ranges

@@ -18,6 +18,9 @@ ZO_LOSSES = ("float", "integer")
 ZO_ESTIMATORS = ("two-point", "one-sided", "forward-grad")
 ZO_UPDATES = ("sgd", "sign", "momentum", "conservative", "adam")
 ZO_SPARSITIES = ("all", "layers", "magnitude")
+# the values an update rule keeps per ZO-trained parameter (momentum's m; Adam's m and v); the
+# others keep none (the C++ binary's zo_m and zo_v, the memory model's optimizer term)
+ZO_UPDATE_STATE = {"momentum": 1, "adam": 2}
 RUNTIMES = ("torch", "ort", "cpp")
 DEVICES = ("cpu", "cuda")
 # Untimed warm-up steps by device (hyper.warmup_steps = -1): a CPU needs its caches and thread

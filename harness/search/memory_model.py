@@ -130,7 +130,7 @@ def zo_terms(method: str, n_zo: int, zo, dual: int, head_pass: int) -> tuple[int
     pass of the BP head holds (a pass beyond MeZO's two adds them)."""
     if zo is None or method == "full-bp":
         return 0, 0
-    state = {"momentum": 1, "adam": 2}.get(zo.zo_update, 0)
+    state = vocab.ZO_UPDATE_STATE.get(zo.zo_update, 0)
     apart = bool(state) and (zo.zo_queries > 1 or zo.zo_sparsity == "layers")
     part = FLOAT * n_zo * apart + n_zo * (zo.zo_sparsity == "magnitude")
     if zo.zo_estimator == "forward-grad":
@@ -144,8 +144,8 @@ def breakdown(model: Model | Transformer, method: str, batch: int, precision: st
     """The memory of one configuration; ValueError names what does not apply to the model.
     context: a transformer's tokens a sequence (0: its own context). zo: the job's hyperparameters
     (workloads.spec.Hyper), whose ZO parts add their terms (zo_terms); None: MeZO's step."""
-    if zo is not None and precision != "fp32" and zo.zo_parts():
-        raise ValueError(f"the ZO parts ({zo.zo_parts()}) are FP32's; INT8 trains its ZO part by Alg. 2 (docs/int8.md)")
+    if zo is not None and precision != "fp32" and (parts := zo.zo_parts(method)):
+        raise ValueError(f"the ZO parts ({parts}) are FP32's; INT8 trains its ZO part by Alg. 2 (docs/int8.md)")
     if model.kind == Transformer.kind:
         return _transformer(model, method, batch, precision, bp_layers, optimizer, context, checkpointing, zo)
     if context or checkpointing:

@@ -66,7 +66,7 @@ static void check_zo_parts(const Spec& s) {
     if (s.precision == "int8" && !mezo)     // the words of workloads/spec.py INT8_ZO_PARTS
         throw SpecError("hyper: INT8 trains its ZO part by Alg. 2, the sign of the two-point loss difference "
                         "(docs/int8.md): the other estimators and update rules are FP32's");
-    if (h.zo_estimator == "forward-grad")   // support.CPP_FORWARD_GRAD
+    if (h.zo_estimator == "forward-grad")   // support.no_forward_ad
         throw SpecError("hyper.zo_estimator: forward-grad needs forward-mode AD (a Jacobian-vector product), which "
                         "the cpp runtime does not have; torch runs it");
     if (h.zo_sparsity == "layers" && h.zo_layers > first_bp_layer(s))   // as methods.Sparsity's
