@@ -108,6 +108,7 @@ class TorchEngine(Engine):
             # a q-query step's keys (zrng.zo_keys), the first of them self.key
             self.keys = [self.key] + [torch.zeros_like(self.key) for _ in range(spec.hyper.zo_queries - 1)]
             self.alpha = torch.zeros((), dtype=self.flat.dtype, device=self.device)
+            self.one = torch.ones((), dtype=self.flat.dtype, device=self.device)
             self.fused_perturb = fused_perturb()
             # a CUDA graph replays fixed ranges: a sparse step's change, and forward-grad's jvp
             # builds its own views; those steps run eagerly
@@ -183,15 +184,24 @@ class TorchEngine(Engine):
         self._add_z(self.flat, key, alpha)
 
     def _add_z(self, target, key, alpha) -> None:
-        """target[:n_zo] += alpha z(key). On a GPU without sparsity one fused pass over the prefix
-        with the key and alpha as device scalars (alpha may already be one: eps - lr g, never read
-        on the host)."""
-        if self.cuda and self.ranges is None and self.mask is None:
+        """target[:n_zo] += alpha z(key). On a GPU the fused kernel, with the key and alpha as
+        device scalars (alpha may already be one: eps - lr g, never read on the host): one pass
+        over the prefix, or over each of a sparse step's ranges; a masked step's z is drawn by
+        it a chunk at a time (the chunks the CPU draws too) and multiplied by the mask."""
+        if self.cuda:
             if not isinstance(key, torch.Tensor):
                 key = self.key.fill_(zrng_torch.key32(key))
             if not isinstance(alpha, torch.Tensor):
                 alpha = self.alpha.fill_(alpha)
-            self.fused_perturb(target[:self.n_zo], key, alpha)
+            if self.mask is None:
+                for lo, hi in self.ranges or [(0, self.n_zo)]:
+                    self.fused_perturb(target[lo:hi], key, alpha, lo)
+                return
+            chunk = zrng_torch.CHUNKS["cuda"]
+            for lo in range(0, self.n_zo, chunk):
+                z = torch.zeros(min(chunk, self.n_zo - lo), dtype=target.dtype, device=self.device)
+                self.fused_perturb(z, key, self.one, lo)
+                target[lo:lo + len(z)].add_(z.mul_(self.mask[lo:lo + len(z)]).mul_(alpha))
             return
         for lo, hi in self.ranges or [(0, self.n_zo)]:
             for off, z in self.z_chunks(key, lo, hi - lo):
@@ -327,13 +337,17 @@ def make_engine(spec, model, init):
         raise SpecError(f"device: CUDA not available on {spec.target or 'this machine'}: torch {torch.__version__}")
     if spec.threads:
         torch.set_num_threads(spec.threads)
+    if torch.device(spec.device).type == "cuda":
+        # FP32 is FP32: TF32 (cuDNN's default for convolutions) keeps 10 bits of mantissa, which
+        # a ZO step's loss difference over 2 eps would have to survive (docs/runners.md)
+        torch.backends.cudnn.allow_tf32 = False
+        torch.backends.cuda.matmul.allow_tf32 = False
     if spec.precision == "int8":
         from .int8 import Int8Engine
         if torch.device(spec.device).type == "cuda":
             # exact integer sums need plain float products: cuDNN may pick Winograd or FFT
-            # convolutions (not exact) and TF32 keeps 10 bits of mantissa (docs/int8.md)
+            # convolutions, which are not exact (docs/int8.md)
             torch.backends.cudnn.enabled = False
-            torch.backends.cuda.matmul.allow_tf32 = False
         return Int8Engine(spec, model, init)
     return TorchEngine(spec, model, init)
 
