@@ -57,6 +57,9 @@ TOOLS = (
     # the shared results store's server, started per test session (testkit/postgres.py); Debian keeps
     # its programs off PATH, under the major version
     Tool("initdb", "postgresql", TEST, tuple(f"/usr/lib/postgresql/{v}/bin/initdb" for v in range(13, 20))),
+    # the dashboard's pages in a real browser (tests/test_dashboard.py), headless, driven by Selenium
+    Tool("chromium", "chromium", TEST),
+    Tool("chromedriver", "chromium-driver", TEST),
     # the Cortex-A53's cycle estimate from its pipeline model (benchmarks/a53_estimate.py)
     Tool("llvm-mca", "llvm", BENCH),
 )

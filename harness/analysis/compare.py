@@ -306,7 +306,9 @@ def exit_code(verdicts: list[Verdict], fail_on_change: bool) -> tuple[int, str]:
     return 0, ""
 
 
-def _cells(v: Verdict, shown: list[Metric]) -> list[str]:
+def cells(v: Verdict, shown: list[Metric]) -> list[str]:
+    """A verdict's cell per shown metric: both estimates, the change and p (the table and the
+    dashboard's compare view)."""
     cells = []
     for metric in shown:
         m = v.metrics.get(metric.name)
@@ -314,6 +316,12 @@ def _cells(v: Verdict, shown: list[Metric]) -> list[str]:
         cells.append(f"{m.baseline:.3f} -> {m.current:.3f} {unit} ({100 * m.change:+.1f}%, p={m.p_value:.3f})"
                      if m else "")
     return cells
+
+
+def title_of(verdicts: list[Verdict], base_name: str, cur_name: str, threshold: float, estimator: str) -> str:
+    return (f"zobench compare {base_name} -> {cur_name}: {summary(verdicts)} "
+            f"(Mann-Whitney U, alpha {ALPHA}, threshold {100 * threshold:g}% between the "
+            f"{' and the '.join(f'{e}s' for e in ESTIMATORS[estimator])})")
 
 
 def render(verdicts: list[Verdict], fmt: str, base_name: str, cur_name: str, threshold: float,
@@ -324,9 +332,8 @@ def render(verdicts: list[Verdict], fmt: str, base_name: str, cur_name: str, thr
                                "summary": counts(verdicts), "verdicts": [asdict(v) for v in verdicts]})
     shown = [m for m in METRICS if any(m.name in v.metrics for v in verdicts)]     # energy: where a meter was
     head = ["job key", "status", *(m.title for m in shown), "note"]
-    rows = [[v.key, v.status, *_cells(v, shown), v.reason] for v in verdicts]
-    title = (f"zobench compare {base_name} -> {cur_name}: {summary(verdicts)} "
-             f"(Mann-Whitney U, alpha {ALPHA}, threshold {100 * threshold:g}% between the {' and the '.join(f'{e}s' for e in ESTIMATORS[estimator])})")
+    rows = [[v.key, v.status, *cells(v, shown), v.reason] for v in verdicts]
+    title = title_of(verdicts, base_name, cur_name, threshold, estimator)
     if fmt == "markdown":
         icon = {"regressed": "🔴 regressed", "improved": "🟢 improved", "unchanged": "unchanged",
                 "noisy": "🟡 noisy", "not comparable": "⚪ not comparable", "missing": "⚪ missing"}

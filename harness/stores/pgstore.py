@@ -160,6 +160,16 @@ def fingerprint_id(facts: dict) -> str:
     return hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()
 
 
+def history_row(r: dict, run_id: str, commit: str) -> tuple:
+    """A result as SharedStore.history returns it (history.build's row): what push stores in
+    the columns, so that a results folder's history (`zobench publish --results`) is the store's."""
+    last = (r["epochs"] or [{}])[-1]
+    return (measurements.job_key(r["job"])[0], r["job"]["target"],
+            fingerprint_id(measurements.fingerprint(r.get("env") or {})), commit, run_id,
+            *(m.value(r) for m in METRICS), last.get("test_accuracy"),
+            starved(of_steps(r), r["job"]["threads"]), validity.flags_of(r))
+
+
 class SharedStore:
     """One connection to the shared store, its schema brought up to date on connect."""
 
@@ -234,16 +244,16 @@ class SharedStore:
             if was is not None and branch is not None and was[0] != branch:
                 out.moved_from = was[0]
             facts = [measurements.fingerprint(r.get("env") or {}) for r in results]
-            fps = [fingerprint_id(f) for f in facts]
-            keys = [measurements.job_key(r["job"])[0] for r in results]
+            rows = [history_row(r, run_id, git.get("commit") or "") for r in results]
+            fps = [row[2] for row in rows]
+            keys = [row[0] for row in rows]
             with self.conn.cursor() as cur:     # each once, however many results share it
                 cur.executemany("INSERT INTO fingerprints VALUES (%s, %s) ON CONFLICT DO NOTHING",
                                 list({fp: (fp, Jsonb(f)) for fp, f in zip(fps, facts)}.values()))
                 cur.executemany("INSERT INTO series VALUES (%s, %s, %s) ON CONFLICT DO NOTHING",
                                 list({(k, fp): (k, fp, r["job"]["target"])
                                       for k, fp, r in zip(keys, fps, results)}.values()))
-            for r, fp, key in zip(results, fps, keys):
-                last = (r["epochs"] or [{}])[-1]
+            for r, (key, target, fp, _, _, *values, acc, share, flags) in zip(results, rows):
                 got = self.conn.execute(
                     f"INSERT INTO results (run_id, job_id, job_key, target, fingerprint, status, {COLUMNS}, "
                     "peak_rss_bytes, test_accuracy, starved, flags, started_at, result) "
@@ -254,10 +264,8 @@ class SharedStore:
                                                                 "test_accuracy", "starved", "flags", "started_at",
                                                                 "result")) +
                     " WHERE results.result IS DISTINCT FROM EXCLUDED.result RETURNING (xmax = 0)",
-                    (run_id, r["job"]["job_id"], key, r["job"]["target"], fp, r["status"],
-                     *(m.value(r) for m in METRICS), r["memory"]["peak_rss_bytes"], last.get("test_accuracy"),
-                     starved(of_steps(r), r["job"]["threads"]), validity.flags_of(r), r["started_at"],
-                     Jsonb(r))).fetchone()
+                    (run_id, r["job"]["job_id"], key, target, fp, r["status"], *values,
+                     r["memory"]["peak_rss_bytes"], acc, share, flags, r["started_at"], Jsonb(r))).fetchone()
                 if got is None:
                     out.unchanged += 1
                 elif got[0]:

@@ -1,0 +1,309 @@
+"""`zobench publish`: the shared store, or a results folder, as a static website (docs/dashboard.md).
+
+What asv publish does for asv: files only, no server process, so a lab serves it from any web
+server or a CI artifact and CI rebuilds it after each push to main. The site is a few fixed
+pages (reports/site/) and the data they load:
+
+OUT/data/overview.json            one row per job key x machine (fingerprint): what the overview lists
+OUT/data/keys/<id>.json           a key's series on every machine, loaded by its page alone
+OUT/data/compare/<a>_<b>.json     the gate's verdicts between two commits' runs
+OUT/data/machines.json            each fingerprint's facts, when its target's changed, its keys
+OUT/runs/<run_id>/report.html     the report of the latest runs (--reports), as `zobench report` makes it
+
+Every number is computed here by the functions the CLI uses (history.series, compare.compare,
+the report), never in the browser; the pages only draw and filter. The overview holds a row per
+series and a short sparkline each, so its weight grows with keys and machines, never with
+results; a key's page loads its own file.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import tempfile
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+from harness.analysis import compare, history
+from harness.stores import measurements, pgstore
+from harness.stores.metrics import METRICS
+from harness.stores.store import Store
+
+SPARK = 40          # the overview's sparkline: a series' last this many commits
+PAGES = ("index.html", "key.html", "compare.html", "machine.html", "site.js", "site.css")
+
+
+@dataclass
+class Run:
+    run_id: str
+    created_at: str
+    commit: str         # a run pushed without its commit stands for one (history.build)
+    branch: str
+
+
+class SharedSource:
+    """The shared store, read with the queries `zobench history` and `compare` make."""
+
+    def __init__(self, shared: pgstore.SharedStore):
+        self.shared, self.name = shared, pgstore.shown(shared.url)
+
+    def runs(self) -> list[Run]:
+        return [Run(r, c.isoformat(timespec="seconds"), g or r, b) for r, c, g, b in self.shared.conn.execute(
+            "SELECT run_id, created_at, git_commit, branch FROM runs ORDER BY created_at, run_id")]
+
+    def history(self) -> tuple[list[tuple], dict]:
+        return self.shared.history([], None, None, None)
+
+    def results(self, run_id: str) -> list[dict]:
+        return self.shared.results(run_id)
+
+    def local_copy(self, run_id: str, store: Store) -> None:
+        self.shared.pull(run_id, store)
+
+
+class FolderSource:
+    """A results folder without a store: its runs' ok results, in the rows the store's history
+    query returns (pgstore.history_row), so the site is the one the store would give."""
+
+    def __init__(self, store: Store):
+        self.store, self.name = store, str(store.root)
+        self._runs = []
+        for run_id in store.run_ids():
+            plan = store.run_plan(run_id)
+            git = plan.get("git") or {}
+            self._runs.append(Run(run_id, str(plan.get("created_at") or ""), git.get("commit") or run_id,
+                                  git.get("branch") or ""))
+        self._runs.sort(key=lambda r: (r.created_at, r.run_id))
+
+    def runs(self) -> list[Run]:
+        return self._runs
+
+    def history(self) -> tuple[list[tuple], dict]:
+        rows, facts = [], {}
+        for run in self._runs:
+            for r in self.results(run.run_id):
+                if r["status"] == "ok":
+                    row = pgstore.history_row(r, run.run_id, run.commit if run.commit != run.run_id else "")
+                    rows.append(row)
+                    facts.setdefault(row[2], measurements.fingerprint(r.get("env") or {}))
+        return rows, facts
+
+    def results(self, run_id: str) -> list[dict]:
+        return self.store.results(run_id)
+
+    def local_copy(self, run_id: str, store: Store) -> None:
+        pass    # already local: the report reads self.store
+
+
+def key_id(key: str) -> str:
+    """A job key's file name and URL parameter: keys hold spaces, '=' and user text."""
+    return hashlib.sha256(key.encode()).hexdigest()[:16]
+
+
+def short(commit: str) -> str:
+    return commit[:12]
+
+
+def key_parts(key: str, target: str) -> dict:
+    """The overview's filters, from the key (measurements.job_key: workload, method, precision,
+    runtime, then the target, which may hold spaces, so it is taken from the row)."""
+    workload, method, precision, runtime, *_ = key.split(" ", 4)
+    return {"model": workload.split("/")[0], "method": method, "precision": precision, "runtime": runtime,
+            "target": target}
+
+
+def machine_label(facts: dict) -> str:
+    return " ".join(str(facts.get(k)) for k in ("hostname", "cpu_model") if facts.get(k)) or "unknown machine"
+
+
+def publish(source, out: Path, threshold: float, estimator: str, reports: int, compare_last: int,
+            say=lambda line: None) -> dict:
+    """Write the site into out; what it wrote (counts and bytes), for the command to print."""
+    out.mkdir(parents=True, exist_ok=True)
+    for sub in ("keys", "compare"):     # a key or pair gone from the store must not stay
+        shutil.rmtree(out / "data" / sub, ignore_errors=True)
+        (out / "data" / sub).mkdir(parents=True)
+    copy_pages(out)
+    runs = source.runs()
+    by_run = {r.run_id: r for r in runs}
+    rows, facts = source.history()
+    say(f"{len(rows)} ok results, {len(runs)} runs")
+    found = history.series(rows, facts, threshold, estimator)
+    published = publish_reports(source, runs[-reports:] if reports else [], out, say)
+    overview, keys = [], {}
+    for s in found:
+        keys.setdefault(s.key, []).append(s)
+    cache: dict[str, list] = {}
+
+    def results(run_id: str) -> list[dict]:
+        if run_id not in cache:
+            cache[run_id] = source.results(run_id)
+        return cache[run_id]
+
+    pairs: dict[tuple[str, str], set] = {}
+    for key, series in keys.items():
+        kid = key_id(key)
+        data = {"key": key, "id": kid, "estimator": estimator, "threshold": threshold,
+                "metrics": [{"name": m.name, "title": m.title, "unit": m.unit} for m in METRICS],
+                "series": [series_json(s, by_run, published, estimator) for s in series]}
+        write_json(out / "data" / "keys" / f"{kid}.json", data)
+        for s, sj in zip(series, data["series"]):
+            overview.append(overview_row(s, sj, kid))
+            for c in sj["changes"]:
+                pairs.setdefault((c["before_commit"], c["commit"]), set()).add(key)
+    for a, b in recent_pairs(runs, compare_last):
+        pairs.setdefault((a, b), set())
+    commits = {}
+    for r in runs:
+        commits.setdefault(r.commit, []).append(r.run_id)
+    for (a, b) in pairs:
+        write_json(out / "data" / "compare" / f"{short(a)}_{short(b)}.json",
+                   compare_json(a, b, commits, results, threshold, estimator))
+    write_json(out / "data" / "overview.json", {"source": source.name, "estimator": estimator,
+                                                "threshold": threshold, "rows": overview})
+    write_json(out / "data" / "machines.json", machines_json(found, by_run))
+    return {"keys": len(keys), "series": len(found), "compares": len(pairs), "reports": len(published),
+            "overview_bytes": page_weight(out)}
+
+
+def copy_pages(out: Path) -> None:
+    """The pages and the charting library's JavaScript, from the Python packages that ship them:
+    the site loads nothing from the internet (a lab's network may have none)."""
+    pages = resources.files("reports") / "site"
+    for name in PAGES:
+        (out / name).write_bytes((pages / name).read_bytes())
+    plotly = resources.files("plotly") / "package_data" / "plotly.min.js"
+    (out / "plotly.min.js").write_bytes(plotly.read_bytes())
+
+
+def series_json(s: history.Series, by_run: dict, published: set, estimator: str) -> dict:
+    """A series as its key's page draws it: each point's estimate and range per metric (the
+    estimate history.render shows), its results and those left out, and its run's branch."""
+    shown_as, estimate = compare.point_estimate(estimator)
+    points = []
+    for p in s.points:
+        run = by_run.get(p.first_run)
+        points.append({
+            "commit": p.commit, "run": p.first_run, "branch": run.branch if run else "",
+            "created_at": run.created_at if run else "", "results": p.results, "loaded": p.loaded,
+            "flagged": p.flagged, "report": p.first_run in published,
+            "values": {m.name: [estimate(v) * m.scale, min(v) * m.scale, max(v) * m.scale]
+                       for m in METRICS if (v := p.samples.get(m.name))},
+            "accuracy": 100 * sum(p.accuracy) / len(p.accuracy) if p.accuracy else None})
+    changes = [{"metric": c.metric, "commit": c.commit, "before_commit": s.points[c.at - 1].commit, "at": c.at,
+                "before": c.before * SCALE[c.metric], "after": c.after * SCALE[c.metric], "change": c.change,
+                "p_value": c.p_value, "verdict": "regressed" if c.change > 0 else "improved"} for c in s.changes]
+    return {"fingerprint": s.fingerprint, "machine": machine_label(s.facts), "target": s.target,
+            "split_from": s.split_from, "estimate": shown_as, "points": points, "changes": changes}
+
+
+SCALE = {m.name: m.scale for m in METRICS}
+
+
+def overview_row(s: history.Series, sj: dict, kid: str) -> dict:
+    """The overview's row of a series: its last SPARK step times, the latest, and the verdict of
+    its latest change point, or noisy where the latest commit's times were all left out (loaded
+    or throttled), or unchanged."""
+    points = sj["points"]
+    times = [p["values"].get("step_time", [None])[0] for p in points]
+    last = points[-1]
+    latest = sj["changes"][-1] if sj["changes"] else None
+    if "step_time" not in last["values"] and last["loaded"] + last["flagged"]:
+        verdict, at = "noisy", last["commit"]
+    elif latest:
+        verdict, at = latest["verdict"], latest["commit"]
+    else:
+        verdict, at = "unchanged", ""
+    return {"id": kid, "key": s.key, **key_parts(s.key, s.target), "fingerprint": s.fingerprint,
+            "machine": sj["machine"], "spark": times[-SPARK:], "latest": next((t for t in reversed(times) if t), None),
+            "latest_commit": last["commit"], "commits": len(points), "verdict": verdict, "verdict_commit": at,
+            "verdict_metric": latest["metric"] if latest and verdict != "noisy" else ""}
+
+
+def recent_pairs(runs: list[Run], last: int) -> list[tuple[str, str]]:
+    """Each branch's consecutive commits among its last `last` + 1: the compare views the CI job
+    summary and the history's points link to, besides the change points'."""
+    order: dict[str, list[str]] = {}
+    for r in runs:
+        seen = order.setdefault(r.branch, [])
+        if r.commit not in seen:
+            seen.append(r.commit)
+    return [(a, b) for commits in order.values() for a, b in zip(commits[-last - 1:], commits[-last:])] if last else []
+
+
+def compare_json(a: str, b: str, commits: dict, results, threshold: float, estimator: str) -> dict:
+    """The gate between the runs of commit a and those of commit b (each side's runs pooled, as
+    `zobench compare A1,A2 B1,B2` pools them), by compare.compare: its table, summary, exit code."""
+    sides = [measurements.from_results([(rid, r) for rid in commits.get(c, []) for r in results(rid)]) for c in (a, b)]
+    verdicts = compare.compare(*sides, threshold, estimator)
+    shown = [m for m in METRICS if any(m.name in v.metrics for v in verdicts)]
+    code, why = compare.exit_code(verdicts, False)
+    return {"a": a, "b": b, "a_runs": commits.get(a, []), "b_runs": commits.get(b, []),
+            "title": compare.title_of(verdicts, short(a), short(b), threshold, estimator),
+            "summary": compare.counts(verdicts), "exit_code": code, "why": why,
+            "columns": ["job key", "status", *(m.title for m in shown), "note"],
+            "rows": [{"key": v.key, "id": key_id(v.key), "status": v.status, "cells": compare.cells(v, shown),
+                      "note": v.reason} for v in verdicts]}
+
+
+def machines_json(found: list[history.Series], by_run: dict) -> list[dict]:
+    """Each fingerprint: its facts, its target's earlier fingerprints and what changed from
+    each (the facts that start a new series), when it was first and last seen, its keys."""
+    out: dict[str, dict] = {}
+    for s in found:
+        m = out.setdefault(s.fingerprint, {"fingerprint": s.fingerprint, "machine": machine_label(s.facts),
+                                           "targets": [], "facts": s.facts, "first": None, "last": None,
+                                           "keys": []})
+        if s.target not in m["targets"]:
+            m["targets"].append(s.target)
+        m["keys"].append({"id": key_id(s.key), "key": s.key, "commits": len(s.points)})
+        for run in (by_run.get(s.points[0].first_run), by_run.get(s.points[-1].first_run)):
+            if run:
+                m["first"] = min(filter(None, (m["first"], run.created_at)))
+                m["last"] = max(filter(None, (m["last"], run.created_at)))
+    machines = sorted(out.values(), key=lambda m: (m["first"] or "", m["fingerprint"]))
+    for i, m in enumerate(machines):     # what changed since the target's previous fingerprint
+        prev = next((p for p in reversed(machines[:i]) if set(p["targets"]) & set(m["targets"])), None)
+        m["changed_from"] = None if prev is None else {
+            "fingerprint": prev["fingerprint"], "when": m["first"],
+            "facts": {k: [prev["facts"].get(k), m["facts"].get(k)] for k in sorted(set(prev["facts"]) | set(m["facts"]))
+                      if prev["facts"].get(k) != m["facts"].get(k)}}
+    return machines
+
+
+def publish_reports(source, runs: list[Run], out: Path, say) -> set:
+    """report.html of each run, as `zobench report` writes it, kept from an earlier publish
+    (a run's results no longer change once pushed: resuming it pushes again, so a changed run is
+    rebuilt when its results differ from the ones its report was made of)."""
+    from reports import build as build_report
+
+    done = set()
+    for run in runs:
+        folder = out / "runs" / run.run_id
+        made_of = hashlib.sha256(json.dumps(source.results(run.run_id), sort_keys=True).encode()).hexdigest()
+        if (folder / "report.html").is_file() and (folder / "made_of").is_file() and \
+                (folder / "made_of").read_text() == made_of:
+            done.add(run.run_id)
+            continue
+        say(f"report of {run.run_id}")
+        with tempfile.TemporaryDirectory() as d:
+            store = source.store if isinstance(source, FolderSource) else Store(Path(d))
+            source.local_copy(run.run_id, store)
+            try:
+                build_report(store, [run.run_id], folder)
+            except Exception as e:      # noqa: BLE001 (a run without a chartable result: its points link nowhere)
+                say(f"no report of {run.run_id}: {e}")
+                continue
+        (folder / "made_of").write_text(made_of)
+        done.add(run.run_id)
+    return done
+
+
+def write_json(path: Path, data) -> None:
+    path.write_text(json.dumps(data, separators=(",", ":"), allow_nan=False))
+
+
+def page_weight(out: Path) -> int:
+    """What a browser loads to show the overview: its page, script, style and data."""
+    return sum((out / f).stat().st_size for f in ("index.html", "site.js", "site.css", "data/overview.json"))

@@ -1,0 +1,237 @@
+"""The dashboard (`zobench publish`, docs/dashboard.md) in a real browser: Debian's headless
+Chromium driven by Selenium, against a site published and served by `zobench publish --serve`
+from a real PostgreSQL store that holds real short runs of two commits, a made-up series of six
+commits slowed down at the fourth (a change point of known place), and a result whose target
+name is hostile markup."""
+import json
+import os
+import re
+
+import pytest
+
+from harness.analysis.site import key_id
+from harness.stores import pgstore
+from harness.stores.store import Store
+from testkit import compare_runs
+from testkit.postgres import Postgres
+from testkit.runners import TINY_CPP, in_process, start
+from testkit.tools import require, which
+
+HOSTILE = '<img src=x onerror="window.pwned=1"><script>window.pwned=1</script>'
+COMMITS = [f"{i:x}" * 40 for i in range(1, 7)]
+REAL = ["a1" * 20, "b2" * 20]
+
+
+def made_up(store: Store, ms: float, n: int, commit: str, target: str = "solo") -> str:
+    results = [compare_runs.made_up_result(ms * (1 + 0.004 * i), repeat=i) for i in (3, 0, 4, 1, 2)]
+    for r in results:
+        r["job"]["target"] = target
+    return compare_runs.made_up_run(store, results, f"2026-01-01T00:00:{n:02d}+00:00",
+                                    {"commit": commit, "branch": "main", "dirty": False})
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    """The shared store: its URL, the local folder its runs came from, and the runs by commit."""
+    require("initdb")
+    pg = Postgres()
+    url, root = pg.new_database(), tmp_path_factory.mktemp("dashboard")
+    local, runs = Store(root / "results"), {}
+    for i, commit in enumerate(COMMITS):         # 50% slower from the fourth commit on
+        runs[commit] = made_up(local, 15.0 if i >= 3 else 10.0, i, commit)
+    runs["hostile"] = made_up(local, 10.0, 30, "c3" * 20, target=HOSTILE)
+    for commit in REAL:
+        before = set(local.run_ids())
+        os.environ.update(ZOBENCH_COMMIT=commit, ZOBENCH_BRANCH="main")
+        try:
+            r = in_process("run", "--results", local.root, "--no-report", *TINY_CPP, "--method", "full-zo")
+        finally:
+            del os.environ["ZOBENCH_COMMIT"], os.environ["ZOBENCH_BRANCH"]
+        assert r.returncode == 0, r.stderr
+        (runs[commit],) = set(local.run_ids()) - before
+    for run_id in runs.values():
+        assert in_process("push", run_id, "--store", url, "--results", local.root).returncode == 0
+    yield url, local, runs
+    pg.stop()
+
+
+@pytest.fixture(scope="module")
+def site(store, tmp_path_factory):
+    """`zobench publish --serve` on any free port: the site's folder, its address and what the
+    command printed."""
+    url, _, _ = store
+    out = tmp_path_factory.mktemp("site")
+    p = start("publish", "--store", url, "--out", out, "--reports", "1", "--threshold", "25", "--serve", "--port", "0")
+    said = ""
+    while "serving http" not in said:
+        line = p.stderr.readline()
+        if not line:
+            pytest.fail(f"publish --serve ended (exit {p.wait()}): {said}")
+        said += line
+    address = re.search(r"http://127\.0\.0\.1:\d+/", said)[0]
+    yield out, address, p.stdout.readline()
+    p.terminate()
+    p.wait(30)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    require("chromium")
+    require("chromedriver")
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = which("chromium")
+    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1280,1100"):
+        options.add_argument(arg)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(service=Service(which("chromedriver")), options=options)
+    yield driver
+    driver.quit()
+
+
+def visit(browser, address: str, page: str, ready: str):
+    """Open the page and wait until `ready` (a CSS selector) is drawn; no error on its console."""
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    browser.get(address + page)
+    WebDriverWait(browser, 60).until(lambda d: d.find_elements("css selector", f"{ready}, .error"))
+    assert not browser.find_elements("css selector", ".error"), browser.find_element("css selector", ".error").text
+    return browser
+
+
+def console_errors(browser) -> list:
+    return [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+
+
+def key_of(url: str, target: str) -> str:
+    with pgstore.SharedStore(url) as shared:
+        (key,) = {row[0] for row in shared.history([], target, None, None)[0]}
+    return key
+
+
+def test_publish_writes_files_only_a_row_per_series_a_file_per_key_and_the_newest_report(site, store):
+    out, _, said = site
+    url, _, runs = store
+    with pgstore.SharedStore(url) as shared:
+        series = shared.conn.execute("SELECT count(*) FROM series").fetchone()[0]
+        keys = shared.conn.execute("SELECT count(DISTINCT job_key) FROM series").fetchone()[0]
+    overview = json.loads((out / "data" / "overview.json").read_text())
+    assert len(overview["rows"]) == series == 3, [r["key"] for r in overview["rows"]]
+    assert len(list((out / "data" / "keys").iterdir())) == keys
+    assert f"({keys} keys, {series} series," in said
+    # the charting library is the Python package's copy: the pages load nothing from elsewhere
+    for page in ("index.html", "key.html", "compare.html", "machine.html"):
+        assert not re.search(r"(src|href)=\"(https?:)?//", (out / page).read_text())
+    # --reports 1: the newest run's (the real runs started within a second: the store orders them by id then)
+    newest = pgstore.SharedStore(url).run_ids()[-1]
+    assert newest in (runs[REAL[0]], runs[REAL[1]]) and [p.name for p in (out / "runs").iterdir()] == [newest]
+    assert "zobench report" in (out / "runs" / newest / "report.html").read_text()
+
+
+def test_the_overview_lists_every_key_a_filter_narrows_it_in_the_url_and_a_reload_keeps_it(site, store, browser):
+    from selenium.webdriver.support.ui import Select
+
+    _, address, _ = site
+    with pgstore.SharedStore(store[0]) as shared:
+        keys = {k for k, in shared.conn.execute("SELECT job_key FROM series")}
+    b = visit(browser, address, "index.html", "#overview tbody tr")
+    assert {tr.get_attribute("data-key") for tr in b.find_elements("css selector", "#overview tbody tr")} == keys
+    Select(b.find_element("id", "f-target")).select_by_value("solo")
+    rows = b.find_elements("css selector", "#overview tbody tr")
+    assert [tr.get_attribute("data-key") for tr in rows] == [key_of(store[0], "solo")]
+    assert "target=solo" in b.current_url
+    assert "regressed at " + COMMITS[3][:12] in rows[0].find_element("css selector", ".verdict").text
+    b.refresh()
+    visit(b, address, b.current_url.removeprefix(address), "#overview tbody tr")
+    assert len(b.find_elements("css selector", "#overview tbody tr")) == 1
+    assert Select(b.find_element("id", "f-target")).first_selected_option.get_attribute("value") == "solo"
+    assert console_errors(b) == []
+
+
+def test_a_keys_page_draws_every_point_and_a_click_on_its_change_opens_the_gates_verdict(site, store, browser):
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.support.ui import Select, WebDriverWait
+
+    _, address, _ = site
+    url, local, runs = store
+    key = key_of(url, "solo")
+    b = visit(browser, address, f"key.html?k={key_id(key)}", "#plot-step_time path.point")
+    # every commit the store holds for the key, a point each (accuracy: every point has one)
+    assert len(b.find_elements("css selector", "#plot-accuracy path.point")) == len(COMMITS)
+    # the step time's points and its one change point, where zobench history finds it
+    assert len(b.find_elements("css selector", "#plot-step_time path.point")) == len(COMMITS) + 1
+    assert [a.text for a in b.find_elements("css selector", "a.change-link")] == \
+        [f"{COMMITS[2][:12]} -> {COMMITS[3][:12]}"]
+    (change,) = b.find_elements("css selector", "#plot-step_time .scatterlayer .trace")[-1] \
+        .find_elements("css selector", "path.point")
+    ActionChains(b).move_to_element(change).click().perform()
+    WebDriverWait(b, 60).until(lambda d: "compare.html" in d.current_url)
+    assert f"compare.html?a={COMMITS[2][:12]}&b={COMMITS[3][:12]}" in b.current_url
+    visit(b, address, b.current_url.removeprefix(address), "#verdicts tbody tr")
+    shown = {tr.find_element("css selector", "a").text: tr.get_attribute("data-status")
+             for tr in b.find_elements("css selector", "#verdicts tbody tr")}
+    # the gate's own verdict on the same runs
+    r = in_process("compare", runs[COMMITS[2]], runs[COMMITS[3]], "--results", local.root, "--threshold", "25",
+                   "--format", "json")
+    assert r.returncode == 1 and shown == {v["key"]: v["status"] for v in json.loads(r.stdout)["verdicts"]}
+    assert shown[key] == "regressed"
+    # back to the history with both commits highlighted; the view restored from its URL on a reload
+    b.find_element("link text", key).click()
+    visit(b, address, b.current_url.removeprefix(address), "#plot-step_time path.point")
+    assert f"hl={COMMITS[2][:12]}%2C{COMMITS[3][:12]}" in b.current_url
+    Select(b.find_element("id", "r-from")).select_by_value(COMMITS[2][:12])
+    assert f"from={COMMITS[2][:12]}" in b.current_url
+    b.refresh()
+    visit(b, address, b.current_url.removeprefix(address), "#plot-step_time path.point")
+    assert len(b.find_elements("css selector", "#plot-accuracy path.point")) == 4      # commits 3 to 6
+    assert console_errors(b) == []
+
+
+def test_a_hostile_target_name_shows_as_text_on_every_page(site, store, browser):
+    _, address, _ = site
+    key = key_of(store[0], HOSTILE)
+    b = visit(browser, address, "index.html", "#overview tbody tr")
+    cells = [td.text for td in b.find_elements("css selector", "#overview tbody td")]
+    assert HOSTILE in cells
+    b = visit(browser, address, f"key.html?k={key_id(key)}", "#plot-step_time path.point")
+    assert b.find_element("id", "title").text == key
+    fp = json.loads((site[0] / "data" / "overview.json").read_text())["rows"]
+    machine = next(r["fingerprint"] for r in fp if r["target"] == HOSTILE)
+    b = visit(browser, address, f"machine.html?f={machine[:16]}", "h2")
+    assert HOSTILE in b.find_element("id", "main").text
+    assert b.execute_script("return window.pwned") is None
+    assert console_errors(b) == []
+
+
+def test_a_results_folder_publishes_the_site_its_store_does(site, store, tmp_path):
+    """The folder the runs were pushed from, published without a store: the same series, points
+    and change points, because its rows are the ones push stores (pgstore.history_row)."""
+    out, _, _ = site
+    r = in_process("publish", "--results", store[1].root, "--out", tmp_path / "site", "--reports", "0",
+                   "--threshold", "25")
+    assert r.returncode == 0, r.stderr
+    for name in ("overview.json", "machines.json"):
+        a, b = (json.loads((o / "data" / name).read_text()) for o in (out, tmp_path / "site"))
+        if name == "overview.json":
+            assert a.pop("source") != b.pop("source")
+        assert a == b
+    for f in (out / "data" / "keys").iterdir():
+        mine = json.loads((tmp_path / "site" / "data" / "keys" / f.name).read_text())
+        theirs = json.loads(f.read_text())
+        for s in (*mine["series"], *theirs["series"]):
+            for p in s["points"]:
+                p.pop("report")         # the store's site published one report, this one none
+        assert mine == theirs
+
+
+def test_bad_input_is_one_line_and_writes_nothing(tmp_path):
+    empty = tmp_path / "results"
+    empty.mkdir()
+    r = in_process("publish", "--results", empty, "--out", tmp_path / "site")
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "no run in" in r.stderr
+    assert not (tmp_path / "site").exists()
+    (tmp_path / "file").write_text("")
+    r = in_process("publish", "--store", "postgresql://nobody@127.0.0.1:1/none", "--out", tmp_path / "site2")
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "Traceback" not in r.stderr, r.stderr

@@ -1,0 +1,81 @@
+"""`zobench publish`: the shared store, or a results folder, as a static website of overviews,
+histories, comparisons and machines (harness/analysis/site.py, docs/dashboard.md)."""
+from __future__ import annotations
+
+import functools
+import http.server
+import sys
+from pathlib import Path
+
+from workloads.spec import Bounds
+
+from harness.analysis.compare import ESTIMATOR, ESTIMATORS, THRESHOLD
+from harness import paths
+from harness.errors import UserError
+from harness.stores import pgstore
+from harness.stores.store import Store, results_dir
+
+from . import options
+
+
+def add(sub) -> None:
+    p = sub.add_parser("publish", help="write the shared store (or a results folder) as a static website: "
+                                       "overview, each key's history, compare views, machines, run reports")
+    options.add_store(p, "publish this shared store")
+    p.add_argument("--results", type=results_dir, metavar="DIR",
+                   help="publish this results folder instead of a shared store")
+    p.add_argument("--out", type=Path, required=True, metavar="DIR", help="the site's folder (written in place)")
+    p.add_argument("--threshold", type=options.number(float, Bounds(0, 1000.0)), default=100 * THRESHOLD, metavar="PCT",
+                   help="smallest relative change that counts, in percent (default 5, as compare and history)")
+    p.add_argument("--estimator", choices=tuple(ESTIMATORS), default=ESTIMATOR)
+    p.add_argument("--reports", type=options.number(int, Bounds(0, 100000)), default=10, metavar="N",
+                   help="the report of each of the last N runs (default 10; kept from an earlier publish)")
+    p.add_argument("--compare-last", type=options.number(int, Bounds(0, 100000)), default=20, metavar="N",
+                   help="compare views of each branch's last N consecutive commits, besides every change "
+                        "point's (default 20)")
+    p.add_argument("--serve", action="store_true", help="then serve the site on localhost until interrupted")
+    p.add_argument("--port", type=options.number(int, Bounds(0, 65535)), default=8000,
+                   help="--serve's port (default 8000; 0: any free one)")
+    p.set_defaults(main=main)
+
+
+def main(args) -> int:
+    from harness.analysis import site
+
+    url = None if args.results else pgstore.url_from(args.store)
+    out = args.out.resolve()
+    try:
+        if url:
+            with pgstore.SharedStore(url) as shared:
+                wrote = site.publish(site.SharedSource(shared), out, args.threshold / 100, args.estimator,
+                                     args.reports, args.compare_last, options.say)
+        else:
+            store = Store(args.results or results_dir(paths.DEFAULT_RESULTS))
+            if not store.run_ids():
+                raise UserError(f"publish: no run in {store.root} (and no --store, $ZOBENCH_STORE or config's store)")
+            wrote = site.publish(site.FolderSource(store), out, args.threshold / 100, args.estimator,
+                                 args.reports, args.compare_last, options.say)
+    except OSError as e:
+        raise UserError(f"publish --out {args.out}: cannot write {e.filename or ''}: {e.strerror or e}") from None
+    print(f"site: {out / 'index.html'} ({wrote['keys']} keys, {wrote['series']} series, {wrote['compares']} "
+          f"compare views, {wrote['reports']} run reports; the overview loads "
+          f"{wrote['overview_bytes'] / 1024:.0f} KiB)", flush=True)
+    if args.serve:
+        serve(out, args.port)
+    return 0
+
+
+def serve(folder: Path, port: int) -> None:
+    """The site on 127.0.0.1 (the pages fetch their data, which browsers refuse from file://)."""
+    handler = functools.partial(Quiet, directory=str(folder))
+    with http.server.ThreadingHTTPServer(("127.0.0.1", port), handler) as httpd:
+        print(f"serving http://127.0.0.1:{httpd.server_address[1]}/ (Ctrl-C stops)", file=sys.stderr, flush=True)
+        try:
+            httpd.serve_forever()
+        except KeyboardInterrupt:
+            pass
+
+
+class Quiet(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args) -> None:   # a line per request would bury the address
+        pass
