@@ -6,7 +6,9 @@ boards (a fingerprint per board), --runs-per-commit runs per commit, a fifth of 
 pull-request branches, the rest on main. Every result is a copy of a real one (a short ci run's
 result JSON, made first) with its ids and numbers changed, so rows are the size real ones are.
 It prints the tables' sizes, each query's median time over --repeats runs, and the plans'
-index use. Asserts nothing.
+index use; with --publish, the time `zobench publish` takes to write the store's site (no run
+reports: the generated runs have no plans to report) and what the overview page weighs. Asserts
+nothing.
 """
 from __future__ import annotations
 
@@ -75,6 +77,22 @@ def timed(fn, repeats: int) -> float:
     return statistics.median(times)
 
 
+def publish(shared, compare_last: int) -> None:
+    """zobench publish of the whole store, once (it reads every result's row), timed."""
+    from harness.analysis import site
+    from harness.analysis.compare import ESTIMATOR, THRESHOLD
+
+    with tempfile.TemporaryDirectory() as d:
+        t0 = time.perf_counter()
+        wrote = site.publish(site.SharedSource(shared), Path(d), THRESHOLD, ESTIMATOR, 0, compare_last)
+        seconds = time.perf_counter() - t0
+        keys = [f.stat().st_size for f in (Path(d) / "data" / "keys").iterdir()]
+        plotly = (Path(d) / "plotly.min.js").stat().st_size
+    print(f"  publish: {seconds:.0f} s; {wrote['series']:,} series, {wrote['compares']} compare views; the overview "
+          f"loads {wrote['overview_bytes'] / 2 ** 20:.2f} MiB, a key's page {statistics.median(keys) / 1024:.0f} KiB "
+          f"(median) of data and {plotly / 2 ** 20:.1f} MiB of Plotly once")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--results", type=int, default=1_000_000)
@@ -82,6 +100,8 @@ def main() -> int:
     ap.add_argument("--keys", type=int, default=25)
     ap.add_argument("--runs-per-commit", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--publish", action="store_true", help="also time zobench publish of the whole store")
+    ap.add_argument("--compare-last", type=int, default=20, help="--publish's compare views a branch (default 20)")
     args = ap.parse_args()
     runs = args.results // args.keys
     print(f"template: a real ci result; generating {runs * args.keys:,} results ({runs:,} runs of {args.keys} keys "
@@ -123,6 +143,8 @@ def main() -> int:
             sql, params = shared.history_query([key], "board-13", None, None)
             plan = shared.conn.execute("EXPLAIN " + sql, params).fetchall()
             print("  history KEY --target T, its plan:\n" + "\n".join(f"    {line[0]}" for line in plan))
+            if args.publish:
+                publish(shared, args.compare_last)
     finally:
         pg.stop()
     return 0

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -27,6 +28,14 @@ from testkit.postgres import Postgres  # noqa: E402
 # the ci suite's single-threaded C++ Full ZO key (testkit/compare_runs.py's SOLO: one thread, so
 # that other work on the other core moves it less)
 NARROW = "--runtime cpp --precision fp32 --method full-zo --set train_samples=3200 --target solo --inventory {inv}"
+
+
+# where the job summary says the dashboard is served (nowhere: ci-local only checks the link)
+DASHBOARD = "http://dashboard.invalid/zobench"
+
+
+def commit(i: int) -> str:
+    return f"{i + 10:x}" * 20
 
 
 def step(name: str, mode: str, env: dict, want: tuple[int, ...]) -> bool:
@@ -44,6 +53,7 @@ def main() -> int:
     ap.add_argument("--full", action="store_true", help="the whole ci suite each run")
     ap.add_argument("--slowdown", type=float, default=0.2, help="what the slower pull request injects (0.2 = 20%%)")
     ap.add_argument("--threshold", type=float, default=5.0, help="the gate's threshold in percent (compare's default 5)")
+    ap.add_argument("--keep-site", type=Path, help="copy the published dashboard here at the end")
     args = ap.parse_args()
     pg = Postgres()
     try:
@@ -53,16 +63,23 @@ def main() -> int:
             env = {**os.environ, "ZOBENCH_STORE": pg.new_database(), "RESULTS": str(Path(results) / "results"),
                    "ZOBENCH": str(REPO / ".venv/bin/zobench"),
                    "ZOBENCH_CI_ARGS": "" if args.full else NARROW.format(inv=inv),
-                   "ZOBENCH_COMPARE_ARGS": f"--threshold {args.threshold}"}
+                   "ZOBENCH_COMPARE_ARGS": f"--threshold {args.threshold}",
+                   # the dashboard published after each run, the job summary linking to it
+                   "ZOBENCH_SITE": str(Path(results) / "site"), "ZOBENCH_DASHBOARD_URL": DASHBOARD,
+                   "ZOBENCH_PUBLISH_ARGS": f"--reports 0 --threshold {args.threshold}"}
             env.pop("GITHUB_STEP_SUMMARY", None)
-            ok = all(step(f"push to main {i + 1}/{args.mains}", "main", env, (0,)) for i in range(args.mains))
-            pr = {**env, "ZOBENCH_BRANCH": "same-code"}
+            # each run its own commit (a checkout's own would be every run's here): the dashboard's points
+            ok = all(step(f"push to main {i + 1}/{args.mains}", "main", {**env, "ZOBENCH_COMMIT": commit(i)}, (0,))
+                     for i in range(args.mains))
+            pr = {**env, "ZOBENCH_BRANCH": "same-code", "ZOBENCH_COMMIT": commit(args.mains)}
             # the same code passes; beside other work that could hide a change of the threshold
             # the gate judges nothing and says so (exit 3, docs/compare.md), never "regressed"
             ok = step("pull request, same code", "pr", pr, (0, 3)) and ok
-            slow = {**env, "ZOBENCH_BRANCH": "slower",
+            slow = {**env, "ZOBENCH_BRANCH": "slower", "ZOBENCH_COMMIT": commit(args.mains + 1),
                     "ZOBENCH_CI_ARGS": f"{env['ZOBENCH_CI_ARGS']} --set inject_slowdown={args.slowdown}"}
             ok = step(f"pull request, {args.slowdown:.0%} slower", "pr", slow, (1,)) and ok
+            if args.keep_site:
+                shutil.copytree(env["ZOBENCH_SITE"], args.keep_site, dirs_exist_ok=True)
     finally:
         pg.stop()
     print("ci-local: " + ("every step ended as the workflow should" if ok else "a step did not end as it should"))

@@ -124,6 +124,10 @@ def test_publish_writes_files_only_a_row_per_series_a_file_per_key_and_the_newes
     # the charting library is the Python package's copy: the pages load nothing from elsewhere
     for page in ("index.html", "key.html", "compare.html", "machine.html"):
         assert not re.search(r"(src|href)=\"(https?:)?//", (out / page).read_text())
+    # compare views: each change point's, and main's consecutive commits (the default 20 covers them all)
+    pairs = json.loads((out / "data" / "compare" / "index.json").read_text())
+    assert all([a[:12], b[:12]] in pairs for a, b in zip(COMMITS, COMMITS[1:])) and all(a != b for a, b in pairs)
+    assert len(pairs) == len(COMMITS) + 2 == len(list((out / "data" / "compare").iterdir())) - 1
     # --reports 1: the newest run's (the real runs started within a second: the store orders them by id then)
     newest = pgstore.SharedStore(url).run_ids()[-1]
     assert newest in (runs[REAL[0]], runs[REAL[1]]) and [p.name for p in (out / "runs").iterdir()] == [newest]
@@ -235,3 +239,12 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path):
     (tmp_path / "file").write_text("")
     r = in_process("publish", "--store", "postgresql://nobody@127.0.0.1:1/none", "--out", tmp_path / "site2")
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "Traceback" not in r.stderr, r.stderr
+
+
+def test_a_commit_alone_opens_its_newest_published_comparison(site, browser):
+    """compare.html?b=COMMIT, the link a CI job summary writes: the pair that ends at that commit."""
+    _, address, _ = site
+    b = visit(browser, address, f"compare.html?b={COMMITS[3][:12]}", "#verdicts tbody tr")
+    assert f"a={COMMITS[2][:12]}" in b.current_url
+    assert b.find_element("id", "title").text == f"compare {COMMITS[2][:12]} -> {COMMITS[3][:12]}"
+    assert console_errors(b) == []

@@ -2,6 +2,7 @@
 it read back equal to the local ones, push is idempotent, concurrent runs keep every result, an
 unreachable store is one clear error and loses nothing, and compare takes its baseline from the
 main branch's runs in the store."""
+import importlib.util
 import json
 import subprocess
 import sys
@@ -16,6 +17,11 @@ from testkit.postgres import Postgres
 from testkit.runners import REPO, TINY_CPP, cli, start
 from testkit.sshd import free_port
 from testkit.tools import require
+
+# scripts/ci-local.py, whose commits and dashboard address a test checks
+_spec = importlib.util.spec_from_file_location("ci_local", REPO / "scripts" / "ci-local.py")
+ci_local = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(ci_local)
 
 ONE = [*TINY_CPP, "--method", "full-zo"]     # one job of a second
 
@@ -391,20 +397,28 @@ def test_the_store_comes_from_the_environment_or_the_users_config(capsys, tmp_pa
     assert r.returncode == 2 and "$ZOBENCH_STORE: expected a PostgreSQL URL" in r.stderr
 
 
-def test_the_ci_workflow_runs_end_to_end_against_a_local_postgresql():
+def test_the_ci_workflow_runs_end_to_end_against_a_local_postgresql(tmp_path):
     """scripts/ci-local.py: main's runs pushed, a pull request of the same code passes the gate
     and a slower one fails it, each step's exit code checked by the script itself. The workflow's
     steps are what is tested here, not the gate's power (tests/test_compare.py): a fivefold slowdown
     against a 25% threshold, more than any load on this machine can explain (load beside the same
     code may make the gate judge nothing, exit 3, which the script accepts)."""
     require("initdb")
-    r = subprocess.run([sys.executable, "scripts/ci-local.py", "--mains", "2", "--slowdown", "4", "--threshold", "25"],
-                       cwd=REPO, capture_output=True, text=True, timeout=900)
+    r = subprocess.run([sys.executable, "scripts/ci-local.py", "--mains", "2", "--slowdown", "4", "--threshold", "25",
+                        "--keep-site", tmp_path / "site"], cwd=REPO, capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     ends = [line for line in r.stdout.splitlines() if line.startswith("== ") and ": exit " in line]
     codes = [line.split(": exit ")[1].split()[0] for line in ends]
     assert codes[:2] == ["0", "0"] and codes[2] in ("0", "3") and codes[3] == "1", r.stdout
     assert "regressed" in r.stdout       # the pull request's Markdown summary, on stdout outside a CI job
+    # the summary links to the dashboard's compare view of the slower commit, which the site holds:
+    # against main's newest commit, the same verdict
+    slower = ci_local.commit(3)
+    assert f"({ci_local.DASHBOARD}/compare.html?b={slower})" in r.stdout
+    pairs = json.loads((tmp_path / "site" / "data" / "compare" / "index.json").read_text())
+    assert [ci_local.commit(1)[:12], slower[:12]] in pairs
+    view = json.loads((tmp_path / "site" / "data" / "compare" / f"{ci_local.commit(1)[:12]}_{slower[:12]}.json").read_text())
+    assert [row["status"] for row in view["rows"]] == ["regressed"] and view["exit_code"] == 1
 
 
 @pytest.mark.parametrize("why", ["loaded", "throttled"])

@@ -31,6 +31,7 @@ from harness.stores.metrics import METRICS
 from harness.stores.store import Store
 
 SPARK = 40          # the overview's sparkline: a series' last this many commits
+BASE = "main"       # the branch pull requests are compared with (as compare --baseline-from's default)
 PAGES = ("index.html", "key.html", "compare.html", "machine.html", "site.js", "site.css")
 
 
@@ -127,6 +128,9 @@ def publish(source, out: Path, threshold: float, estimator: str, reports: int, c
     copy_pages(out)
     runs = source.runs()
     by_run = {r.run_id: r for r in runs}
+    commits: dict[str, list] = {}
+    for r in runs:
+        commits.setdefault(r.commit, []).append(r.run_id)
     rows, facts = source.history()
     say(f"{len(rows)} ok results, {len(runs)} runs")
     found = history.series(rows, facts, threshold, estimator)
@@ -134,12 +138,19 @@ def publish(source, out: Path, threshold: float, estimator: str, reports: int, c
     overview, keys = [], {}
     for s in found:
         keys.setdefault(s.key, []).append(s)
-    cache: dict[str, list] = {}
+    sides: dict[str, dict] = {}
 
-    def results(run_id: str) -> list[dict]:
-        if run_id not in cache:
-            cache[run_id] = source.results(run_id)
-        return cache[run_id]
+    def side(commit: str) -> dict:
+        """A commit's runs as the gate reads them, per machine (each commit read once: the pairs
+        share them)."""
+        if commit not in sides:
+            by_fp: dict[str, list] = {}
+            for rid in commits.get(commit, []):
+                for r in source.results(rid):
+                    fp = pgstore.fingerprint_id(measurements.fingerprint(r.get("env") or {}))
+                    by_fp.setdefault(fp, []).append((rid, r))
+            sides[commit] = {fp: measurements.from_results(rs) for fp, rs in by_fp.items()}
+        return sides[commit]
 
     pairs: dict[tuple[str, str], set] = {}
     for key, series in keys.items():
@@ -154,12 +165,11 @@ def publish(source, out: Path, threshold: float, estimator: str, reports: int, c
                 pairs.setdefault((c["before_commit"], c["commit"]), set()).add(key)
     for a, b in recent_pairs(runs, compare_last):
         pairs.setdefault((a, b), set())
-    commits = {}
-    for r in runs:
-        commits.setdefault(r.commit, []).append(r.run_id)
     for (a, b) in pairs:
         write_json(out / "data" / "compare" / f"{short(a)}_{short(b)}.json",
-                   compare_json(a, b, commits, results, threshold, estimator))
+                   compare_json(a, b, side, commits, {s.fingerprint: machine_label(s.facts) for s in found},
+                                threshold, estimator))
+    write_json(out / "data" / "compare" / "index.json", [[short(a), short(b)] for a, b in pairs])
     write_json(out / "data" / "overview.json", {"source": source.name, "estimator": estimator,
                                                 "threshold": threshold, "rows": overview})
     write_json(out / "data" / "machines.json", machines_json(found, by_run))
@@ -206,45 +216,63 @@ def overview_row(s: history.Series, sj: dict, kid: str) -> dict:
     its latest change point, or noisy where the latest commit's times were all left out (loaded
     or throttled), or unchanged."""
     points = sj["points"]
-    times = [p["values"].get("step_time", [None])[0] for p in points]
+    times = [float(f"{t:.4g}") if (t := p["values"].get("step_time", [None])[0]) else None for p in points]
     last = points[-1]
-    latest = sj["changes"][-1] if sj["changes"] else None
+    latest = max(sj["changes"], key=lambda c: c["at"], default=None)
     if "step_time" not in last["values"] and last["loaded"] + last["flagged"]:
         verdict, at = "noisy", last["commit"]
     elif latest:
         verdict, at = latest["verdict"], latest["commit"]
     else:
         verdict, at = "unchanged", ""
-    return {"id": kid, "key": s.key, **key_parts(s.key, s.target), "fingerprint": s.fingerprint,
+    return {"id": kid, "key": s.key, **key_parts(s.key, s.target), "fingerprint": s.fingerprint[:16],
             "machine": sj["machine"], "spark": times[-SPARK:], "latest": next((t for t in reversed(times) if t), None),
-            "latest_commit": last["commit"], "commits": len(points), "verdict": verdict, "verdict_commit": at,
+            "latest_commit": short(last["commit"]), "commits": len(points), "verdict": verdict,
+            "verdict_commit": short(at),
             "verdict_metric": latest["metric"] if latest and verdict != "noisy" else ""}
 
 
-def recent_pairs(runs: list[Run], last: int) -> list[tuple[str, str]]:
-    """Each branch's consecutive commits among its last `last` + 1: the compare views the CI job
-    summary and the history's points link to, besides the change points'."""
+def recent_pairs(runs: list[Run], last: int, base: str = BASE) -> list[tuple[str, str]]:
+    """Each branch's consecutive commits among its last `last` + 1, and each of another branch's
+    last `last` commits against the newest commit of the base branch before it (what a pull
+    request's CI job compares with, and its job summary links to: compare.html?b=COMMIT)."""
+    if not last:
+        return []
     order: dict[str, list[str]] = {}
-    for r in runs:
+    newest_base, against = None, {}
+    for r in runs:      # in created order
         seen = order.setdefault(r.branch, [])
         if r.commit not in seen:
             seen.append(r.commit)
-    return [(a, b) for commits in order.values() for a, b in zip(commits[-last - 1:], commits[-last:])] if last else []
+            if r.branch != base and newest_base:
+                against[(r.branch, r.commit)] = newest_base
+        if r.branch == base:
+            newest_base = r.commit
+    pairs = [(a, b) for commits in order.values() for a, b in zip(commits[-last - 1:], commits[-last - 1:][1:])]
+    return pairs + [(against[(branch, c)], c) for branch, commits in order.items() if branch != base
+                    for c in commits[-last:] if (branch, c) in against]
 
 
-def compare_json(a: str, b: str, commits: dict, results, threshold: float, estimator: str) -> dict:
-    """The gate between the runs of commit a and those of commit b (each side's runs pooled, as
-    `zobench compare A1,A2 B1,B2` pools them), by compare.compare: its table, summary, exit code."""
-    sides = [measurements.from_results([(rid, r) for rid in commits.get(c, []) for r in results(rid)]) for c in (a, b)]
-    verdicts = compare.compare(*sides, threshold, estimator)
+def compare_json(a: str, b: str, side, commits: dict, machines: dict, threshold: float, estimator: str) -> dict:
+    """The gate between the runs of commit a and those of commit b on each machine that ran both
+    (each side's runs pooled, as `zobench compare A1,A2 B1,B2` pools them), by compare.compare:
+    its table, summary and exit code; the machines that ran only one of them are named."""
+    before, after = side(a), side(b)
+    rows, verdicts = [], []
+    for fp in [fp for fp in before if fp in after]:
+        for v in compare.compare(before[fp], after[fp], threshold, estimator):
+            verdicts.append(v)
+            rows.append((fp, v))
     shown = [m for m in METRICS if any(m.name in v.metrics for v in verdicts)]
     code, why = compare.exit_code(verdicts, False)
     return {"a": a, "b": b, "a_runs": commits.get(a, []), "b_runs": commits.get(b, []),
             "title": compare.title_of(verdicts, short(a), short(b), threshold, estimator),
             "summary": compare.counts(verdicts), "exit_code": code, "why": why,
-            "columns": ["job key", "status", *(m.title for m in shown), "note"],
-            "rows": [{"key": v.key, "id": key_id(v.key), "status": v.status, "cells": compare.cells(v, shown),
-                      "note": v.reason} for v in verdicts]}
+            "one_side": [{"fingerprint": fp, "machine": machines.get(fp, ""), "only_in": short(a if fp in before else b)}
+                         for fp in [*before, *after] if (fp in before) != (fp in after)],
+            "columns": ["job key", "machine", "status", *(m.title for m in shown), "note"],
+            "rows": [{"key": v.key, "id": key_id(v.key), "fingerprint": fp, "machine": machines.get(fp, ""),
+                      "status": v.status, "cells": compare.cells(v, shown), "note": v.reason} for fp, v in rows]}
 
 
 def machines_json(found: list[history.Series], by_run: dict) -> list[dict]:
