@@ -51,7 +51,7 @@ def store(tmp_path_factory):
         (runs[commit],) = set(local.run_ids()) - before
     for run_id in runs.values():
         assert in_process("push", run_id, "--store", url, "--results", local.root).returncode == 0
-    yield url, local, runs
+    yield url, local, runs, pg
     pg.stop()
 
 
@@ -59,7 +59,7 @@ def store(tmp_path_factory):
 def site(store, tmp_path_factory):
     """`zobench publish --serve` on any free port: the site's folder, its address and what the
     command printed."""
-    url, _, _ = store
+    url, _, _, _ = store
     out = tmp_path_factory.mktemp("site")
     p = start("publish", "--store", url, "--out", out, "--reports", "1", "--threshold", "25", "--serve", "--port", "0")
     said = ""
@@ -113,7 +113,7 @@ def key_of(url: str, target: str) -> str:
 
 def test_publish_writes_files_only_a_row_per_series_a_file_per_key_and_the_newest_report(site, store):
     out, _, said = site
-    url, _, runs = store
+    url, _, runs, _ = store
     with pgstore.SharedStore(url) as shared:
         series = shared.conn.execute("SELECT count(*) FROM series").fetchone()[0]
         keys = shared.conn.execute("SELECT count(DISTINCT job_key) FROM series").fetchone()[0]
@@ -159,7 +159,7 @@ def test_a_keys_page_draws_every_point_and_a_click_on_its_change_opens_the_gates
     from selenium.webdriver.support.ui import Select, WebDriverWait
 
     _, address, _ = site
-    url, local, runs = store
+    url, local, runs, _ = store
     key = key_of(url, "solo")
     b = visit(browser, address, f"key.html?k={key_id(key)}", "#plot-step_time path.point")
     # every commit the store holds for the key, a point each (accuracy: every point has one)
@@ -230,15 +230,31 @@ def test_a_results_folder_publishes_the_site_its_store_does(site, store, tmp_pat
         assert mine == theirs
 
 
-def test_bad_input_is_one_line_and_writes_nothing(tmp_path):
+def test_bad_input_is_one_line_and_leaves_the_last_site_whole(store, tmp_path):
     empty = tmp_path / "results"
     empty.mkdir()
     r = in_process("publish", "--results", empty, "--out", tmp_path / "site")
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "no run in" in r.stderr
     assert not (tmp_path / "site").exists()
     (tmp_path / "file").write_text("")
+    r = in_process("publish", "--results", store[1].root, "--out", tmp_path / "file" / "site", "--reports", "0")
+    assert r.returncode == 2 and "publish --out" in r.stderr and r.stderr.count("\n") == 1, r.stderr
     r = in_process("publish", "--store", "postgresql://nobody@127.0.0.1:1/none", "--out", tmp_path / "site2")
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "Traceback" not in r.stderr, r.stderr
+    # a publish that fails half-way (its store's results table dropped by hand after the runs were
+    # read) keeps the site it would have replaced, whole
+    url, local, runs, pg = store
+    other = pg.new_database()
+    assert in_process("push", runs[COMMITS[0]], "--store", other, "--results", local.root).returncode == 0
+    site = tmp_path / "site3"
+    assert in_process("publish", "--store", other, "--out", site, "--reports", "0").returncode == 0
+    before = {f: f.read_bytes() for f in (site / "data").rglob("*") if f.is_file()}
+    import psycopg
+    with psycopg.connect(other, autocommit=True) as c:
+        c.execute("DROP TABLE results")
+    r = in_process("publish", "--store", other, "--out", site, "--reports", "0")
+    assert r.returncode == 2 and "the shared store" in r.stderr and r.stderr.count("\n") == 1, r.stderr
+    assert {f: f.read_bytes() for f in (site / "data").rglob("*") if f.is_file()} == before
 
 
 def test_a_commit_alone_opens_its_newest_published_comparison(site, browser):

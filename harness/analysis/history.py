@@ -99,10 +99,12 @@ def build(rows: list[tuple], facts: dict[str, dict]) -> list[Series]:
     return out
 
 
-def series(rows: list[tuple], facts: dict[str, dict], threshold: float, estimator: str = ESTIMATOR) -> list[Series]:
-    """build()'s series, each with its change points (detect())."""
+def series(rows: list[tuple], facts: dict[str, dict], threshold: float, estimator: str = ESTIMATOR,
+           track=lambda items: items) -> list[Series]:
+    """build()'s series, each with its change points (detect()); track(series) may show the
+    progress of a long search (zobench publish)."""
     found = build(rows, facts)
-    for s in found:
+    for s in track(found):
         s.changes = detect(s, threshold, estimator)
     return found
 

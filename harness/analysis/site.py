@@ -119,13 +119,15 @@ def machine_label(facts: dict) -> str:
 
 
 def publish(source, out: Path, threshold: float, estimator: str, reports: int, compare_last: int,
-            say=lambda line: None) -> dict:
-    """Write the site into out; what it wrote (counts and bytes), for the command to print."""
+            say=lambda line: None, track=lambda items, what: items) -> dict:
+    """Write the site into out; what it wrote (counts and bytes), for the command to print.
+    track(items, what) shows the long loops' progress. The data is written beside the old and
+    swapped in at the end: a publish that fails leaves the last site whole."""
     out.mkdir(parents=True, exist_ok=True)
-    for sub in ("keys", "compare"):     # a key or pair gone from the store must not stay
-        shutil.rmtree(out / "data" / sub, ignore_errors=True)
-        (out / "data" / sub).mkdir(parents=True)
-    copy_pages(out)
+    new = out / ".data-new"
+    shutil.rmtree(new, ignore_errors=True)
+    for sub in ("keys", "compare"):
+        (new / sub).mkdir(parents=True)
     runs = source.runs()
     by_run = {r.run_id: r for r in runs}
     commits: dict[str, list] = {}
@@ -133,11 +135,23 @@ def publish(source, out: Path, threshold: float, estimator: str, reports: int, c
         commits.setdefault(r.commit, []).append(r.run_id)
     rows, facts = source.history()
     say(f"{len(rows)} ok results, {len(runs)} runs")
-    found = history.series(rows, facts, threshold, estimator)
+    found = history.series(rows, facts, threshold, estimator, lambda items: track(items, "change points"))
+    machines = {s.fingerprint: machine_label(s.facts) for s in found}
     published = publish_reports(source, runs[-reports:] if reports else [], out, say)
     overview, keys = [], {}
     for s in found:
         keys.setdefault(s.key, []).append(s)
+    pairs: dict[tuple[str, str], None] = {}      # in order, once each
+    for key, series in track(list(keys.items()), "keys"):
+        kid = key_id(key)
+        data = {"key": key, "id": kid, "estimator": estimator, "threshold": threshold,
+                "metrics": [{"name": m.name, "title": m.title, "unit": m.unit} for m in METRICS],
+                "series": [series_json(s, by_run, published, estimator) for s in series]}
+        write_json(new / "keys" / f"{kid}.json", data)
+        for s, sj in zip(series, data["series"]):
+            overview.append(overview_row(s, sj, kid))
+            pairs.update(((c["before_commit"], c["commit"]), None) for c in sj["changes"])
+    pairs.update((pair, None) for pair in recent_pairs(runs, compare_last))
     sides: dict[str, dict] = {}
 
     def side(commit: str) -> dict:
@@ -152,27 +166,20 @@ def publish(source, out: Path, threshold: float, estimator: str, reports: int, c
             sides[commit] = {fp: measurements.from_results(rs) for fp, rs in by_fp.items()}
         return sides[commit]
 
-    pairs: dict[tuple[str, str], set] = {}
-    for key, series in keys.items():
-        kid = key_id(key)
-        data = {"key": key, "id": kid, "estimator": estimator, "threshold": threshold,
-                "metrics": [{"name": m.name, "title": m.title, "unit": m.unit} for m in METRICS],
-                "series": [series_json(s, by_run, published, estimator) for s in series]}
-        write_json(out / "data" / "keys" / f"{kid}.json", data)
-        for s, sj in zip(series, data["series"]):
-            overview.append(overview_row(s, sj, kid))
-            for c in sj["changes"]:
-                pairs.setdefault((c["before_commit"], c["commit"]), set()).add(key)
-    for a, b in recent_pairs(runs, compare_last):
-        pairs.setdefault((a, b), set())
-    for (a, b) in pairs:
-        write_json(out / "data" / "compare" / f"{short(a)}_{short(b)}.json",
-                   compare_json(a, b, side, commits, {s.fingerprint: machine_label(s.facts) for s in found},
-                                threshold, estimator))
-    write_json(out / "data" / "compare" / "index.json", [[short(a), short(b)] for a, b in pairs])
-    write_json(out / "data" / "overview.json", {"source": source.name, "estimator": estimator,
-                                                "threshold": threshold, "rows": overview})
-    write_json(out / "data" / "machines.json", machines_json(found, by_run))
+    for a, b in track(list(pairs), "compare views"):
+        write_json(new / "compare" / f"{short(a)}_{short(b)}.json",
+                   compare_json(a, b, side, commits, machines, threshold, estimator))
+    write_json(new / "compare" / "index.json", [[short(a), short(b)] for a, b in pairs])
+    write_json(new / "overview.json", {"source": source.name, "estimator": estimator, "threshold": threshold,
+                                       "rows": overview})
+    write_json(new / "machines.json", machines_json(found, by_run))
+    copy_pages(out)
+    old = out / ".data-old"
+    shutil.rmtree(old, ignore_errors=True)
+    if (out / "data").exists():
+        (out / "data").rename(old)
+    new.rename(out / "data")
+    shutil.rmtree(old, ignore_errors=True)
     return {"keys": len(keys), "series": len(found), "compares": len(pairs), "reports": len(published),
             "overview_bytes": page_weight(out)}
 

@@ -2,10 +2,14 @@
 histories, comparisons and machines (harness/analysis/site.py, docs/dashboard.md)."""
 from __future__ import annotations
 
+import contextlib
 import functools
 import http.server
 import sys
 from pathlib import Path
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from workloads.spec import Bounds
 
@@ -44,17 +48,21 @@ def main(args) -> int:
 
     url = None if args.results else pgstore.url_from(args.store)
     out = args.out.resolve()
+
+    def publish(source) -> dict:
+        with bars() as track:
+            return site.publish(source, out, args.threshold / 100, args.estimator, args.reports, args.compare_last,
+                                options.say, track)
+
     try:
         if url:
             with pgstore.SharedStore(url) as shared:
-                wrote = site.publish(site.SharedSource(shared), out, args.threshold / 100, args.estimator,
-                                     args.reports, args.compare_last, options.say)
+                wrote = publish(site.SharedSource(shared))
         else:
             store = Store(args.results or results_dir(paths.DEFAULT_RESULTS))
             if not store.run_ids():
                 raise UserError(f"publish: no run in {store.root} (and no --store, $ZOBENCH_STORE or config's store)")
-            wrote = site.publish(site.FolderSource(store), out, args.threshold / 100, args.estimator,
-                                 args.reports, args.compare_last, options.say)
+            wrote = publish(site.FolderSource(store))
     except OSError as e:
         raise UserError(f"publish --out {args.out}: cannot write {e.filename or ''}: {e.strerror or e}") from None
     print(f"site: {out / 'index.html'} ({wrote['keys']} keys, {wrote['series']} series, {wrote['compares']} "
@@ -63,6 +71,16 @@ def main(args) -> int:
     if args.serve:
         serve(out, args.port)
     return 0
+
+
+@contextlib.contextmanager
+def bars():
+    """track(items, what): a progress bar with its ETA over each long loop, on a terminal."""
+    console = Console(stderr=True)
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  TextColumn("ETA"), TimeRemainingColumn(), console=console, transient=True,
+                  disable=not console.is_terminal) as progress:
+        yield lambda items, what: progress.track(items, total=len(items), description=what)
 
 
 def serve(folder: Path, port: int) -> None:
