@@ -59,8 +59,11 @@ class SharedSource:
     def results(self, run_id: str) -> list[dict]:
         return self.shared.results(run_id)
 
-    def local_copy(self, run_id: str, store: Store) -> None:
+    def local_store(self, run_id: str, folder: Path) -> Store:
+        """A results folder holding the run, for the report to read: pulled into `folder`."""
+        store = Store(folder)
         self.shared.pull(run_id, store)
+        return store
 
 
 class FolderSource:
@@ -93,8 +96,8 @@ class FolderSource:
     def results(self, run_id: str) -> list[dict]:
         return self.store.results(run_id)
 
-    def local_copy(self, run_id: str, store: Store) -> None:
-        pass    # already local: the report reads self.store
+    def local_store(self, run_id: str, folder: Path) -> Store:
+        return self.store
 
 
 def key_id(key: str) -> str:
@@ -323,10 +326,8 @@ def publish_reports(source, runs: list[Run], out: Path, say) -> set:
             continue
         say(f"report of {run.run_id}")
         with tempfile.TemporaryDirectory() as d:
-            store = source.store if isinstance(source, FolderSource) else Store(Path(d))
-            source.local_copy(run.run_id, store)
             try:
-                build_report(store, [run.run_id], folder)
+                build_report(source.local_store(run.run_id, Path(d)), [run.run_id], folder)
             except Exception as e:      # noqa: BLE001 (a run without a chartable result: its points link nowhere)
                 say(f"no report of {run.run_id}: {e}")
                 continue
