@@ -28,13 +28,13 @@ from testkit.runners import TORCH_RUNNER, run_runner  # noqa: E402
 from workloads.vocab import PAPER_CONFIGS  # noqa: E402
 
 
-def alternating(runs: dict, tmp: Path, repeats: int) -> dict[str, list[dict]]:
+def alternating(runs: dict, tmp: Path, repeats: int, env: dict | None = None) -> dict[str, list[dict]]:
     """Each run's results ({name: (spec, command)}), the runs taking turns `repeats` times after
-    a first round that warms up (page cache, CPU clocks) and is dropped."""
+    a first round that warms up (page cache, CPU clocks) and is dropped; env: over the runners'."""
     out = {name: [] for name in runs}
     for r in range(repeats + 1):
         for name, (spec, command) in runs.items():
-            res = run_runner(spec, tmp, command, check=True)
+            res = run_runner(spec, tmp, command, check=True, env=env)
             if r:
                 out[name].append(res)
     return out

@@ -23,6 +23,8 @@ from harness.search.memory_model import breakdown  # noqa: E402
 from harness.planning.suites import MethodChoice  # noqa: E402
 from testkit.binaries import native_binary  # noqa: E402
 from testkit.runners import TORCH_RUNNER  # noqa: E402
+from harness.execution.job import omp_env  # noqa: E402
+from workloads import vocab  # noqa: E402
 from workloads.models import LENET5  # noqa: E402
 from workloads.spec import Hyper  # noqa: E402
 
@@ -42,6 +44,8 @@ def main() -> None:
     ap.add_argument("--method", default="full-zo", help="full-zo, or elastic-zo:K (its C++ runs one query a step)")
     ap.add_argument("--runtime", choices=("cpp", "torch"), default="cpp")
     ap.add_argument("--device", default="cpu", help="the torch runner's device (cpu, cuda)")
+    ap.add_argument("--wait-policy", choices=vocab.OMP_WAIT_POLICIES, default=vocab.OMP_WAIT_POLICY,
+                    help="OpenMP's, as a target's omp_wait_policy sets it (default passive, the harness's)")
     args = ap.parse_args()
     method = MethodChoice.parse(args.method)
     data_dir = str(raw_idx("fashion-mnist", "").dir)
@@ -56,11 +60,12 @@ def main() -> None:
 
     where = "native build" if args.runtime == "cpp" else args.device
     print(f"{args.runtime} ({where}), lenet5 {method}, batch {args.batch}, {args.steps} steps, {args.repeats} repeats "
-          f"(medians); threads {args.threads or 'all'}")
+          f"(medians); threads {args.threads or 'all'}, OpenMP wait policy {args.wait_policy}")
     print(f"{'optimizer':22} {'parts':32} {'ms/step':>8} {'zo %':>6} {'ms w/o zo':>10} {'model MiB':>10} "
           f"{'held MiB':>9}")
     with tempfile.TemporaryDirectory() as d:
-        res = alternating({name: (spec(p), command) for name, p in optimizers.items()}, Path(d), args.repeats)
+        res = alternating({name: (spec(p), command) for name, p in optimizers.items()}, Path(d), args.repeats,
+                          {"OMP_WAIT_POLICY": None, **omp_env(args.wait_policy)})
     for name, parts in optimizers.items():
         ms, zo, rest = medians(res[name])
         model = breakdown(LENET5, method.method, args.batch, bp_layers=method.bp_layers, zo=Hyper(**parts)).total_bytes

@@ -100,19 +100,20 @@ QEMU_A53 = ("qemu-aarch64", "-cpu", "cortex-a53")      # put before an aarch64 b
 
 
 def run_runner(spec: dict, tmp: Path, command: str | Path | Sequence[str | Path] = TORCH_RUNNER,
-               check: bool = False) -> dict:
+               check: bool = False, env: dict | None = None) -> dict:
     """Write spec to tmp/spec.json, run a runner on it and return its result.json.
 
     command is what comes before --spec/--out: a Python runner (TORCH_RUNNER, ORT_RUNNER),
     the C++ binary's path, or a wrapper and the binary ([*QEMU_A53, path]).
-    check: fail unless the result's status is ok (for callers that only want its numbers)."""
+    check: fail unless the result's status is ok (for callers that only want its numbers).
+    env: variables over the harness's (RUNNER_ENV), as a target's settings give them (None: unset)."""
     tmp.mkdir(parents=True, exist_ok=True)
     (tmp / "spec.json").write_text(json.dumps(spec))
     out = tmp / "result.json"
     out.unlink(missing_ok=True)
     argv = [command] if isinstance(command, (str, Path)) else [*command]
     args = ["--spec", str(tmp / "spec.json"), "--out", str(out)]
-    env = {**os.environ, **RUNNER_ENV}
+    env = {k: v for k, v in {**os.environ, **RUNNER_ENV, **(env or {})}.items() if v is not None}
     python = tuple(argv) in (TORCH_RUNNER, ORT_RUNNER)
     rc = warm.run(argv[2], args, REPO, env, tmp / "runner.out", tmp / "runner.err", timeout=600) if python else None
     if rc is not None:
