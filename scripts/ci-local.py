@@ -64,9 +64,8 @@ def main() -> int:
                    "ZOBENCH": str(REPO / ".venv/bin/zobench"),
                    "ZOBENCH_CI_ARGS": "" if args.full else NARROW.format(inv=inv),
                    "ZOBENCH_COMPARE_ARGS": f"--threshold {args.threshold}",
-                   # the dashboard published after each run, the job summary linking to it
-                   "ZOBENCH_SITE": str(Path(results) / "site"), "ZOBENCH_DASHBOARD_URL": DASHBOARD,
-                   "ZOBENCH_PUBLISH_ARGS": f"--reports 0 --threshold {args.threshold}"}
+                   # the job summary links to the dashboard, published by the last step (it reads the whole store)
+                   "ZOBENCH_DASHBOARD_URL": DASHBOARD, "ZOBENCH_PUBLISH_ARGS": f"--reports 0 --threshold {args.threshold}"}
             env.pop("GITHUB_STEP_SUMMARY", None)
             # each run its own commit (a checkout's own would be every run's here): the dashboard's points
             ok = all(step(f"push to main {i + 1}/{args.mains}", "main", {**env, "ZOBENCH_COMMIT": commit(i)}, (0,))
@@ -75,11 +74,12 @@ def main() -> int:
             # the same code passes; beside other work that could hide a change of the threshold
             # the gate judges nothing and says so (exit 3, docs/compare.md), never "regressed"
             ok = step("pull request, same code", "pr", pr, (0, 3)) and ok
-            slow = {**env, "ZOBENCH_BRANCH": "slower", "ZOBENCH_COMMIT": commit(args.mains + 1),
+            site = Path(results) / "site"
+            slow = {**env, "ZOBENCH_BRANCH": "slower", "ZOBENCH_COMMIT": commit(args.mains + 1), "ZOBENCH_SITE": str(site),
                     "ZOBENCH_CI_ARGS": f"{env['ZOBENCH_CI_ARGS']} --set inject_slowdown={args.slowdown}"}
             ok = step(f"pull request, {args.slowdown:.0%} slower", "pr", slow, (1,)) and ok
             if args.keep_site:
-                shutil.copytree(env["ZOBENCH_SITE"], args.keep_site, dirs_exist_ok=True)
+                shutil.copytree(site, args.keep_site, dirs_exist_ok=True)
     finally:
         pg.stop()
     print("ci-local: " + ("every step ended as the workflow should" if ok else "a step did not end as it should"))
