@@ -68,8 +68,9 @@ def main() -> None:
                           {"OMP_WAIT_POLICY": None, **omp_env(args.wait_policy)})
     for name, parts in optimizers.items():
         ms, zo, rest = medians(res[name])
-        model = breakdown(LENET5, method.method, args.batch, bp_layers=method.bp_layers, zo=Hyper(**parts)).total_bytes
-        print(f"{name:22} {Hyper(**parts).zo_parts() or '-':32} {ms:8.3f} {100 * zo:6.1f} {rest:10.3f} "
+        h = Hyper(**parts)
+        model = breakdown(LENET5, method.method, args.batch, bp_layers=method.bp_layers, zo=h).total_bytes
+        print(f"{name:22} {h.zo_parts() or '-':32} {ms:8.3f} {100 * zo:6.1f} {rest:10.3f} "
               f"{model / 2**20:10.3f} {held(res[name][0]) / 2**20:9.3f}", flush=True)
 
 

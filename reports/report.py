@@ -30,7 +30,6 @@ from workloads.datasets import data_name
 from workloads.spec import JobSpec
 from workloads.vocab import METHODS, PAPER_CONFIGS, PRECISION_LABELS, TRAIN_PHASES, method_label, precision_label
 
-
 from . import charts, equal_memory, finetune, paper, transformers, tune, zo_optimizers
 from .history import chart as history_chart
 

@@ -8,9 +8,7 @@ and photographed in headless Chromium, page by page.
 from __future__ import annotations
 
 import argparse
-import functools
 import json
-import http.server
 import sys
 import tempfile
 import threading
@@ -22,8 +20,8 @@ from harness.stores.store import Store  # noqa: E402
 from testkit import compare_runs  # noqa: E402
 from testkit.postgres import Postgres  # noqa: E402
 from testkit.runners import in_process  # noqa: E402
-from testkit.tools import which  # noqa: E402
-from zobench.commands.publish import Quiet  # noqa: E402
+from testkit.browser import chromium  # noqa: E402
+from zobench.commands.publish import server  # noqa: E402
 
 
 def fill(store: Store, url: str) -> list[str]:
@@ -46,8 +44,6 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, default=Path("docs/dashboard"))
     args = ap.parse_args()
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
     from selenium.webdriver.support.ui import WebDriverWait
 
     pg = Postgres()
@@ -60,16 +56,10 @@ def main() -> int:
             assert r.returncode == 0, r.stderr
             overview = json.loads((site / "data" / "overview.json").read_text())["rows"]
             key = next(row for row in overview if row["verdict"] == "regressed")
-            handler = functools.partial(Quiet, directory=str(site))
-            httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+            httpd = server(site, 0)
             threading.Thread(target=httpd.serve_forever, daemon=True).start()
             base = f"http://127.0.0.1:{httpd.server_address[1]}/"
-            options = webdriver.ChromeOptions()
-            options.binary_location = which("chromium")
-            for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1200,900",
-                        "--hide-scrollbars"):
-                options.add_argument(arg)
-            driver = webdriver.Chrome(service=Service(which("chromedriver")), options=options)
+            driver = chromium(1200, 900, console=False)
             args.out.mkdir(parents=True, exist_ok=True)
             pages = {"overview": ("index.html", "#overview tbody tr"),
                      "key": (f"key.html?k={key['id']}", "#plot-step_time path.point"),

@@ -15,7 +15,8 @@ from harness.stores.store import Store
 from testkit import compare_runs
 from testkit.postgres import Postgres
 from testkit.runners import TINY_CPP, in_process, start
-from testkit.tools import require, which
+from testkit.browser import chromium
+from testkit.tools import require
 
 HOSTILE = '<img src=x onerror="window.pwned=1"><script>window.pwned=1</script>'
 COMMITS = [f"{i:x}" * 40 for i in range(1, 7)]
@@ -76,17 +77,7 @@ def site(store, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def browser():
-    require("chromium")
-    require("chromedriver")
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = which("chromium")
-    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1280,1100"):
-        options.add_argument(arg)
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    driver = webdriver.Chrome(service=Service(which("chromedriver")), options=options)
+    driver = chromium()
     yield driver
     driver.quit()
 

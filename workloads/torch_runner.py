@@ -63,12 +63,11 @@ class TorchEngine(Engine):
     def __init__(self, spec, model, init: np.ndarray, z_on_device: bool = False, graphed: bool = True):
         """z_on_device: on the CPU, draw zobench-z with zrng_torch's torch ops (what a GPU without
         Triton runs, fused_perturb) instead of numpy, ~1.2x faster here; the same bits either way.
-        A GPU perturbs with fused_perturb, or draws z with zrng_torch where a sparsity restricts it.
+        A GPU always perturbs with fused_perturb (_add_z).
         graphed: on a GPU, replay each step as a CUDA graph (GraphStep)."""
         self.device = torch.device(spec.device)
         self.cuda = self.device.type == "cuda"
-        self.z_chunks = (lambda key, lo, n: zrng_torch.normal_chunks(key, lo, n, self.device)) \
-            if z_on_device or self.cuda else \
+        self.z_chunks = (lambda key, lo, n: zrng_torch.normal_chunks(key, lo, n, self.device)) if z_on_device else \
             (lambda key, lo, n: ((off, torch.from_numpy(z)) for off, z in zrng.normal_chunks(key, lo, n)))
         self.flat = torch.from_numpy(init.copy()).to(self.device)   # float64 init -> float64 engine (tests)
         # the BP part: full-bp trains every unit, elastic-zo the last bp_layers, full-zo none
@@ -333,18 +332,19 @@ class _Laps:
 
 def make_engine(spec, model, init):
     """The engine for spec's precision from its init (runner.initial_weights)."""
-    if torch.device(spec.device).type == "cuda" and not torch.cuda.is_available():
+    cuda = torch.device(spec.device).type == "cuda"
+    if cuda and not torch.cuda.is_available():
         raise SpecError(f"device: CUDA not available on {spec.target or 'this machine'}: torch {torch.__version__}")
     if spec.threads:
         torch.set_num_threads(spec.threads)
-    if torch.device(spec.device).type == "cuda":
+    if cuda:
         # FP32 is FP32: TF32 (cuDNN's default for convolutions) keeps 10 bits of mantissa, which
         # a ZO step's loss difference over 2 eps would have to survive (docs/runners.md)
         torch.backends.cudnn.allow_tf32 = False
         torch.backends.cuda.matmul.allow_tf32 = False
     if spec.precision == "int8":
         from .int8 import Int8Engine
-        if torch.device(spec.device).type == "cuda":
+        if cuda:
             # exact integer sums need plain float products: cuDNN may pick Winograd or FFT
             # convolutions, which are not exact (docs/int8.md)
             torch.backends.cudnn.enabled = False

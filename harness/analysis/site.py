@@ -27,7 +27,7 @@ from pathlib import Path
 
 from harness.analysis import compare, history
 from harness.stores import measurements, pgstore
-from harness.stores.metrics import METRICS
+from harness.stores.metrics import BY_NAME, METRICS
 from harness.stores.store import Store
 
 SPARK = 40          # the overview's sparkline: a series' last this many commits
@@ -90,7 +90,8 @@ class FolderSource:
                 if r["status"] == "ok":
                     row = pgstore.history_row(r, run.run_id, run.commit if run.commit != run.run_id else "")
                     rows.append(row)
-                    facts.setdefault(row[2], measurements.fingerprint(r.get("env") or {}))
+                    if row[2] not in facts:
+                        facts[row[2]] = measurements.fingerprint(r.get("env") or {})
         return rows, facts
 
     def results(self, run_id: str) -> list[dict]:
@@ -212,13 +213,12 @@ def series_json(s: history.Series, by_run: dict, published: set, estimator: str)
                        for m in METRICS if (v := p.samples.get(m.name))},
             "accuracy": 100 * sum(p.accuracy) / len(p.accuracy) if p.accuracy else None})
     changes = [{"metric": c.metric, "commit": c.commit, "before_commit": s.points[c.at - 1].commit, "at": c.at,
-                "before": c.before * SCALE[c.metric], "after": c.after * SCALE[c.metric], "change": c.change,
-                "p_value": c.p_value, "verdict": "regressed" if c.change > 0 else "improved"} for c in s.changes]
+                "before": c.before * (scale := BY_NAME[c.metric].scale), "after": c.after * scale,
+                "change": c.change, "p_value": c.p_value, "verdict": "regressed" if c.change > 0 else "improved"}
+               for c in s.changes]
     return {"fingerprint": s.fingerprint, "machine": machine_label(s.facts), "target": s.target,
             "split_from": s.split_from, "estimate": shown_as, "points": points, "changes": changes}
 
-
-SCALE = {m.name: m.scale for m in METRICS}
 
 
 def overview_row(s: history.Series, sj: dict, kid: str) -> dict:

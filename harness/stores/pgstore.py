@@ -245,14 +245,11 @@ class SharedStore:
                 out.moved_from = was[0]
             facts = [measurements.fingerprint(r.get("env") or {}) for r in results]
             rows = [history_row(r, run_id, git.get("commit") or "") for r in results]
-            fps = [row[2] for row in rows]
-            keys = [row[0] for row in rows]
             with self.conn.cursor() as cur:     # each once, however many results share it
                 cur.executemany("INSERT INTO fingerprints VALUES (%s, %s) ON CONFLICT DO NOTHING",
-                                list({fp: (fp, Jsonb(f)) for fp, f in zip(fps, facts)}.values()))
+                                list({row[2]: (row[2], Jsonb(f)) for row, f in zip(rows, facts)}.values()))
                 cur.executemany("INSERT INTO series VALUES (%s, %s, %s) ON CONFLICT DO NOTHING",
-                                list({(k, fp): (k, fp, r["job"]["target"])
-                                      for k, fp, r in zip(keys, fps, results)}.values()))
+                                list({(row[0], row[2]): (row[0], row[2], row[1]) for row in rows}.values()))
             for r, (key, target, fp, _, _, *values, acc, share, flags) in zip(results, rows):
                 got = self.conn.execute(
                     f"INSERT INTO results (run_id, job_id, job_key, target, fingerprint, status, {COLUMNS}, "

@@ -83,10 +83,14 @@ def bars():
         yield lambda items, what: progress.track(items, total=len(items), description=what)
 
 
+def server(folder: Path, port: int) -> http.server.ThreadingHTTPServer:
+    """An HTTP server of the site on 127.0.0.1 (the pages fetch their data, which browsers refuse
+    from file://); port 0: any free one."""
+    return http.server.ThreadingHTTPServer(("127.0.0.1", port), functools.partial(Quiet, directory=str(folder)))
+
+
 def serve(folder: Path, port: int) -> None:
-    """The site on 127.0.0.1 (the pages fetch their data, which browsers refuse from file://)."""
-    handler = functools.partial(Quiet, directory=str(folder))
-    with http.server.ThreadingHTTPServer(("127.0.0.1", port), handler) as httpd:
+    with server(folder, port) as httpd:
         print(f"serving http://127.0.0.1:{httpd.server_address[1]}/ (Ctrl-C stops)", file=sys.stderr, flush=True)
         try:
             httpd.serve_forever()
