@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cstddef>
 
+#include "team.hpp"
+
 // out[b][oc][h][x] = init(oc) + sum_{ic,kh,kw} w[oc][ic][kh][kw] * inpad[b][ic][h+kh][x+kw], stride
 // 1, the input padded (planes of (H + KH - 1) x (W + KW - 1)); relu: then max(0, .). One output
 // row accumulated in place over every tap, the products in Acc: float for FP32; int32 for INT8
@@ -14,9 +16,8 @@ template <class Acc, class A, class Wt, class Init>
 inline void conv_forward_any(Acc* out, const A* inpad, const Wt* w, int B, int C, int OC, int H, int W, int KH, int KW,
                              Init init, bool relu = false) {
     const int HP = H + KH - 1, WP = W + KW - 1;
-#pragma omp parallel for collapse(2) schedule(static)
-    for (int b = 0; b < B; ++b)
-        for (int oc = 0; oc < OC; ++oc)
+    team::each(long(B) * OC, [&](long i) {
+        const int b = int(i / OC), oc = int(i % OC);
             for (int h = 0; h < H; ++h) {
                 Acc* o = out + ((size_t(b) * OC + oc) * H + h) * W;
                 std::fill(o, o + W, init(oc));
@@ -32,6 +33,7 @@ inline void conv_forward_any(Acc* out, const A* inpad, const Wt* w, int B, int C
                 if (relu)
                     for (int x = 0; x < W; ++x) o[x] = o[x] > Acc(0) ? o[x] : Acc(0);
             }
+    });
 }
 
 // dw[oc][ic][kh][kw] += sum_{b,h,x} err[b][oc][h][x] * inpad[b][ic][h+kh][x+kw], the input
@@ -42,9 +44,8 @@ template <class Row, class Sum, class G, class E, class A>
 inline void conv_weight_grad_any(G* dw, const E* err, const A* inpad, int B, int C, int OC, int H, int W, int KH,
                                  int KW) {
     const int HP = H + KH - 1, WP = W + KW - 1;
-#pragma omp parallel for collapse(2) schedule(static)
-    for (int oc = 0; oc < OC; ++oc)
-        for (int ic = 0; ic < C; ++ic)
+    team::each(long(OC) * C, [&](long i) {
+        const int oc = int(i / C), ic = int(i % C);
             for (int kh = 0; kh < KH; ++kh)
                 for (int kw = 0; kw < KW; ++kw) {
                     Sum s = 0;
@@ -59,6 +60,7 @@ inline void conv_weight_grad_any(G* dw, const E* err, const A* inpad, int B, int
                         }
                     dw[((size_t(oc) * C + ic) * KH + kh) * KW + kw] += s;
                 }
+    });
 }
 
 // wt[c][o] = w[o][c]: a weight [O][C] with its output channels innermost

@@ -6,10 +6,9 @@
 #include <cmath>
 #include <cstddef>
 
-#include <omp.h>
-
 #include "common.hpp"
 #include "conv_grad.hpp"
+#include "team.hpp"
 #if defined(__aarch64__)
 #include <arm_neon.h>  // armv8-a Advanced SIMD only: FMA and vaddvq, no dot-product instructions
 #endif
@@ -79,9 +78,9 @@ template <int C, int OC, int H, int W, bool RELU = true>
 inline void conv_forward(float* out, const float* inpad, const float* w, const float* bias, int B) {
     constexpr int HP = H + 4, WP = W + 4;
     constexpr int OB = OC % 4 == 0 ? 4 : OC % 2 == 0 ? 2 : 1;
-#pragma omp parallel for collapse(2) schedule(static)
-    for (int b = 0; b < B; ++b)
-        for (int og = 0; og < OC / OB; ++og) {
+    team::each(long(B) * (OC / OB), [&](long i) {
+        const int b = int(i / (OC / OB)), og = int(i % (OC / OB));
+        {
             for (int h = 0; h < H; ++h) {
                 float acc[OB][W];
                 for (int j = 0; j < OB; ++j)
@@ -99,6 +98,7 @@ inline void conv_forward(float* out, const float* inpad, const float* w, const f
                 }
             }
         }
+    });
 }
 
 // The same convolution for layers with many output channels (conv2: 16): the output
@@ -131,21 +131,19 @@ __attribute__((always_inline)) inline void conv_tile(float* out, const float* in
 template <int C, int OC, int H, int W>
 inline void conv_forward_oc(float* out, const float* inpad, const float* wt, const float* bias, int B) {
     constexpr int P = 4, TAIL = W % P;
-#pragma omp parallel for collapse(2) schedule(static)
-    for (int b = 0; b < B; ++b)
-        for (int h = 0; h < H; ++h) {
-            float* o = out + size_t(b) * OC * H * W;
-            const float* in = inpad + size_t(b) * C * (H + 4) * (W + 4);
-            int x = 0;
-            for (; x + P <= W; x += P) conv_tile<C, OC, H, W, P>(o, in, wt, bias, h, x);
-            if constexpr (TAIL > 0) conv_tile<C, OC, H, W, TAIL>(o, in, wt, bias, h, x);
-        }
+    team::each(long(B) * H, [&](long i) {
+        const int b = int(i / H), h = int(i % H);
+        float* o = out + size_t(b) * OC * H * W;
+        const float* in = inpad + size_t(b) * C * (H + 4) * (W + 4);
+        int x = 0;
+        for (; x + P <= W; x += P) conv_tile<C, OC, H, W, P>(o, in, wt, bias, h, x);
+        if constexpr (TAIL > 0) conv_tile<C, OC, H, W, TAIL>(o, in, wt, bias, h, x);
+    });
 }
 
 // db[oc] += the sum of dout[b][oc] over the batch and its HW pixels
 inline void conv_bias_grad(float* db, const float* dout, int B, int OC, int HW) {
-#pragma omp parallel for schedule(static)
-    for (int oc = 0; oc < OC; ++oc) {
+    team::each(OC, [&](long oc) {
         float s = 0.f;
         for (int b = 0; b < B; ++b) {
             const float* d = dout + (size_t(b) * OC + oc) * HW;
@@ -153,7 +151,7 @@ inline void conv_bias_grad(float* db, const float* dout, int B, int OC, int HW) 
             for (int i = 0; i < HW; ++i) s += d[i];
         }
         db[oc] += s;
-    }
+    });
 }
 
 // Backward of conv_forward, in two kernels:
@@ -165,10 +163,9 @@ inline void conv_bias_grad(float* db, const float* dout, int B, int OC, int HW) 
 template <int C, int OC, int H, int W>
 inline void conv_weight_grad(float* dw, float* db, const float* dout, const float* inpad, int B) {
     constexpr int HP = H + 4, WP = W + 4;
-#pragma omp parallel for collapse(3) schedule(static)
-    for (int oc = 0; oc < OC; ++oc)
-        for (int ic = 0; ic < C; ++ic)
-            for (int kh = 0; kh < 5; ++kh) {
+    team::each(long(OC) * C * 5, [&](long i) {
+        const int oc = int(i / (C * 5)), ic = int(i / 5 % C), kh = int(i % 5);
+            {
                 float acc[5][W] = {};
                 for (int b = 0; b < B; ++b)
                     for (int h = 0; h < H; ++h) {
@@ -184,6 +181,7 @@ inline void conv_weight_grad(float* dw, float* db, const float* dout, const floa
                     dw[((oc * C + ic) * 5 + kh) * 5 + kw] += s;
                 }
             }
+    });
     conv_bias_grad(db, dout, B, OC, H * W);
 }
 
@@ -244,9 +242,9 @@ inline void pointwise_forward(float* out, float* pooled, int* argmax, const floa
                               const float* bias, int B, int N, int C, int O, bool relu) {
     constexpr int MR = 6, NR = PW_NR;
     const int OB = (O + NR - 1) / NR;
-#pragma omp parallel for collapse(2) schedule(static)
-    for (int b = 0; b < B; ++b)
-        for (int ob = 0; ob < OB; ++ob) {
+    team::each(long(B) * OB, [&](long item) {
+        const int b = int(item / OB), ob = int(item % OB);
+        {
             const int o0 = ob * NR, nr = std::min(NR, O - o0);
             float best[NR];
             int at[NR] = {};
@@ -299,25 +297,27 @@ inline void pointwise_forward(float* out, float* pooled, int* argmax, const floa
                     if (argmax) argmax[size_t(b) * O + o0 + j] = at[j];
                 }
         }
+    });
 }
 
 // The weight gradient of a pointwise layer, dw[o][c] += sum_r d[r][o] in[r][c] and
 // db[o] += sum_r d[r][o], over R = B*N rows: a GEMM whose inner dimension is the rows. The
 // threads split the rows, each summing into its own [C + 1][O] (dw transposed, then db) in
-// `scratch` (threads * (C + 1) * O floats), added up at the end. A thread takes RB rows at a
+// `scratch` (team::size() * (C + 1) * O floats), added up at the end. A thread takes RB rows at a
 // time, which stay in cache while every MR x NR tile of dw^T (NR output channels as SIMD
 // lanes, MR input channels broadcast) sums over them in registers, as pointwise_forward's.
-inline void pointwise_weight_grad(float* dw, float* db, const float* d, const float* in, float* scratch, int threads,
-                                  long R, int C, int O) {
+inline void pointwise_weight_grad(float* dw, float* db, const float* d, const float* in, float* scratch, long R, int C,
+                                  int O) {
     constexpr int MR = 6, NR = PW_NR, RB = 256;
     const size_t stride = size_t(C + 1) * O;
     const long RBS = (R + RB - 1) / RB;
-#pragma omp parallel num_threads(threads)
-    {
-        float* local = scratch + size_t(omp_get_thread_num()) * stride;
+    int team_size = 1;
+    team::run([&](int t, int T) {
+        if (t == 0) team_size = T;
+        float* local = scratch + size_t(t) * stride;
         std::fill(local, local + stride, 0.f);
-#pragma omp for schedule(static)
-        for (long rb = 0; rb < RBS; ++rb) {
+        const auto [lo, hi] = team::share(RBS, t, T);
+        for (long rb = lo; rb < hi; ++rb) {
             const long r0 = rb * RB;
             const int rn = int(std::min<long>(RB, R - r0));
             for (int c0 = 0; c0 < C; c0 += MR) {
@@ -352,14 +352,14 @@ inline void pointwise_weight_grad(float* dw, float* db, const float* d, const fl
                 for (int o = 0; o < O; ++o) lb[o] += dv[o];
             }
         }
-    }
-#pragma omp parallel for schedule(static)
-    for (int o = 0; o < O; ++o)
-        for (int t = 0; t < threads; ++t) {
+    });
+    team::each(O, [&](long o) {
+        for (int t = 0; t < team_size; ++t) {
             const float* local = scratch + size_t(t) * stride;
             for (int c = 0; c < C; ++c) dw[size_t(o) * C + c] += local[size_t(c) * O + o];
             db[o] += local[size_t(C) * O + o];
         }
+    });
 }
 
 // ---- 2x2 max pooling into `out` with a border of `pad` (left as it is: zero from allocation),
@@ -367,22 +367,22 @@ inline void pointwise_weight_grad(float* dw, float* db, const float* d, const fl
 // maximum, as PyTorch does ----
 inline void maxpool_forward(float* out, int pad, const float* in, int BC, int H, int W) {
     const int OH = H / 2, OW = W / 2, PH = OH + 2 * pad, PW = OW + 2 * pad;
-#pragma omp parallel for schedule(static)
-    for (int bc = 0; bc < BC; ++bc)
+    team::each(BC, [&](long bc) {
         for (int h = 0; h < OH; ++h)
             for (int x = 0; x < OW; ++x) {
                 const float* p = in + (size_t(bc) * H + 2 * h) * W + 2 * x;
                 out[(size_t(bc) * PH + h + pad) * PW + x + pad] = std::max(std::max(p[0], p[1]), std::max(p[W], p[W + 1]));
             }
+    });
 }
 
 // ---- fully connected: out[b][o] = bias[o] + w[o] . in[b], optional ReLU ----
 inline void fc_forward(float* out, const float* in, const float* w, const float* bias, int B, int I, int O,
                        bool relu) {
     const int BB = (B + 3) / 4;  // blocks of four images; the last block repeats its final image
-#pragma omp parallel for collapse(2) schedule(static)
-    for (int bb = 0; bb < BB; ++bb)
-        for (int o = 0; o < O; ++o) {
+    team::each(long(BB) * O, [&](long i) {
+        const int o = int(i / BB), bb = int(i % BB);
+        {
             const float* x[4];
             for (int j = 0; j < 4; ++j) x[j] = in + size_t(std::min(4 * bb + j, B - 1)) * I;
             float s[4];
@@ -392,13 +392,13 @@ inline void fc_forward(float* out, const float* in, const float* w, const float*
                 out[size_t(4 * bb + j) * O + o] = relu ? (v > 0.f ? v : 0.f) : v;
             }
         }
+    });
 }
 
 // din (may be null) is overwritten; dw, db accumulate
 inline void fc_backward(float* din, float* dw, float* db, const float* dout, const float* in, const float* w, int B,
                         int I, int O) {
-#pragma omp parallel for schedule(static)
-    for (int o = 0; o < O; ++o) {
+    team::each(O, [&](long o) {
         float* dwr = dw + size_t(o) * I;
         for (int b = 0; b < B; ++b) {
             const float d = dout[size_t(b) * O + o];
@@ -407,10 +407,9 @@ inline void fc_backward(float* din, float* dw, float* db, const float* dout, con
 #pragma omp simd
             for (int i = 0; i < I; ++i) dwr[i] += d * x[i];
         }
-    }
+    });
     if (!din) return;
-#pragma omp parallel for schedule(static)
-    for (int b = 0; b < B; ++b) {
+    team::each(B, [&](long b) {
         float* dx = din + size_t(b) * I;
         for (int i = 0; i < I; ++i) dx[i] = 0.f;
         for (int o = 0; o < O; ++o) {
@@ -419,7 +418,7 @@ inline void fc_backward(float* din, float* dw, float* db, const float* dout, con
 #pragma omp simd
             for (int i = 0; i < I; ++i) dx[i] += d * wr[i];
         }
-    }
+    });
 }
 
 inline void relu_backward(float* d, const float* act, size_t n) {

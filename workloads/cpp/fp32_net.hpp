@@ -84,8 +84,7 @@ struct Net {
     std::vector<float> errpad;
     // per BP layer with a global max, per pass, each cloud's and channel's maximum point [B][O]
     std::vector<std::vector<int>> argmax;
-    // pointwise_weight_grad's per-thread sums, for at most grad_threads
-    int grad_threads = 0;
+    // pointwise_weight_grad's per-thread sums, one set per thread of the team
     std::vector<float> grad_scratch;
     std::vector<float> lut;      // pixel -> normalised value (datasets.py's table)
 
@@ -125,8 +124,7 @@ struct Net {
             buffers.need(err[l], of_layer("err", l), ERRORS, size_t(B) * (L.pool == GLOBAL_MAX ? L.O : L.out_size()));
             if (L.pool == GLOBAL_MAX) buffers.need(argmax[l], of_layer("argmax", l), WORKING, size_t(two ? 2 : 1) * B * L.O);
             else if (L.kind == POINTWISE) {
-                grad_threads = omp_get_max_threads();
-                buffers.need(grad_scratch, "grad_scratch", WORKING, size_t(grad_threads) * (L.C + 1) * L.O);
+                buffers.need(grad_scratch, "grad_scratch", WORKING, size_t(team::size()) * (L.C + 1) * L.O);
             }
             if (l == first_bp) continue;
             if (a.layers[l - 1].pool == MAX2X2) buffers.need(dpooled[l], of_layer("dpooled", l), ERRORS, size_t(B) * L.in_size());
@@ -192,7 +190,7 @@ struct Net {
             } else if (L.kind == POINTWISE && L.pool == GLOBAL_MAX) {
                 pointwise_gmax_backward(din, dW(l), dBias(l), d, Argmax(l, k), x, Wt(l), B, L.rows, L.C, L.O);
             } else if (L.kind == POINTWISE) {  // din = d w: pointwise_forward with w as the transposed weights
-                pointwise_weight_grad(dW(l), dBias(l), d, x, grad_scratch.data(), grad_threads, R, L.C, L.O);
+                pointwise_weight_grad(dW(l), dBias(l), d, x, grad_scratch.data(), R, L.C, L.O);
                 if (din) pointwise_forward(din, nullptr, nullptr, d, Wt(l), nullptr, B, L.rows, L.O, L.C, false);
             } else {
                 fc_backward(din, dW(l), dBias(l), d, x, Wt(l), B, L.C * L.H * L.W, L.O);
@@ -229,11 +227,13 @@ struct Net {
     // buffer to clear as it is read.
     static void adam(float* p, float* g, float* m, float* v, size_t n, double lr, const Hyper& h, long t, bool zero) {
         const AdamRule rule(lr, h, t);
-#pragma omp parallel for simd schedule(static)
-        for (size_t i = 0; i < n; ++i) {
-            rule(p[i], g[i], m[i], v[i]);
-            if (zero) g[i] = 0.f;
-        }
+        team::ranges(long(n), [=](long lo, long hi) {
+#pragma omp simd
+            for (long i = lo; i < hi; ++i) {
+                rule(p[i], g[i], m[i], v[i]);
+                if (zero) g[i] = 0.f;
+            }
+        });
     }
 
     // SGD or Adam on the BP part
@@ -241,11 +241,14 @@ struct Net {
         float* p = params.data() + n_zo;
         const float rate = float(lr);
         if (adam_m.empty()) {
-#pragma omp parallel for simd schedule(static)
-            for (size_t i = 0; i < n_bp; ++i) {
-                p[i] -= rate * grads[i];
-                grads[i] = 0.f;
-            }
+            float* g = grads.data();
+            team::ranges(long(n_bp), [=](long lo, long hi) {
+#pragma omp simd
+                for (long i = lo; i < hi; ++i) {
+                    p[i] -= rate * g[i];
+                    g[i] = 0.f;
+                }
+            });
             return;
         }
         adam(p, grads.data(), adam_m.data(), adam_v.data(), n_bp, lr, h, ++adam_t, true);
@@ -337,8 +340,10 @@ struct Net {
         const float* d = zo_d.data();
         if (h.zo_update == "momentum") {
             const MomentumRule rule(lr, h);
-#pragma omp parallel for simd schedule(static)
-            for (size_t i = 0; i < n_zo; ++i) rule(p[i], d[i], m[i]);
+            team::ranges(long(n_zo), [=](long lo, long hi) {
+#pragma omp simd
+                for (long i = lo; i < hi; ++i) rule(p[i], d[i], m[i]);
+            });
             return;
         }
         adam(p, zo_d.data(), m, zo_v.data(), n_zo, lr, h, ++zo_t, false);

@@ -319,12 +319,15 @@ inline int shift_of_max(uint32_t m) { return ceil_log2(m) - ACT_BITS; }
 
 // max |acc| over a whole tensor: the requantization shift of the layer
 inline int requant_shift(const int32_t* acc, size_t n) {
-    uint32_t m = 0;
-#pragma omp parallel for simd reduction(max : m) schedule(static) if (n > 65536)
-    for (size_t i = 0; i < n; ++i) {
-        const uint32_t a = uint32_t(acc[i] < 0 ? -acc[i] : acc[i]);
-        m = a > m ? a : m;
-    }
+    const uint32_t m = team::reduce(long(n), uint32_t(0), [=](long lo, long hi, uint32_t& top) {
+        uint32_t m = 0;
+#pragma omp simd reduction(max : m)
+        for (long i = lo; i < hi; ++i) {
+            const uint32_t a = uint32_t(acc[i] < 0 ? -acc[i] : acc[i]);
+            m = a > m ? a : m;
+        }
+        top = m;
+    }, [](uint32_t a, uint32_t b) { return std::max(a, b); }, 65537);
     return shift_of_max(m);
 }
 

@@ -3,7 +3,6 @@
 // other shape, pointwise and FC layers runtime-sized; requantization, pooling and the global
 // max fused where a pass allows. Bit for bit what workloads/int8.py computes (docs/int8.md).
 #pragma once
-#include <omp.h>
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -177,13 +176,12 @@ template <int C, int OC, int H, int W, class A>
 inline void conv_forward_packed(int32_t* acc, const A* inpad, int8_t* wk, const int8_t* w, int B) {
     constexpr int L = conv_lanes(OC);
     conv_pack<C, OC>(wk, w);
-#pragma omp parallel
-    {
+    team::ranges(long(B) * H, [&](long lo, long hi) {
         ConvInput<C, H, W, A> im;
         int at = -1;
-#pragma omp for collapse(2) schedule(static) nowait
-        for (int b = 0; b < B; ++b)
-            for (int h = 0; h < H; ++h) {
+        for (long i = lo; i < hi; ++i) {
+            const int b = int(i / H), h = int(i % H);
+            {
                 if (b != at) im.load(inpad + size_t(b) * C * (H + 4) * (W + 4)), at = b;
                 for (int g = 0; g * L < OC; ++g) {
                     alignas(64) int32_t row[W][L];
@@ -192,7 +190,8 @@ inline void conv_forward_packed(int32_t* acc, const A* inpad, int8_t* wk, const 
                         for (int x = 0; x < W; ++x) acc[((size_t(b) * OC + oc) * H + h) * W + x] = row[x][oc - g * L];
                 }
             }
-    }
+        }
+    });
 }
 
 // max |a[i]|, i < N, in 16 lanes: their maxima are independent chains (one would make an
@@ -217,14 +216,12 @@ inline uint32_t conv_pool_packed(int32_t* pooled, int pad, const uint8_t* inpad,
     static_assert(H % 2 == 0 && W % 2 == 0, "no odd row or column to drop");
     const int PH = OH + 2 * pad, PW = OW + 2 * pad;
     conv_pack<C, OC>(wk, w);
-    uint32_t m = 0;
-#pragma omp parallel
-    {
+    return team::reduce(long(B) * OH, uint32_t(0), [&](long lo, long hi, uint32_t& m) {
         ConvInput<C, H, W, uint8_t> im;
         int at = -1;
-#pragma omp for collapse(2) schedule(static) reduction(max : m) nowait
-        for (int b = 0; b < B; ++b)
-            for (int h = 0; h < OH; ++h) {
+        for (long i = lo; i < hi; ++i) {
+            const int b = int(i / OH), h = int(i % OH);
+            {
                 if (b != at) im.load(inpad + size_t(b) * C * (H + 4) * (W + 4)), at = b;
                 for (int g = 0; g * L < OC; ++g) {
                     alignas(64) int32_t rows[2][W][L], top[OW][L];
@@ -246,14 +243,16 @@ inline uint32_t conv_pool_packed(int32_t* pooled, int pad, const uint8_t* inpad,
                     }
                 }
             }
-    }
-    return m;
+        }
+    }, [](uint32_t a, uint32_t b) { return std::max(a, b); });
 }
 
 // requantized accumulators, ReLU (conv_pool_packed's: their zero border stays zero)
 inline void requant_relu_all(uint8_t* out, const int32_t* acc, size_t n, int s) {
-#pragma omp parallel for simd schedule(static)
-    for (size_t i = 0; i < n; ++i) out[i] = requant_relu(acc[i], s);
+    team::ranges(long(n), [=](long lo, long hi) {
+#pragma omp simd
+        for (long i = lo; i < hi; ++i) out[i] = requant_relu(acc[i], s);
+    });
 }
 
 // requantize a conv output, ReLU, and 2x2 max-pool into `pooled` (pad = its zero border);
@@ -263,8 +262,7 @@ inline void requant_relu_all(uint8_t* out, const int32_t* acc, size_t n, int s) 
 inline int requant_relu_pool(uint8_t* out, uint8_t* pooled, int pad, const int32_t* acc, int BC, int H, int W) {
     const int s = requant_shift(acc, size_t(BC) * H * W);
     const int OH = H / 2, OW = W / 2, PH = OH + 2 * pad, PW = OW + 2 * pad;
-#pragma omp parallel for schedule(static)
-    for (int bc = 0; bc < BC; ++bc) {
+    team::each(BC, [&](long bc) {
         const int32_t* a = acc + size_t(bc) * H * W;
         if (out) {
             uint8_t* o = out + size_t(bc) * H * W;
@@ -278,7 +276,7 @@ inline int requant_relu_pool(uint8_t* out, uint8_t* pooled, int pad, const int32
             for (int x = 0; x < OW; ++x)
                 p[x] = requant_relu(std::max(std::max(r[2 * x], r[2 * x + 1]), std::max(r1[2 * x], r1[2 * x + 1])), s);
         }
-    }
+    });
     return std::max(s, 0);
 }
 
@@ -292,22 +290,20 @@ inline int requant_to(T* out, const int32_t* acc, size_t n, bool relu) {
 
 inline void fc_forward(int32_t* acc, const uint8_t* in, const int8_t* w, int B, int I, int O) {
     const int BB = (B + 3) / 4;  // blocks of four images; the last block repeats its final image
-#pragma omp parallel for collapse(2) schedule(static) if (size_t(B) * I * O > (1u << 18))
-    for (int bb = 0; bb < BB; ++bb)
-        for (int o = 0; o < O; ++o) {
-            const uint8_t* a[4];
-            for (int j = 0; j < 4; ++j) a[j] = in + size_t(std::min(4 * bb + j, B - 1)) * I;
-            int32_t s[4];
-            dot4(s, a, w + size_t(o) * I, I);
-            for (int j = 0; j < 4 && 4 * bb + j < B; ++j) acc[size_t(4 * bb + j) * O + o] = s[j];
-        }
+    team::each(long(BB) * O, [&](long i) {
+        const int bb = int(i / O), o = int(i % O);
+        const uint8_t* a[4];
+        for (int j = 0; j < 4; ++j) a[j] = in + size_t(std::min(4 * bb + j, B - 1)) * I;
+        int32_t s[4];
+        dot4(s, a, w + size_t(o) * I, I);
+        for (int j = 0; j < 4 && 4 * bb + j < B; ++j) acc[size_t(4 * bb + j) * O + o] = s[j];
+    }, size_t(B) * I * O > (1u << 18) ? 1 : team::ALONE);
 }
 
 // dw[o][i] += sum_b err[b][o] * in[b][i]; G: int32, or int64 where B counts points
 template <class G, class A>
 inline void fc_weight_grad(G* dw, const int8_t* err, const A* in, int B, int I, int O) {
-#pragma omp parallel for schedule(static)
-    for (int o = 0; o < O; ++o)
+    team::each(O, [&](long o) {
         for (int b = 0; b < B; ++b) {
             const int32_t e = err[size_t(b) * O + o];
             if (e == 0) continue;
@@ -316,12 +312,12 @@ inline void fc_weight_grad(G* dw, const int8_t* err, const A* in, int B, int I, 
 #pragma omp simd
             for (int i = 0; i < I; ++i) row[i] += G(e * int32_t(x[i]));
         }
+    });
 }
 
 // eacc[b][i] = sum_o err[b][o] * w[o][i]
 inline void fc_input_grad(int32_t* eacc, const int8_t* err, const int8_t* w, int B, int I, int O) {
-#pragma omp parallel for schedule(static)
-    for (int b = 0; b < B; ++b) {
+    team::each(B, [&](long b) {
         int32_t* row = eacc + size_t(b) * I;
         std::fill(row, row + I, 0);
         for (int o = 0; o < O; ++o) {
@@ -331,7 +327,7 @@ inline void fc_input_grad(int32_t* eacc, const int8_t* err, const int8_t* w, int
 #pragma omp simd
             for (int i = 0; i < I; ++i) row[i] += e * int32_t(wr[i]);
         }
-    }
+    });
 }
 
 // requantized error, kept only where the layer's input (a ReLU output) is positive
@@ -353,22 +349,23 @@ inline void error_through_pool(int8_t* din, const int32_t* eacc, const uint8_t* 
 // each of the C*25 taps' shifted input planes is made contiguous once, and then every
 // weight gradient is a dot product of an error plane with a shifted plane: dot4 takes four
 // taps per error load (Vec::dp on a dot-product path). int32 per image (at most H*W*127^2),
-// int64 over the batch, summed over threads at the end. Scratch: per thread, the planes
-// (conv_grad_planes bytes) and its own sums (conv_grad_sums int64), for at most `threads`.
+// int64 over the batch, summed over threads at the end. Scratch: per thread of the team, the
+// planes (conv_grad_planes bytes) and its own sums (conv_grad_sums int64).
 constexpr size_t conv_grad_planes(int C, int H, int W) { return size_t(C) * 25 * H * W; }
 constexpr size_t conv_grad_sums(int C, int OC) { return size_t(OC) * C * 25; }
 
 template <int C, int OC, int H, int W>
 inline void conv_weight_grad(int64_t* dw, const int8_t* err, const uint8_t* inpad, int B, uint8_t* planes_scratch,
-                             size_t planes_stride, int64_t* sums_scratch, size_t sums_stride, int threads) {
+                             size_t planes_stride, int64_t* sums_scratch, size_t sums_stride) {
     constexpr int HP = H + 4, WP = W + 4, T = C * 25, N = H * W;
-#pragma omp parallel num_threads(threads)
-    {
-        uint8_t* planes = planes_scratch + size_t(omp_get_thread_num()) * planes_stride;
-        int64_t* local = sums_scratch + size_t(omp_get_thread_num()) * sums_stride;
+    int team_size = 1;
+    team::run([&](int thread, int threads) {
+        if (thread == 0) team_size = threads;
+        uint8_t* planes = planes_scratch + size_t(thread) * planes_stride;
+        int64_t* local = sums_scratch + size_t(thread) * sums_stride;
         std::fill(local, local + OC * T, int64_t(0));
-#pragma omp for schedule(static)
-        for (int b = 0; b < B; ++b) {
+        const auto [lo, hi] = team::share(B, thread, threads);
+        for (int b = int(lo); b < int(hi); ++b) {
             for (int t = 0; t < T; ++t) {
                 const int ic = t / 25, kh = t / 5 % 5, kw = t % 5;
                 for (int h = 0; h < H; ++h)
@@ -385,9 +382,14 @@ inline void conv_weight_grad(int64_t* dw, const int8_t* err, const uint8_t* inpa
                 }
             }
         }
-#pragma omp critical
-        for (int i = 0; i < OC * T; ++i) dw[i] += local[i];
-    }
+    });
+    // the threads' sums (exact in int64: their order does not matter)
+    team::ranges(long(OC) * T, [&](long lo, long hi) {
+        for (int t = 0; t < team_size; ++t) {
+            const int64_t* local = sums_scratch + size_t(t) * sums_stride;
+            for (long i = lo; i < hi; ++i) dw[i] += local[i];
+        }
+    });
 }
 
 // ---- the runtime-sized kernels, for shapes without a fast path (conv_forward_any: conv_grad.hpp) ----
@@ -454,10 +456,11 @@ inline void pointwise_forward(int32_t* acc, const uint8_t* in, int8_t* wq, const
 #if ZOBENCH_I8_WIDEST
     if (pointwise_tiled(O)) {
         pack_quads(wq, w, C, O);
-        const long RB = (R + PW_MR - 1) / PW_MR;
-#pragma omp parallel for collapse(2) schedule(static)
-        for (long rb = 0; rb < RB; ++rb)
-            for (int o0 = 0; o0 < O; o0 += PW_NR) {
+        const long RB = (R + PW_MR - 1) / PW_MR, OB = O / PW_NR;
+        team::each(RB * OB, [&](long item) {
+            const long rb = item / OB;
+            const int o0 = int(item % OB) * PW_NR;
+            {
                 const long r0 = rb * PW_MR;
                 const int mr = int(std::min<long>(PW_MR, R - r0));
                 const uint8_t* x[PW_MR];
@@ -466,6 +469,7 @@ inline void pointwise_forward(int32_t* acc, const uint8_t* in, int8_t* wq, const
                 pw_tile(a, x, 4, wq, O, o0, (C + 3) / 4);
                 for (int i = 0; i < mr; ++i) pw_store(acc + size_t(r0 + i) * O + o0, a, i);
             }
+        });
         return;
     }
 #endif
@@ -477,25 +481,25 @@ inline void pointwise_forward(int32_t* acc, const uint8_t* in, int8_t* wq, const
 // PW_RB at a time, packed four rows a group (the inputs to xq [PW_RB/4][C][4], the errors to
 // dq [PW_RB/4][O][4], zero past the last row), and pw_tile sums each tile of PW_MR input x
 // PW_NR output channels over them in int32, exact as PW_RB * 127^2 < 2^31, into the thread's
-// int64 sums [C][O], added up at the end. Scratch per thread: pointwise_grad_pack bytes and
-// C * O int64, for at most `threads`. Elsewhere fc_weight_grad.
+// int64 sums [C][O], added up at the end. Scratch per thread of the team: pointwise_grad_pack
+// bytes and C * O int64. Elsewhere fc_weight_grad.
 constexpr int PW_RB = 256;
 inline size_t pointwise_grad_pack(int C, int O) { return size_t(PW_RB) * (C + O); }
 
 inline void pointwise_weight_grad(int64_t* dw, const int8_t* d, const uint8_t* in, uint8_t* pack_scratch,
-                                  size_t pack_stride, int64_t* sums_scratch, size_t sums_stride, int threads, long R,
-                                  int C, int O) {
+                                  size_t pack_stride, int64_t* sums_scratch, size_t sums_stride, long R, int C, int O) {
 #if ZOBENCH_I8_WIDEST
     if (pointwise_tiled(O)) {
         const long NB = (R + PW_RB - 1) / PW_RB;
-#pragma omp parallel num_threads(threads)
-        {
-            uint8_t* xq = pack_scratch + size_t(omp_get_thread_num()) * pack_stride;
+        int team_size = 1;
+        team::run([&](int thread, int threads) {
+            if (thread == 0) team_size = threads;
+            uint8_t* xq = pack_scratch + size_t(thread) * pack_stride;
             int8_t* dq = reinterpret_cast<int8_t*>(xq + size_t(PW_RB) * C);
-            int64_t* local = sums_scratch + size_t(omp_get_thread_num()) * sums_stride;
+            int64_t* local = sums_scratch + size_t(thread) * sums_stride;
             std::fill(local, local + size_t(C) * O, int64_t(0));
-#pragma omp for schedule(static)
-            for (long nb = 0; nb < NB; ++nb) {
+            const auto [first, last] = team::share(NB, thread, threads);
+            for (long nb = first; nb < last; ++nb) {
                 const long r0 = nb * PW_RB;
                 const int rn = int(std::min<long>(PW_RB, R - r0)), QN = (rn + 3) / 4;
                 for (int r = 0; r < 4 * QN; ++r) {
@@ -520,14 +524,12 @@ inline void pointwise_weight_grad(int64_t* dw, const int8_t* d, const uint8_t* i
                     }
                 }
             }
-            // the sums of the threads that ran (a smaller team leaves the other slots stale),
-            // after the loop's barrier
-            const int team = omp_get_num_threads();
-#pragma omp for schedule(static)
-            for (int o = 0; o < O; ++o)
-                for (int t = 0; t < team; ++t)
-                    for (int c = 0; c < C; ++c) dw[size_t(o) * C + c] += sums_scratch[size_t(t) * sums_stride + size_t(c) * O + o];
-        }
+        });
+        // the sums of the threads that ran (a team on one thread leaves the other slots stale)
+        team::each(O, [&](long o) {
+            for (int t = 0; t < team_size; ++t)
+                for (int c = 0; c < C; ++c) dw[size_t(o) * C + c] += sums_scratch[size_t(t) * sums_stride + size_t(c) * O + o];
+        });
         return;
     }
 #endif
@@ -553,14 +555,19 @@ inline int gmax_blocks(int N) { return (N + PW_GB - 1) / PW_GB; }
 inline int pointwise_gmax_forward(uint8_t* pooled, int* argmax, int32_t* mx, int32_t* blocks, const uint8_t* in,
                                   int8_t* wq, const int8_t* w, int B, int N, int C, int O) {
     const int NG = gmax_blocks(N);
-    int32_t lo = INT32_MAX, hi = INT32_MIN;
+    using Range = std::pair<int32_t, int32_t>;  // (lo, hi): the accumulators' range
+    const auto widest = [](Range a, Range b) { return Range{std::min(a.first, b.first), std::max(a.second, b.second)}; };
+    Range range{INT32_MAX, INT32_MIN};
 #if ZOBENCH_I8_WIDEST
     if (pointwise_tiled(O)) {
         using S = PwVec;
         pack_quads(wq, w, C, O);
-#pragma omp parallel for collapse(2) schedule(static) reduction(min : lo) reduction(max : hi)
-        for (int b = 0; b < B; ++b)
-            for (int o0 = 0; o0 < O; o0 += PW_NR) {
+        const int OB = O / PW_NR;
+        range = team::reduce(long(B) * OB, range, [&](long first, long last, Range& r) {
+          auto& [lo, hi] = r;
+          for (long item = first; item < last; ++item) {
+            const int b = int(item / OB), o0 = int(item % OB) * PW_NR;
+            {
                 S::A top[PW_NV], bot[PW_NV];
                 for (int v = 0; v < PW_NV; ++v) top[v] = S::set1(INT32_MIN), bot[v] = S::set1(INT32_MAX);
                 for (int g = 0; g < NG; ++g) {
@@ -591,12 +598,16 @@ inline int pointwise_gmax_forward(uint8_t* pooled, int* argmax, int32_t* mx, int
                 hi = std::max(hi, *std::max_element(u, u + PW_NR));
                 lo = std::min(lo, *std::min_element(t, t + PW_NR));
             }
+          }
+        }, widest);
     } else
 #endif
     {
-#pragma omp parallel for collapse(2) schedule(static) reduction(min : lo) reduction(max : hi)
-        for (int b = 0; b < B; ++b)
-            for (int o = 0; o < O; ++o) {
+        range = team::reduce(long(B) * O, range, [&](long first, long last, Range& r) {
+          auto& [lo, hi] = r;
+          for (long item = first; item < last; ++item) {
+            const int b = int(item / O), o = int(item % O);
+            {
                 int32_t top = INT32_MIN;
                 for (int g = 0; g < NG; ++g) {
                     int32_t blk = INT32_MIN;
@@ -611,20 +622,22 @@ inline int pointwise_gmax_forward(uint8_t* pooled, int* argmax, int32_t* mx, int
                 mx[size_t(b) * O + o] = top;
                 hi = std::max(hi, top);
             }
+          }
+        }, widest);
     }
-    const int s = shift_of_max(uint32_t(std::max<int64_t>(hi, -int64_t(lo))));
+    const int s = shift_of_max(uint32_t(std::max<int64_t>(range.second, -int64_t(range.first))));
     auto act = [s](int32_t a) { return requant_relu(a, s); };
-#pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < size_t(B) * O; ++i) {
+    team::each(long(B) * O, [&](long item) {
+        const size_t i = size_t(item);
         const uint8_t m = pooled[i] = act(mx[i]);
-        if (!argmax) continue;
+        if (!argmax) return;
         const int32_t* blk = blocks + i * NG;
         const int g = int(std::find_if(blk, blk + NG, [&](int32_t v) { return act(v) == m; }) - blk);
         const size_t b = i / O, o = i % O;
         int p = g * PW_GB;
         while (act(dot(in + (b * N + p) * C, w + o * C, C)) != m) ++p;
         argmax[i] = p;
-    }
+    });
     return std::max(s, 0);
 }
 
@@ -637,9 +650,10 @@ inline int requant_relu_gmax(uint8_t* pooled, int* argmax, const int32_t* acc, i
     const int s = requant_shift(acc, size_t(B) * N * O);
     auto act = [s](int32_t a) { return requant_relu(a, s); };
     constexpr int CB = 256;  // the running maxima of CB channels, while the rows stream past in order
-#pragma omp parallel for collapse(2) schedule(static)
-    for (int b = 0; b < B; ++b)
-        for (int c0 = 0; c0 < O; c0 += CB) {
+    const int OB = (O + CB - 1) / CB;
+    team::each(long(B) * OB, [&](long item) {
+        const int b = int(item / OB), c0 = int(item % OB) * CB;
+        {
             const int nc = std::min(CB, O - c0);
             const int32_t* first = acc + size_t(b) * N * O + c0;
             uint8_t* p = pooled + size_t(b) * O + c0;
@@ -670,6 +684,7 @@ inline int requant_relu_gmax(uint8_t* pooled, int* argmax, const int32_t* acc, i
                 for (int c = 0; c < nc; ++c) p[c] = act(m[c]);
             }
         }
+    });
     return std::max(s, 0);
 }
 

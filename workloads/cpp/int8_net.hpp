@@ -16,7 +16,6 @@
 // activation is uint8: a ReLU output or pixel >> 1, so in [0, 127]; only a point cloud's input
 // coordinates are signed int8 held in that buffer (the first layer reads them as such).
 #pragma once
-#include <omp.h>
 
 #include <algorithm>
 #include <cstddef>
@@ -147,7 +146,7 @@ struct Net {
             const bool pointwise_scratch = L.kind == POINTWISE && l > 0 && L.pool == NO_POOL && pointwise_tiled(L.O);
             const bool conv_scratch = fast(L) && l <= 1 + first_bp;
             if (pointwise_scratch || conv_scratch) {
-                grad_threads = omp_get_max_threads();
+                grad_threads = team::size();
                 buffers.need(grad_planes, "grad_planes", WORKING,
                              size_t(grad_threads) * (conv_scratch ? conv_grad_planes(L.C, L.OH, L.OW) : pointwise_grad_pack(L.C, L.O)));
                 buffers.need(grad_sums, "grad_sums", WORKING,
@@ -240,7 +239,7 @@ struct Net {
                 with_conv_shape(L.C, L.O, L.OH, L.OW, [&](auto S) {
                     using Sh = decltype(S);
                     conv_weight_grad<Sh::C, Sh::OC, Sh::H, Sh::W>(g64[l].data(), d, x, B, grad_planes.data(), planes_stride,
-                                                                  grad_sums.data(), sums_stride, grad_threads);
+                                                                  grad_sums.data(), sums_stride);
                 });
             } else if (L.kind == CONV2D) {
                 conv_weight_grad_any<int32_t, int64_t>(g64[l].data(), d, x, B, L.C, L.O, L.OH, L.OW, L.KH, L.KW);
@@ -255,7 +254,7 @@ struct Net {
                 fc_weight_grad(g64[l].data(), d, reinterpret_cast<const int8_t*>(x), B * L.rows, L.C, L.O);
             } else if (L.kind == POINTWISE) {
                 pointwise_weight_grad(g64[l].data(), d, x, grad_planes.data(), planes_stride, grad_sums.data(), sums_stride,
-                                      grad_threads, long(B) * L.rows, L.C, L.O);
+                                      long(B) * L.rows, L.C, L.O);
             } else {
                 fc_weight_grad(g32[l].data(), d, x, B, L.C, L.O);
             }

@@ -3,6 +3,8 @@
 #include <cstddef>
 #include <algorithm>
 
+#include "team.hpp"
+
 // Each pooled output's error goes to the first maximum of its window (as PyTorch routes it)
 // and every other input of the window gets 0. The windows tile the input, so every din
 // element is written once: no memset. err_of(output index, the maximum's value) gives the
@@ -11,8 +13,7 @@
 template <class T, class In, class ErrOf>
 inline void maxpool_backward(T* din, const In* in, int BC, int H, int W, ErrOf err_of) {
     const int OH = H / 2, OW = W / 2;
-#pragma omp parallel for schedule(static)
-    for (int bc = 0; bc < BC; ++bc)
+    team::each(BC, [&](long bc) {
         for (int h = 0; h < OH; ++h)
             for (int x = 0; x < OW; ++x) {
                 const size_t base = (size_t(bc) * H + 2 * h) * W + 2 * x;
@@ -23,6 +24,7 @@ inline void maxpool_backward(T* din, const In* in, int BC, int H, int W, ErrOf e
                 const T d = err_of((size_t(bc) * OH + h) * OW + x, in[cand[best]]);
                 for (int k = 0; k < 4; ++k) din[cand[k]] = k == best ? d : T(0);
             }
+    });
 }
 
 // BP through a pointwise layer whose global max over the N points feeds the next layer. The
@@ -34,8 +36,7 @@ inline void maxpool_backward(T* din, const In* in, int BC, int H, int W, ErrOf e
 template <class D, class G, class E, class A, class Wt>
 inline void pointwise_gmax_backward(D* din, G* dw, G* db, const E* e, const int* argmax, const A* in, const Wt* w,
                                     int B, int N, int C, int O) {
-#pragma omp parallel for schedule(static)
-    for (int o = 0; o < O; ++o)
+    team::each(O, [&](long o) {
         for (int b = 0; b < B; ++b) {
             const auto v = e[size_t(b) * O + o];
             if (v == E(0)) continue;
@@ -45,9 +46,9 @@ inline void pointwise_gmax_backward(D* din, G* dw, G* db, const E* e, const int*
 #pragma omp simd
             for (int c = 0; c < C; ++c) row[c] += G(v * x[c]);
         }
+    });
     if (!din) return;
-#pragma omp parallel for schedule(static)
-    for (int b = 0; b < B; ++b) {
+    team::each(B, [&](long b) {
         std::fill(din + size_t(b) * N * C, din + size_t(b + 1) * N * C, D(0));
         for (int o = 0; o < O; ++o) {
             const auto v = e[size_t(b) * O + o];
@@ -57,5 +58,5 @@ inline void pointwise_gmax_backward(D* din, G* dw, G* db, const E* e, const int*
 #pragma omp simd
             for (int c = 0; c < C; ++c) row[c] += D(v * wr[c]);
         }
-    }
+    });
 }

@@ -5,7 +5,6 @@
 // the same data order, initial weights and ZO perturbations (zobench-z, docs/zrng.md), so
 // its losses and projected gradients can be checked against the torch runner step by step.
 // The algorithms follow workloads/methods.py line for line.
-#include <omp.h>
 #include <sys/resource.h>
 #include <sys/utsname.h>
 #include <unistd.h>
@@ -35,6 +34,7 @@
 #include "common.hpp"
 #include "fp32_net.hpp"
 #include "int8_net.hpp"
+#include "team.hpp"
 
 template <class T>
 static void take(const json& j, const char* key, T& into) {
@@ -333,8 +333,16 @@ static json env_facts() {
     return {{"hostname", host}, {"arch", u.machine}, {"cpu_model", cpu.empty() ? u.machine : cpu},
             {"cores", int(std::thread::hardware_concurrency())}, {"governor", governor.empty() ? "unknown" : governor},
             {"kernel", u.release}, {"kernels", kernel_paths()},
-            {"versions", {{"zobench-train", "1"}, {"compiler", __VERSION__}, {"openmp", _OPENMP}}},
+            {"versions", {{"zobench-train", "1"}, {"compiler", __VERSION__}, {"threads", "zobench team 1"}}},
             {"binary_sha256", nullptr}, {"harness_commit", ""}, {"zrng", zrng::VERSION}};
+}
+
+// env.threads: the team that ran the timed loops (team.hpp), and how it waited: the share of
+// its parallel loops started while the machine was calm enough to spin (docs/threads.md)
+static json threads_record() {
+    const team::Team::Record r = team::get().record();
+    return {{"team", r.threads}, {"wait", r.wait}, {"spin_us", r.spin_ns < 0 ? json(nullptr) : json(r.spin_ns / 1000)},
+            {"spinning_share", std::round(r.spinning_share * 1000) / 1000}};
 }
 
 static void find_nonfinite(const json& j, const std::string& where, std::vector<std::string>& found) {
@@ -694,8 +702,8 @@ int main(int argc, char** argv) {
     std::string init_sha256, weights_file;
     Spec s;
     auto started = [&] {
-#pragma omp parallel
-        { volatile int warm = omp_get_thread_num(); (void)warm; }  // start the thread pool before timing
+        team::run([](int, int) {});  // every thread up before timing, and what it did counted from here
+        team::get().reset_record();
         result["memory"]["baseline_rss_bytes"] = status_kib("VmRSS") * 1024;
         if (std::FILE* f = std::fopen("/proc/self/clear_refs", "w")) {  // VmHWM := VmRSS
             std::fputs("5", f);
@@ -706,7 +714,7 @@ int main(int argc, char** argv) {
         s = read_spec(spec_path);
         result["job"] = s.raw;
         if (s.raw.contains("harness_commit")) result["env"]["harness_commit"] = s.raw["harness_commit"];
-        if (s.threads > 0) omp_set_num_threads(s.threads);
+        team::get().configure(s.threads, team::wait_from_env());
         const Split tr = load_split(s, true, s.h.train_samples), te = load_split(s, false, s.h.test_samples);
         auto run = [&](auto& net) {
             init_sha256 = sha256_of(net.weights_bytes());
@@ -741,6 +749,7 @@ int main(int argc, char** argv) {
     result["train_seconds"] = st.train_seconds;
     result["epochs"] = st.epochs;
     result["timed_loop_load"] = st.load.record();
+    result["env"]["threads"] = threads_record();
     if (!st.trace.empty()) result["trace"] = st.trace;
     result["memory"]["peak_rss_bytes"] = peak_rss_bytes();
     result["wall_seconds"] = std::chrono::duration<double>(Clock::now() - wall0).count();

@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "team.hpp"
+
 namespace zrng {
 
 constexpr const char* VERSION = "zobench-z v2";   // the result's env.zrng (workloads/zrng.py VERSION)
@@ -92,16 +94,17 @@ inline void each_bits32(uint64_t key, size_t start, size_t n, F f) {
         const size_t block_end = ((p >> 32) + 1) << 32;
         const uint32_t m = uint32_t(std::min({end - p, PIECE, block_end - p})), q = m / STREAMS;
         const uint32_t k = block_key(key, p >> 32) + uint32_t(p) * WEYL;
-#pragma omp parallel
-        {
+        team::ranges(q, [&](long lo, long hi) {
             // a thread's own copy of f: a char store (INT8's weights) could alias the shared
             // closure's fields, and then nothing vectorizes
             const F g = f;
-#pragma omp for simd schedule(static)
-            for (uint32_t j = 0; j < q; ++j)
+            const size_t base = p;
+            const uint32_t key = k, Q = q;
+#pragma omp simd
+            for (uint32_t j = uint32_t(lo); j < uint32_t(hi); ++j)
                 for (uint32_t s = 0; s < STREAMS; ++s)    // the index in size_t, j added last: contiguous
-                    g(p + size_t(s) * q + j, lowbias32(k + (s * q + j) * WEYL));
-        }
+                    g(base + size_t(s) * Q + j, lowbias32(key + (s * Q + j) * WEYL));
+        });
         for (uint32_t j = STREAMS * q; j < m; ++j) f(p + j, lowbias32(k + j * WEYL));
         p += m;
     }
