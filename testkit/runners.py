@@ -91,9 +91,10 @@ def processes_mentioning(text: str) -> list[str]:
     return hits
 
 
-# what the harness sets for every runner it starts by default: OpenMP threads that sleep at a
-# barrier, so two test workers' runners share the cores instead of spinning
-RUNNER_ENV = omp_env(vocab.OMP_WAIT_POLICY)
+# the runners a test starts itself wait as a target's "passive" makes them: the test workers load
+# the machine on purpose, and a pool that spins beside them (libgomp's own default) can be tenfold
+# slower; the harness's "auto" would pick the same on a machine this busy (workloads/wait_policy.py)
+RUNNER_ENV = omp_env("passive")
 TORCH_RUNNER = (sys.executable, "-m", "workloads.torch_runner")
 ORT_RUNNER = (sys.executable, "-m", "workloads.ort_runner")
 QEMU_A53 = ("qemu-aarch64", "-cpu", "cortex-a53")      # put before an aarch64 binary's path

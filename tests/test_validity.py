@@ -15,6 +15,7 @@ from harness.stores import validity
 from harness.stores.store import Store
 from testkit.compare_runs import thermal_sample
 from testkit.runners import REPO, TINY, held_python, until
+from workloads import wait_policy
 
 ONE_JOB = ["--method", "full-zo", *TINY]
 
@@ -142,17 +143,31 @@ def test_a_cooldown_is_checked_where_it_is_read(tmp_path):
         f"zobench: error: {inv}: targets.pi.cooldown.max_wait_s: missing; expected a number")
 
 
-@pytest.mark.parametrize("policy, seen", [(None, "PASSIVE"), ("active", "ACTIVE"), ("default", "unset")])
+@pytest.mark.parametrize("policy, seen", [("passive", "PASSIVE unset"), ("active", "ACTIVE unset"),
+                                          ("default", "unset unset"), (None, None)])
 def test_the_runner_gets_the_targets_openmp_wait_policy_and_the_result_records_it(tmp_path, policy, seen):
     """OpenMP's spinning barriers wait for descheduled threads beside other work (25x slower at
-    two threads beside a busy loop, benchmarks/omp_contention.py): every runner is started with
-    the target's policy, passive unless it says otherwise, and the result keeps it."""
+    two threads beside a busy loop, benchmarks/omp_contention.py), and sleeping ones cost a quiet
+    machine a wake-up a loop: every runner is started with the target's policy, and the result
+    keeps it. Under "auto" (the default) the launcher picks from the load it measured, and the
+    runner's environment, its env.threads and that load agree (which one it picks depends on
+    what else this machine is running)."""
     spy = tmp_path / "python"
-    spy.write_text(f'#!/bin/sh\n[ "$1 $2" = "-m workloads.torch_runner" ] && echo "${{OMP_WAIT_POLICY:-unset}}" > {tmp_path / "seen"}\n'
+    spy.write_text(f'#!/bin/sh\n[ "$1 $2" = "-m workloads.torch_runner" ] && '
+                   f'echo "${{OMP_WAIT_POLICY:-unset}} ${{GOMP_SPINCOUNT:-unset}}" > {tmp_path / "seen"}\n'
                    f'exec {sys.executable} "$@"\n')
     spy.chmod(0o755)
     p = run(tmp_path, inventory(tmp_path, str(spy), f'omp_wait_policy = "{policy}"\n' if policy else ""), {}, *ONE_JOB)
     assert p.returncode == 0, p.stderr
     (r,) = Store(tmp_path / "res").results(Store(tmp_path / "res").latest())
-    assert (tmp_path / "seen").read_text().strip() == seen
-    assert r["env"]["omp_wait_policy"] == (policy or "passive")
+    threads = r["env"]["threads"]
+    assert r["env"]["omp_wait_policy"] == (policy or "auto")
+    if policy:
+        assert (tmp_path / "seen").read_text().strip() == seen
+        assert "picked" not in threads and threads["wait"] == policy
+        return
+    share, picked = threads["other_share"], threads["picked"]
+    assert picked == ("spin" if share < wait_policy.LOADED else "passive")
+    assert (tmp_path / "seen").read_text().strip() == \
+        ("unset " + wait_policy.SPIN if picked == "spin" else "PASSIVE unset")
+    assert threads["wait"] == ("spin " + wait_policy.SPIN if picked == "spin" else "passive")

@@ -1,8 +1,8 @@
 """`python -m workloads.launch [--lease FILE --lease-timeout S --holder JSON] [--cooldown C:S]
-[--thermal FILE] [--mem-limit 512M] -- COMMAND...`: exec COMMAND holding the board's lease, once
-the board is cool, with its temperatures and clocks sampled beside it, under a hard memory
-limit, so a big machine can stand in for a Pi Zero 2's 512 MB and running out of memory is
-observable.
+[--omp-wait auto] [--thermal FILE] [--mem-limit 512M] -- COMMAND...`: exec COMMAND holding the
+board's lease, once the board is cool, with its threads' waiting picked from the board's load,
+with its temperatures and clocks sampled beside it, under a hard memory limit, so a big machine
+can stand in for a Pi Zero 2's 512 MB and running out of memory is observable.
 
 The lease is an exclusive flock(2) on FILE, taken before anything is timed and inherited by
 COMMAND through exec: it is held exactly for the runner's life, so a controller that dies or a
@@ -12,7 +12,10 @@ reports in its "lease-wait" lines. One that cannot take the lease within S secon
 "busy" line and exits with BUSY_EXIT; the harness records the job as `busy`.
 
 With --cooldown C:S it then waits (up to S seconds, untimed) until every thermal zone is below C
-degrees, and prints a "cooldown" line; with --thermal it forks workloads/thermal.py's sampler,
+degrees, and prints a "cooldown" line. With --omp-wait auto it watches the board's CPU for a
+tenth of a second and picks how the runner's thread pool waits (workloads/wait_policy.py: a short
+spin where the board is quiet, passive where other work runs), put in the runner's environment
+and in the launch line's "wait". With --thermal it forks workloads/thermal.py's sampler,
 which writes the board's temperatures, clocks and throttle bits to FILE while the runner lives.
 
 The limit is a memory cgroup where this user may make one (v2, else v1: the kernel's
@@ -39,13 +42,13 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from workloads import thermal
+from workloads import thermal, wait_policy
 
 UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 BUSY_EXIT = 75          # EX_TEMPFAIL: the board was leased to another run for the whole lease timeout
 POLL_S = 0.25           # how often a waiting launcher tries the lease again
 REPORT_S = 5.0          # and says whom it waits for (at once when that changes)
-OPTIONS = ("--lease", "--lease-timeout", "--holder", "--cooldown", "--thermal", "--mem-limit")
+OPTIONS = ("--lease", "--lease-timeout", "--holder", "--cooldown", "--omp-wait", "--thermal", "--mem-limit")
 
 
 def parse_size(text: str) -> int:
@@ -173,6 +176,11 @@ def main(argv: list[str]) -> None:
         below, most = opts["--cooldown"].split(":")
         waiting = lambda temp: _say({"event": "cooldown-wait", "temp_c": temp, "below_c": float(below)})
         _say({"event": "cooldown", **thermal.cool_down(float(below), float(most), waiting)})
+    if opts.get("--omp-wait") == "auto":     # before the sampler starts: its reads are not other work
+        share = wait_policy.other_share()
+        picked = wait_policy.pick(share)
+        os.environ.update(wait_policy.environment(picked))
+        event["wait"] = {"picked": picked, "other_share": None if share is None else round(share, 3)}
     if "--thermal" in opts:     # before the memory limit: the sampler is not the job's memory
         thermal.start_sampler(opts["--thermal"])
     event.update(pid=os.getpid(), monotonic=time.monotonic(), load=proc_load())

@@ -27,11 +27,12 @@ nothing else: this module imports neither torch nor the harness (tested).
 """
 from __future__ import annotations
 
+import os
 import sys
 
 import numpy as np
 
-from . import methods, zrng
+from . import methods, wait_policy, zrng
 from .methods import Engine
 from .models import Transformer
 from .runner import main
@@ -174,7 +175,9 @@ class OrtEngine(Engine):
         opts = ort.SessionOptions()
         opts.intra_op_num_threads = spec.threads      # 0 = ONNX Runtime's default: all cores
         opts.inter_op_num_threads = 1
-        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        spin = wait_policy.spinning()       # the target's policy, or auto's pick (workloads/wait_policy.py)
+        opts.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin else "0")
+        self.thread_pool = {"team": spec.threads or os.cpu_count() or 1, "wait": "spin" if spin else "passive"}
         try:
             self.session = ort.InferenceSession(spec.onnx_model, opts, providers=["CPUExecutionProvider"])
         except Exception as e:

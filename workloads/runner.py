@@ -107,6 +107,7 @@ def main(make_engine, packages: tuple[str, ...], argv=None) -> int:
                                                         ("test", spec.hyper.test_samples)))
         engine = make_engine(spec, model, initial_weights(spec, model))
         init_sha256 = started_from(engine, spec)
+        result["env"]["threads"] = getattr(engine, "thread_pool", None)     # the pool it trains with
         # before warm-up, whose steps leave the allocator holding a step's memory: peak less this
         # is what training needs beyond the runtime, the data and the weights (a memory model's
         # measure); baseline_rss_bytes, after warm-up, is what the timed steps start from

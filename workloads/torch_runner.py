@@ -18,7 +18,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from . import methods, zrng, zrng_torch
+from . import methods, wait_policy, zrng, zrng_torch
 from .clock import cuda_event
 from .methods import Engine
 from .models import Transformer
@@ -337,6 +337,7 @@ def make_engine(spec, model, init):
         raise SpecError(f"device: CUDA not available on {spec.target or 'this machine'}: torch {torch.__version__}")
     if spec.threads:
         torch.set_num_threads(spec.threads)
+    pool = {"team": torch.get_num_threads(), "wait": wait_policy.libgomp_wait()}   # env.threads
     if cuda:
         # FP32 is FP32: TF32 (cuDNN's default for convolutions) keeps 10 bits of mantissa, which
         # a ZO step's loss difference over 2 eps would have to survive (docs/runners.md)
@@ -348,8 +349,11 @@ def make_engine(spec, model, init):
             # exact integer sums need plain float products: cuDNN may pick Winograd or FFT
             # convolutions, which are not exact (docs/int8.md)
             torch.backends.cudnn.enabled = False
-        return Int8Engine(spec, model, init)
-    return TorchEngine(spec, model, init)
+        engine = Int8Engine(spec, model, init)
+    else:
+        engine = TorchEngine(spec, model, init)
+    engine.thread_pool = pool
+    return engine
 
 
 if __name__ == "__main__":

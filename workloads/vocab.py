@@ -80,8 +80,11 @@ def method_label(method: str, bp_layers: int) -> str:
         return f"ElasticZO k={bp_layers} ({PAPER_NAMES.get(bp_layers, 'custom')})"
     return {"full-bp": "Full BP", "full-zo": "Full ZO"}.get(method, method)
 
-# OpenMP's wait policy for every runner (OMP_WAIT_POLICY): "passive" threads sleep at a barrier
-# instead of spinning, so a job beside other work loses time in proportion to the CPU it lost
-# (benchmarks/omp_contention.py; docs/targets.md). "default" leaves the runtime's own.
-OMP_WAIT_POLICIES = ("passive", "active", "default")
-OMP_WAIT_POLICY = "passive"
+# How every runner's threads wait between parallel loops (a target's omp_wait_policy,
+# docs/threads.md). "auto": spin while the machine is quiet, sleep at once while other work wants
+# its cores -- the C++ binary's own team watches that as it runs (workloads/cpp/team.hpp), and the
+# launcher picks for the Python runners' pools from the load just before they start
+# (workloads/wait_policy.py). "passive" / "active" fix OMP_WAIT_POLICY for every runtime;
+# "default" leaves each runtime's own.
+OMP_WAIT_POLICIES = ("auto", "passive", "active", "default")
+OMP_WAIT_POLICY = "auto"

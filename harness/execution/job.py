@@ -58,9 +58,16 @@ class Evidence:
     kernel_log: str = ""                        # KERNEL_LOG's lines, read after a SIGKILL
 
 def omp_env(policy: str) -> dict:
-    """What a runner is started with for a target's OpenMP wait policy (docs/compare.md):
-    nothing for "default", the runtime's own."""
-    return {} if policy == "default" else {"OMP_WAIT_POLICY": policy.upper()}
+    """What a runner is started with for a target's wait policy (docs/threads.md): nothing for
+    "default" (each runtime's own) and "auto" (the binary's team decides as it runs, the launcher
+    for a Python runner: omp_args)."""
+    return {} if policy in ("default", "auto") else {"OMP_WAIT_POLICY": policy.upper()}
+
+
+def omp_args(policy: str, runtime: str) -> list[str]:
+    """The launcher's options for a target's wait policy: under "auto" it picks a Python
+    runner's from the load it measures just before the start (workloads/wait_policy.py)."""
+    return ["--omp-wait", "auto"] if policy == "auto" and runtime != "cpp" else []
 
 
 def oom_kills(counters: str) -> int:
@@ -217,7 +224,8 @@ def run_job(job: Job, target: Target, site: Site, work: Path, on_event=None,
     limit = job.mem_limit or target.mem_limit
     leased = lease.launcher_args(target.lease or "", terms, job.job_id, job.timeout_s) if terms else []
     cooldown = ["--cooldown", f"{target.cooldown['below_c']:g}:{target.cooldown['max_wait_s']:g}"] if target.cooldown else []
-    argv = [py, "-m", "workloads.launch", *leased, *cooldown, "--thermal", f"{job_dir}/{THERMAL}"] + \
+    argv = [py, "-m", "workloads.launch", *leased, *cooldown, *omp_args(target.omp_wait_policy, runtime),
+            "--thermal", f"{job_dir}/{THERMAL}"] + \
            (["--mem-limit", limit] if limit else []) + \
            ["--", *runner, "--spec", f"{job_dir}/spec.json", "--out", f"{job_dir}/result.json"]
     steps, evidence, busy, cooled = 0, Evidence(mem_limit=limit), {}, {}
@@ -286,6 +294,9 @@ def run_job(job: Job, target: Target, site: Site, work: Path, on_event=None,
                            "acquired_at": held.get("acquired_at"),
                            "ended_by": datetime.now(timezone.utc).isoformat(timespec="milliseconds")}
     result["env"]["omp_wait_policy"] = target.omp_wait_policy    # set for the runner: part of its timing
+    picked = evidence.launch.get("wait")
+    if isinstance(picked, dict) and isinstance(result["env"].get("threads"), dict):   # what auto chose, and from what
+        result["env"]["threads"].update(picked=picked.get("picked"), other_share=picked.get("other_share"))
     if runtime == "cpp":
         result["env"]["binary_sha256"] = site.binary_sha256
         result["env"]["build_cpu"], result["env"]["build_cpu_reason"] = site.build.cpu, site.build.why

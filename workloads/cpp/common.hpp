@@ -14,6 +14,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "team.hpp"
+
 using json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
@@ -401,13 +403,32 @@ inline void pad_rect(T* dst, const T* src, int BC, int H, int W, int ph, int pw)
                       dst + (size_t(bc) * HP + h + ph) * WP + pw);
 }
 
+// The parameters of the first `layers` layers that thread t of T perturbs and updates in a ZO
+// pass (the nets' each_z): of each layer, the rows (output channels) team::share(O, t, T) and,
+// where a layer's biases follow its weights (FP32), theirs. They are the rows t's share of an FC
+// layer's forward reads (fc_forward splits by output), so a ZO pass leaves each thread's weights
+// in its own core's cache for the forward that follows instead of moving half of them across
+// (LeNet-5 at batch 32 on two threads: the perturbation took 48 or 150 us a step by where the
+// machine had put the two cores). f(first index, count) per segment, in order.
+template <class F>
+inline void owned_segments(const Arch& a, const std::vector<size_t>& off, int layers, bool bias, int t, int T, F&& f) {
+    for (int l = 0; l < layers; ++l) {
+        const Layer& L = a.layers[size_t(l)];
+        const auto [lo, hi] = team::share(L.O, t, T);
+        const size_t row = L.w_size() / size_t(L.O);
+        if (hi <= lo) continue;
+        f(off[size_t(l)] + size_t(lo) * row, size_t(hi - lo) * row);
+        if (bias) f(off[size_t(l)] + L.w_size() + size_t(lo), size_t(hi - lo));
+    }
+}
+
 // samples idx[0..b) into the first layer's input (images into the interior of its padded
 // planes, each value through `value`), their labels into labels[0..b)
 template <class T, class Pixel, class Coord>
 inline void load_batch(T* x, int* labels, const Layer& first, const Split& split, const int* idx, int b, Pixel pixel,
                        Coord coord) {
     const int p = first.pad, HP = first.H + 2 * p, WP = first.W + 2 * p;
-    for (int i = 0; i < b; ++i) {
+    team::each(b, [&](long i) {  // each thread the images its share of the first layer reads
         const size_t at = size_t(idx[i]) * split.size;
         if (!split.points.empty()) {
             const float* src = split.points.data() + at;
@@ -422,7 +443,7 @@ inline void load_batch(T* x, int* labels, const Layer& first, const Split& split
                         dst[(size_t(c) * HP + h + p) * WP + w + p] = pixel(img[(size_t(c) * first.H + h) * first.W + w]);
         }
         labels[i] = split.labels[idx[i]];
-    }
+    });
 }
 
 // how many of the first b samples' logits have their first maximum at the label

@@ -380,7 +380,7 @@ inline void maxpool_forward(float* out, int pad, const float* in, int BC, int H,
 inline void fc_forward(float* out, const float* in, const float* w, const float* bias, int B, int I, int O,
                        bool relu) {
     const int BB = (B + 3) / 4;  // blocks of four images; the last block repeats its final image
-    team::each(long(BB) * O, [&](long i) {
+    team::each(long(BB) * O, [&](long i) {  // by output: a thread reads its rows of w alone (owned_segments)
         const int o = int(i / BB), bb = int(i % BB);
         {
             const float* x[4];

@@ -254,17 +254,27 @@ struct Net {
         adam(p, grads.data(), adam_m.data(), adam_v.data(), n_bp, lr, h, ++adam_t, true);
     }
 
+    // f(i, bits32(key, i)) for every i of the ZO part in the step's ranges: one team region, each
+    // thread on its own rows (owned_segments)
+    template <class F>
+    void each_z(uint64_t key, F f) {
+        team::run([&](int t, int T) {
+            owned_segments(a, off, first_bp, true, t, T, [&](size_t lo, size_t n) {
+                for (const auto& [r0, r1] : ranges) {
+                    const size_t from = std::max(lo, r0), to = std::min(lo + n, r1);
+                    if (from < to) zrng::each_bits32(key, from, to - from, f);
+                }
+            });
+        });
+    }
+
     // target[i] += alpha * z(key)[i] over the step's ranges, where the mask (if any) is set: z
     // generated on the fly, never stored (the MeZO trick)
     void add_z(float* target, uint64_t key, float alpha) {
         const float scale = zrng::z_scale();
         const uint8_t* m = zo_mask.empty() ? nullptr : zo_mask.data();
-        for (const auto& [lo, hi] : ranges) {
-            if (m)
-                zrng::each_bits32(key, lo, hi - lo, [=](size_t i, uint32_t x) { target[i] += alpha * (zrng::normal(x, scale) * float(m[i])); });
-            else
-                zrng::each_bits32(key, lo, hi - lo, [=](size_t i, uint32_t x) { target[i] += alpha * zrng::normal(x, scale); });
-        }
+        if (m) each_z(key, [=](size_t i, uint32_t x) { target[i] += alpha * (zrng::normal(x, scale) * float(m[i])); });
+        else each_z(key, [=](size_t i, uint32_t x) { target[i] += alpha * zrng::normal(x, scale); });
     }
 
     // theta[:n_zo] += alpha * z(key)
@@ -317,7 +327,7 @@ struct Net {
         const auto z_at = [=](size_t i, uint32_t x) { return MASKED ? zrng::normal(x, scale) * float(mk[i]) : zrng::normal(x, scale); };
         if (h.zo_update == "momentum") {
             const MomentumRule rule(lr, h);
-            zrng::each_bits32(key, n_zo, [=](size_t i, uint32_t x) {
+            each_z(key, [=](size_t i, uint32_t x) {
                 const float z = z_at(i, x);
                 p[i] += back * z;
                 rule(p[i], c * z, m[i]);
@@ -325,7 +335,7 @@ struct Net {
             return;
         }
         const AdamRule rule(lr, h, ++zo_t);
-        zrng::each_bits32(key, n_zo, [=](size_t i, uint32_t x) {
+        each_z(key, [=](size_t i, uint32_t x) {
             const float z = z_at(i, x);
             p[i] += back * z;
             rule(p[i], c * z, m[i], v[i]);

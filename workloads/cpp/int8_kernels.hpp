@@ -290,8 +290,8 @@ inline int requant_to(T* out, const int32_t* acc, size_t n, bool relu) {
 
 inline void fc_forward(int32_t* acc, const uint8_t* in, const int8_t* w, int B, int I, int O) {
     const int BB = (B + 3) / 4;  // blocks of four images; the last block repeats its final image
-    team::each(long(BB) * O, [&](long i) {
-        const int bb = int(i / O), o = int(i % O);
+    team::each(long(BB) * O, [&](long i) {  // by output: a thread reads its rows of w alone (owned_segments)
+        const int o = int(i / BB), bb = int(i % BB);
         const uint8_t* a[4];
         for (int j = 0; j < 4; ++j) a[j] = in + size_t(std::min(4 * bb + j, B - 1)) * I;
         int32_t s[4];

@@ -300,11 +300,20 @@ struct Net {
         }
     }
 
+    // f(i, bits32(key, i)) for every i of the ZO part: one team region, each thread on its own
+    // rows (owned_segments)
+    template <class F>
+    void each_z(uint64_t key, F f) {
+        team::run([&](int t, int T) {
+            owned_segments(a, off, first_bp, false, t, T, [&](size_t lo, size_t n) { zrng::each_bits32(key, lo, n, f); });
+        });
+    }
+
     void perturb(uint64_t key, int k, int epoch) {
         const uint32_t thr = sparsity_threshold(epoch);
         const int r = scale;
         int8_t* w = q.data();
-        zrng::each_bits32(key, n_zo, [=](size_t i, uint32_t x) {
+        each_z(key, [=](size_t i, uint32_t x) {
             w[i] = int8_t(clamp127(w[i] + k * zo_noise(x, r, thr)));
         });
     }
@@ -321,7 +330,7 @@ struct Net {
         const int r = scale;
         int8_t* w = q.data();
         if (r >= 32 || !LANE_SHIFTS) {
-            zrng::each_bits32(key, n_zo, [=](size_t i, uint32_t x) {
+            each_z(key, [=](size_t i, uint32_t x) {
                 const int z = zo_noise(x, r, thr);
                 const int p = psto_shift(g * z, s), d = p > 1 ? 1 : p < -1 ? -1 : p;
                 w[i] = int8_t(clamp127(w[i] + z - d));
@@ -331,7 +340,7 @@ struct Net {
         uint32_t nonzero = 0;
         for (int m = 1; m <= r; ++m) nonzero |= uint32_t(psto_shift(std::abs(g) * m, s) != 0) << m;
         const int gneg = g < 0 ? -1 : 0;
-        zrng::each_bits32(key, n_zo, [=](size_t i, uint32_t x) {
+        each_z(key, [=](size_t i, uint32_t x) {
             const int z = zo_noise(x, r, thr), zneg = z >> 31, neg = zneg ^ gneg;
             const int d = (int((nonzero >> ((z ^ zneg) - zneg)) & 1) ^ neg) - neg;
             w[i] = int8_t(clamp127(w[i] + z - d));

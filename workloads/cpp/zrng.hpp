@@ -8,8 +8,6 @@
 #include <cstdint>
 #include <vector>
 
-#include "team.hpp"
-
 namespace zrng {
 
 constexpr const char* VERSION = "zobench-z v2";   // the result's env.zrng (workloads/zrng.py VERSION)
@@ -77,15 +75,16 @@ inline float normal(uint32_t x, float scale) {
     return float(int32_t((pairs & 0xFFFFu) + (pairs >> 16)) - Z_OFFSET) * scale;
 }
 
-// f(i, bits32(key, i)) for i in [0, n), in parallel, vectorized. The index in the SIMD loop is
-// 32-bit (a 64-bit one costs AVX2 a third more); pieces of 2^31 keep it so for any n. Each
-// iteration draws at STREAMS places, a quarter of the piece apart: their hash chains are
-// independent, so an in-order core (the A53) overlaps them instead of stalling on one chain's
-// latencies (FP32: 31 -> 11 cycles per z in its pipeline model, docs/cpus.md); an out-of-order
-// core gains nothing and loses nothing. With 8, INT8's loop no longer vectorizes on NEON.
+// f(i, bits32(key, i)) for i in [start, start + n), on the caller's thread, vectorized: a team
+// runs it on each thread's own segments of the parameters (the nets' each_z). The index in the
+// SIMD loop is 32-bit (a 64-bit one costs AVX2 a third more); pieces of 2^31 keep it so for any
+// n, and a piece never crosses a 2^32 block (each has its key). Each iteration draws at STREAMS
+// places, a quarter of the piece apart: their hash chains are independent, so an in-order core
+// (the A53) overlaps them instead of stalling on one chain's latencies (FP32: 31 -> 11 cycles
+// per z in its pipeline model, docs/cpus.md); an out-of-order core gains nothing and loses
+// nothing. With 8, INT8's loop no longer vectorizes on NEON.
 constexpr uint32_t STREAMS = 4;
 
-// Indices [start, start + n): a piece never crosses a 2^32 block (each has its key).
 template <class F>
 inline void each_bits32(uint64_t key, size_t start, size_t n, F f) {
     constexpr size_t PIECE = size_t(1) << 31;
@@ -94,23 +93,13 @@ inline void each_bits32(uint64_t key, size_t start, size_t n, F f) {
         const size_t block_end = ((p >> 32) + 1) << 32;
         const uint32_t m = uint32_t(std::min({end - p, PIECE, block_end - p})), q = m / STREAMS;
         const uint32_t k = block_key(key, p >> 32) + uint32_t(p) * WEYL;
-        team::ranges(q, [&](long lo, long hi) {
-            // a thread's own copy of f: a char store (INT8's weights) could alias the shared
-            // closure's fields, and then nothing vectorizes
-            const F g = f;
-            const size_t base = p;
-            const uint32_t key = k, Q = q;
 #pragma omp simd
-            for (uint32_t j = uint32_t(lo); j < uint32_t(hi); ++j)
-                for (uint32_t s = 0; s < STREAMS; ++s)    // the index in size_t, j added last: contiguous
-                    g(base + size_t(s) * Q + j, lowbias32(key + (s * Q + j) * WEYL));
-        });
+        for (uint32_t j = 0; j < q; ++j)
+            for (uint32_t s = 0; s < STREAMS; ++s)    // the index in size_t, j added last: contiguous
+                f(p + size_t(s) * q + j, lowbias32(k + (s * q + j) * WEYL));
         for (uint32_t j = STREAMS * q; j < m; ++j) f(p + j, lowbias32(k + j * WEYL));
         p += m;
     }
 }
-
-template <class F>
-inline void each_bits32(uint64_t key, size_t n, F f) { each_bits32(key, 0, n, f); }
 
 }  // namespace zrng
