@@ -20,7 +20,7 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.runtimes import WORKLOADS, ZO_PHASES, bench_spec, ms_per_step, share  # noqa: E402
 from harness.preparation.artifacts import raw_idx  # noqa: E402
 from testkit.binaries import native_binary  # noqa: E402
-from testkit.runners import run_runner  # noqa: E402
+from testkit.runners import policy_env, run_runner  # noqa: E402
 from harness.planning.suites import MethodChoice  # noqa: E402
 from workloads.vocab import PAPER_CONFIGS  # noqa: E402
 
@@ -46,7 +46,7 @@ def main() -> None:
                 for precision in ("fp32", "int8"):
                     spec = bench_spec(method, k, args.batch, args.steps, data_dir, precision=precision,
                                       model=args.model)
-                    res = run_runner(spec, tmp, binary, check=True)
+                    res = run_runner(spec, tmp, binary, check=True, env=policy_env(binary))
                     if r == 0:
                         continue
                     ms[precision].append(ms_per_step(res))

@@ -24,17 +24,19 @@ from benchmarks.runtimes import ZO_PHASES, bench_spec, ms_per_step, share  # noq
 from harness.preparation.artifacts import raw_idx  # noqa: E402
 from harness.planning.suites import MethodChoice  # noqa: E402
 from testkit.binaries import native_binary, x86_names_here  # noqa: E402
-from testkit.runners import TORCH_RUNNER, run_runner  # noqa: E402
+from testkit.runners import TORCH_RUNNER, policy_env, run_runner  # noqa: E402
+from workloads import vocab  # noqa: E402
 from workloads.vocab import PAPER_CONFIGS  # noqa: E402
 
 
-def alternating(runs: dict, tmp: Path, repeats: int, env: dict | None = None) -> dict[str, list[dict]]:
+def alternating(runs: dict, tmp: Path, repeats: int, policy: str = vocab.OMP_WAIT_POLICY) -> dict[str, list[dict]]:
     """Each run's results ({name: (spec, command)}), the runs taking turns `repeats` times after
-    a first round that warms up (page cache, CPU clocks) and is dropped; env: over the runners'."""
+    a first round that warms up (page cache, CPU clocks) and is dropped; each runner waits as a
+    target's `policy` makes it (the harness's default unless told)."""
     out = {name: [] for name in runs}
     for r in range(repeats + 1):
         for name, (spec, command) in runs.items():
-            res = run_runner(spec, tmp, command, check=True, env=env)
+            res = run_runner(spec, tmp, command, check=True, env=policy_env(command, policy))
             if r:
                 out[name].append(res)
     return out

@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from testkit.binaries import native_binary  # noqa: E402
-from testkit.runners import ORT_RUNNER, TORCH_RUNNER, job_spec, run_runner  # noqa: E402
+from testkit.runners import ORT_RUNNER, TORCH_RUNNER, job_spec, policy_env, run_runner  # noqa: E402
 
 from harness.preparation.artifacts import onnx_graph, raw_idx  # noqa: E402
 from harness.planning.suites import MethodChoice  # noqa: E402
@@ -97,10 +97,10 @@ def main() -> None:
                     spec["onnx_model"] = str(onnx_graph(model, method, k))
                 ms, gflops = {rt: [] for rt in runtimes}, {rt: [] for rt in runtimes}
                 shares = []
-                run_runner(spec, tmp, runtimes["cpp"], check=True)     # warm-up: page cache, CPU clocks
+                run_runner(spec, tmp, runtimes["cpp"], check=True, env=policy_env(runtimes["cpp"]))  # warm-up
                 for _ in range(args.repeats):
                     for rt, cmd in runtimes.items():
-                        r = run_runner(spec, tmp, cmd, check=True)
+                        r = run_runner(spec, tmp, cmd, check=True, env=policy_env(cmd))
                         ms[rt].append(ms_per_step(r))
                         gflops[rt].append(forward_gflops(r, model.forward_flops(), batch))
                         if rt == "cpp":

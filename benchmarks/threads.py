@@ -25,28 +25,16 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.kernel_paths import alternating_options  # noqa: E402
 from benchmarks.runtimes import WORKLOADS, bench_spec, ms_per_step  # noqa: E402
-from harness.execution.job import omp_env  # noqa: E402
 from harness.planning.suites import MethodChoice  # noqa: E402
 from harness.preparation.artifacts import onnx_graph, raw_idx  # noqa: E402
 from testkit.binaries import native_binary  # noqa: E402
-from testkit.runners import ORT_RUNNER, TORCH_RUNNER, run_runner  # noqa: E402
-from workloads import wait_policy  # noqa: E402
+from testkit.runners import ORT_RUNNER, TORCH_RUNNER, policy_env, run_runner  # noqa: E402
 from workloads.models import MODELS  # noqa: E402
 from workloads.vocab import PAPER_CONFIGS  # noqa: E402
 
 # (threads, wait policy as a target names it) of each configuration; auto first: the default
 CONFIGS = {"auto": (0, "auto"), "passive": (0, "passive"), "active": (0, "active"), "1 thread": (1, "auto")}
 PRECISIONS = (("fp32", "float"), ("int8", "float"), ("int8", "integer"))
-CLEAR = {"OMP_WAIT_POLICY": None, "GOMP_SPINCOUNT": None, "OMP_NUM_THREADS": None}
-
-
-def runner_env(runtime: str, policy: str) -> tuple[dict, str]:
-    """The variables a target's policy starts a runner with, as the harness and its launcher set
-    them (for auto and a Python runner: picked from the load now), and what was picked."""
-    if policy == "auto" and runtime != "cpp":
-        picked = wait_policy.pick(wait_policy.other_share())
-        return {**CLEAR, **wait_policy.environment(picked)}, picked
-    return {**CLEAR, **omp_env(policy)}, policy
 
 
 def main() -> None:
@@ -82,13 +70,12 @@ def main() -> None:
                 ms, how = {name: [] for name in CONFIGS}, []
                 for r in range(args.repeats + 1):
                     for name, (_, policy) in CONFIGS.items():
-                        env, picked = runner_env(args.runtime, policy)
-                        res = run_runner(specs[name], tmp, command, check=True, env=env)
+                        res = run_runner(specs[name], tmp, command, check=True, env=policy_env(command, policy))
                         if r:
                             ms[name].append(ms_per_step(res))
                             if name == "auto":
                                 t = res["env"].get("threads") or {}
-                                how.append(f"{t['spinning_share']:.2f}" if "spinning_share" in t else picked)
+                                how.append(f"{t['spinning_share']:.2f}" if "spinning_share" in t else t.get("wait"))
                 med = {name: statistics.median(v) for name, v in ms.items()}
                 label = {"float": precision, "integer": "int8*"}[zo_loss]
                 print(f"{choice!s:16} {label:6} " + " ".join(f"{med[c]:9.3f}" for c in CONFIGS) +

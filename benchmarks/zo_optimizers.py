@@ -23,7 +23,6 @@ from harness.search.memory_model import breakdown  # noqa: E402
 from harness.planning.suites import MethodChoice  # noqa: E402
 from testkit.binaries import native_binary  # noqa: E402
 from testkit.runners import TORCH_RUNNER  # noqa: E402
-from harness.execution.job import omp_env  # noqa: E402
 from workloads import vocab  # noqa: E402
 from workloads.models import LENET5  # noqa: E402
 from workloads.spec import Hyper  # noqa: E402
@@ -45,7 +44,7 @@ def main() -> None:
     ap.add_argument("--runtime", choices=("cpp", "torch"), default="cpp")
     ap.add_argument("--device", default="cpu", help="the torch runner's device (cpu, cuda)")
     ap.add_argument("--wait-policy", choices=vocab.OMP_WAIT_POLICIES, default=vocab.OMP_WAIT_POLICY,
-                    help="OpenMP's, as a target's omp_wait_policy sets it (default passive, the harness's)")
+                    help="as a target's omp_wait_policy sets it (default auto, the harness's)")
     args = ap.parse_args()
     method = MethodChoice.parse(args.method)
     data_dir = str(raw_idx("fashion-mnist", "").dir)
@@ -65,7 +64,7 @@ def main() -> None:
           f"{'held MiB':>9}")
     with tempfile.TemporaryDirectory() as d:
         res = alternating({name: (spec(p), command) for name, p in optimizers.items()}, Path(d), args.repeats,
-                          {"OMP_WAIT_POLICY": None, **omp_env(args.wait_policy)})
+                          args.wait_policy)
     for name, parts in optimizers.items():
         ms, zo, rest = medians(res[name])
         h = Hyper(**parts)

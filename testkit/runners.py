@@ -16,7 +16,7 @@ import numpy as np
 
 from harness.execution.job import omp_env
 from harness.preparation.artifacts import raw_idx
-from workloads import datasets, vocab
+from workloads import datasets, vocab, wait_policy
 from workloads.models import LENET5, Model
 
 from . import warm
@@ -97,6 +97,19 @@ def processes_mentioning(text: str) -> list[str]:
 RUNNER_ENV = omp_env("passive")
 TORCH_RUNNER = (sys.executable, "-m", "workloads.torch_runner")
 ORT_RUNNER = (sys.executable, "-m", "workloads.ort_runner")
+# what a benchmark clears before it sets a policy's variables
+WAIT_VARIABLES = {"OMP_WAIT_POLICY": None, "GOMP_SPINCOUNT": None, "OMP_NUM_THREADS": None}
+
+
+def policy_env(command, policy: str = vocab.OMP_WAIT_POLICY) -> dict:
+    """The variables (over run_runner's) that a target's wait policy starts a runner with, as the
+    harness and its launcher set them: for "auto" (the default) and a Python runner, picked from
+    the machine's load measured now (workloads/wait_policy.py); the C++ binary's team decides
+    for itself. What the benchmarks time a runtime's default with."""
+    python = tuple(command) in (TORCH_RUNNER, ORT_RUNNER) if not isinstance(command, (str, Path)) else False
+    if policy == "auto" and python:
+        return {**WAIT_VARIABLES, **wait_policy.environment(wait_policy.pick(wait_policy.other_share()))}
+    return {**WAIT_VARIABLES, **omp_env(policy)}
 QEMU_A53 = ("qemu-aarch64", "-cpu", "cortex-a53")      # put before an aarch64 binary's path
 
 

@@ -333,13 +333,13 @@ inline int requant_shift(const int32_t* acc, size_t n) {
 
 // round_shift(a, s) where s > 0, else a, clamped. Branch-free (shifts by s and s - 1, or 0 and 0
 // with the rounding bit masked off), so that loops over a tensor vectorize.
-inline int requant_value(int32_t a, int s) {
+__attribute__((always_inline)) inline int requant_value(int32_t a, int s) {
     const int up = s > 0;
     const int32_t r = (a >> (up ? s : 0)) + ((a >> (up ? s - 1 : 0)) & up);
     return clamp127(int(r));
 }
 // the same, then the ReLU: an activation in [0, 127]
-inline uint8_t requant_relu(int32_t a, int s) { return uint8_t(std::max(requant_value(a, s), 0)); }
+__attribute__((always_inline)) inline uint8_t requant_relu(int32_t a, int s) { return uint8_t(std::max(requant_value(a, s), 0)); }
 
 // ---- the dot product every layer is made of: activations (uint8 in [0, 127], or int8
 // errors) x int8 weights -> int32 ----

@@ -86,7 +86,7 @@ inline float normal(uint32_t x, float scale) {
 constexpr uint32_t STREAMS = 4;
 
 template <class F>
-inline void each_bits32(uint64_t key, size_t start, size_t n, F f) {
+__attribute__((noinline)) void each_bits32(uint64_t key, size_t start, size_t n, F f) {
     constexpr size_t PIECE = size_t(1) << 31;
     const size_t end = start + n;
     for (size_t p = start; p < end;) {
