@@ -50,7 +50,7 @@ class EagerPeer(TorchEngine):
 
     def __init__(self, spec, model, init):
         super().__init__(spec, model, init, graphed=False)
-        self.zo_views = self.views[:2 * self.first_bp]
+        self.zo_views = self.net.views[:2 * self.first_bp]
 
     @torch.no_grad()
     def perturb(self, key: int, alpha: float) -> None:
