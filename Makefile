@@ -47,6 +47,10 @@ bench: setup-bench
 	$(BIN)/python benchmarks/int8.py
 	$(BIN)/python benchmarks/int8.py --model pointnet --steps 6 --repeats 3
 	$(BIN)/python benchmarks/kernel_paths.py
+	$(BIN)/python benchmarks/threads.py
+	$(BIN)/python benchmarks/threads.py --model pointnet --steps 6 --repeats 3
+	$(BIN)/python benchmarks/omp_contention.py --policy auto
+	$(BIN)/python benchmarks/mezo_peer.py
 	$(BIN)/python benchmarks/zo_optimizers.py
 	$(BIN)/python benchmarks/a53_estimate.py
 	$(BIN)/python benchmarks/farm_parallel.py
