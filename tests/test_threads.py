@@ -7,8 +7,10 @@ import subprocess
 
 import pytest
 
+from harness.preparation.artifacts import raw_idx
 from testkit.runners import ORT_RUNNER, RUNNER_ENV, busy_loops, job_spec, run_runner
 from workloads import wait_policy
+from workloads.models import POINTNET
 
 NOTHING_SET = {"OMP_WAIT_POLICY": None, "GOMP_SPINCOUNT": None, "OMP_NUM_THREADS": None}
 
@@ -33,26 +35,37 @@ def test_the_team_never_changes_what_is_trained(native, data_dir, tmp_path, prec
         t = r["env"]["threads"]
         assert t["team"] == threads and t["wait"] == (wait or "auto").lower()
     passive, active = runs[2, "PASSIVE"]["env"]["threads"], runs[2, "ACTIVE"]["env"]["threads"]
-    assert passive["spin_us"] == 0 and passive["spinning_share"] == 0.0
-    assert active["spin_us"] is None and active["spinning_share"] == 1.0
+    assert passive["spin_us"] == 0 and passive["spinning_share"] == 0.0 and passive["working"] == 2
+    assert active["spin_us"] is None and active["spinning_share"] == 1.0 and active["working"] == 2
 
 
-def test_a_team_larger_than_its_cpus_never_spins(native, data_dir, tmp_path):
-    """Three threads on one CPU: one of them always waits for a descheduled sibling, so the team
-    sleeps at once whatever the machine is doing (and still trains what one thread trains)."""
-    one = cpp_run(native, data_dir, tmp_path / "one", 1)
-    crowded = cpp_run(native, data_dir, tmp_path / "crowded", 3, wrap=("taskset", "-c", str(min(os.sched_getaffinity(0)))))
-    assert crowded["env"]["threads"] == {"team": 3, "wait": "auto", "spin_us": 0, "spinning_share": 0.0}
-    assert crowded["model"]["weights_sha256"] == one["model"]["weights_sha256"]
+def test_a_team_larger_than_its_cpus_works_on_as_many_threads_as_it_has_cpus(native, data_dir, tmp_path):
+    """Three threads confined to one CPU: a second thread at work would always wait for a
+    descheduled sibling, so the caller works every slot of every loop alone. The slots are the
+    three threads' shares, so what it trains is what three threads train, bit for bit: on
+    PointNet too, whose weight gradient sums each thread's share of the rows apart."""
+    cpu = ("taskset", "-c", str(min(os.sched_getaffinity(0))))
+    crowded = cpp_run(native, data_dir, tmp_path / "crowded", 3, wrap=cpu)
+    assert crowded["env"]["threads"]["team"] == 3 and crowded["env"]["threads"]["working"] == 1.0
+    three = cpp_run(native, data_dir, tmp_path / "three", 3, wait="PASSIVE")
+    assert three["env"]["threads"]["working"] == 3
+    assert crowded["model"]["weights_sha256"] == three["model"]["weights_sha256"]
+    runs, points = [], str(raw_idx("modelnet40-synthetic", "").dir)
+    for name, wrap, wait in (("crowded", cpu, None), ("three", (), "PASSIVE")):
+        spec = job_spec("full-bp", 0, seed=2, steps=2, threads=3, batch=8, data_dir=points, model=POINTNET,
+                        dataset="modelnet40-synthetic", hyper={"points": 256})
+        runs.append(run_runner(spec, tmp_path / f"pn-{name}", [*wrap, native], check=True,
+                               env={**NOTHING_SET, **({"OMP_WAIT_POLICY": wait} if wait else {})}))
+    assert runs[0]["model"]["weights_sha256"] == runs[1]["model"]["weights_sha256"]
 
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs")
 def test_the_team_stops_spinning_beside_work_on_its_cores(native, data_dir, tmp_path):
     """A team of two on two CPUs, each with a busy loop pinned beside it: the kernel makes the
-    team's threads wait for their CPUs, the team sees it in their schedstat run delay, and most of
-    its loops start with the threads sleeping, not spinning (a spinning team would wait whole time
-    slices for a descheduled sibling). On a machine loaded by other work too this only holds
-    more."""
+    team's threads wait for their CPUs, the team sees it in their schedstat run delay and in the
+    tasks runnable beside it, and most of its loops run on the caller alone with the other
+    thread asleep (a spinning team would wait whole time slices for a descheduled sibling). On
+    a machine loaded by other work too this only holds more."""
     cpus = sorted(os.sched_getaffinity(0))[:2]
     pin = ("taskset", "-c", ",".join(map(str, cpus)))
     hogs = [subprocess.Popen(["taskset", "-c", str(c), "sh", "-c", "while :; do :; done"]) for c in cpus]
@@ -64,7 +77,7 @@ def test_the_team_stops_spinning_beside_work_on_its_cores(native, data_dir, tmp_
             h.wait()
     t = r["env"]["threads"]
     assert t["wait"] == "auto" and t["spin_us"] > 0
-    assert t["spinning_share"] < 0.5
+    assert t["spinning_share"] < 0.5 and t["working"] < 1.5
 
 
 def test_the_pick_follows_the_load_it_was_given():

@@ -1,6 +1,6 @@
 // The binary's threads: one team, started once, that every parallel loop of a step runs on.
 //
-// Why not OpenMP's: a step of LeNet-5 at batch 32 is ~17 parallel loops of 10-100 us each, and
+// Why not OpenMP's: a step of LeNet-5 at batch 32 is ~20 parallel loops of 10-100 us each, and
 // how a thread waits between them decides the step's time. OpenMP fixes the waiting once, for the
 // whole process, from OMP_WAIT_POLICY, and no one setting is right both on a quiet machine and on a
 // loaded one (docs/threads.md has the measurements):
@@ -9,20 +9,23 @@
 // - spinning (active, or libgomp's spin-then-sleep) is fastest on a quiet machine and collapses
 //   beside other work: a thread spins for a sibling that the kernel has descheduled for a
 //   neighbour's time slice, 30-60x slower beside one busy loop.
-// So this team spins only while the machine lets it. Every WINDOW_NS the caller of the loops
+// So this team runs on the cores the machine leaves it. Every WINDOW_NS the caller of the loops
 // (thread 0) reads how long the team's threads waited, runnable, for a CPU (each thread's
 // run_delay in /proc/thread-self/schedstat; where the kernel keeps none, the process's
-// involuntary context switches stand in). While that stays under CONTENDED of the team's time
-// (no other work wants these cores), an idle thread spins up to SPIN_NS before it sleeps on a
-// futex; once it exceeds it (the kernel runs other work in the team's place), an idle thread
-// sleeps at once, as a passive OpenMP thread does, until the waits fall back. A team larger
-// than the CPUs it may run on never spins (a 4-core board's team on 2 cores: someone is
-// always descheduled).
-// OMP_WAIT_POLICY=ACTIVE / PASSIVE fix the choice (always spin / never), as in OpenMP.
+// involuntary context switches stand in), and how many tasks other than the team's are
+// runnable (/proc/loadavg). While the waits stay under CONTENDED of the team's time and no other
+// task runs (calm), every thread works and an idle one spins up to SPIN_NS before it sleeps on a
+// futex. Otherwise only as many threads work as the other tasks leave cores free, at least the
+// caller, and none spins: a thread that would wait for a descheduled sibling at every loop does
+// its sibling's share itself instead (two threads beside a busy loop per core: each loop a
+// scheduler round trip; the caller alone: one core, no waits).
+// OMP_WAIT_POLICY=ACTIVE / PASSIVE fix the choice (every thread, always spin / never), as in OpenMP.
 //
-// The loops split their range as OpenMP's schedule(static) does (the first n % T threads one
-// item more), so per-thread partial sums are what they were under OpenMP. Regions do not nest:
-// a loop inside a loop runs on its caller's thread alone.
+// What a loop computes never depends on how many threads worked: a loop is cut into T slots,
+// T the team's size, split as OpenMP's schedule(static) splits it among T threads (the first n %
+// T one item more), and the working threads run the slots between them. Per-slot partial sums
+// are therefore those of T threads under OpenMP, whatever the load. Regions do not nest: a loop
+// inside a loop runs on its caller's thread alone.
 #pragma once
 #include <fcntl.h>
 #include <linux/futex.h>
@@ -54,6 +57,8 @@ constexpr int64_t WINDOW_NS = 2'000'000;  // how often thread 0 looks at the tea
 constexpr double CONTENDED = 0.02;        // the share of the team's time spent waiting that says other
                                           // work wants its cores (a decaying mean over the windows)
 constexpr double SWITCHES_PER_S = 500;    // without schedstat: involuntary switches a second that say so
+constexpr double OTHERS = 0.5;            // other runnable tasks (a decaying mean) that end the calm
+constexpr double DECAY = 0.75;            // each window's weight in those means is 1 - DECAY
 
 inline int64_t now_ns() {
     return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -118,19 +123,22 @@ class Team {
         }
         n_ = threads > 0 ? threads : cpus_allowed();
         wait_ = wait;
-        oversubscribed_ = n_ > cpus_allowed();
-        calm_ = wait_ == Wait::ACTIVE || (wait_ == Wait::AUTO && !oversubscribed_);
+        cpus_ = std::min(n_, cpus_allowed());
+        calm_ = wait_ != Wait::PASSIVE;
+        active_ = wait_ == Wait::AUTO ? cpus_ : n_;
         budget_.store(budget(), std::memory_order_relaxed);
         slots_ = std::make_unique<Slot[]>(size_t(n_));
         delays_ = std::make_unique<std::atomic<int>[]>(size_t(n_));
         for (int t = 0; t < n_; ++t) delays_[size_t(t)].store(t ? -1 : open_schedstat());
         for (int t = 1; t < n_; ++t) workers_.emplace_back([this, t] { work(t); });
-        window_start_ = now_ns(), waited_ = run_delay(), switches_ = involuntary_switches(), pressure_ = 0;
+        loadavg_ = open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
+        window_start_ = now_ns(), waited_ = run_delay(), switches_ = involuntary_switches(), pressure_ = others_ = 0;
     }
 
     int size() const { return n_; }
 
-    // f(t, T) on every thread t < T of the team, the caller as thread 0; returns when all are done
+    // f(t, T) for every slot t < T of the team (T its size), the working threads taking the
+    // slots in turn, the caller as thread 0; returns when all are done
     template <class F>
     void run(F&& f) {
         if (n_ == 1 || in_region) {
@@ -138,16 +146,20 @@ class Team {
             return;
         }
         watch();
-        using Fn = std::remove_reference_t<F>;
-        job_ = const_cast<void*>(static_cast<const void*>(&f));
-        call_ = [](void* fn, int t, int T) { (*static_cast<Fn*>(fn))(t, T); };
-        pending_.store(uint32_t(n_ - 1), std::memory_order_relaxed);
-        gen_.fetch_add(1, std::memory_order_seq_cst);
-        if (sleepers_.load(std::memory_order_seq_cst) > 0) futex_wake(&gen_);
+        const int working = active_;
         in_region = true;
-        f(0, n_);
+        if (working > 1) {
+            using Fn = std::remove_reference_t<F>;
+            job_ = const_cast<void*>(static_cast<const void*>(&f));
+            call_ = [](void* fn, int t, int T) { (*static_cast<Fn*>(fn))(t, T); };
+            pending_.store(uint32_t(working - 1), std::memory_order_relaxed);
+            gen_.store(((gen_.load(std::memory_order_relaxed) >> WORKING_BITS) + 1) << WORKING_BITS | uint32_t(working),
+                       std::memory_order_seq_cst);
+            if (sleepers_.load(std::memory_order_seq_cst) > 0) futex_wake(&gen_);
+        }
+        for (int t = 0; t < n_; t += working) f(t, n_);
         in_region = false;
-        join();
+        if (working > 1) join();
     }
 
     // a thread's own cache line, for partial results (reduce)
@@ -158,19 +170,21 @@ class Team {
     }
 
     // what the team did, for the result's env.threads: its size, the wait policy, the share of
-    // parallel loops started while it spun (calm), and how long it spins
+    // parallel loops started while it spun (calm), the mean threads that worked a loop, and how
+    // long an idle thread spins while calm
     struct Record {
         int threads;
         std::string wait;
-        double spinning_share;
+        double spinning_share, working;
         int64_t spin_ns;
     };
     Record record() const {
         const double all = double(forks_calm_ + forks_contended_);
         return {n_, name_of(wait_), all > 0 ? double(forks_calm_) / all : (calm_ ? 1.0 : 0.0),
-                wait_ == Wait::ACTIVE ? -1 : wait_ == Wait::PASSIVE || oversubscribed_ ? 0 : SPIN_NS};
+                all > 0 ? double(worked_) / all : double(active_),
+                wait_ == Wait::ACTIVE ? -1 : wait_ == Wait::PASSIVE ? 0 : SPIN_NS};
     }
-    void reset_record() { forks_calm_ = forks_contended_ = 0; }
+    void reset_record() { forks_calm_ = forks_contended_ = worked_ = 0; }
 
    private:
     struct alignas(64) Slot {
@@ -178,6 +192,18 @@ class Team {
     };
 
     int64_t budget() const { return wait_ == Wait::ACTIVE ? -1 : calm_ ? SPIN_NS : 0; }
+
+    // the tasks runnable on the machine now (/proc/loadavg's fourth field, "R/total"); -1 unknown
+    int runnable() const {
+        char buf[128];
+        const ssize_t got = loadavg_ < 0 ? -1 : pread(loadavg_, buf, sizeof buf - 1, 0);
+        if (got <= 0) return -1;
+        buf[got] = 0;
+        const char* slash = std::strchr(buf, '/');
+        const char* at = slash;
+        while (at && at > buf && at[-1] != ' ') --at;
+        return at ? std::atoi(at) : -1;
+    }
 
     static int open_schedstat() { return open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC); }
 
@@ -203,22 +229,30 @@ class Team {
         return ru.ru_nivcsw;
     }
 
-    // thread 0, at each fork: once a window, is other work taking the team's cores?
+    // thread 0, at each fork: once a window, is other work taking the team's cores, and how many
+    // does it leave?
     void watch() {
-        if (wait_ == Wait::AUTO && !oversubscribed_) {
+        if (wait_ == Wait::AUTO) {
             const int64_t t = now_ns(), window = t - window_start_;
             if (window >= WINDOW_NS) {
                 const int64_t waited = run_delay();
                 const long switches = involuntary_switches();
-                const double share = waited >= 0 && waited_ >= 0 ? double(waited - waited_) / (double(window) * n_)
+                const double share = waited >= 0 && waited_ >= 0 ? double(waited - waited_) / (double(window) * active_)
                                      : double(switches - switches_) / (SWITCHES_PER_S * 1e-9 * double(window)) * CONTENDED;
-                pressure_ = 0.75 * pressure_ + 0.25 * share;
-                calm_ = pressure_ < CONTENDED;
-                budget_.store(calm_ ? SPIN_NS : 0, std::memory_order_relaxed);
+                // the team's own runnable threads: the working ones spin at a fork while calm; else
+                // the caller alone runs now
+                const int r = runnable();
+                const double others = r < 0 ? 0.0 : std::max(0, r - (calm_ ? active_ : 1));
+                pressure_ = DECAY * pressure_ + (1 - DECAY) * share;
+                others_ = DECAY * others_ + (1 - DECAY) * others;
+                calm_ = pressure_ < CONTENDED && others_ < OTHERS;
+                active_ = calm_ ? cpus_ : std::clamp(int(std::lround(cpus_allowed() - others_)), 1, cpus_);
+                budget_.store(budget(), std::memory_order_relaxed);
                 waited_ = waited, switches_ = switches, window_start_ = t;
             }
         }
         (calm_ ? forks_calm_ : forks_contended_) += 1;
+        worked_ += active_;
     }
 
     void join() {
@@ -242,7 +276,9 @@ class Team {
             }
             seen = gen_.load(std::memory_order_acquire);
             if (stopping_.load(std::memory_order_acquire)) return;
-            call_(job_, t, n_);
+            const int working = int(seen & ((1u << WORKING_BITS) - 1));
+            if (t >= working) continue;  // not needed this loop: back to waiting
+            for (int slot = t; slot < n_; slot += working) call_(job_, slot, n_);
             if (pending_.fetch_sub(1, std::memory_order_seq_cst) == 1 && master_asleep_.load(std::memory_order_seq_cst))
                 futex_wake(&pending_);
         }
@@ -251,7 +287,7 @@ class Team {
     void stop() {
         if (!workers_.empty()) {
             stopping_.store(true, std::memory_order_release);
-            gen_.fetch_add(1, std::memory_order_seq_cst);
+            gen_.fetch_add(1u << WORKING_BITS, std::memory_order_seq_cst);
             futex_wake(&gen_);
             for (auto& w : workers_) w.join();
             workers_.clear();
@@ -260,15 +296,21 @@ class Team {
         for (int t = 0; delays_ && t < n_; ++t)
             if (const int fd = delays_[size_t(t)].load(); fd >= 0) close(fd);
         delays_.reset();
+        if (loadavg_ >= 0) close(loadavg_);
+        loadavg_ = -1;
     }
 
-    int n_ = 1;
+    int n_ = 1, cpus_ = 1;        // the team's size (its slots), and the threads that may work at once
+    int active_ = 1;              // the threads that work the next loop (watch)
     Wait wait_ = Wait::AUTO;
-    bool oversubscribed_ = false, calm_ = true;
+    bool calm_ = true;
     std::vector<std::thread> workers_;
     std::unique_ptr<Slot[]> slots_;
     void* job_ = nullptr;
     void (*call_)(void*, int, int) = nullptr;
+    // the fork's generation, and in its low WORKING_BITS the threads that work it: one word, so a
+    // worker reads both at once (the futex word the idle threads sleep on)
+    static constexpr unsigned WORKING_BITS = 11;
     alignas(64) std::atomic<uint32_t> gen_{0};
     alignas(64) std::atomic<uint32_t> pending_{0};
     alignas(64) std::atomic<uint32_t> master_asleep_{0};
@@ -278,10 +320,11 @@ class Team {
     // thread 0's view of the machine (watch): each thread's schedstat, what they showed at the
     // window's start, and the decaying share of the team's time spent waiting for a CPU
     std::unique_ptr<std::atomic<int>[]> delays_;
+    int loadavg_ = -1;
     int64_t window_start_ = 0, waited_ = -1;
     long switches_ = 0;
-    double pressure_ = 0;
-    long forks_calm_ = 0, forks_contended_ = 0;
+    double pressure_ = 0, others_ = 0;
+    long forks_calm_ = 0, forks_contended_ = 0, worked_ = 0;
 };
 
 // the process's team (configured by train.cpp from the spec's threads and OMP_WAIT_POLICY)

@@ -348,11 +348,13 @@ static json env_facts() {
 }
 
 // env.threads: the team that ran the timed loops (team.hpp), and how it waited: the share of
-// its parallel loops started while the machine was calm enough to spin (docs/threads.md)
+// its parallel loops started while the machine was calm enough to spin, and how many of its
+// threads worked a loop on average (docs/threads.md)
 static json threads_record() {
     const team::Team::Record r = team::get().record();
     return {{"team", r.threads}, {"wait", r.wait}, {"spin_us", r.spin_ns < 0 ? json(nullptr) : json(r.spin_ns / 1000)},
-            {"spinning_share", std::round(r.spinning_share * 1000) / 1000}};
+            {"spinning_share", std::round(r.spinning_share * 1000) / 1000},
+            {"working", std::round(r.working * 100) / 100}};
 }
 
 static void find_nonfinite(const json& j, const std::string& where, std::vector<std::string>& found) {
