@@ -8,6 +8,7 @@ import subprocess
 import pytest
 
 from harness.preparation.artifacts import raw_idx
+from harness.stores.measurements import adaptive_team
 from testkit.runners import ORT_RUNNER, RUNNER_ENV, busy_loops, job_spec, run_runner
 from workloads import wait_policy
 from workloads.models import POINTNET
@@ -34,6 +35,7 @@ def test_the_team_never_changes_what_is_trained(native, data_dir, tmp_path, prec
     for (threads, wait), r in runs.items():
         t = r["env"]["threads"]
         assert t["team"] == threads and t["wait"] == (wait or "auto").lower()
+    assert [adaptive_team(r["env"]) for r in runs.values()] == [True, True, True, False, False]
     passive, active = runs[2, "PASSIVE"]["env"]["threads"], runs[2, "ACTIVE"]["env"]["threads"]
     assert passive["spin_us"] == 0 and passive["spinning_share"] == 0.0 and passive["working"] == 2
     assert active["spin_us"] is None and active["spinning_share"] == 1.0 and active["working"] == 2

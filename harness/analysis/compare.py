@@ -132,7 +132,12 @@ def side_load(m: Measurement, estimate) -> float | None:
 
 
 def team(m: Measurement) -> int:
-    """How many threads a side's jobs ran on the CPUs of their machine (threads 0: every core)."""
+    """How many threads of a side's jobs must all run for it to move (threads 0: every core): the
+    threads it ran on the CPUs of their machine, or one where every repeat's team worked on the
+    cores the load left it (measurements.adaptive_team), whose slowdown follows its lost share
+    as one thread's does (docs/compare.md)."""
+    if m.adaptive and all(m.adaptive) and len(m.adaptive) == len(m.load):
+        return 1
     threads = m.facts.get("threads") or 0
     return max((wanted(load, threads) for load in m.load if contention(load) is not None), default=1)
 

@@ -70,6 +70,7 @@ def pytest_benchmark(source: str, measurements: dict[str, Measurement]) -> str:
             "extra_info": {"zobench": {"key": m.key, "facts": m.facts, "peak_rss_bytes": m.peak_rss,
                                        "device_peak_bytes": m.device_peak, "joules_per_step": m.joules_per_step,
                                        "per_epoch": m.per_epoch, "load": m.load, "validity": m.validity,
+                                       "adaptive": m.adaptive,
                                        "fingerprint": m.fingerprint,
                                        "binary_sha256": m.binary_sha256, "harness_commit": m.harness_commit}},
             "options": {"disable_gc": False, "timer": "time.perf_counter", "min_rounds": len(m.step_s),

@@ -65,6 +65,7 @@ class Measurement:
     device_peak: list = field(default_factory=list)      # bytes torch allocated at most, per cuda repeat
     joules_per_step: list = field(default_factory=list)  # J, per repeat (or epoch) a meter measured
     validity: list = field(default_factory=list)  # each repeat's result["validity"] (None where not judged)
+    adaptive: list = field(default_factory=list)  # per repeat: its threads worked as the load left cores (adaptive_team)
 
 
 def changed_hyper(hyper: dict, device: str = "cpu") -> list[tuple[str, object]]:
@@ -107,6 +108,14 @@ def job_key(job: dict) -> tuple[str, dict]:
     return " ".join(w for w in words if w), facts
 
 
+def adaptive_team(env: dict) -> bool:
+    """Whether a result's threads worked on as many cores as the load left it (the C++ binary's
+    team under auto: env.threads.working), so that beside other work it slows as one thread
+    does, not as a team that waits for its descheduled members (docs/threads.md, docs/compare.md)."""
+    threads = env.get("threads")
+    return isinstance(threads, dict) and threads.get("wait") == "auto" and "working" in threads
+
+
 def fingerprint(env: dict) -> dict:
     """What must be the same for two results to be compared: the machine, its GPU's identity
     for a GPU job (not its clocks of the moment), and for the C++ binary the CPU it was built
@@ -145,6 +154,7 @@ def from_results(results: list[tuple[str, dict]], across_builds: bool = False) -
                 samples.append(x)
         m.load.append(machine_load.of_steps(r))
         m.validity.append(r.get("validity") if isinstance(r.get("validity"), dict) else None)
+        m.adaptive.append(adaptive_team(env))
         epochs[key] = [(e["seconds"], e.get("joules"), r["steps"] / len(r["epochs"])) for e in r.get("epochs") or []]
     for key, m in out.items():
         if len(m.step_s) == 1 and len(epochs[key]) > 1:
@@ -241,4 +251,4 @@ def from_benchmark(b: dict) -> Measurement:
     return Measurement(z["key"], z["facts"], numbers(b["stats"]["data"], f"{where}stats.data", positive=True),
                        numbers(z["peak_rss_bytes"], f"{where}extra_info.zobench.peak_rss_bytes", positive=False),
                        z["per_epoch"], z["fingerprint"], z["binary_sha256"], z["harness_commit"], load, **optional,
-                       validity=checked)
+                       validity=checked, adaptive=[x is True for x in z.get("adaptive") or []])
