@@ -50,6 +50,7 @@ bench: setup-bench
 	$(BIN)/python benchmarks/threads.py
 	$(BIN)/python benchmarks/threads.py --model pointnet --steps 6 --repeats 3
 	$(BIN)/python benchmarks/omp_contention.py --policy auto
+	$(BIN)/python benchmarks/late_load.py
 	$(BIN)/python benchmarks/mezo_peer.py
 	$(BIN)/python benchmarks/zo_optimizers.py
 	$(BIN)/python benchmarks/a53_estimate.py

@@ -130,7 +130,10 @@ class Team {
         slots_ = std::make_unique<Slot[]>(size_t(n_));
         delays_ = std::make_unique<std::atomic<int>[]>(size_t(n_));
         for (int t = 0; t < n_; ++t) delays_[size_t(t)].store(t ? -1 : open_schedstat());
-        for (int t = 1; t < n_; ++t) workers_.emplace_back([this, t] { work(t); });
+        // under auto at most cpus_ threads ever work a loop (watch): a thread past them would only
+        // wake at every fork to find nothing to do, and spin on a CPU the working ones need
+        started_ = wait_ == Wait::AUTO ? cpus_ : n_;
+        for (int t = 1; t < started_; ++t) workers_.emplace_back([this, t] { work(t); });
         loadavg_ = open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
         window_start_ = now_ns(), waited_ = run_delay(), switches_ = involuntary_switches(), pressure_ = others_ = 0;
     }
@@ -210,7 +213,7 @@ class Team {
     // the team's total time waiting for a CPU, in ns (schedstat's second field); -1 where unknown
     int64_t run_delay() const {
         int64_t sum = 0;
-        for (size_t t = 0; t < size_t(n_); ++t) {
+        for (size_t t = 0; t < size_t(started_); ++t) {
             const int fd = delays_ ? delays_[t].load(std::memory_order_acquire) : -1;
             char buf[96];
             const ssize_t got = fd < 0 ? -1 : pread(fd, buf, sizeof buf - 1, 0);
@@ -301,6 +304,7 @@ class Team {
     }
 
     int n_ = 1, cpus_ = 1;        // the team's size (its slots), and the threads that may work at once
+    int started_ = 1;             // the threads running: the caller and its workers
     int active_ = 1;              // the threads that work the next loop (watch)
     Wait wait_ = Wait::AUTO;
     bool calm_ = true;
