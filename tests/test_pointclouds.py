@@ -165,7 +165,7 @@ def test_hdf5_release_through_the_cache(home, tmp_path):
     assert_normalised(x)
     assert datasets.split_size("modelnet40", "test", str(r.dir)) == 8
     assert artifacts.raw_idx("modelnet40", str(tmp_path / "data")) == r                  # cached
-    files = bundle_files({("modelnet40", str(tmp_path / "data"), 0.0, 0)})
+    files = bundle_files({("modelnet40", str(tmp_path / "data"), 0.0, 0, 0)})
     assert files["data/modelnet40/modelnet40/train-points-idx3-float"] == r.files["modelnet40/train-points-idx3-float"]
     write_hdf5(tmp_path / "data" / "modelnet40", seed=1)                                  # new bytes, new folder
     assert artifacts.raw_idx("modelnet40", str(tmp_path / "data")).dir != r.dir

@@ -1,6 +1,8 @@
 """Rotated data sets (Rotated MNIST / Fashion-MNIST, the ElasticZO paper's fine-tuning study):
 turned once on the host, exactly and deterministically, the labels kept; every runtime reads the
-same rotated files, here and on a board, and a runner refuses images turned by another angle."""
+same rotated files, here and on a board, and a runner refuses images turned by another angle.
+The study's subsets (N images drawn from each split) are drawn once on the host, the same for
+every angle and runtime."""
 from pathlib import Path
 
 import numpy as np
@@ -12,7 +14,7 @@ from harness.errors import UserError
 from harness.planning.inventory import Target
 from harness.planning.runs import Job
 from harness.boards.transport import LocalTransport
-from workloads import datasets
+from workloads import datasets, zrng
 from workloads.spec import JobSpec
 
 from testkit.agreement import assert_same_fp32_steps
@@ -156,11 +158,15 @@ def test_an_angle_past_a_whole_turn_is_refused(tmp_path):
 
 
 def test_a_missing_mnist_is_one_line_saying_how_to_get_it(tmp_path, monkeypatch, capsys):
+    """No MNIST here, none fetched before (a HOME of its own) and no index answering."""
     monkeypatch.setenv("ZOBENCH_DATA", str(tmp_path / "empty"))
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("PIP_CONFIG_FILE", "/dev/null")
+    monkeypatch.setenv("PIP_INDEX_URL", "http://127.0.0.1:9/simple")
     p = cli(capsys, "run", "--results", tmp_path / "res", "--suite", suite_file(tmp_path, "lenet5", "mnist", 30))
     assert p.returncode == 2 and "Traceback" not in p.stderr
     (line,) = p.stderr.strip().splitlines()
-    assert line.startswith("zobench: error: ") and "workload.dataset: dataset 'mnist': train-images-idx3-ubyte" in line
+    assert line.startswith("zobench: error: ") and "workload.dataset: dataset 'mnist': cannot fetch" in line
     assert line.endswith(datasets.HOW_TO_GET["mnist"])
     assert not (tmp_path / "res" / "runs").exists()
 
@@ -210,3 +216,68 @@ def test_a_board_gets_each_variant_in_a_folder_of_its_own(mnist, monkeypatch):
     site = bundle.open_site(board, Board(), prepared, None, Path("jobs"), "run")
     assert site.job_spec(turned.spec)["workload"]["data_dir"] == "/w/bundles/b/data/mnist-rot30"
     assert site.job_spec(plain.spec)["workload"]["data_dir"] == "/w/bundles/b/data/mnist"
+
+
+def test_a_subset_is_n_samples_of_each_split_drawn_once_the_same_at_every_angle(mnist):
+    """zrng.holdout's draws: each split's own, kept in order, nested (a larger subset holds every
+    sample of a smaller one), and the same indices at every angle, so the 60-degree subset is
+    the 30-degree subset's images turned by another angle, with the same labels."""
+    raw = artifacts.raw_idx("mnist", "")
+    a, b = artifacts.subset_idx("mnist", "", 0.0, 40), artifacts.subset_idx("mnist", "", 0.0, 50)
+    assert a.dir.name.startswith("mnist-sub40-") and (a.dir / "mnist" / datasets.SUBSET_FILE).read_text() == "40\n"
+    for prefix, n, seed in (("train", 320, 1), ("t10k", 64, 2)):
+        keep = zrng.holdout(n, 40, seed)
+        assert len(keep) == 40 and np.all(np.diff(keep) > 0)
+        np.testing.assert_array_equal(images(a, prefix), images(raw, prefix)[keep])
+        assert set(map(bytes, images(a, prefix))) <= set(map(bytes, images(b, prefix)))
+    assert not np.array_equal(zrng.holdout(64, 40, 1), zrng.holdout(64, 40, 2))   # the splits draw apart
+    r30, r60 = artifacts.subset_idx("mnist", "", 30.0, 40), artifacts.subset_idx("mnist", "", 60.0, 40)
+    for prefix in ("train", "t10k"):
+        np.testing.assert_array_equal(images(r30, prefix), artifacts.rotate_images(images(a, prefix), 30.0))
+        np.testing.assert_array_equal(images(r60, prefix), artifacts.rotate_images(images(a, prefix), 60.0))
+        for r in (r30, r60):
+            assert r.files[f"mnist/{prefix}-labels-idx1-ubyte"].read_bytes() == \
+                a.files[f"mnist/{prefix}-labels-idx1-ubyte"].read_bytes()
+    assert (r30.dir / "mnist" / datasets.ROTATION_FILE).read_text() == "30.0\n"
+    assert artifacts.subset_idx("mnist", "", 30.0, 0) == artifacts.rotated_idx("mnist", "", 30.0)
+    with pytest.raises(datasets.DatasetError, match="workload.subset: expected at most the 64 samples"):
+        artifacts.subset_idx("mnist", "", 0.0, 65)
+
+
+def subset_spec(data_dir, subset: int, steps: int = 2) -> dict:
+    s = rotated_spec(data_dir, 30.0, steps)
+    s["workload"]["subset"] = subset
+    s["hyper"]["test_samples"] = 0
+    return s
+
+
+@pytest.mark.parametrize("runtime", ["torch", "cpp"])
+def test_both_runtimes_read_the_subset_and_refuse_any_other_folder(mnist, request, tmp_path, runtime):
+    command = request.getfixturevalue("native") if runtime == "cpp" else TORCH_RUNNER
+    sub = artifacts.subset_idx("mnist", "", 30.0, 40)
+    whole, other = artifacts.rotated_idx("mnist", "", 30.0), artifacts.subset_idx("mnist", "", 30.0, 48)
+    spec = subset_spec(sub.dir, 40, steps=0)
+    spec["hyper"]["batch_size"] = 8
+    r = run_runner(spec, tmp_path / "ok", command, check=True)
+    assert r["steps"] == 5                              # one epoch of its 40 training images
+    assert (40 * r["epochs"][-1]["test_accuracy"]) % 1 == pytest.approx(0, abs=1e-9)      # of its 40 test images
+    for i, (folder, has) in enumerate(((whole.dir, "the whole splits (no subset file)"),
+                                       (other.dir, "a subset of 48 samples a split"))):
+        r = run_runner(subset_spec(folder, 40), tmp_path / str(i), command)
+        assert r["status"] == "failed" and f"holds {has}, but workload.subset is 40" in r["error"]
+
+
+def test_the_plan_draws_the_subset_for_fine_tuning_not_for_pretraining(mnist, tmp_path):
+    p = tmp_path / "finetune.toml"
+    p.write_text('methods = ["full-zo"]\nruntimes = ["torch"]\nprecisions = ["fp32"]\nrotations = [30, 60]\n'
+                 '[workload]\ndataset = "mnist"\nsubset = 40\n[hyper]\nepochs = 1\nbatch_size = 8\n'
+                 '[pretrain]\ntarget = "local"\nruntime = "torch"\n')
+    jobs, _ = plan.make(suites.load(str(p)), [Target(name="local", transport="local")])
+    pre, *tuned = jobs
+    assert pre.spec["workload"]["subset"] == 0 and pre.spec["workload"]["rotate"] == 0.0
+    assert [(j.spec["workload"]["subset"], j.job_id.split(".")[-2]) for j in tuned] == [
+        (40, "mnist-rot30-sub40"), (40, "mnist-rot60-sub40")]
+    p.write_text(p.read_text().replace("subset = 40", "subset = 65"))
+    with pytest.raises(UserError, match=r"workload.subset: expected at most the 64 samples of mnist's smaller split, "
+                                        r"got 65"):
+        plan.make(suites.load(str(p)), [Target(name="local", transport="local")])

@@ -158,7 +158,7 @@ print(json.dumps(out))
 
 
 def test_a_board_gets_the_files_by_hash_and_reads_them_with_numpy_alone(made, tmp_path):
-    files = bundle_files({("fortunes", "", 0.0, 0), ("fortunes-topics", "", 0.0, 0)})
+    files = bundle_files({("fortunes", "", 0.0, 0, 0), ("fortunes-topics", "", 0.0, 0, 0)})
     for name in ("fortunes", "fortunes-topics"):
         for rel, p in made.files.items():
             assert files[f"data/{name}/{rel}"] == p

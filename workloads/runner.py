@@ -102,7 +102,7 @@ def main(make_engine, packages: tuple[str, ...], argv=None) -> int:
         context = (spec.hyper.context or model.context) if spec.transformer else 0   # tokens a sequence
         w = spec.workload
         train_split, test_split = (datasets.load(w.dataset, split, limit, w.data_dir, spec.precision, points, w.rotate,
-                                                 context, w.validation)
+                                                 context, w.validation, w.subset)
                                    for split, limit in (("train", spec.hyper.train_samples),
                                                         ("test", spec.hyper.test_samples)))
         engine = make_engine(spec, model, initial_weights(spec, model))

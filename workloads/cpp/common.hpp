@@ -119,7 +119,8 @@ struct Spec {
     bool save_weights = false;   // write the final weights as WEIGHTS_FILE beside the result
     bool eval_start = false;     // evaluate the starting weights before training (train.cpp evaluate)
     double rotate = 0;           // workload.rotate: the data folder must hold images turned by this (check_rotation)
-    long validation = 0;         // workload.validation: the data folder must be a split holding out this many (check_validation)
+    long validation = 0;         // workload.validation: the data folder must be a split holding out this many (check_counted)
+    long subset = 0;             // workload.subset: the data folder must hold this many drawn from each split (check_counted)
     int bp_layers = 0, threads = 0;
     uint64_t seed = 0;
     Hyper h;

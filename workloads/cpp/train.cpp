@@ -113,6 +113,7 @@ static Spec read_spec(const std::string& path) {
         take(j["workload"], "data_dir", s.data_dir);
         take(j["workload"], "rotate", s.rotate);
         take(j["workload"], "validation", s.validation);
+        take(j["workload"], "subset", s.subset);
     }
     if (!j.contains("workload") || !j["workload"].contains("architecture"))
         throw SpecError("workload.architecture: missing (the model's layer list, which this binary runs)");
@@ -214,21 +215,23 @@ static void check_rotation(const Spec& s, const std::string& dir) {
                     "folder as its data_dir");
 }
 
-// The host splits a validation set off the training set (harness/preparation/artifacts.py validation_idx) into a
-// folder whose `validation` file says how many samples it holds out: refuse any other folder, so a
-// tuning trial never scores on the test set (the rule of workloads/datasets.py check_validation).
-static void check_validation(const Spec& s, const std::string& dir) {
-    const std::string marker = dir + "/validation";
+// The host draws a subset of each split (harness/preparation/artifacts.py subset_idx) and splits a
+// validation set off the training set (validation_idx) into folders whose `subset` and `validation`
+// files say how many samples they drew or hold out: refuse any other folder, so a tuning trial never
+// scores on the test set and a fine-tuning job never trains on more than its subset (the rules of
+// workloads/datasets.py check_subset and check_validation).
+static void check_counted(const Spec& s, const std::string& dir, const std::string& key, long want,
+                          const std::string& has, const std::string& samples, const std::string& whole,
+                          const std::string& maker) {
+    const std::string marker = dir + "/" + key;
     long made = 0;
     std::ifstream f(marker);
     if (f && (!(f >> made >> std::ws) || !f.eof())) throw SpecError(marker + ": not a sample count");
-    if (made == s.validation) return;
+    if (made == want) return;
     throw SpecError("dataset '" + s.dataset + "': " + dir + " holds " +
-                    (made ? "a validation split of " + std::to_string(made) + " held-out samples"
-                          : std::string("the training and test sets (no validation file)")) +
-                    ", but workload.validation is " + std::to_string(s.validation) +
-                    "; the harness makes a validation split's files (harness/preparation/artifacts.py validation_idx) and "
-                    "gives a job their folder as its data_dir");
+                    (made ? has + std::to_string(made) + samples : whole + " (no " + key + " file)") +
+                    ", but workload." + key + " is " + std::to_string(want) + "; the harness makes " + maker +
+                    " (harness/preparation/artifacts.py) and gives a job their folder as its data_dir");
 }
 
 // The first `limit` samples (0: all) of a split: images [N][C][H][W] as the model's input
@@ -247,7 +250,10 @@ static Split load_split(const Spec& s, bool train, int limit) {
         Idx data(d + "/" + data_name);
         if (data.dims.empty()) continue;
         check_rotation(s, d);
-        check_validation(s, d);
+        check_counted(s, d, "subset", s.subset, "a subset of ", " samples a split", "the whole splits",
+                      "a subset's files (subset_idx)");
+        check_counted(s, d, "validation", s.validation, "a validation split of ", " held-out samples",
+                      "the training and test sets", "a validation split's files (validation_idx)");
         Idx lab(d + "/" + prefix + "-labels-idx1-ubyte");
         if (lab.dims.size() != 1 || lab.dims[0] != data.dims[0]) throw SpecError(d + ": data and labels do not match");
         const bool fits = points ? data.dims.size() == 3 && data.dims[2] == 3 && data.dims[1] >= uint32_t(first.rows)

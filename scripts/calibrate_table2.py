@@ -1,0 +1,218 @@
+"""The ElasticZO paper's Table 2 setting, recovered by calibration (reports/calibration.py says
+how): its fine-tuning data were "N images from train and test splits rotated by either A or B",
+and N, A and B were lost from the text. Every job is paper-finetune's (its pretraining, rates and
+50 epochs), run through `zobench run` on the C++ binary, one thread a job, two runs at a time.
+
+    python scripts/calibrate_table2.py angles  [--grid 0:90:5]      # A, B from the w/o cells
+    python scripts/calibrate_table2.py subset  --angles A,B [--sizes 250,500,...]   # N from Full BP FP32
+    python scripts/calibrate_table2.py cells   --angles A,B --subset N [--seeds 0,1,2]   # every cell
+    python scripts/calibrate_table2.py show                          # the fits and tables, from what ran
+
+Each step's runs are kept under --results (default results/calibration) with what they are in
+calibration.json, so `show` can be run again, and a step run again adds to what is there."""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import subprocess
+import sys
+import tomllib
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from harness.planning import suites  # noqa: E402
+from harness.stores.store import Store  # noqa: E402
+from reports import calibration, paper  # noqa: E402
+
+DATA_SETS = ("mnist", "fashion-mnist")
+PRECISIONS = ("fp32", "int8")
+RUN = ["run", "--target", "local-1t", "--no-report", "--runtime", "cpp"]
+
+
+def toml(table: dict, prefix: tuple = ()) -> str:
+    """A TOML document of a suite's table (what tomllib read: strings, numbers, booleans, lists
+    of them, and tables)."""
+    def key(k: str) -> str:
+        return k if re.fullmatch(r"[A-Za-z0-9_-]+", k) else json.dumps(k)
+
+    def value(v) -> str:
+        if isinstance(v, bool):
+            return "true" if v else "false"
+        if isinstance(v, list):
+            return "[" + ", ".join(value(x) for x in v) + "]"
+        return json.dumps(v) if isinstance(v, str) else repr(v)
+
+    plain = [f"{key(k)} = {value(v)}" for k, v in table.items() if not isinstance(v, dict)]
+    out = ([f"[{'.'.join(map(key, prefix))}]"] if prefix and plain else []) + plain
+    for k, v in table.items():
+        if isinstance(v, dict):
+            out += ["", toml(v, (*prefix, k))]
+    return "\n".join(out)
+
+
+def suite_file(folder: Path, name: str, rotations: list[float], subset: int, seed: int,
+               finetune_hyper: dict | None = None) -> Path:
+    """paper-finetune as a suite of its own: these angles, this subset and seed, and over its
+    fine-tuning jobs' [hyper] (never its pretraining's) finetune_hyper."""
+    t = tomllib.loads(suites.find("paper-finetune").read_text())
+    t.update(rotations=rotations, seed=seed, description=f"calibrate_table2: {name}")
+    t["workload"] = {**t.get("workload", {}), "subset": subset}
+    for m in t["methods"] if finetune_hyper else ():      # each method's table, over the suite's and
+        t["hyper"].setdefault(m, {}).update(finetune_hyper)   # under its precisions' (none sets these)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}.toml"
+    path.write_text(toml(t) + "\n")
+    return path
+
+
+def run_all(results: Path, runs: list[tuple[str, Path, list[str]]]) -> None:
+    """Each (name, suite, extra args) as a zobench run, two at a time; calibration.json records
+    which run id is which."""
+    record = results / "calibration.json"
+
+    def one(item):
+        name, suite, extra = item
+        p = subprocess.run([sys.executable, "-m", "zobench", *RUN, "--results", str(results / "runs"),
+                            "--suite", str(suite), *extra], cwd=REPO, stderr=subprocess.PIPE, text=True)
+        sys.stderr.write(p.stderr[-2000:])
+        found = re.search(r"^run (\S+): \d+ jobs on", p.stderr, re.M)
+        return name, found[1] if found else None
+
+    with ThreadPoolExecutor(2) as pool:
+        done = list(pool.map(one, runs))
+    kept = json.loads(record.read_text()) if record.is_file() else {}
+    for name, run_id in done:
+        if run_id:
+            kept.setdefault(name, []).append(run_id)
+    record.write_text(json.dumps(kept, indent=1) + "\n")
+
+
+def cells(results: Path, prefix: str) -> dict:
+    """(data set, precision as a table names it, method label, angle, subset, seed) -> {"start": w/o
+    fine-tuning %, "final": %} of every ok job of the runs recorded under names starting with
+    prefix."""
+    kept = json.loads((results / "calibration.json").read_text())
+    store, out = Store(results / "runs"), {}
+    for name, ids in kept.items():
+        if not name.startswith(prefix):
+            continue
+        for run_id in ids:
+            for r in store.results(run_id):
+                job = r["job"]
+                if r["status"] != "ok" or job.get("save_weights"):
+                    continue
+                w = job["workload"]
+                precision = {"float": "int8", "integer": "int8*"}[job["zo_loss"]] if job["precision"] == "int8" \
+                    else "fp32"
+                label = paper.method_label(job["method"], job["bp_layers"])
+                key = (w["dataset"], precision, label, float(w["rotate"]), w.get("subset", 0), job["seed"])
+                out[key] = {"start": 100 * (r["start_eval"] or {}).get("test_accuracy", float("nan")),
+                            "final": 100 * r["epochs"][-1]["test_accuracy"]}
+    return out
+
+
+def paper_before(data_set: str, precision: str) -> tuple[float, float]:
+    return tuple(paper.TABLE2[precision][data_set][i][0] for i in range(2))
+
+
+def angles_step(a, results: Path) -> None:
+    lo, hi, step = (float(x) for x in a.grid.split(":"))
+    grid = [lo + i * step for i in range(int((hi - lo) / step) + 1)]
+    # w/o fine-tuning is each job's start: one Full BP step of fine-tuning is enough to get it
+    runs = [(f"angles-{p}", suite_file(results / "suites", f"angles-{p}", grid, 0, a.seed,
+                                       {"epochs": 1, "train_samples": 32}),
+             ["--method", "full-bp", "--precision", p]) for p in PRECISIONS]
+    run_all(results, runs)
+
+
+def subset_step(a, results: Path) -> None:
+    angles = [float(x) for x in a.angles.split(",")]
+    runs = [(f"subset-{n}", suite_file(results / "suites", f"subset-{n}", angles, n, a.seed),
+             ["--method", "full-bp", "--precision", "fp32"]) for n in (int(x) for x in a.sizes.split(","))]
+    run_all(results, runs)
+
+
+def cells_step(a, results: Path) -> None:
+    angles = [float(x) for x in a.angles.split(",")]
+    runs = [(f"cells-{p}-s{seed}", suite_file(results / "suites", f"cells-{p}-s{seed}", angles, a.subset, seed),
+             ["--precision", p]) for seed in (int(x) for x in a.seeds.split(",")) for p in PRECISIONS]
+    run_all(results, runs)
+
+
+def show(a, results: Path) -> None:
+    """The fits and every cell against the paper's, as docs/reproduction.md shows them."""
+    before = {(d, p): {} for d in DATA_SETS for p in PRECISIONS}
+    for (d, p, label, angle, _, _), v in cells(results, "angles-").items():
+        if label == paper.METHODS[-1]:
+            before[d, "int8" if p.startswith("int8") else p][angle] = v["start"]
+    curves = {g: c for g, c in before.items() if c}
+    if curves:
+        print("w/o fine-tuning, % by angle:\n")
+        angles = sorted({x for c in curves.values() for x in c})
+        print("| data, precision | " + " | ".join(f"{x:g}" for x in angles) + " |")
+        print("|---" * (len(angles) + 1) + "|")
+        for (d, p), c in curves.items():
+            print(f"| {d} {p} | " + " | ".join(f"{c[x]:.2f}" if x in c else "-" for x in angles) + " |")
+        fit = calibration.fit_angles(curves, {g: paper_before(*g) for g in curves})
+        print(f"\nA, B = {fit.value[0]:g}, {fit.value[1]:g} degrees (residual sum of squares {fit.sse:.1f})\n")
+        for (g, angle), r in fit.residuals.items():
+            print(f"  {g[0]} {g[1]} at {angle:g}: {r:+.2f} points")
+    bp = {}
+    for (d, p, label, angle, n, _), v in cells(results, "subset-").items():
+        bp.setdefault(n, {})[d, angle] = v["final"]
+    if bp:
+        angles = sorted({angle for cells_ in bp.values() for _, angle in cells_})
+        target = {(d, angles[0]): paper.TABLE2["fp32"][d][0][-1] for d in DATA_SETS}
+        print("\nFull BP FP32 fine-tuned at A, % by subset size N:\n")
+        for n in sorted(bp):
+            print(f"  N = {n}: " + ", ".join(f"{d} {bp[n].get((d, angles[0]), float('nan')):.2f} "
+                                            f"(paper {target[d, angles[0]]})" for d in DATA_SETS))
+        fit = calibration.fit_subset(bp, {k: v for k, v in target.items() if all(k in c for c in bp.values())})
+        print(f"\nN = {fit.value[0]} (residual sum of squares {fit.sse:.1f})")
+    every = {}
+    for (d, p, label, angle, n, seed), v in cells(results, "cells-").items():
+        every.setdefault((d, p, angle, n), {}).setdefault(label, []).append(v)
+    if every:
+        print("\n| data | precision | angle | N | cell | zobench mean ± std (seeds) | paper | difference |")
+        print("|---|---|---|---|---|---|---|---|")
+        for (d, p, angle, n), by_label in sorted(every.items()):
+            column = sorted({a for (dd, _, a, _) in every if dd == d})
+            i = column.index(angle) if len(column) == 2 else None
+            rows = [(paper.BEFORE, [x["start"] for x in by_label.get(paper.METHODS[-1], [])])] + \
+                [(m, [x["final"] for x in by_label.get(m, [])]) for m in paper.METHODS]
+            for label, values in rows:
+                if not values:
+                    continue
+                mean, std = calibration.spread(values)
+                p_key = "int8" if p.startswith("int8") else p
+                theirs = None if i is None or p == "int8*" else \
+                    paper.TABLE2[p_key][d][i][(paper.BEFORE, *paper.METHODS).index(label)]
+                diff = "-" if theirs is None else f"{mean - theirs:+.2f}"
+                print(f"| {d} | {p} | {angle:g} | {n} | {label} | {mean:.2f} ± {std:.2f} ({len(values)}) | "
+                      f"{'-' if theirs is None else theirs} | {diff} |")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("step", choices=("angles", "subset", "cells", "show"))
+    ap.add_argument("--results", type=Path, default=REPO / "results" / "calibration")
+    ap.add_argument("--grid", default="0:90:5", help="angles: first:last:step, degrees")
+    ap.add_argument("--angles", help="subset, cells: A,B")
+    ap.add_argument("--sizes", default="250,500,1000,2000,5000,10000", help="subset: the N to try")
+    ap.add_argument("--subset", type=int, help="cells: N")
+    ap.add_argument("--seed", type=int, default=0, help="angles, subset: the suite's seed")
+    ap.add_argument("--seeds", default="0,1,2", help="cells: the seeds of every cell")
+    a = ap.parse_args()
+    if a.step in ("subset", "cells") and not a.angles or a.step == "cells" and not a.subset:
+        ap.error(f"{a.step} needs --angles" + (" and --subset" if a.step == "cells" else ""))
+    a.results.mkdir(parents=True, exist_ok=True)
+    {"angles": angles_step, "subset": subset_step, "cells": cells_step, "show": show}[a.step](a, a.results)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
