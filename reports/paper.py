@@ -8,6 +8,8 @@ integer loss (Sec. 4.3). Table 2's text lost its two rotation angles; zobench's 
 """
 from __future__ import annotations
 
+import re
+
 import pandas as pd
 
 from harness.stores import convergence
@@ -48,19 +50,25 @@ def paper_table1(data_set: str, precision: str, mlabel: str) -> float | None:
 
 
 def paper_table2(data_set: str, precision: str, mlabel: str) -> float | None:
-    """The paper's cell of a fine-tuning group: its data set's name as a job reads it (name-rotANGLE)."""
-    name, _, angle = data_set.rpartition("-rot")
-    cells = TABLE2.get(precision, {}).get(name)
-    if not cells or not angle or float(angle) not in ANGLES:
+    """The paper's cell of a fine-tuning group: its data set's name as a job reads it
+    (name-rotANGLE, with -subN where it fine-tunes on a subset, datasets.data_name)."""
+    found = re.fullmatch(r"(.+)-rot(-?[\d.]+)(?:-sub\d+)?", data_set)
+    cells = TABLE2.get(precision, {}).get(found[1]) if found else None
+    if not cells or float(found[2]) not in ANGLES:
         return None
+    angle = found[2]
     rows = (BEFORE, *METHODS)
     return cells[ANGLES.index(float(angle))][rows.index(mlabel)] if mlabel in rows else None
 
 
-def _row(mlabel, data_set, precision, runtime, ours, paper, flag="", best=float("nan"), hyper="") -> dict:
+def _row(mlabel, data_set, precision, runtime, ours, paper, flag="", best=float("nan"), hyper="",
+         std=float("nan"), seeds=1) -> dict:
+    """A cell beside the paper's: over several seeds their mean ± standard deviation (n seeds),
+    the mean judged against the target."""
     pct = lambda v: "-" if v is None or pd.isna(v) else f"{v:.2f}"   # noqa: E731
+    spread = f" ± {std:.2f} ({seeds:.0f} seeds)" if seeds > 1 and not pd.isna(std) else ""
     return {"method": mlabel, "data": data_set, "precision": precision.upper(), "runtime": runtime, "hyper": hyper,
-            "zobench %": convergence.annotate(pct(ours), flag, pct(best)), "paper %": pct(paper),
+            "zobench %": convergence.annotate(pct(ours) + spread, flag, pct(best)), "paper %": pct(paper),
             "difference (points)": "-" if paper is None or pd.isna(ours) else f"{ours - paper:+.2f}",
             "within 2 points": "-" if paper is None or pd.isna(ours) else ("yes" if abs(ours - paper) <= 2 else "no")}
 
@@ -70,7 +78,7 @@ def table1(ok: pd.DataFrame) -> pd.DataFrame:
     cell and the difference in points."""
     g = ok[~ok["pretrained_from"].astype(bool) & (ok["stage"] != "pretrain") & ~ok["study"]]
     rows = [_row(r.mlabel, r.data_set, r.precision, r.runtime, r.test_acc, paper_table1(r.data_set, r.precision, r.mlabel),
-                 r.flag, r.best_acc, r.hyper) for r in g.itertuples()]
+                 r.flag, r.best_acc, r.hyper, r.test_acc_std, r.seeds) for r in g.itertuples()]
     return _ordered(pd.DataFrame(rows))
 
 
@@ -81,9 +89,10 @@ def table2(ok: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for (data_set, precision, runtime), col in g.groupby(["data_set", "precision", "runtime"], sort=False):
         rows.append(_row(BEFORE, data_set, precision, runtime, col["start_acc"].mean(),
-                         paper_table2(data_set, precision, BEFORE)))
+                         paper_table2(data_set, precision, BEFORE), std=col["start_acc_std"].mean(),
+                         seeds=col["seeds"].max()))
         rows += [_row(r.mlabel, data_set, precision, runtime, r.test_acc, paper_table2(data_set, precision, r.mlabel),
-                      r.flag, r.best_acc, r.hyper) for r in col.itertuples()]
+                      r.flag, r.best_acc, r.hyper, r.test_acc_std, r.seeds) for r in col.itertuples()]
     return _ordered(pd.DataFrame(rows))
 
 

@@ -158,13 +158,14 @@ def _load(store, run_ids: list[str], plans: list[dict]) -> pd.DataFrame:
         for r in store.results(run_id, plan):
             job, steps, mem, phases, energy = r["job"], r["steps"], r["memory"], r["phases"], r["energy"]
             last = (r["epochs"] or [{}])[-1]
-            data = data_name(job["workload"]["dataset"], job["workload"]["rotate"], job["workload"]["validation"])
+            w = job["workload"]
+            data = data_name(w["dataset"], w["rotate"], w["validation"], w["subset"])
             spec = JobSpec.from_dict(job)
             network = spec.model()
             context, checkpointing = transformers.shape(spec.hyper, network)
             zo_parts = spec.hyper.zo_parts(job["method"])
             rows.append({
-                "run_id": run_id, "job_id": job["job_id"], "repeat": job["repeat"],
+                "run_id": run_id, "job_id": job["job_id"], "repeat": job["repeat"], "seed": job["seed"],
                 **{k: job[k] for k in ("method", "bp_layers", "runtime", "target")},
                 "precision": precision_label(job["precision"], job["zo_loss"], job["method"]),
                 "data_set": data, "workload": f"{job['workload']['model']}/{data}",
@@ -281,7 +282,13 @@ def _chart_groups(df: pd.DataFrame) -> pd.DataFrame:
         ["train_loss", "test_loss", "test_acc", "joules", "seconds"]].mean()
         for label, s in ok.groupby("label", sort=False)["epochs"]}, name="curve", dtype=object)
     flags = ok.groupby("label", sort=False)["flag"].agg(worst_flag)
-    return pd.concat([firsts, means, flags, curves], axis=1).rename_axis("label").reset_index()
+    # a group's accuracies over its seeds (each seed's repeats averaged first): how far one run
+    # of the method can be from another; NaN for one seed
+    per_seed = ok.groupby(["label", "seed"], sort=False)[["test_acc", "start_acc"]].mean().groupby("label", sort=False)
+    seeds = pd.concat([per_seed["test_acc"].std().rename("test_acc_std"),
+                       per_seed["start_acc"].std().rename("start_acc_std"),
+                       per_seed["test_acc"].count().rename("seeds")], axis=1)
+    return pd.concat([firsts, means, flags, seeds, curves], axis=1).rename_axis("label").reset_index()
 
 
 def worst_flag(flags) -> str:

@@ -3,7 +3,7 @@ how): its fine-tuning data were "N images from train and test splits rotated by 
 and N, A and B were lost from the text. Every job is paper-finetune's (its pretraining, rates and
 50 epochs), run through `zobench run` on the C++ binary, one thread a job, two runs at a time.
 
-    python scripts/calibrate_table2.py angles  [--grid 0:90:5]      # A, B from the w/o cells
+    python scripts/calibrate_table2.py angles  [--grid -90:90:5]    # A, B from the w/o cells
     python scripts/calibrate_table2.py subset  --angles A,B [--sizes 250,500,...]   # N from Full BP FP32
     python scripts/calibrate_table2.py cells   --angles A,B --subset N [--seeds 0,1,2]   # every cell
     python scripts/calibrate_table2.py show                          # the fits and tables, from what ran
@@ -31,6 +31,7 @@ from reports import calibration, paper  # noqa: E402
 DATA_SETS = ("mnist", "fashion-mnist")
 PRECISIONS = ("fp32", "int8")
 RUN = ["run", "--target", "local-1t", "--no-report", "--runtime", "cpp"]
+TEST_IMAGES = 10_000        # MNIST's and Fashion-MNIST's test sets
 
 
 def toml(table: dict, prefix: tuple = ()) -> str:
@@ -122,8 +123,9 @@ def paper_before(data_set: str, precision: str) -> tuple[float, float]:
 def angles_step(a, results: Path) -> None:
     lo, hi, step = (float(x) for x in a.grid.split(":"))
     grid = [lo + i * step for i in range(int((hi - lo) / step) + 1)]
-    # w/o fine-tuning is each job's start: one Full BP step of fine-tuning is enough to get it
-    runs = [(f"angles-{p}", suite_file(results / "suites", f"angles-{p}", grid, 0, a.seed,
+    # w/o fine-tuning is each job's start: one Full BP step of fine-tuning is enough to get it, on
+    # the whole test set (a subset of all 10,000 test images: only 2 x 10,000 images are turned)
+    runs = [(f"angles-{p}", suite_file(results / "suites", f"angles-{p}", grid, TEST_IMAGES, a.seed,
                                        {"epochs": 1, "train_samples": 32}),
              ["--method", "full-bp", "--precision", p]) for p in PRECISIONS]
     run_all(results, runs)
@@ -200,7 +202,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("step", choices=("angles", "subset", "cells", "show"))
     ap.add_argument("--results", type=Path, default=REPO / "results" / "calibration")
-    ap.add_argument("--grid", default="0:90:5", help="angles: first:last:step, degrees")
+    ap.add_argument("--grid", default="-90:90:5", help="angles: first:last:step, degrees (both signs: which way the paper turned)")
     ap.add_argument("--angles", help="subset, cells: A,B")
     ap.add_argument("--sizes", default="250,500,1000,2000,5000,10000", help="subset: the N to try")
     ap.add_argument("--subset", type=int, help="cells: N")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import shlex
 import signal
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -45,6 +46,7 @@ class Request:
     datasets: list = field(default_factory=list)
     zo_losses: list = field(default_factory=list)
     overrides: list = field(default_factory=list)    # --set KEY=VALUE, as given
+    seed: int | None = None         # --seed, over the suite's
     timeout: float | None = None
     lease_timeout: float | None = None
     resume: str | None = None
@@ -116,9 +118,9 @@ def history_of(url: str | None, store: Store, run_ids: list[str], say: Callable[
 
 def _resumed(store: Store, req: Request, say) -> tuple[str, list[Job], dict] | None:
     """The jobs of run req.resume that did not end ok, and their targets; None: nothing to do."""
-    if req.suite != "quick" or req.targets or req.overrides or any((req.methods, req.runtimes, req.precisions,
-                                                                     req.datasets, req.zo_losses)):
-        raise UserError("--resume replays the run's own plan; it takes no suite, target, filter or --set"
+    if req.suite != "quick" or req.targets or req.overrides or req.seed is not None or any(
+            (req.methods, req.runtimes, req.precisions, req.datasets, req.zo_losses)):
+        raise UserError("--resume replays the run's own plan; it takes no suite, target, filter, --set or --seed"
                         " (--timeout and --lease-timeout may be given)")
     run_id = req.resume
     saved = store.run_plan(run_id)
@@ -157,6 +159,8 @@ def _planned(store: Store, req: Request, say) -> tuple[list[Job], dict, dict]:
     """A new run of req.suite: its jobs planned (an equal-memory suite's models fitted first),
     their targets, and the run's record (run.json), to be written once they are prepared."""
     suite = suites.load(req.suite)
+    if req.seed is not None:
+        suite = dataclasses.replace(suite, seed=req.seed)
     chosen = inventory.resolve(req.targets or suite.targets, req.inventory)
     pretrain = suite.pretrain and (next((t for t in chosen if t.name == suite.pretrain.target), None)
                                    or inventory.resolve([suite.pretrain.target], req.inventory)[0])

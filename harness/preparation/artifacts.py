@@ -218,15 +218,20 @@ def rotated_idx(name: str, data_dir: str, degrees: float) -> DataFiles:
     the exact angle and ROTATION. An angle of whole turns is raw_idx's own folder, byte for
     byte. A point set or digits rotated raises DatasetError (the plan refuses them first)."""
     datasets.check_rotatable(name, degrees)
-    raw = raw_idx(name, data_dir)
+    return _turned(name, raw_idx(name, data_dir), degrees)
+
+
+def _turned(name: str, source: DataFiles, degrees: float, subset: int = 0) -> DataFiles:
+    """source's images turned by `degrees`, its other files (labels, a subset file) copied, and
+    the rotation file, in a folder keyed by source's folder, the angle and ROTATION."""
     if not datasets.rotated(degrees):
-        return raw
-    key = hashlib.sha256(json.dumps([raw.dir.name, repr(float(degrees)), ROTATION]).encode()).hexdigest()[:16]
-    out = root() / DATA / f"{datasets.data_name(name, degrees)}-{key}" / name
+        return source
+    key = hashlib.sha256(json.dumps([source.dir.name, repr(float(degrees)), ROTATION]).encode()).hexdigest()[:16]
+    out = root() / DATA / f"{datasets.data_name(name, degrees, 0, subset)}-{key}" / name
     files = {}
-    for rel, src in raw.files.items():
-        write = ((lambda tmp: datasets.write_idx(tmp, rotate_images(datasets.read_idx(src), degrees), 0x08))
-                 if "-images-" in src.name else (lambda tmp: shutil.copyfile(src, tmp)))
+    for rel, src in source.files.items():
+        write = ((lambda tmp, src=src: datasets.write_idx(tmp, rotate_images(datasets.read_idx(src), degrees), 0x08))
+                 if "-images-" in src.name else (lambda tmp, src=src: shutil.copyfile(src, tmp)))
         files[rel] = write_once(out / src.name, write)
     marker = write_once(out / datasets.ROTATION_FILE, lambda tmp: tmp.write_text(datasets.marker_text(degrees)))
     files[f"{name}/{marker.name}"] = marker
@@ -239,24 +244,27 @@ SUBSET_SEEDS = {"train": 1, "test": 2}
 
 
 def subset_idx(name: str, data_dir: str, rotate: float, n: int) -> DataFiles:
-    """The data set (rotated by `rotate`, rotated_idx) cut to `n` samples of each split, drawn
-    with zobench-z (zrng.holdout with SUBSET_SEEDS), each kept in its order, and the subset file
-    naming the count a runner checks. The draw depends on a split's size and n alone, never on
-    the angle: every angle of a fine-tuning study trains and tests on the same images, and a
-    larger subset holds every sample of a smaller one. No subset is the source's own folder."""
-    source = rotated_idx(name, data_dir, rotate)
+    """The data set cut to `n` samples of each split, drawn with zobench-z (zrng.holdout with
+    SUBSET_SEEDS), each kept in its order, with the subset file naming the count a runner
+    checks, then turned by `rotate` (rotate_images turns each image on its own, so drawing
+    first is the same bytes as turning first, and turns 2n images instead of the whole set).
+    The draw depends on a split's size and n alone, never on the angle: every angle of a
+    fine-tuning study trains and tests on the same images, and a larger subset holds every
+    sample of a smaller one. No subset is rotated_idx's folder."""
     if not n:
-        return source
+        return rotated_idx(name, data_dir, rotate)
+    datasets.check_rotatable(name, rotate)
     datasets.check_splittable(name, 0, n)
+    source = raw_idx(name, data_dir)
     sizes = {split: datasets.split_size(name, split, str(source.dir)) for split in SUBSET_SEEDS}
     if n > min(sizes.values()):
         raise datasets.DatasetError(f"dataset {name!r}: workload.subset: expected at most the {min(sizes.values())} "
                                     f"samples of its smaller split, got {n}")
     key = hashlib.sha256(json.dumps([source.dir.name, "subset", n, zrng.VERSION]).encode()).hexdigest()[:16]
-    out = root() / DATA / f"{datasets.data_name(name, rotate, 0, n)}-{key}" / name
+    out = root() / DATA / f"{datasets.data_name(name, 0.0, 0, n)}-{key}" / name
     picks = {datasets.prefix(split): (datasets.prefix(split), zrng.holdout(sizes[split], n, seed))
              for split, seed in SUBSET_SEEDS.items()}
-    return _select(name, source, out, picks, datasets.SUBSET_FILE, n)
+    return _turned(name, _select(name, source, out, picks, datasets.SUBSET_FILE, n), rotate, n)
 
 
 def validation_idx(name: str, data_dir: str, rotate: float, held: int, subset: int = 0) -> DataFiles:

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from harness.planning import suites
 from harness.stores.store import Store
+from workloads.spec import JobSpec
 
 from .. import running
 from . import options
@@ -24,6 +25,8 @@ def add(sub) -> None:
                    help="only these of the suite's data sets (mnist, or a variant: fashion-mnist-rot30)")
     p.add_argument("--zo-loss", action="append", default=[], help="int8: only these ZO losses (float, integer)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a hyperparameter")
+    p.add_argument("--seed", type=options.number(int, JobSpec.BOUNDS["seed"]),
+                   help="the seed of every job, over the suite's (a cell over seeds: one run per seed)")
     p.add_argument("--timeout", type=options.number(float, suites.TIMEOUT_S),
                    help="per-job timeout in seconds (default: the suite's)")
     p.add_argument("--lease-timeout", type=options.number(float, suites.LEASE_TIMEOUT_S), metavar="S",
@@ -38,7 +41,7 @@ def add(sub) -> None:
 def request(args) -> running.Request:
     return running.Request(suite=args.suite, targets=args.target, inventory=args.inventory, methods=args.method,
                            runtimes=args.runtime, precisions=args.precision, datasets=args.dataset,
-                           zo_losses=args.zo_loss, overrides=args.set, timeout=args.timeout,
+                           zo_losses=args.zo_loss, overrides=args.set, seed=args.seed, timeout=args.timeout,
                            lease_timeout=args.lease_timeout, resume=args.resume, report=not args.no_report,
                            store=args.store)
 
