@@ -24,15 +24,16 @@ class Fit:
 
 
 def fit_angles(curves: dict, paper: dict) -> Fit:
-    """(A, B), A < B, among the angles every curve measured, that minimise the squared residuals
-    of the w/o fine-tuning cells. curves: cell group (a data set and precision) -> {angle:
-    accuracy %}; paper: the same groups -> (the paper's cell at A, its cell at B)."""
+    """(A, B), two of the angles every curve measured (either sign, either order: the paper's
+    columns are not known to be ordered), that minimise the squared residuals of the w/o
+    fine-tuning cells. curves: cell group (a data set and precision) -> {angle: accuracy %};
+    paper: the same groups -> (the paper's cell at A, its cell at B)."""
     groups = [g for g in paper if g in curves]
     if not groups:
         raise ValueError("no w/o fine-tuning curve to fit the angles on")
     angles = sorted(set.intersection(*(set(curves[g]) for g in groups)))
     best = None
-    for a, b in itertools.combinations(angles, 2):
+    for a, b in itertools.permutations(angles, 2):
         residuals = {(g, angle): curves[g][angle] - paper[g][i] for g in groups for i, angle in enumerate((a, b))}
         sse = sum(r * r for r in residuals.values())
         if best is None or sse < best.sse:

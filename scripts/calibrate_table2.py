@@ -17,6 +17,7 @@ import json
 import re
 import subprocess
 import sys
+import threading
 import tomllib
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -72,8 +73,8 @@ def suite_file(folder: Path, name: str, rotations: list[float], subset: int, see
 
 def run_all(results: Path, runs: list[tuple[str, Path, list[str]]]) -> None:
     """Each (name, suite, extra args) as a zobench run, two at a time; calibration.json records
-    which run id is which."""
-    record = results / "calibration.json"
+    which run id is which as each run ends, so a step cut short keeps what finished."""
+    record, lock = results / "calibration.json", threading.Lock()
 
     def one(item):
         name, suite, extra = item
@@ -81,15 +82,14 @@ def run_all(results: Path, runs: list[tuple[str, Path, list[str]]]) -> None:
                             "--suite", str(suite), *extra], cwd=REPO, stderr=subprocess.PIPE, text=True)
         sys.stderr.write(p.stderr[-2000:])
         found = re.search(r"^run (\S+): \d+ jobs on", p.stderr, re.M)
-        return name, found[1] if found else None
+        if found:
+            with lock:
+                kept = json.loads(record.read_text()) if record.is_file() else {}
+                kept.setdefault(name, []).append(found[1])
+                record.write_text(json.dumps(kept, indent=1) + "\n")
 
     with ThreadPoolExecutor(2) as pool:
-        done = list(pool.map(one, runs))
-    kept = json.loads(record.read_text()) if record.is_file() else {}
-    for name, run_id in done:
-        if run_id:
-            kept.setdefault(name, []).append(run_id)
-    record.write_text(json.dumps(kept, indent=1) + "\n")
+        list(pool.map(one, runs))
 
 
 def cells(results: Path, prefix: str) -> dict:
@@ -177,25 +177,30 @@ def show(a, results: Path) -> None:
         print(f"\nN = {fit.value[0]} (residual sum of squares {fit.sse:.1f})")
     every = {}
     for (d, p, label, angle, n, seed), v in cells(results, "cells-").items():
-        every.setdefault((d, p, angle, n), {}).setdefault(label, []).append(v)
+        every.setdefault((d, p), {}).setdefault(angle, {}).setdefault(label, []).append(v)
     if every:
-        print("\n| data | precision | angle | N | cell | zobench mean ± std (seeds) | paper | difference |")
-        print("|---|---|---|---|---|---|---|---|")
-        for (d, p, angle, n), by_label in sorted(every.items()):
-            column = sorted({a for (dd, _, a, _) in every if dd == d})
-            i = column.index(angle) if len(column) == 2 else None
-            rows = [(paper.BEFORE, [x["start"] for x in by_label.get(paper.METHODS[-1], [])])] + \
-                [(m, [x["final"] for x in by_label.get(m, [])]) for m in paper.METHODS]
-            for label, values in rows:
-                if not values:
-                    continue
-                mean, std = calibration.spread(values)
-                p_key = "int8" if p.startswith("int8") else p
-                theirs = None if i is None or p == "int8*" else \
-                    paper.TABLE2[p_key][d][i][(paper.BEFORE, *paper.METHODS).index(label)]
-                diff = "-" if theirs is None else f"{mean - theirs:+.2f}"
-                print(f"| {d} | {p} | {angle:g} | {n} | {label} | {mean:.2f} ± {std:.2f} ({len(values)}) | "
-                      f"{'-' if theirs is None else theirs} | {diff} |")
+        angles = sorted({angle for by_angle in every.values() for angle in by_angle})
+        print("\n| data | precision | cell | " + " | ".join(f"{x:g}°: zobench (seeds) | paper | difference"
+                                                       for x in angles) + " |")
+        print("|---" * (3 + 3 * len(angles)) + "|")
+        order = {d: i for i, d in enumerate(DATA_SETS)}
+        for (d, p), by_angle in sorted(every.items(), key=lambda kv: (order[kv[0][0]], kv[0][1])):
+            for label in (paper.BEFORE, *paper.METHODS):
+                row = []
+                for i, angle in enumerate(angles):
+                    got = by_angle.get(angle, {})
+                    values = [x["start"] for x in got.get(paper.METHODS[-1], [])] if label == paper.BEFORE \
+                        else [x["final"] for x in got.get(label, [])]
+                    theirs = None if p == "int8*" or len(angles) != 2 else \
+                        paper.TABLE2[p][d][i][(paper.BEFORE, *paper.METHODS).index(label)]
+                    if not values:
+                        row += ["-", "-", "-"]
+                        continue
+                    mean, std = calibration.spread(values)
+                    row += [f"{mean:.2f} ± {std:.2f} ({len(values)})", "-" if theirs is None else f"{theirs:.2f}",
+                            "-" if theirs is None else f"{mean - theirs:+.2f}"]
+                if any(x != "-" for x in row):
+                    print(f"| {d} | {p.upper()} | {label} | " + " | ".join(row) + " |")
 
 
 def main() -> int:

@@ -46,11 +46,11 @@ def test_data_set_and_zo_loss_filters_keep_ids_and_refuse_what_the_suite_lacks()
     jobs, _ = plan.make(s, local, data=["fashion-mnist-rot30"], runtimes=["cpp"], precisions=["int8"],
                         zo_losses=["integer"], methods=["full-zo", "full-bp"])
     assert [j.job_id for j in jobs] == ["pretrain.local-1t.cpp.full-bp.int8.fashion-mnist",
-                                        "local-1t.cpp.full-zo.int8-integer.fashion-mnist-rot30.r0",
-                                        "local-1t.cpp.full-bp.int8.fashion-mnist-rot30.r0"]
+                                        "local-1t.cpp.full-zo.int8-integer.fashion-mnist-rot30-sub1000.r0",
+                                        "local-1t.cpp.full-bp.int8.fashion-mnist-rot30-sub1000.r0"]
     both, _ = plan.make(s, local, data=["fashion-mnist"], runtimes=["cpp"], precisions=["fp32"], methods=["full-zo"])
-    assert [j.spec["workload"]["rotate"] for j in both[1:]] == [30.0, 60.0]    # a set's name: all its angles
-    for kw, why in ((dict(data=["fashion-mnist-rot45"]), "--dataset 'fashion-mnist-rot45': the suite learns"),
+    assert [j.spec["workload"]["rotate"] for j in both[1:]] == [30.0, 45.0]    # a set's name: all its angles
+    for kw, why in ((dict(data=["fashion-mnist-rot60"]), "--dataset 'fashion-mnist-rot60': the suite learns"),
                     (dict(zo_losses=["exact"]), "--zo-loss 'exact': expected one of float, integer")):
         with pytest.raises(UserError, match=why):
             plan.make(s, local, **kw)

@@ -37,9 +37,10 @@ def test_the_papers_cells_are_looked_up_by_data_precision_and_angle():
     assert paper.paper_table1("fashion-mnist", "int8*", "ElasticZO k=1 (ZO-Feat-Cls2)") == 77.93
     assert paper.paper_table1("fashion-mnist", "int8*", "Full BP") is None
     assert paper.paper_table1("fashion-mnist-val10000", "fp32", "Full ZO") is None      # a split is no paper cell
-    assert paper.paper_table2("fashion-mnist-rot60", "int8", "Full BP") == 80.86
+    assert paper.paper_table2("fashion-mnist-rot45", "int8", "Full BP") == 80.86      # the calibrated angles
+    assert paper.paper_table2("mnist-rot30-sub1000", "fp32", "w/o fine-tuning") == 74.41   # and subset
     assert paper.paper_table2("mnist-rot30", "fp32", "w/o fine-tuning") == 74.41
-    assert paper.paper_table2("fashion-mnist-rot45", "fp32", "Full ZO") is None
+    assert paper.paper_table2("fashion-mnist-rot60", "fp32", "Full ZO") is None
 
 
 @pytest.mark.slow

@@ -72,6 +72,7 @@ def test_initial_weights_file_is_the_starting_point(tmp_path):
 
 def test_missing_dataset_fails_with_how_to_get_it(tmp_path, monkeypatch):
     monkeypatch.setenv("ZOBENCH_DATA", str(tmp_path))
+    monkeypatch.setenv("HOME", str(tmp_path))     # nor the MNIST the host may have fetched into its cache
     r = run_runner({**spec(), "workload": {"dataset": "mnist"}}, tmp_path / "run")
     assert r["status"] == "failed"
     assert "train-images-idx3-ubyte" in r["error"] and "ZOBENCH_DATA" in r["error"]
