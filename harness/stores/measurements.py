@@ -100,7 +100,7 @@ def job_key(job: dict) -> tuple[str, dict]:
     w = job["workload"]
     precision = vocab.precision_key(job["precision"], job["zo_loss"], job["method"])
     # the data set as the job read it: a rotated copy, a subset or a validation split is other data
-    data = datasets.data_name(w["dataset"], w["rotate"], w["validation"], w.get("subset", 0))
+    data = datasets.data_name(w["dataset"], w["rotate"], w["validation"], w["subset"])
     facts = {"workload": f"{w['model']}/{data}", "method": vocab.method_key(job["method"], job["bp_layers"]),
              "precision": precision, "runtime": job["runtime"], "target": job["target"], "threads": job["threads"],
              "hyper": hyper_key(job["hyper"], job["device"])}

@@ -219,7 +219,7 @@ static void check_rotation(const Spec& s, const std::string& dir) {
 // validation set off the training set (validation_idx) into folders whose `subset` and `validation`
 // files say how many samples they drew or hold out: refuse any other folder, so a tuning trial never
 // scores on the test set and a fine-tuning job never trains on more than its subset (the rules of
-// workloads/datasets.py check_subset and check_validation).
+// workloads/datasets.py check_counted).
 static void check_counted(const Spec& s, const std::string& dir, const std::string& key, long want,
                           const std::string& has, const std::string& samples, const std::string& whole,
                           const std::string& maker) {
