@@ -72,9 +72,10 @@ def context_chart(df: pd.DataFrame, palette: dict) -> Figure:
     each job's training increment at its context (fit probes included: they are jobs too);
     dashed, on the right axis, MeZO's predicted peak over Full BP's."""
     rows = trained(df).assign(increment=increment_mib)
-    panels = sorted(rows.groupby(["model", "batch"]), key=lambda p: (p[1]["network"].iloc[0].params_total, p[0][1]))
+    panels = sorted(rows.groupby(["model", "batch", "precision"]),
+                    key=lambda p: (p[1]["network"].iloc[0].params_total, p[0][1], p[0][2]))
     fig, axes = charts.figure(1, len(panels), width=7.5, height=4.6)
-    for ax, ((name, batch), g) in zip(axes.flat, panels):
+    for ax, ((name, batch, precision), g) in zip(axes.flat, panels):
         m = g["network"].iloc[0]
         bp = g[g["method"] != "full-zo"]
         optimizer = bp["optimizer"].mode()[0] if len(bp) else "sgd"
@@ -83,7 +84,7 @@ def context_chart(df: pd.DataFrame, palette: dict) -> Figure:
         ran = g[["method", "bp_layers", "checkpointing", "opt"]].itertuples(index=False, name=None)
         curves = dict.fromkeys([(meth, k, c, optimizer) for meth, k, c in FIG3] + list(ran))
         xs = _contexts(m, g["context"])
-        model = {c: [memory_model.breakdown(m, c[0], int(batch), "fp32", int(c[1]), c[3], x, bool(c[2])) for x in xs]
+        model = {c: [memory_model.breakdown(m, c[0], int(batch), precision, int(c[1]), c[3], x, bool(c[2])) for x in xs]
                  for c in curves}
         unit, size = ("GiB", GIB) if max(b.total_bytes for bs in model.values() for b in bs) > 2 * GIB else ("MiB", MIB)
         for (meth, k, ckpt, opt), bs in model.items():
@@ -98,7 +99,7 @@ def context_chart(df: pd.DataFrame, palette: dict) -> Figure:
                 ax.scatter(got["context"], got["increment"] * MIB / size, color=color, edgecolor="0.2", zorder=3,
                            marker="s" if ckpt else "o", label=f"measured: {label}", gid=f"measured|{label}")
         ax.set_xscale("log", base=2)
-        ax.set(title=f"{name}, batch {batch}, {m.style}", xlabel="context length (tokens, log2)",
+        ax.set(title=f"{name}, batch {batch}, {m.style}, {precision}", xlabel="context length (tokens, log2)",
                ylabel=f"memory ({unit})")
         ax.set_ylim(bottom=0)
         twin = ax.twinx()
@@ -165,3 +166,52 @@ def fit_table(df: pd.DataFrame, fits: dict[str, dict]) -> pd.DataFrame:
         f["x Full BP (SGD)"] = f"{f['params'] / ref:.2f}" if ref else "-"
     found.sort(key=lambda f: (f["key"][1], METHODS.index(f["config"][0]), f["config"][1:]))
     return pd.DataFrame(found).drop(columns=["key", "config", "params"], errors="ignore")
+
+
+# benchmarks/gpu_scale.py's rows: its method labels -> (method, bp_layers, optimizer, checkpointing)
+SCALE_METHODS = {"full-bp": ("full-bp", 0, "sgd", False), "full-bp adam": ("full-bp", 0, "adam", False),
+                 "full-bp +ckpt": ("full-bp", 0, "sgd", True), "full-zo": ("full-zo", 0, "sgd", False),
+                 "elastic-zo:1": ("elastic-zo", 1, "sgd", False)}
+
+
+def scale_figure(data: dict) -> Figure | None:
+    """Katti et al.'s Fig. 3 from benchmarks/gpu_scale.py's JSON: per model and precision
+    measured, the memory model's peak against the context for every method the run measured
+    (lines), the measured peaks (points: the device's tensors on a GPU, the resident set's
+    increment on a CPU), and MeZO's predicted peak over Full BP's (dashed, right axis). None
+    when the JSON has no measured point yet."""
+    from workloads.models import MODELS
+    rows = [r for part in ("memory", "contexts") for r in data["parts"].get(part) or [] if r.get("status") == "ok"]
+    panels = sorted({(r["model"], r["precision"], r["batch"]) for r in rows}, key=lambda p: (MODELS[p[0]].params_total, p[1]))
+    if not panels:
+        return None
+    fig, axes = charts.figure(min(len(panels), 3), -(-len(panels) // 3), width=5.5, height=4.2)
+    palette = dict(zip(SCALE_METHODS, ("C3", "C1", "C5", "C0", "C2")))
+    for ax, (name, precision, batch) in zip(axes.flat, panels):
+        m = MODELS[name]
+        got = [r for r in rows if (r["model"], r["precision"], r["batch"]) == (name, precision, batch)]
+        xs = _contexts(m, [r["context"] for r in got])
+        labels = [l for l in SCALE_METHODS if l in {r["method"] for r in got}]
+        peaks = {l: [memory_model.breakdown(m, SCALE_METHODS[l][0], batch, precision, SCALE_METHODS[l][1],
+                                            SCALE_METHODS[l][2], x, SCALE_METHODS[l][3]).peak_bytes / GIB for x in xs]
+                 for l in labels}
+        for label in labels:
+            ax.plot(xs, peaks[label], color=palette[label], linewidth=1.5, label=f"model: {label}")
+            pts = [r for r in got if r["method"] == label]
+            ax.scatter([r["context"] for r in pts], [r["peak_bytes"] / GIB for r in pts], color=palette[label],
+                       edgecolor="0.2", zorder=3, label=f"measured: {label}")
+        ax.set_xscale("log", base=2)
+        ax.set(title=f"{name}, {precision}, batch {batch}", xlabel="context (tokens, log2)", ylabel="memory (GiB)")
+        ax.set_ylim(bottom=0)
+        if "full-zo" in peaks and "full-bp" in peaks:
+            twin = ax.twinx()
+            twin.plot(xs, [z / b for z, b in zip(peaks["full-zo"], peaks["full-bp"])], color="0.35", linestyle="--",
+                      linewidth=1.1, label="MeZO / Full BP (model, right axis)")
+            twin.set(ylim=(0, 1.05), ylabel="MeZO / BP memory")
+            twin.grid(False)
+        ax.legend(loc="upper left", frameon=False, fontsize=6)
+    for ax in list(axes.flat)[len(panels):]:
+        ax.set_visible(False)
+    where = "CPU dry run" if data.get("dry_run") else (data.get("gpu") or {}).get("name") or data.get("device")
+    fig.suptitle(f"Memory against context (Katti et al. Fig. 3), {where}: the memory model's peak (lines), measured (points)")
+    return fig

@@ -109,7 +109,7 @@ def test_bad_numbers_in_other_commands(capsys, args, needles):
     ('methods = ["full-zo"]\nrepeats = "2"\n', ["repeats: expected an integer, got '2'"]),
     ('methods = []\n', ["methods: expected a non-empty list"]),
     ('methods = ["full-zo", "zo-sgd"]\n', ["methods: expected one of", "'zo-sgd'"]),
-    ('precisions = ["fp16"]\nmethods = ["full-zo"]\n', ["precisions: expected one of 'fp32', 'int8'", "'fp16'"]),
+    ('precisions = ["fp8"]\nmethods = ["full-zo"]\n', ["precisions: expected one of 'fp32', 'int8', 'bf16', 'fp16'", "'fp8'"]),
     ('methods = ["full-zo"]\n[hyper]\nbatch_size = 0\n', ["hyper.batch_size: expected a value >= 1", "got 0"]),
     ('methods = ["full-zo"]\n[hyper]\nlr_zo = nan\n', ["hyper.lr_zo: expected a finite number, got nan"]),
     ('methods = ["full-zo"]\n[hyper]\nzo_scale = 128\n', ["hyper.zo_scale: expected a value >= 1 and <= 127"]),

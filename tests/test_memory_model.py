@@ -9,15 +9,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from torch.multiprocessing.reductions import StorageWeakRef
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_leaves
 
 from harness.search.memory_model import TRANSFORMER_PARTS, breakdown, layer_outputs
 from workloads import methods, zrng
 from workloads.clock import NullClock
 from workloads.models import LENET5, MODELS, POINTNET, Transformer
 from workloads.spec import JobSpec
+from workloads.tensor_peak import Live
 from workloads.torch_runner import TorchEngine
 
 from testkit.runners import cli, zobench
@@ -235,11 +233,11 @@ def test_tiny_llama_by_hand():
     assert breakdown(TINY_LLAMA, "full-zo", B).parts["working"] == 4 * (O + 2 * S + 7 * N * D + min(zrng.CHUNK, params))
 
 
-def _engine(model, method, k=0, checkpointing=False, batch=2):
+def _engine(model, method, k=0, checkpointing=False, batch=2, precision="fp32"):
     """The torch engine on model, one batch of random tokens, and the storages the activations
     do not count (the flat parameters, the batch, the mask and rotary tables: other parts)."""
     data = "fortunes-topics" if model.classes else "fortunes"
-    spec = JobSpec.from_dict({"job_id": "m", "method": method, "bp_layers": k, "threads": 1,
+    spec = JobSpec.from_dict({"job_id": "m", "method": method, "bp_layers": k, "threads": 1, "precision": precision,
                               "workload": {"model": model.name, "architecture": model.to_dict(), "dataset": data},
                               "hyper": {"checkpointing": checkpointing}})
     e = TorchEngine(spec, model, model.init_weights(0))
@@ -258,40 +256,17 @@ def _step(e, x, y):
         methods.bp_step(e, x, y, 0.01, NullClock())
 
 
-class Live(TorchDispatchMode):
-    """The bytes of the storages made while it is active that are alive now, and the most at any
-    op: what a step holds, measured on the CPU, which has no allocator statistics."""
-
-    def __init__(self, *ignore):
-        super().__init__()
-        self.ignore = {t.untyped_storage().data_ptr() for t in ignore}
-        self.refs, self.peak = {}, 0
-
-    def now(self) -> int:
-        self.refs = {p: (r, n) for p, (r, n) in self.refs.items() if not r.expired()}
-        return sum(n for _, n in self.refs.values())
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        self.now()      # forget the freed first: a new storage may reuse a freed one's address
-        for t in tree_leaves(out):
-            if isinstance(t, torch.Tensor) and not (torch._C._functorch.is_functorch_wrapped_tensor(t) or t._is_zerotensor()):
-                s = t.untyped_storage()
-                if s.data_ptr() not in self.ignore and s.data_ptr() not in self.refs:
-                    self.refs[s.data_ptr()] = StorageWeakRef(s), s.nbytes()
-        self.peak = max(self.peak, self.now())
-        return out
-
-
 MODELS_BOTH = [TINY, TINY_LLAMA, TINY.with_classes(3), TINY_LLAMA.with_classes(3)]
 
 
 @pytest.mark.parametrize("model", MODELS_BOTH, ids=lambda m: f"{m.style}-{'cls' if m.classes else 'lm'}")
 @pytest.mark.parametrize("method,k", [("full-bp", 0), ("elastic-zo", 1), ("elastic-zo", 2), ("elastic-zo", 3)])
-def test_activations_are_what_autograd_saves(model, method, k):
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_activations_are_what_autograd_saves(model, method, k, precision):
     """Every tensor the real engine's step hands autograd to keep, each storage once (a view, or
-    a tensor two ops keep, costs once), is the activations part to the byte."""
-    e, x, y, ignore = _engine(model, method, k)
+    a tensor two ops keep, costs once), is the activations part to the byte; in bf16 too, where
+    the loss's log-softmax is FP32. The parameters part is the engine's flat buffer."""
+    e, x, y, ignore = _engine(model, method, k, precision=precision)
     ignore = {t.untyped_storage().data_ptr() for t in ignore}
     saved = {}
 
@@ -303,7 +278,9 @@ def test_activations_are_what_autograd_saves(model, method, k):
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         _step(e, x, y)
-    assert sum(saved.values()) == breakdown(model, method, 2, bp_layers=k).parts["activations"]
+    parts = breakdown(model, method, 2, precision, bp_layers=k).parts
+    assert sum(saved.values()) == parts["activations"]
+    assert e.flat.nbytes == parts["parameters"]
 
 
 @pytest.mark.parametrize("model", MODELS_BOTH, ids=lambda m: f"{m.style}-{'cls' if m.classes else 'lm'}")
@@ -347,15 +324,16 @@ def test_a_language_model_bp_steps_peak_is_its_activations_and_the_heads_moment(
 
 @pytest.mark.parametrize("model", [TINY, TINY_LLAMA, MID, MID_LLAMA], ids=lambda m: m.name)
 @pytest.mark.parametrize("method,k,checkpointing", [c for c in CONFIGS if c != ("elastic-zo", 2, True)])
-def test_a_language_models_peak_is_the_predicted_one(model, method, k, checkpointing):
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_a_language_models_peak_is_the_predicted_one(model, method, k, checkpointing, precision):
     """To the loss scalars (4 bytes each, up to 4 of them alive): whichever moment holds the
     most -- the loss's backward, a block's or the embedding's, the last perturbation. ElasticZO
     with checkpointing is left out: its two passes' recomputed blocks are not modelled, and its
     peak is up to a fifth above the prediction (docs/transformers.md)."""
-    e, x, y, ignore = _engine(model, method, k, checkpointing)
+    e, x, y, ignore = _engine(model, method, k, checkpointing, precision=precision)
     with Live(*ignore) as live:
         _step(e, x, y)
-    r = breakdown(model, method, 2, bp_layers=k, checkpointing=checkpointing)
+    r = breakdown(model, method, 2, precision, bp_layers=k, checkpointing=checkpointing)
     assert 0 <= live.peak - (r.peak_bytes - r.parts["parameters"] - r.parts["inputs"]) <= 16
 
 
@@ -383,13 +361,14 @@ def test_the_peak_is_what_a_step_adds_to_the_resident_set(model, method):
 @pytest.mark.parametrize("model", MODELS_BOTH + [MID, MID_LLAMA.with_classes(4)],
                          ids=lambda m: f"{m.name}-{'cls' if m.classes else 'lm'}")
 @pytest.mark.parametrize("method,k,checkpointing", CONFIGS)
-def test_the_parts_bound_a_measured_step(model, method, k, checkpointing):
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_the_parts_bound_a_measured_step(model, method, k, checkpointing, precision):
     """The parts add up as if every one were at its largest at once: never less than a step's
     measured peak (less the parameters and inputs, allocated before it)."""
-    e, x, y, ignore = _engine(model, method, k, checkpointing)
+    e, x, y, ignore = _engine(model, method, k, checkpointing, precision=precision)
     with Live(*ignore) as live:
         _step(e, x, y)
-    r = breakdown(model, method, 2, bp_layers=k, checkpointing=checkpointing)
+    r = breakdown(model, method, 2, precision, bp_layers=k, checkpointing=checkpointing)
     assert live.peak <= r.total_bytes - r.parts["parameters"] - r.parts["inputs"]
 
 
@@ -424,7 +403,7 @@ def test_cli_prints_a_transformers_parts(capsys):
     (["--model", "lenet5", "--checkpointing"], "checkpointing: only a transformer takes it"),
     (["--model", "gpt2-small", "--method", "full-zo", "--checkpointing"], "full-zo keeps no activations"),
     (["--model", "gpt2-small", "--context", "2048"], "gpt2-small has 1024 learned positions"),
-    (["--model", "gpt2-small", "--precision", "int8"], "transformers train in fp32 only"),
+    (["--model", "gpt2-small", "--precision", "int8"], "transformers train in fp32, bf16 or fp16"),
     (["--model", "gpt2-small", "--points", "64"], "it takes --context"),
     (["--model", "gpt2-small", "--method", "elastic-zo", "--bp-layers", "14"], "between 1 and 13"),
 ])

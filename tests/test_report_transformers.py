@@ -42,7 +42,7 @@ def test_context_chart_draws_the_model_and_the_measured_increments(tmp_path):
     df = rep._load(store, ids, [store.run_plan(r) for r in ids])
     fig = transformers.context_chart(df, rep._method_palette(df))
     ax, twin = [a for a in fig.axes if a.get_title()], [a for a in fig.axes if not a.get_title()]
-    assert [a.get_title() for a in ax] == ["gpt2-1m, batch 8, gpt2"] and len(twin) == 1
+    assert [a.get_title() for a in ax] == ["gpt2-1m, batch 8, gpt2, fp32"] and len(twin) == 1
     points = {c.get_gid().removeprefix("measured|"): c.get_offsets().ravel().tolist() for c in ax[0].collections}
     want = {}
     for run in ids:

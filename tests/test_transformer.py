@@ -253,7 +253,7 @@ def test_the_runner_builds_a_transformer_engine_and_refuses_what_it_cannot_run()
     eng = make_engine(spec, spec.model(), initial_weights(spec, spec.model()))
     assert isinstance(eng, TorchEngine) and isinstance(eng.net, TransformerNet)
     assert eng.n_zo == m.split("elastic-zo", 2) and eng.weights_sha256() == models.weights_sha256(m.init_weights(0))
-    with pytest.raises(SpecError, match="precision int8: transformers train in fp32 only"):
+    with pytest.raises(SpecError, match="precision int8: transformers train in fp32, bf16 or fp16"):
         JobSpec.from_dict(spec_dict(m, precision="int8"))
     with pytest.raises(SpecError, match="hyper.checkpointing: full-zo"):
         JobSpec.from_dict(spec_dict(m, "full-zo", checkpointing=True))

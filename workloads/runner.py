@@ -81,6 +81,17 @@ def energy_record(meter, state: TrainState) -> dict:
             meter.unavailable or f"{meter.source}: no reading in a timed loop"}
 
 
+def device_failure(e: Exception, spec: JobSpec | None) -> dict:
+    """A failure's status and one-line error: a GPU that ran out of memory ends the job oom,
+    with the device-memory cap it ran under (JobSpec.device_mem_limit); anything else failed."""
+    first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+    if type(e).__name__ != "OutOfMemoryError":
+        return {"error": f"{type(e).__name__}: {e}"}
+    cap = spec.device_mem_limit if spec is not None else 0
+    under = f" under its {cap / 2**30:.2f} GiB device-memory cap (mem_limit)" if cap else ""
+    return {"status": "oom", "error": f"the GPU ran out of memory{under}: {first}"}
+
+
 def main(make_engine, packages: tuple[str, ...], argv=None) -> int:
     ap = argparse.ArgumentParser(description="Run one zobench training job.")
     ap.add_argument("--spec", required=True, help="job spec (JSON)")
@@ -89,7 +100,7 @@ def main(make_engine, packages: tuple[str, ...], argv=None) -> int:
 
     wall0 = time.perf_counter()
     result = skeleton(None, {**envinfo.facts(*packages), "zrng": zrng.VERSION})
-    state, engine, clock, meter = TrainState(), None, None, None
+    state, engine, clock, meter, spec = TrainState(), None, None, None, None
     init_sha256, weights_file = None, None
     try:
         with open(args.spec) as f:
@@ -128,8 +139,9 @@ def main(make_engine, packages: tuple[str, ...], argv=None) -> int:
     except (SpecError, datasets.DatasetError, OSError, json.JSONDecodeError) as e:
         result["error"] = str(e)
     except Exception as e:  # any other failure is recorded, with its traceback on stderr
-        traceback.print_exc()
-        result["error"] = f"{type(e).__name__}: {e}"
+        if type(e).__name__ != "OutOfMemoryError":      # torch's, a GPU's (no torch import here: ort's boards lack it)
+            traceback.print_exc()
+        result.update(device_failure(e, spec))
     finally:
         if engine is not None:
             result["model"] = {"name": spec.workload.model, "params_total": engine.n_zo + engine.n_bp,

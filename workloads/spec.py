@@ -28,6 +28,11 @@ NAME = r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}"
 NAME_TEXT = "up to 64 letters, digits, '.', '_' and '-', starting with a letter or digit"
 INT32_MAX = 2**31 - 1     # the C++ binary reads its integers as int
 # why an INT8 job's hyper.optimizer is sgd: the spec's refusal and the plan's note say it
+# why half precision is refused where it is (support.unsupported says the same)
+HALF_LAYERS = "half precision trains the transformers; a layer model trains in fp32 or int8"
+FP16_RMSNORM = ("a llama's RMSNorm backward overflows fp16 (rsqrt's derivative at a small mean square passes "
+                "65,504, whatever the loss scale): train it in bf16, or full-zo, which has no backward")
+HALF_ZO_PARTS = "half precision trains the ZO part by MeZO's step alone (docs/transformers.md)"
 ADAM_INT8 = "adam trains FP32 only; INT8 trains its BP part with NITI's integer update (docs/int8.md)"
 # The hyperparameters that make the ZO part (docs/zo-optimizers.md): each is MeZO's at its default.
 ZO_PART_FIELDS = ("zo_estimator", "zo_queries", "zo_update", "zo_momentum", "zo_sparsity", "zo_layers",
@@ -218,6 +223,9 @@ class JobSpec:
     pretrained_from: str = ""
     init_sha256: str = ""
     onnx_model: str = ""          # ort runtime: the exported graph of the ZO front (onnx_export.py)
+    # a GPU job: the bytes its tensors may take on the device (its target's mem_limit, or a fit
+    # probe's budget), where the torch runner caps its caching allocator; 0: the whole device
+    device_mem_limit: int = 0
     target: str = ""              # set by the harness: where the job ran
     repeat: int = 0               # set by the harness: index of this repeat
     harness_commit: str = ""
@@ -233,7 +241,7 @@ class JobSpec:
                                        "init_sha256": (r"([0-9a-f]{64})?", "a sha256 in hex")}
     # seed: zobench-z's 64-bit key; threads: a thread count every runtime accepts
     BOUNDS: typing.ClassVar[dict] = {"bp_layers": Bounds(0, INT32_MAX), "seed": Bounds(0, 2**64 - 1),
-                                     "threads": Bounds(0, 1024), "repeat": Bounds(0)}
+                                     "threads": Bounds(0, 1024), "repeat": Bounds(0), "device_mem_limit": Bounds(0)}
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -254,7 +262,13 @@ class JobSpec:
         if spec.hyper.warmup_steps < 0:     # resolved here, so every spec a runner reads has the number
             spec.hyper.warmup_steps = vocab.WARMUP_STEPS[spec.device]
         if spec.precision == "int8" and spec.transformer:
-            raise SpecError("precision int8: transformers train in fp32 only")
+            raise SpecError("precision int8: transformers train in fp32, bf16 or fp16")
+        if spec.precision in vocab.HALF and not spec.transformer:
+            raise SpecError(f"precision {spec.precision}: {HALF_LAYERS}")
+        if spec.precision in vocab.HALF and (parts := spec.hyper.zo_parts(spec.method)):
+            raise SpecError(f"hyper: {HALF_ZO_PARTS}, not {parts}")
+        if spec.precision == "fp16" and spec.transformer and model.style == "llama" and spec.method != "full-zo":
+            raise SpecError(f"precision fp16: {FP16_RMSNORM}")
         if spec.precision == "int8" and spec.hyper.optimizer != "sgd":
             raise SpecError(f"hyper.optimizer: {ADAM_INT8}")
         if spec.precision == "int8" and (parts := spec.hyper.zo_parts(spec.method)):

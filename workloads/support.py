@@ -9,13 +9,14 @@ from __future__ import annotations
 
 from . import datasets, vocab
 from .models import Transformer
-from .spec import ADAM_INT8, INT8_ZO_PARTS, Hyper, SpecError
+from .spec import ADAM_INT8, HALF_LAYERS, HALF_ZO_PARTS, INT8_ZO_PARTS, Hyper, SpecError
 
 # (The int8 reference computes on the job's device, exactly on a GPU too; the C++ binary reads the
 # image and point sets stored as IDX files, not scikit-learn's digits, which are made on the
 # board, nor text.)
 SUPPORT = {
-    "torch": {"devices": {"fp32": ("cpu", "cuda"), "int8": ("cpu", "cuda")}, "methods": vocab.METHODS,
+    "torch": {"devices": {"fp32": ("cpu", "cuda"), "int8": ("cpu", "cuda"), "bf16": ("cpu", "cuda"),
+                          "fp16": ("cpu", "cuda")}, "methods": vocab.METHODS,
               "datasets": datasets.DATASETS},
     "cpp": {"devices": {"fp32": ("cpu",), "int8": ("cpu",)}, "methods": vocab.METHODS,
             "datasets": tuple(d for d in datasets.DATASETS if d != "digits" and not datasets.is_text(d))},
@@ -98,6 +99,10 @@ def unsupported(runtime: str, method: str, precision: str, dataset: str, device:
             return str(e).partition(": ")[2]       # the runner's own reason, without its key
         except ValueError:      # bp_layers out of the model's range: JobSpec names it
             pass
+    if precision in vocab.HALF and model is not None and model.kind != Transformer.kind:
+        return HALF_LAYERS
+    if precision in vocab.HALF and parts:
+        return f"{HALF_ZO_PARTS}, not {parts}"
     if precision == "int8" and h.optimizer != "sgd":
         return ADAM_INT8
     if precision == "int8" and parts:

@@ -26,6 +26,8 @@ from .runner import main
 from .spec import SpecError
 from .transformer_torch import TransformerNet
 
+HALF = {"bf16": torch.bfloat16, "fp16": torch.float16}     # vocab.HALF's dtypes
+
 
 class LayerNet:
     """models.Model's forward on the engine's views: a unit is a layer (with its ReLU and pool),
@@ -69,11 +71,22 @@ class TorchEngine(Engine):
         self.cuda = self.device.type == "cuda"
         self.z_chunks = (lambda key, lo, n: zrng_torch.normal_chunks(key, lo, n, self.device)) if z_on_device else \
             (lambda key, lo, n: ((off, torch.from_numpy(z)) for off, z in zrng.normal_chunks(key, lo, n)))
-        self.flat = torch.from_numpy(init.copy()).to(self.device)   # float64 init -> float64 engine (tests)
+        # float64 init -> float64 engine (tests); a half precision's weights in its dtype, rounded once.
+        # init may be a tensor on the device already (benchmarks/gpu_scale.py: a 7B model's weights
+        # drawn there), which becomes the buffer itself where its type is the job's
+        init = init if isinstance(init, torch.Tensor) else torch.from_numpy(init.copy())
+        self.flat = init.to(self.device, HALF.get(spec.precision))
+        self.half = spec.precision in HALF
+        # what outlives a step besides the weights (optimizer state, the rates and alpha a CUDA
+        # graph reads) stays FP32 in half precision: Adam's v = g^2 underflows fp16, and a rate
+        # rounded to bf16 keeps 3 digits
+        self.state_dtype = torch.float32 if self.half else self.flat.dtype
         # the BP part: full-bp trains every unit, elastic-zo the last bp_layers, full-zo none
         self.first_bp = model.first_bp_layer(spec.method, spec.bp_layers)
         self.n_zo = model.split(spec.method, spec.bp_layers)
         self.n_bp = model.params_total - self.n_zo
+        # fp16's BP gradients underflow without a loss scale (bf16 has FP32's range)
+        self.scaler = LossScale(self.device) if self.flat.dtype == torch.float16 and self.n_bp else None
         views = [self._alias(o, s) for _, o, s in model.offsets()]
         self.model = model
         self.net = self._net(views, spec.hyper.checkpointing)
@@ -87,7 +100,7 @@ class TorchEngine(Engine):
         self.adam = spec.hyper.optimizer == "adam" and self.n_bp > 0
         self.state = [self.flat]    # all that outlives a step: what save() keeps
         if self.adam:
-            moments = [torch.zeros(self.n_bp, dtype=self.flat.dtype, device=self.device) for _ in range(2)]
+            moments = [torch.zeros(self.n_bp, dtype=self.state_dtype, device=self.device) for _ in range(2)]
             self.moment_views = [[buf[o - self.n_zo:o - self.n_zo + p.numel()].view(p.shape) for o, p in bp]
                                  for buf in moments]
             self.adam_t = torch.zeros((), dtype=torch.float64, device=self.device)
@@ -106,7 +119,7 @@ class TorchEngine(Engine):
             self.key = torch.zeros((), dtype=torch.int32, device=self.device)
             # a q-query step's keys (zrng.zo_keys), the first of them self.key
             self.keys = [self.key] + [torch.zeros_like(self.key) for _ in range(spec.hyper.zo_queries - 1)]
-            self.alpha = torch.zeros((), dtype=self.flat.dtype, device=self.device)
+            self.alpha = torch.zeros((), dtype=self.state_dtype, device=self.device)
             self.one = torch.ones((), dtype=self.flat.dtype, device=self.device)
             self.fused_perturb = fused_perturb()
             # a CUDA graph replays fixed ranges: a sparse step's change, and forward-grad's jvp
@@ -149,7 +162,8 @@ class TorchEngine(Engine):
         return loss.detach().double() if self.cuda else loss.item()
 
     def backward(self) -> None:
-        (sum(self.kept) / len(self.kept)).backward()
+        loss = sum(self.kept) / len(self.kept)
+        (loss if self.scaler is None else loss * self.scaler.scale).backward()
         self.kept.clear()
 
     def bp_update(self, lr) -> None:
@@ -161,11 +175,13 @@ class TorchEngine(Engine):
         does not read (a classifier's LM head) has no gradient, and keeps its value and moments,
         as torch.optim leaves them."""
         with torch.no_grad():
+            if self.scaler is not None:
+                lr = self.scaler.unscale([p.grad for p in self.bp_params if p.grad is not None], lr)
             if self.adam:
                 self.adam_t += 1
                 for p, m, v in zip(self.bp_params, *self.moment_views):
                     if p.grad is not None:
-                        methods.adam_update(p, p.grad, m, v, lr, self.adam_t, self.hyper, torch.sqrt)
+                        methods.adam_update(p, p.grad.to(m.dtype), m, v, lr, self.adam_t, self.hyper, torch.sqrt)
                         p.grad = None
                 return
             for p in self.bp_params:
@@ -207,8 +223,9 @@ class TorchEngine(Engine):
                 a, b = lo + off, lo + off + len(z)
                 if self.mask is not None:
                     z = z * self.mask[a:b]
+                z = zrng_torch.as_added(z, target.dtype)
                 if isinstance(alpha, torch.Tensor):
-                    target[a:b].add_(z.to(target.dtype).mul_(alpha))
+                    target[a:b].add_(z.mul_(alpha))
                 else:
                     target[a:b].add_(z, alpha=alpha)
 
@@ -247,7 +264,8 @@ class TorchEngine(Engine):
         return self.net.evaluate(self.net.run(x, 0, self.net.units), y)
 
     def weights(self) -> np.ndarray:
-        return self.flat.detach().cpu().numpy().copy()
+        """Float32 in half precision (exactly the half values), else the engine's own type."""
+        return self.flat.detach().to(self.state_dtype if self.half else self.flat.dtype).cpu().numpy().copy()
 
     def save(self):
         return [x.detach().clone() for x in self.state]
@@ -257,6 +275,33 @@ class TorchEngine(Engine):
         with torch.no_grad():
             for x, s in zip(self.state, saved):
                 x.copy_(s)
+
+
+class LossScale:
+    """fp16's dynamic loss scale, as torch.amp.GradScaler's (and with its kernels): the loss is
+    multiplied by the scale before backward; the update checks the gradients for inf and NaN and
+    unscales them in place, halves the scale and skips the step (its rate made 0, its gradients
+    zeroed) when one is found, and doubles it after GROWTH good steps. All on the device, with no
+    host sync, so a CUDA graph replays it; a skipped Adam step still decays Adam's moments."""
+    INIT, GROWTH = 2.0 ** 16, 2000
+
+    def __init__(self, device):
+        self.scale = torch.full((), self.INIT, dtype=torch.float32, device=device)
+        self.growth = torch.zeros((), dtype=torch.int32, device=device)
+        self.found = torch.zeros((), dtype=torch.float32, device=device)
+        self.skipped = torch.zeros((), dtype=torch.int64, device=device)    # steps skipped so far
+
+    def unscale(self, grads: list, lr):
+        """The gradients unscaled (zeros when one is not finite) and the step's rate (0 then)."""
+        self.found.zero_()
+        torch._amp_foreach_non_finite_check_and_unscale_(grads, self.found, self.scale.reciprocal())
+        bad = self.found > 0
+        for g in grads:
+            g.masked_fill_(bad, 0)
+        self.skipped += bad
+        keep = 1 - self.found
+        torch._amp_update_scale_(self.scale, self.growth, self.found, 2.0, 0.5, self.GROWTH)
+        return keep * lr
 
 
 def fused_perturb():
@@ -280,7 +325,7 @@ class GraphStep:
     def __init__(self, engine: "TorchEngine"):
         self.graph, self.calls = None, 0
         self.stream = torch.cuda.Stream(engine.device)
-        dev, dt = engine.device, engine.flat.dtype
+        dev, dt = engine.device, engine.state_dtype
         self.lr_zo, self.lr_bp = (torch.zeros((), dtype=dt, device=dev) for _ in range(2))
         self.x = self.y = self.out = self.rates = None
         self.laps = []
@@ -330,6 +375,37 @@ class _Laps:
         self.laps.append((phase, ev))
 
 
+def cap_device_memory(device, limit: int) -> None:
+    """The job's tensors may take `limit` bytes of the GPU (its caching allocator's share of the
+    device, which raises torch.OutOfMemoryError beyond it; runner.main ends the job oom)."""
+    total = torch.cuda.get_device_properties(device).total_memory
+    if limit > total:
+        raise SpecError(f"device_mem_limit: {limit / 2**30:.1f} GiB is more than "
+                        f"{torch.cuda.get_device_name(device)}'s {total / 2**30:.1f} GiB")
+    torch.cuda.set_per_process_memory_fraction(limit / total, device)
+
+
+def check_half(device, precision: str) -> None:
+    """SpecError, with the reason, where this device cannot train the half precision: a GPU
+    before compute capability 8.0 has no bf16 arithmetic, and a CPU's torch may lack a kernel
+    (tried on a tiny forward and backward of the ops a transformer runs)."""
+    dtype = HALF[precision]
+    where = f"this {device.type}"
+    if device.type == "cuda":
+        where = torch.cuda.get_device_name(device)
+        if dtype == torch.bfloat16 and not torch.cuda.is_bf16_supported(including_emulation=False):
+            raise SpecError(f"precision bf16: {where} has no bf16 arithmetic (compute capability 8.0 or "
+                            "later has); train fp16 or fp32 there")
+    try:
+        x = torch.ones(2, 4, 8, dtype=dtype, device=device, requires_grad=True)
+        h = F.layer_norm(F.gelu(F.linear(x, torch.ones(8, 8, dtype=dtype, device=device)), approximate="tanh"), (8,))
+        F.cross_entropy(torch.softmax(h @ h.transpose(1, 2), -1).flatten(0, 1).float(),
+                        torch.zeros(8, dtype=torch.long, device=device)).backward()
+    except RuntimeError as e:
+        raise SpecError(f"precision {precision}: torch {torch.__version__} cannot train {precision} on {where}: "
+                        f"{str(e).splitlines()[0]}") from None
+
+
 def make_engine(spec, model, init):
     """The engine for spec's precision from its init (runner.initial_weights)."""
     cuda = torch.device(spec.device).type == "cuda"
@@ -337,12 +413,16 @@ def make_engine(spec, model, init):
         raise SpecError(f"device: CUDA not available on {spec.target or 'this machine'}: torch {torch.__version__}")
     if spec.threads:
         torch.set_num_threads(spec.threads)
+    if cuda and spec.device_mem_limit:
+        cap_device_memory(torch.device(spec.device), spec.device_mem_limit)
     pool = {"team": torch.get_num_threads(), "wait": wait_policy.libgomp_wait()}   # env.threads
     if cuda:
         # FP32 is FP32: TF32 (cuDNN's default for convolutions) keeps 10 bits of mantissa, which
         # a ZO step's loss difference over 2 eps would have to survive (docs/runners.md)
         torch.backends.cudnn.allow_tf32 = False
         torch.backends.cuda.matmul.allow_tf32 = False
+    if spec.precision in HALF:
+        check_half(torch.device(spec.device), spec.precision)
     if spec.precision == "int8":
         from .int8 import Int8Engine
         if cuda:

@@ -50,14 +50,15 @@ class TransformerNet:
         return x
 
     def loss(self, out, y):
-        """The mean cross-entropy over every predicted token (or label)."""
-        return F.cross_entropy(out.flatten(0, -2), y.flatten())
+        """The mean cross-entropy over every predicted token (or label), in FP32 whatever the
+        weights' type: a half loss's rounding (bf16: 3 digits) would swamp MeZO's loss difference."""
+        return F.cross_entropy(_fp32(out.flatten(0, -2)), y.flatten())
 
     def evaluate(self, out, y) -> tuple[float, float]:
         """(the sum over samples of each one's mean token loss, the sum of each one's fraction of
         tokens predicted right): divided by the split's size, the mean loss and the token
         accuracy. A classifier's sample is one label, so these are its loss sum and correct count."""
-        out, y = out.view(len(y), -1, out.shape[-1]), y.view(len(y), -1)
+        out, y = _fp32(out).view(len(y), -1, out.shape[-1]), y.view(len(y), -1)
         losses = F.cross_entropy(out.transpose(1, 2), y, reduction="none")
         right = (out.argmax(-1) == y).double()
         return losses.mean(1).sum().item(), right.mean(1).sum().item()
@@ -128,6 +129,11 @@ class TransformerNet:
                 rope = tuple(f(angles).to(like.device, like.dtype) for f in (torch.cos, torch.sin))
             self.tables[T] = mask, rope
         return self.tables[T]
+
+
+def _fp32(x):
+    """A half precision's logits in FP32 for the loss; FP32's and float64's (tests) as they are."""
+    return x.float() if x.dtype in (torch.bfloat16, torch.float16) else x
 
 
 def _rotate(x, cos, sin):

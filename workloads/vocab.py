@@ -6,7 +6,12 @@ called one thing in a result and another in a chart.
 """
 
 METHODS = ("full-bp", "full-zo", "elastic-zo")
-PRECISIONS = ("fp32", "int8")
+PRECISIONS = ("fp32", "int8", "bf16", "fp16")
+# The half precisions: a transformer's weights, activations, gradients and MeZO's z in that
+# dtype on torch (docs/transformers.md, "Half precision"); its loss, optimizer state and rates stay
+# FP32. Bytes a value of each precision's tensors (the memory model's and the torch engine's).
+HALF = ("bf16", "fp16")
+VALUE_BYTES = {"fp32": 4, "int8": 1, "bf16": 2, "fp16": 2}
 ZO_LOSSES = ("float", "integer")
 # The ZO part of a method as parts (docs/zo-optimizers.md), each a hyperparameter; the first of
 # each is MeZO's (and ElasticZO's) step. Its estimator of the projected gradient: two-point SPSA,

@@ -69,7 +69,14 @@ def perturb_(w: torch.Tensor, key, alpha, start: int = 0) -> None:
     """w += alpha * z[start : start + w.numel()] in place, a chunk of z at a time: the GPU's
     perturbation where Triton is not installed (workloads/zrng_triton.py fuses it)."""
     for off, z in normal_chunks(key, start, w.numel(), w.device):
-        w[off:off + len(z)].add_(z.mul_(alpha))
+        w[off:off + len(z)].add_(as_added(z, w.dtype).mul_(alpha))
+
+
+def as_added(z: torch.Tensor, dtype) -> torch.Tensor:
+    """z as a perturbation of weights of `dtype` adds it: a half precision's z rounded once to it
+    and then exact in float32 (w + alpha z is formed in float32 and rounded once, on every
+    device); other weights' z in their type."""
+    return z.to(dtype).float() if dtype in (torch.bfloat16, torch.float16) else z.to(dtype)
 
 
 def normal_chunks(key: int, start: int, count: int, device):

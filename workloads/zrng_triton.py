@@ -30,13 +30,16 @@ def _perturb(w_ptr, n, start, key_ptr, alpha_ptr, weyl, lb1, lb2, offset, scale,
     x = x ^ (x >> 16)
     s = (x & 0xFF) + ((x >> 8) & 0xFF) + ((x >> 16) & 0xFF) + (x >> 24)
     z = (s.to(tl.int32) - offset).to(tl.float32) * scale
+    # half weights: z rounded once to their type (zrng_torch.as_added), w + alpha z formed in
+    # float32 and rounded once on the store
+    z = z.to(w_ptr.dtype.element_ty).to(tl.float32)
     alpha = tl.load(alpha_ptr).to(tl.float32)
-    w = tl.load(w_ptr + i, mask=mask)
-    tl.store(w_ptr + i, w + alpha * z, mask=mask)
+    w = tl.load(w_ptr + i, mask=mask).to(tl.float32)
+    tl.store(w_ptr + i, (w + alpha * z).to(w_ptr.dtype.element_ty), mask=mask)
 
 
 def perturb_(w: torch.Tensor, key: torch.Tensor, alpha: torch.Tensor, start: int = 0) -> None:
-    """w += alpha * z[start : start + w.numel()] in place; w a contiguous float32 tensor, key the
+    """w += alpha * z[start : start + w.numel()] in place; w a contiguous float32, bf16 or fp16 tensor, key the
     int32 block key (zrng_torch.key32) and alpha a float device scalar; indices below 2^32."""
     n = w.numel()
     if start + n > 1 << 32:

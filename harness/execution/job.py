@@ -25,6 +25,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from workloads import vocab
+from workloads.launch import parse_size
 
 from harness.stores import convergence, schema
 from harness.boards import lease
@@ -120,6 +121,15 @@ def _signal_name(num: int) -> str:
 def _last_line(text: str) -> str:
     lines = [l.strip() for l in text.strip().splitlines() if l.strip()]
     return lines[-1][:300] if lines else ""
+
+
+def device_limit(spec: dict, limit: str) -> tuple[dict, str]:
+    """(the spec, the launcher's host limit): a GPU job's limit is its device memory's, which its
+    runner caps (JobSpec.device_mem_limit; a host limit on the address space would stop CUDA's
+    own mappings), a CPU job's the launcher's."""
+    if limit and spec.get("device", "cpu") != "cpu":
+        return {**spec, "device_mem_limit": parse_size(limit)}, ""
+    return spec, limit
 
 
 def classify(job: Job, outcome, result_path: Path, started_at: str, wall: float, steps: int,
@@ -221,7 +231,7 @@ def run_job(job: Job, target: Target, site: Site, work: Path, on_event=None,
     py = target.python
     runtime = job.spec["runtime"]
     runner = [site.binary] if runtime == "cpp" else [py, "-m", RUNNER_MODULES[runtime]]
-    limit = job.mem_limit or target.mem_limit
+    spec, limit = device_limit(spec, job.mem_limit or target.mem_limit)
     leased = lease.launcher_args(target.lease or "", terms, job.job_id, job.timeout_s) if terms else []
     cooldown = ["--cooldown", f"{target.cooldown['below_c']:g}:{target.cooldown['max_wait_s']:g}"] if target.cooldown else []
     argv = [py, "-m", "workloads.launch", *leased, *cooldown, *omp_args(target.omp_wait_policy, runtime),

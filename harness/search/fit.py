@@ -67,19 +67,20 @@ class Method:
     optimizer: str = "sgd"
     checkpointing: bool = False
     zo: dict = field(default_factory=dict)      # the ZO parts (spec.ZO_PART_FIELDS): the probes train with them
+    precision: str = "fp32"                     # fp32, bf16 or fp16: the weights', activations' and gradients' type
 
     def model_bytes(self, c: Config) -> int:
         """The larger of the parts' total and the predicted peak: a runner's resident set is
         glibc's high-water mark, which keeps freed tensors resident, so the live peak alone is
         too little, and with few tokens and a large vocabulary the peak passes the total."""
-        b = memory_model.breakdown(c.model, self.choice.method, c.batch, "fp32", self.choice.bp_layers,
+        b = memory_model.breakdown(c.model, self.choice.method, c.batch, self.precision, self.choice.bp_layers,
                                    self.optimizer, c.context, self.checkpointing, Hyper(**self.zo))
         return max(b.total_bytes, b.peak_bytes)
 
 
 def asked(target: Target, budget: str | None, vary: str, model_name: str | None, family: str, method: str,
           optimizer: str, checkpointing: bool, batch: int, context: int,
-          zo: dict | None = None) -> tuple[Method, list[Config], int]:
+          zo: dict | None = None, precision: str = "fp32") -> tuple[Method, list[Config], int]:
     """`zobench fit`'s request checked (a UserError naming the option otherwise): the method, the
     candidates smallest first, and the budget in bytes (--budget, else the target's mem_limit)."""
     if not budget and not target.mem_limit:
@@ -104,7 +105,10 @@ def asked(target: Target, budget: str | None, vary: str, model_name: str | None,
         raise UserError(f"fit --method {method!r}: {e}") from None
     if checkpointing and choice.method == "full-zo":
         raise UserError("fit --checkpointing: full-zo keeps no activations to checkpoint")
-    return Method(choice, optimizer, checkpointing, zo or {}), configs(vary, family, model, batch, context), budget_bytes
+    if precision == "int8":
+        raise UserError("fit --precision int8: transformers train in fp32, bf16 or fp16")
+    return Method(choice, optimizer, checkpointing, zo or {}, precision), configs(vary, family, model, batch, context), \
+        budget_bytes
 
 
 def configs(vary: str, family: str, model: Transformer | None, batch: int, context: int) -> list[Config]:
@@ -164,7 +168,7 @@ def suite_for(base: Suite, c: Config, method: Method, dataset: str) -> Suite:
     hyper = {**base.hyper, "epochs": 1, "batch_size": c.batch, "context": c.context,
              "train_samples": c.batch * STEPS, "test_samples": c.batch, "optimizer": method.optimizer,
              "checkpointing": method.checkpointing, "warmup_steps": 1, **method.zo}
-    return dataclasses.replace(base, methods=[method.choice], runtimes=base.runtimes[:1], precisions=["fp32"],
+    return dataclasses.replace(base, methods=[method.choice], runtimes=base.runtimes[:1], precisions=[method.precision],
                                workload={"model": c.model.name, "dataset": dataset}, hyper=hyper, repeats=1)
 
 
@@ -182,6 +186,7 @@ def run(store: Store, target: Target, candidates: list[Config], method: Method, 
     limit = f"{-(-budget // 1024)}K"
     base = Suite("fit", paths.SUITES_DIR / "fit", runtimes=[runtime], seed=seed, timeout_s=timeout_s)
     meta = {"vary": vary, "family": candidates[0].model.family, "method": str(method.choice), "optimizer": method.optimizer,
+            "precision": method.precision,
             "checkpointing": method.checkpointing, "budget_bytes": budget, "target": target.name,
             "dataset": dataset, "runtime": runtime}
     run_id = store.new_run(runs.record(suite="fit", fit=meta, jobs=[]))
@@ -201,6 +206,10 @@ def run(store: Store, target: Target, candidates: list[Config], method: Method, 
                           f"nothing is concluded from a search cut short: run it again")
         (result,) = done
         mem = result.get("memory") or {}
+        if "device_peak_bytes" in mem:
+            # on a GPU the cap is the allocator's, which holds tensors alone (the model's parts):
+            # no footprint to add, and the peak is the tensors'
+            return Probe(c, predicted, job.job_id, result["status"], mem["device_peak_bytes"], result.get("error")), 0
         return (Probe(c, predicted, job.job_id, result["status"], mem.get("peak_rss_bytes"), result.get("error")),
                 mem.get("loaded_rss_bytes") or mem.get("baseline_rss_bytes") or 0)
 

@@ -173,7 +173,7 @@ def breakdown(model: Model | Transformer, method: str, batch: int, precision: st
         parts = {"parameters": sum(weights), "activations": acts, "gradients": bp_weights, "errors": bp_acts,
                  "optimizer": 0, "scratch": 4 * (layer_acc + bp_weights + error_acc), "zo": 0}
     else:
-        raise ValueError(f"precision must be fp32 or int8, not {precision!r}")
+        raise ValueError(f"precision {precision}: half precision trains the transformers; {model.name} trains in fp32 or int8")
     return Breakdown(method, bp_layers, precision, batch, optimizer, parts)
 
 
@@ -341,8 +341,9 @@ def peak_moments(m: Transformer, z: Sizes, first: int, passes: int, activations:
 
 def _transformer(m: Transformer, method: str, batch: int, precision: str, bp_layers: int, optimizer: str,
                  context: int, checkpointing: bool, zo=None) -> Breakdown:
-    if precision != "fp32":
-        raise ValueError(f"precision {precision}: transformers train in fp32 only")
+    if precision == "int8":
+        raise ValueError("precision int8: transformers train in fp32, bf16 or fp16")
+    E = vocab.VALUE_BYTES[precision]        # a weight's, an activation's and a gradient's bytes
     T = context or m.context
     if m.style == "gpt2" and T > m.context:
         raise ValueError(f"context {T}: {m.name} has {m.context} learned positions")
@@ -366,22 +367,49 @@ def _transformer(m: Transformer, method: str, batch: int, precision: str, bp_lay
     read = sum(t.size for t in trained if not (m.classes and t.name == "lm_head.weight"))
     bp = sum(t.size for t in trained)
     found = moments(z, first > 1, method == "full-zo", len(blocks) > 0, method != "full-zo")
-    peak = max(found.values())
+    if precision in vocab.HALF and method == "full-zo":
+        # a ZO pass's loss: the output, its FP32 copy and that copy's log-softmax
+        # (FP32's own .float() is the output itself: zo-head holds as much)
+        found["zo-loss"] = 3 * z.out
+    # in bytes: the loss's values FP32 in every precision (bp-head's gradients of the log-softmax
+    # and of the FP32 copy; zo-loss's copy and log-softmax)
+    peak = max(E * v + (FLOAT - E) * 2 * z.out * (n in ("bp-head", "zo-loss")) for n, v in found.items())
     chunk = min(zrng.CHUNK, m.params_total - bp)
     tables = z.T ** 2 + (2 * z.T * m.head_dim * FLOAT if z.llama else 0)       # bool mask; cos, sin
-    state, zo_part = zo_terms(method, m.params_total - bp, zo, peak, activations // passes)
-    parts = {"parameters": FLOAT * m.params_total, "gradients": FLOAT * read,
+    state, zo_part = zo_terms(method, m.params_total - bp, zo, peak // E, activations // passes)
+    # the loss is FP32 in every precision (transformer_torch.loss): what it keeps a pass, its
+    # log-softmax's output and total weight, is 4 bytes a value in half precision too
+    loss = passes * (z.out + 1) * (method != "full-zo")
+    # Adam's moments are FP32 (the torch engine's state_dtype)
+    parts = {"parameters": E * m.params_total, "gradients": E * read,
              "optimizer": 2 * FLOAT * bp * (optimizer == "adam") + state,
-             "activations": FLOAT * activations, "recompute": FLOAT * recompute,
-             "working": FLOAT * (peak + chunk),
+             "activations": E * (activations - loss) + FLOAT * loss, "recompute": E * recompute,
+             "working": peak + half_chunk(precision, chunk),
              "inputs": TOKEN * (z.N + (z.B if z.C else z.N)) + tables, "zo": zo_part}
     zo = {k: v for k, v in found.items() if k.startswith("zo-")}
     first_block = (z.N * z.D + recompute if checkpointing else sum(kept[0])) if kept else 0
     at = peak_moments(m, z, first, passes, activations, head, first_block, zo, chunk, optimizer)
+    # in bytes: E a value, but for the values of the loss's, FP32 in every precision (the kept
+    # ones of each pass alive, and the loss's transients), and the perturbation's z chunk
+    fp32 = {"loss-backward": loss + 2 * z.out, "zo-update": loss, "zo-pass": loss * (passes - 1) // passes
+            + 2 * z.out * (max(zo, key=zo.get, default="") == "zo-loss")}
+    if precision in vocab.HALF and trained:
+        # Adam's update reads FP32 moments: its three temporaries are FP32, and so is the copy of
+        # the gradient it reads (torch engine's bp_update)
+        largest = max(t.size for t in trained)
+        fp32["adam-update"] = 3 * largest + FLOAT // (FLOAT - E) * largest
+    at = {n: E * v + (FLOAT - E) * fp32.get(n, 0) + (half_chunk(precision, chunk) - E * chunk) * (n == "zo-update")
+          for n, v in at.items()}
     name = max(at, key=at.get)
     resident = parts["parameters"] + parts["optimizer"] + parts["inputs"] + parts["zo"]     # zo: an upper bound
-    return Breakdown(method, bp_layers, precision, batch, optimizer, parts, T, checkpointing,
-                     resident + FLOAT * at[name], name)
+    return Breakdown(method, bp_layers, precision, batch, optimizer, parts, T, checkpointing, resident + at[name],
+                     name)
+
+
+def half_chunk(precision: str, chunk: int) -> int:
+    """The bytes of the z chunk a perturbation adds at a time: FP32 z, and in half precision also
+    its rounded copy and that copy in FP32 (zrng_torch.as_added)."""
+    return FLOAT * chunk + (vocab.VALUE_BYTES[precision] + FLOAT) * chunk * (precision in vocab.HALF)
 
 
 def asked(model_name: str, batch: int, precision: str, method: str | None, bp_layers: int | None,

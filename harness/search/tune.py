@@ -115,7 +115,7 @@ TRIAL_EPOCHS = {"fp32": 10, "int8": 50}
 
 
 def default_epochs(suite: Suite, precision: str) -> int:
-    return min(TRIAL_EPOCHS[precision], suite.hyper.get("epochs", Hyper.epochs))
+    return min(TRIAL_EPOCHS.get(precision, TRIAL_EPOCHS["fp32"]), suite.hyper.get("epochs", Hyper.epochs))
 
 
 def default_params(method: MethodChoice, precision: str) -> list[Param]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from workloads import vocab
 from workloads.spec import Bounds, Hyper
 
 from harness.search import fit
@@ -36,6 +37,8 @@ def add(sub) -> None:
     p.add_argument("--vary", choices=fit.VARY, default="model", help="what grows (default: the model)")
     p.add_argument("--dataset", default="fortunes", help="the text the probes train on (default fortunes)")
     p.add_argument("--runtime", choices=("torch",), default="torch")
+    p.add_argument("--precision", choices=[p for p in vocab.PRECISIONS if p != "int8"], default="fp32",
+                   help="the transformer's type: fp32, bf16 or fp16 (default fp32)")
     p.add_argument("--timeout", type=options.number(float, suites.TIMEOUT_S), default=900.0, metavar="S",
                    help="seconds a probe may take (default 900)")
     p.set_defaults(main=main)
@@ -45,7 +48,7 @@ def main(args) -> int:
     (target,) = inventory.resolve([args.target], args.inventory)
     method, candidates, budget = fit.asked(target, args.budget, args.vary, args.model, args.model_family,
                                            args.method, args.optimizer, args.checkpointing, args.batch,
-                                           args.context or 0, options.zo_parts("fit", args.zo_parts))
+                                           args.context or 0, options.zo_parts("fit", args.zo_parts), args.precision)
     store = Store(args.results)
     with running.signals_stop() as (stop, caught):
         try:
@@ -57,7 +60,7 @@ def main(args) -> int:
             return 128 + caught[0]
     pushed = not (url := pgstore.url_from(args.store)) or running.push(url, store, [run_id], None, options.say)
     human = fit.memory_model.human
-    print(f"{'probe':40} {'params':>10} {'predicted':>11} {'peak RSS':>11}  status")
+    print(f"{'probe':40} {'params':>10} {'predicted':>11} {'peak':>11}  status")
     for p in probes:
         peak = human(p.peak_rss_bytes) if p.peak_rss_bytes else "-"
         print(f"{p.config.label:40} {p.config.model.params_total / 1e6:9.2f}M {human(p.predicted_bytes):>11} "
