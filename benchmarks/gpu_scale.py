@@ -52,7 +52,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from harness.search import fit  # noqa: E402
-from harness.search.memory_model import breakdown  # noqa: E402
+from harness.search.memory_model import breakdown, human  # noqa: E402
 from workloads import datasets, envinfo, gpuinfo, methods, zrng  # noqa: E402
 from workloads.clock import NullClock  # noqa: E402
 from workloads.loop import stepper, warm_up  # noqa: E402
@@ -63,6 +63,7 @@ from workloads.torch_runner import HALF, cap_device_memory, make_engine  # noqa:
 
 GIB = 2 ** 30
 DOC = ROOT / "docs" / "transformers.md"
+FIGURE = ROOT / "docs" / "transformers" / "fig3.png"
 BEGIN, END = "<!-- gpu_scale: begin -->", "<!-- gpu_scale: end -->"
 # (label, method, bp_layers, optimizer, checkpointing)
 METHODS = (("full-bp", "full-bp", 0, "sgd", False), ("full-bp adam", "full-bp", 0, "adam", False),
@@ -432,7 +433,7 @@ def tables(data: dict) -> str:
     """The docs' tables, from the JSON alone."""
     parts, out = data["parts"], []
     gpu = data.get("gpu") or {}
-    where = "a dry run on the CPU (tiny shapes; the numbers check the plan, not the GPU)" if data["dry_run"] else \
+    where = "this CPU, a dry run (tiny shapes: the numbers check the plan, not a GPU)" if data["dry_run"] else \
         f"{gpu.get('name')}, driver {gpu.get('driver')}, CUDA {gpu.get('cuda')}, torch {data['torch']}"
     out.append(f"Measured by `{data['command']}` on {where}.\n")
     if data.get("context_bytes") is not None:
@@ -456,12 +457,12 @@ def tables(data: dict) -> str:
                        "(target 5%).\n")
     if parts.get("fit"):
         out.append("**Largest model within a budget** (B and T as the plan's, bf16)\n\n"
-                   "| budget GiB | method | largest | parameters | MeZO / this |\n|---:|---|---|---:|---:|")
+                   "| budget | method | largest | parameters | MeZO / this |\n|---:|---|---|---:|---:|")
         by = {(r["budget_bytes"], r["method"]): r for r in parts["fit"]}
         for r in parts["fit"]:
             zo = by.get((r["budget_bytes"], "full-zo"), {}).get("params", 0)
             ratio = f"{zo / r['params']:.1f}x" if r["params"] else "-"
-            out.append(f"| {r['budget_bytes'] / GIB:g} | {r['method']} | {r['largest'] or 'nothing'} | "
+            out.append(f"| {human(r['budget_bytes'])} | {r['method']} | {r['largest'] or 'nothing'} | "
                        f"{r['params'] / 1e6:,.0f}M | {ratio} |")
         out.append("\nKatti et al.'s Fig. 4: at about 17 GB, BP fine-tunes GPT-2 medium and MeZO Llama-2-7B (19x).\n")
     if parts.get("lenet"):
@@ -479,12 +480,20 @@ def tables(data: dict) -> str:
             out.append(f"| {r['model']} | {r['batch']} | {r['context']} | {r['ours_ms']:.2f} | {r['hf_ms']:.2f} | "
                        f"{r['speedup']:.2f}x | {r['ours_peak_bytes'] / GIB:.3f} | {r['hf_peak_bytes'] / GIB:.3f} |")
         out.append("")
+    if data["dry_run"] and (parts.get("lenet") or parts.get("hf")):
+        out.append("(A dry run's times are no speeds: the transformer loops run under the CPU's tensor tracker, "
+                   "and a CPU has no graph.)\n")
     if data["left_out"]:
         out.append(f"Left out when the run's time ran out: {', '.join(data['left_out'])}.\n")
     return "\n".join(out) + "\n"
 
 
-def write_doc(text: str) -> None:
+def write_doc(text: str, out: Path) -> None:
+    """The tables between the doc's markers, and Fig. 3 beside it (docs/transformers/fig3.png)."""
+    if (out / "fig3.png").is_file():
+        FIGURE.parent.mkdir(exist_ok=True)
+        FIGURE.write_bytes((out / "fig3.png").read_bytes())
+        text += f"\n![Katti et al.'s Fig. 3 from this run's JSON]({FIGURE.relative_to(DOC.parent)})\n"
     doc = DOC.read_text()
     head, _, rest = doc.partition(BEGIN)
     _, _, tail = rest.partition(END)
@@ -524,7 +533,7 @@ def main(argv=None) -> int:
             print(f"gpu_scale: {args.budget:g} s spent; left out {', '.join(run.data['left_out'])}")
             break
     if args.doc:
-        write_doc(tables(run.data))
+        write_doc(tables(run.data), args.out)
     print(f"gpu_scale: {args.out / 'gpu_scale.json'}")
     return 0
 

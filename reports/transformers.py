@@ -213,5 +213,6 @@ def scale_figure(data: dict) -> Figure | None:
     for ax in list(axes.flat)[len(panels):]:
         ax.set_visible(False)
     where = "CPU dry run" if data.get("dry_run") else (data.get("gpu") or {}).get("name") or data.get("device")
+    fig.subplots_adjust(wspace=0.5)
     fig.suptitle(f"Memory against context (Katti et al. Fig. 3), {where}: the memory model's peak (lines), measured (points)")
     return fig
