@@ -239,6 +239,27 @@ def test_a_trial_that_did_not_converge_ranks_after_every_one_that_did():
     assert best["values"]["lr_zo"] == pytest.approx(1e-3) and best["flags"] == []
 
 
+def test_a_trial_can_be_scored_by_the_mean_of_its_last_epochs():
+    """A rate whose accuracy swings to a lucky last epoch wins on the last epoch alone and loses
+    on the mean of the last three, which a steadier rate leads."""
+    curves = {1e-4: [0.70, 0.71, 0.72, 0.72], 1e-3: [0.60, 0.65, 0.62, 0.74]}
+    chosen = {}
+    for n in (1, 3):
+        opts = tune.Options(suites.MethodChoice("full-zo"), params=[tune.Param("lr_zo", 1e-4, 1e-3)], trials=2,
+                            epochs=4, sampler="grid", grid_points=2, pruner="none", score_epochs=n)
+
+        def train(entry, report):
+            for epoch, acc in enumerate(curves[round(entry["values"]["lr_zo"], 6)], 1):
+                report(epoch, acc, 1.0)
+            return "ok", [], None
+
+        best = tune.best_of(tune.search(opts, train))
+        chosen[n] = best["values"]["lr_zo"], best["score"]
+    assert chosen[1] == (pytest.approx(1e-3), pytest.approx(0.74))
+    assert chosen[3] == (pytest.approx(1e-4), pytest.approx((0.71 + 0.72 + 0.72) / 3))
+    assert tune.objective(opts) == "the mean validation accuracy of the last 3 epochs"
+
+
 def test_a_stop_ends_the_search_and_a_failed_trial_is_no_score():
     opts = tune.Options(suites.MethodChoice("full-zo"), params=[tune.Param("lr_zo", 1e-5, 1e-1)], trials=5,
                         epochs=2, pruner="none")

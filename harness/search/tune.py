@@ -146,6 +146,9 @@ class Options:
     overrides: dict = dataclasses.field(default_factory=dict)
     timeout_s: float | None = None
     optimizer: str = ""         # one of the suite's [optimizers]; "" = none (a suite without them)
+    # a trial's score: the mean of its last N epochs' validation accuracy (1: the last one's). A
+    # ZO run's accuracy swings by points from epoch to epoch, so one epoch's is a noisy score
+    score_epochs: int = 1
 
 
 @dataclass
@@ -243,7 +246,8 @@ def toml_lines(run_id: str, record: dict) -> list[str]:
     to paste."""
     best = record["best"]
     precision = vocab.precision_key(record["precision"], record["zo_loss"], MethodChoice.parse(record["method"]).method)
-    lines = [f"# zobench tune run {run_id}: validation accuracy {best['score']:.4f} after "
+    over = f" (the mean of its last {record['score_epochs']})" if record.get("score_epochs", 1) > 1 else ""
+    lines = [f"# zobench tune run {run_id}: validation accuracy {best['score']:.4f}{over} after "
              f"{record['epochs']} epochs on {record['validation']} held-out samples of {record['dataset']}, "
              f"{len(record['trials'])} trials ({sum(t['state'] == 'pruned' for t in record['trials'])} pruned)",
              f"[hyper.{scope_name(record['method'])}.{precision}]"]
@@ -286,13 +290,25 @@ def search(opts: Options, train, stop: Stop | None = None, on_trial=lambda entry
         if entry["state"] == "pruned":
             study.tell(trial, state=optuna.trial.TrialState.PRUNED)
         elif status == "ok" and entry["validation_accuracy"] and entry["validation_accuracy"][-1] is not None:
-            entry.update(state="complete", score=entry["validation_accuracy"][-1], flags=flags)
+            entry.update(state="complete", score=score(entry["validation_accuracy"], opts.score_epochs), flags=flags)
             study.tell(trial, rank(entry))
         else:
             entry.update(state="interrupted" if stop is not None and stop.is_set() else "failed", error=error)
             study.tell(trial, state=optuna.trial.TrialState.FAIL)
         on_trial(entry)
     return records
+
+
+def score(accuracies: list, epochs: int) -> float:
+    """The mean of the last `epochs` epochs' validation accuracy (an epoch whose loss diverged,
+    None, counts 0), or of every epoch a shorter trial had."""
+    last = accuracies[-epochs:]
+    return sum(a or 0.0 for a in last) / len(last)
+
+
+def objective(opts: Options) -> str:
+    return "the last epoch's validation accuracy" if opts.score_epochs == 1 else \
+        f"the mean validation accuracy of the last {opts.score_epochs} epochs"
 
 
 def rank(entry: dict) -> float:
@@ -322,7 +338,7 @@ def run(store: Store, suite: Suite, target: Target, opts: Options, stop: Stop | 
               "runtime": opts.runtime, "target": target.name, "dataset": datasets.data_name(dataset, rotate),
               "validation": opts.validation, "epochs": opts.epochs, "params": [dataclasses.asdict(p) for p in opts.params],
               "sampler": opts.sampler, "pruner": opts.pruner, "seed": opts.seed,
-              "objective": "the last epoch's validation accuracy", "trials": []}
+              "objective": objective(opts), "score_epochs": opts.score_epochs, "trials": []}
     jobs, _ = plan.make(base, [target], timeout_s=opts.timeout_s)    # the plan checked before anything runs
     prepared = prepare(jobs, {target.name: target})
     run_id = store.new_run(runs.record(suite=suite.name, suite_path=str(suite.path), tune=record, jobs=[]))

@@ -43,6 +43,9 @@ def add(sub) -> None:
                                                    "over which the trials search")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a hyperparameter")
     p.add_argument("--timeout", type=options.number(float, suites.TIMEOUT_S), metavar="S", help="seconds a trial may take")
+    p.add_argument("--score-epochs", type=options.number(int, Bounds(1, Hyper.BOUNDS["epochs"].hi)), default=1,
+                   metavar="N", help="score a trial by its last N epochs' mean validation accuracy (default 1: "
+                                     "the last epoch's)")
     p.set_defaults(main=main)
 
 
@@ -60,7 +63,8 @@ def main(args) -> int:
     opts = tune.Options(choice, args.precision, args.zo_loss if args.precision == "int8" else "float", args.runtime,
                         args.dataset, params, args.trials, args.epochs or tune.default_epochs(suite, args.precision),
                         args.validation or 0, args.sampler,
-                        args.grid_points, args.pruner, args.seed, overrides, args.timeout, args.optimizer)
+                        args.grid_points, args.pruner, args.seed, overrides, args.timeout, args.optimizer,
+                        args.score_epochs)
     with running.signals_stop() as (stop, caught):     # the trial in progress is stopped, and no other starts
         outcome = tune.run(Store(args.results), suite, target, opts, stop,
                            show=options.say)
