@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from harness.planning import inventory, plan, suites
-from workloads import methods, vocab, zrng
+from workloads import loop, methods, vocab, zrng
 from harness.errors import UserError
 from workloads.spec import Hyper, JobSpec, SpecError
 
@@ -488,6 +488,19 @@ def test_the_optimizer_suites_plan_every_optimizer_where_it_runs(name):
                    and j.spec["bp_layers"] == m.bp_layers}
             left = {o for o in suite.optimizers if any(n.startswith(f"{m} {o} fp32 on {runtime}:") for n in notes)}
             assert ran | left == set(suite.optimizers) and not ran & left
+
+
+@pytest.mark.parametrize("name,decayed", [("zo-bench", 1.0), ("zo-bench-lenet5", 0.8), ("zo-bench-pointnet", 0.8)])
+def test_zo_bench_runs_a_constant_rate_and_the_paper_suites_its_decay(name, decayed):
+    """ZO-Bench's protocol keeps every job's rates at every epoch; the LeNet-5 and PointNet suites
+    follow the ElasticZO paper's: 0.8x every 10 epochs."""
+    suite = suites.load(name)
+    jobs, _ = plan.make(suite, inventory.resolve(["local"], None))
+    for job in (j for j in jobs if not j.job_id.startswith("pretrain.")):
+        h = JobSpec.from_dict(job.spec).hyper
+        for epoch in range(h.epochs):
+            want = decayed ** (epoch // 10)
+            assert loop.rates(h, epoch) == pytest.approx((h.lr_zo * want, h.lr_bp * want), rel=1e-12), (job.job_id, epoch)
 
 
 class DeviceScalarQuadratic(Quadratic):

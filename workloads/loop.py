@@ -71,6 +71,13 @@ def evaluate(engine, split, batch_size: int) -> tuple[float, float]:
     return loss_sum / len(split), correct / len(split)
 
 
+def rates(h, epoch: int) -> tuple[float, float]:
+    """(lr_zo, lr_bp) of an epoch: the initial rates decayed by lr_decay every lr_decay_every
+    epochs (the ElasticZO paper's schedule; lr_decay = 1 keeps them constant, as ZO-Bench does)."""
+    decay = h.lr_decay ** (epoch // h.lr_decay_every)
+    return h.lr_zo * decay, h.lr_bp * decay
+
+
 def stepper(engine):
     """How engine takes a step: a GPU engine replays its CUDA graph, the others run methods.step."""
     return getattr(engine, "run_step", methods.step)
@@ -118,8 +125,7 @@ def train(engine, spec, train_split, test_split, clock, state: TrainState, meter
     emit("start", job_id=spec.job_id, epochs=h.epochs, steps_total=h.epochs * steps_per_epoch)
     last_emit = time.perf_counter()
     for epoch in range(h.epochs):
-        decay = h.lr_decay ** (epoch // h.lr_decay_every)
-        lr_zo, lr_bp = h.lr_zo * decay, h.lr_bp * decay
+        lr_zo, lr_bp = rates(h, epoch)
         order = zrng.permutation(spec.seed, epoch, n)
         snap = clock.snapshot()
         loss_sum = 0.0
