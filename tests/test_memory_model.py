@@ -431,7 +431,8 @@ def _parts_engine(model, method, k, parts, batch=4):
 
 PARTS_MODELS = [LENET5, POINTNET.with_points(32), TINY, MID]
 ZO_PARTS = [("full-zo", 0, {"zo_update": "momentum"}), ("full-zo", 0, {"zo_update": "adam", "zo_queries": 2}),
-            ("elastic-zo", 1, {"zo_sparsity": "magnitude"}), ("elastic-zo", 1, {"zo_update": "adam", "zo_sparsity": "layers"})]
+            ("elastic-zo", 1, {"zo_sparsity": "magnitude"}), ("elastic-zo", 1, {"zo_update": "adam", "zo_sparsity": "layers"}),
+            ("full-zo", 0, {"zo_sparsity": "random", "zo_mask_draw": "exact"})]
 
 
 @pytest.mark.parametrize("model", PARTS_MODELS, ids=lambda m: m.name)

@@ -1,6 +1,8 @@
 """The ZO part's estimators and update rules (docs/zo-optimizers.md), checked numerically: each
 against a direct implementation of its formula on LeNet-5 in float64, the estimators' statistics
 on a model whose gradient is known, and what the plan and each runtime run."""
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -8,6 +10,7 @@ import torch
 from harness.planning import inventory, plan, suites
 from workloads import loop, methods, vocab, zrng
 from harness.errors import UserError
+from workloads.models import MODELS
 from workloads.spec import Hyper, JobSpec, SpecError
 
 from test_methods import batch, clock, make, reference_grad, reference_loss  # noqa: F401 (batch: a fixture)
@@ -172,7 +175,10 @@ CPP_CASES = [("full-zo", 0, {"zo_estimator": "one-sided", "zo_queries": 3}),
              ("elastic-zo", 2, {"zo_update": "adam", "zo_sparsity": "magnitude", "zo_mask_every": 1000}),
              ("full-zo", 0, {"zo_update": "conservative", "zo_sparsity": "layers", "zo_layers": 2}),
              ("elastic-zo", 1, {"zo_update": "sign", "zo_sparsity": "layers", "zo_layers": 1}),
-             ("elastic-zo", 1, {"zo_update": "conservative", "zo_estimator": "one-sided"})]
+             ("elastic-zo", 1, {"zo_update": "conservative", "zo_estimator": "one-sided"}),
+             ("full-zo", 0, {"zo_sparsity": "random", "zo_mask_every": 7}),
+             ("elastic-zo", 1, {"zo_update": "momentum", "zo_sparsity": "random", "zo_mask_draw": "exact",
+                                "zo_mask_fraction": 0.5, "zo_mask_every": 5})]
 
 
 @pytest.mark.parametrize("method,k,parts", CPP_CASES, ids=lambda v: v if isinstance(v, str) else None)
@@ -295,6 +301,26 @@ def test_lezo_perturbs_and_updates_exactly_the_units_it_draws(batch):  # noqa: F
         np.testing.assert_allclose(eng.weights()[:n], theta[:n] - 1e-2 * r["grad"] * z[:n], rtol=0, atol=1e-12)
         chosen.append(tuple(pick))
     assert len(set(chosen)) >= 3
+
+
+@pytest.mark.parametrize("draw,fraction", [("zo-bench", 0.25), ("zo-bench", 0.6), ("exact", 0.25), ("exact", 0.6)])
+def test_the_random_mask_zeroes_zo_benchs_share_or_the_exact_one_and_is_redrawn(draw, fraction):
+    """ZO-Bench zeroes where a standard normal falls below its sparsity s = 1 - fraction: Φ(s) of
+    the parameters, not s; the exact draw zeroes s. Over gpt2-4m's 4.3M ZO parameters each share
+    is within 5 standard errors; the mask holds for zo_mask_every steps and is then redrawn."""
+    m = MODELS["gpt2-4m"]
+    h = Hyper(zo_sparsity="random", zo_mask_fraction=fraction, zo_mask_draw=draw, zo_mask_every=3)
+    sp = methods.Sparsity(m, "full-zo", 0, h)
+    mask = sp.random_mask(0, 0)
+    s = 1 - fraction
+    want = s if draw == "exact" else 0.5 * (1 + math.erf(s / math.sqrt(2)))
+    assert methods.zeroed_share(h) == pytest.approx(want, abs=1e-15)
+    n = len(mask)
+    assert n == m.params_total and abs((1 - mask.mean()) - want) < 5 * math.sqrt(want * (1 - want) / n)
+    if draw == "zo-bench":
+        assert abs((1 - mask.mean()) - s) > 0.01        # ZO-Bench's quirk: not the share it was asked
+    assert np.array_equal(sp.random_mask(0, 2), mask) and not np.array_equal(sp.random_mask(0, 3), mask)
+    assert not np.array_equal(sp.random_mask(1, 0), mask)
 
 
 def test_the_magnitude_mask_touches_each_tensors_smallest_weights_and_is_recomputed(batch):  # noqa: F811

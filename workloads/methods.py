@@ -283,6 +283,15 @@ class Sparsity:
                 out.append((lo, hi))
         return out
 
+    def random_mask(self, seed: int, t: int) -> np.ndarray:
+        """ZO-Bench's random mask of step t (drawn anew every zo_mask_every steps): 1 where a ZO
+        parameter is perturbed. A parameter is zeroed where its 53-bit draw on STREAM_ZO_MASK,
+        as a fraction of 2^53, falls below zeroed_share: compared as doubles (the draw is exact
+        in one), the C++ binary's comparison too."""
+        u = (zrng.bits(zrng.stream_key(seed, zrng.STREAM_ZO_MASK, t // self.h.zo_mask_every), 0, self.n_zo)
+             >> np.uint64(11)).astype(np.float64)
+        return (u >= zeroed_share(self.h) * 2.0 ** 53).astype(np.uint8)
+
     def mask(self, weights: np.ndarray) -> np.ndarray:
         """1 where a ZO weight is perturbed, else 0: a byte each, as every runtime holds it."""
         mask = np.zeros(self.n_zo, dtype=np.uint8)
@@ -290,6 +299,15 @@ class Sparsity:
             k = math.ceil(self.h.zo_mask_fraction * (hi - lo))
             mask[lo + np.argsort(np.abs(weights[lo:hi]), kind="stable")[:k]] = 1
         return mask
+
+
+def zeroed_share(h) -> float:
+    """The share of ZO parameters a random mask zeroes: 1 − zo_mask_fraction exactly, or as
+    ZO-Bench draws it, a standard normal below its sparsity s = 1 − fraction (its
+    fast_random_mask_like: `normal_() < s`), which zeroes Φ(s) of them rather than s (0.75 for
+    s = 0.75 becomes 0.77; s = 0.25, 0.60). Φ by libm's erfc, which CPython and the binary share."""
+    s = 1.0 - h.zo_mask_fraction
+    return s if h.zo_mask_draw == "exact" else 0.5 * math.erfc(-s / math.sqrt(2.0))
 
 
 def zo_state(engine, spec, model, zeros, count) -> None:
@@ -313,7 +331,8 @@ def sparsify(engine, spec, t: int) -> None:
     if spec.hyper.zo_sparsity == "layers":
         engine.set_sparsity(ranges=s.ranges(spec.seed, t))
     elif t % spec.hyper.zo_mask_every == 0 or engine.mask is None:
-        engine.set_sparsity(mask=s.mask(engine.weights()[:engine.n_zo]))
+        engine.set_sparsity(mask=s.random_mask(spec.seed, t) if spec.hyper.zo_sparsity == "random"
+                            else s.mask(engine.weights()[:engine.n_zo]))
 
 
 def adam_update(p, g, m, v, lr, t, hyper, sqrt) -> None:

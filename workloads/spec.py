@@ -36,7 +36,7 @@ HALF_ZO_PARTS = "half precision trains the ZO part by MeZO's step alone (docs/tr
 ADAM_INT8 = "adam trains FP32 only; INT8 trains its BP part with NITI's integer update (docs/int8.md)"
 # The hyperparameters that make the ZO part (docs/zo-optimizers.md): each is MeZO's at its default.
 ZO_PART_FIELDS = ("zo_estimator", "zo_queries", "zo_update", "zo_momentum", "zo_sparsity", "zo_layers",
-                  "zo_mask_fraction", "zo_mask_every")
+                  "zo_mask_fraction", "zo_mask_every", "zo_mask_draw")
 INT8_ZO_PARTS = ("INT8 trains its ZO part by Alg. 2, the sign of the two-point loss difference (docs/int8.md): "
                  "the other estimators and update rules are FP32's")
 
@@ -94,11 +94,13 @@ class Hyper:
     zo_momentum: float = 0.9      # zo_update momentum: m = zo_momentum m + d (adam takes adam_beta1, _beta2, _eps)
     # which ZO parameters a step perturbs and updates (vocab.ZO_SPARSITIES): all; zo_layers of the
     # ZO part's units drawn each step (LeZO); or each ZO tensor's zo_mask_fraction of smallest
-    # |weights|, the mask recomputed every zo_mask_every steps (Sparse MeZO)
+    # |weights|, the mask recomputed every zo_mask_every steps (Sparse MeZO); or a random mask of
+    # that fraction, redrawn every zo_mask_every steps (ZO-Bench's), drawn zo_mask_draw's way
     zo_sparsity: str = "all"
     zo_layers: int = 1
     zo_mask_fraction: float = 0.25
     zo_mask_every: int = 50
+    zo_mask_draw: str = "zo-bench"
     train_samples: int = 0        # first N training samples (0 = all)
     test_samples: int = 0         # first N test samples (0 = all)
     zo_scale: int = 8             # int8: the perturbation z is uniform on [-zo_scale, zo_scale]
@@ -127,7 +129,8 @@ class Hyper:
     PATTERNS: typing.ClassVar[dict] = {
         "fault": (r"((hang|crash|oom)(@[a-z0-9-]+)?)?", "a fault like \"hang\" or \"crash@full-zo\"")}
     CHOICES: typing.ClassVar[dict] = {"optimizer": ("sgd", "adam"), "zo_estimator": vocab.ZO_ESTIMATORS,
-                                      "zo_update": vocab.ZO_UPDATES, "zo_sparsity": vocab.ZO_SPARSITIES}
+                                      "zo_update": vocab.ZO_UPDATES, "zo_sparsity": vocab.ZO_SPARSITIES,
+                                      "zo_mask_draw": vocab.ZO_MASK_DRAWS}
     # Every runtime takes every value in these bounds. epochs: epochs x steps fit the binary's int;
     # zo_scale: the int8 perturbation z in [-zo_scale, zo_scale] fits an int8. The data set's size
     # bounds train_samples, test_samples and batch_size too: the plan checks those (plan.check_data).
@@ -155,7 +158,9 @@ class Hyper:
                  f"q={self.zo_queries}" if self.zo_queries != 1 else "",
                  {"sgd": "", "momentum": f"momentum={self.zo_momentum:g}"}.get(self.zo_update, self.zo_update),
                  {"all": "", "layers": f"layers={self.zo_layers}",
-                  "magnitude": f"mask={self.zo_mask_fraction:g}/{self.zo_mask_every}"}[self.zo_sparsity]]
+                  "magnitude": f"mask={self.zo_mask_fraction:g}/{self.zo_mask_every}",
+                  "random": f"random={self.zo_mask_fraction:g}/{self.zo_mask_every}"
+                            + (" exact" if self.zo_mask_draw == "exact" else "")}[self.zo_sparsity]]
         return " ".join(filter(None, words))
 
 

@@ -19,10 +19,15 @@ ZO_LOSSES = ("float", "integer")
 # Jacobian-vector product (torch only). Its update rule: SGD, θ -= lr g z; sign (ZO-SGD-Sign),
 # θ -= lr sign(g) z; momentum (ZO-SGD-MMT); conservative (ZO-SGD-Cons: the best of θ and θ ∓ lr g z
 # on the batch); adam (ZO-Adam, moments of g z). Its sparsity: every ZO parameter; a few of the ZO
-# part's layers a step (LeZO); or the smallest weights of each tensor (Sparse MeZO's mask).
+# part's layers a step (LeZO); the smallest weights of each tensor (Sparse MeZO's mask); or a
+# random mask (ZO-Bench's), drawn as ZO-Bench draws it (the share zeroed is Φ(1 − fraction), its
+# quirk) or exactly (the fraction perturbed is zo_mask_fraction): ZO_MASK_DRAWS.
 ZO_ESTIMATORS = ("two-point", "one-sided", "forward-grad")
 ZO_UPDATES = ("sgd", "sign", "momentum", "conservative", "adam")
-ZO_SPARSITIES = ("all", "layers", "magnitude")
+ZO_SPARSITIES = ("all", "layers", "magnitude", "random")
+ZO_MASK_DRAWS = ("zo-bench", "exact")
+# the ZO sparsities that hold a mask, a byte per ZO parameter (the memory model's "zo" part)
+ZO_MASKS = ("magnitude", "random")
 # the values an update rule keeps per ZO-trained parameter (momentum's m; Adam's m and v); the
 # others keep none (the C++ binary's zo_m and zo_v, the memory model's optimizer term)
 ZO_UPDATE_STATE = {"momentum": 1, "adam": 2}

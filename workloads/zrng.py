@@ -40,6 +40,7 @@ STREAM_SPLIT = 4   # counter = 0, i = training sample index: the validation spli
 STREAM_ZO_QUERY = 5   # counter = step * MAX_QUERIES + query (the 2nd and later of a q-query step), i = flat parameter index
 MAX_QUERIES = 1024    # hyper.zo_queries' bound: the counters of two steps never meet
 STREAM_ZO_UNITS = 6   # counter = global optimizer step, i = ZO unit: LeZO's layers of the step (choose)
+STREAM_ZO_MASK = 7    # counter = step // zo_mask_every, i = flat parameter index: the random mask (methods.Sparsity)
 
 # 1 / sqrt(Var(sum of four U{0..255})) = sqrt(3 / (256^2 - 1))
 Z_SCALE = np.float32(np.sqrt(3.0 / (256.0 ** 2 - 1.0)))

@@ -107,7 +107,7 @@ struct Net {
             if (u == "momentum" || u == "adam") buffers.need(zo_m, "zo_m", OPTIMIZER, n_zo);
             if ((u == "momentum" || u == "adam") && apart) buffers.need(zo_d, "zo_d", ZO, n_zo);
             if (u == "adam") buffers.need(zo_v, "zo_v", OPTIMIZER, n_zo);
-            if (s.h.zo_sparsity == "magnitude") buffers.need(zo_mask, "zo_mask", ZO, n_zo);
+            if (s.h.zo_sparsity == "magnitude" || s.h.zo_sparsity == "random") buffers.need(zo_mask, "zo_mask", ZO, n_zo);
         }
         ranges = {{0, n_zo}};
         const bool two = s.method == "elastic-zo";  // two perturbed passes feed BP
@@ -292,6 +292,15 @@ struct Net {
                 if (!ranges.empty() && ranges.back().second == lo) ranges.back().second = hi;
                 else ranges.push_back({lo, hi});
             }
+        } else if (h.zo_sparsity == "random" && (t % h.zo_mask_every == 0 || !mask_set)) {
+            // ZO-Bench's random mask (methods.py Sparsity.random_mask): zeroed where the 53-bit
+            // draw, as a fraction of 2^53, falls below the zeroed share (both doubles, as numpy's)
+            const double sparsity = 1.0 - h.zo_mask_fraction;
+            const double zeroed = h.zo_mask_draw == "exact" ? sparsity : 0.5 * std::erfc(-sparsity / std::sqrt(2.0));
+            const uint64_t key = zrng::stream_key(s.seed, zrng::STREAM_ZO_MASK, uint64_t(t / h.zo_mask_every));
+            for (size_t i = 0; i < zo_mask.size(); ++i)
+                zo_mask[i] = double(zrng::bits(key, i) >> 11) >= zeroed * 9007199254740992.0;
+            mask_set = true;
         } else if (h.zo_sparsity == "magnitude" && (t % h.zo_mask_every == 0 || !mask_set)) {
             std::fill(zo_mask.begin(), zo_mask.end(), uint8_t(0));
             std::vector<size_t> idx;

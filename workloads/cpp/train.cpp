@@ -65,8 +65,10 @@ static void check_zo_parts(const Spec& s) {
         throw SpecError("hyper.zo_estimator: expected one of 'two-point', 'one-sided', 'forward-grad', got " + h.zo_estimator);
     if (!one_of(h.zo_update, {"sgd", "sign", "momentum", "conservative", "adam"}))
         throw SpecError("hyper.zo_update: expected one of 'sgd', 'sign', 'momentum', 'conservative', 'adam', got " + h.zo_update);
-    if (!one_of(h.zo_sparsity, {"all", "layers", "magnitude"}))
-        throw SpecError("hyper.zo_sparsity: expected one of 'all', 'layers', 'magnitude', got " + h.zo_sparsity);
+    if (!one_of(h.zo_sparsity, {"all", "layers", "magnitude", "random"}))
+        throw SpecError("hyper.zo_sparsity: expected one of 'all', 'layers', 'magnitude', 'random', got " + h.zo_sparsity);
+    if (!one_of(h.zo_mask_draw, {"zo-bench", "exact"}))
+        throw SpecError("hyper.zo_mask_draw: expected one of 'zo-bench', 'exact', got " + h.zo_mask_draw);
     if (h.zo_queries < 1 || uint64_t(h.zo_queries) > zrng::MAX_QUERIES) throw SpecError("hyper.zo_queries: expected 1..1024");
     if (!(h.zo_momentum >= 0 && h.zo_momentum < 1)) throw SpecError("hyper.zo_momentum: expected 0 <= momentum < 1");
     if (!(h.zo_mask_fraction > 0 && h.zo_mask_fraction <= 1)) throw SpecError("hyper.zo_mask_fraction: expected 0 < fraction <= 1");

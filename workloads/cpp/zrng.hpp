@@ -13,7 +13,8 @@ namespace zrng {
 constexpr const char* VERSION = "zobench-z v2";   // the result's env.zrng (workloads/zrng.py VERSION)
 
 constexpr uint64_t GOLDEN = 0x9E3779B97F4A7C15ull;
-constexpr uint64_t STREAM_ZO = 1, STREAM_INIT = 2, STREAM_DATA = 3, STREAM_ZO_QUERY = 5, STREAM_ZO_UNITS = 6;
+constexpr uint64_t STREAM_ZO = 1, STREAM_INIT = 2, STREAM_DATA = 3, STREAM_ZO_QUERY = 5, STREAM_ZO_UNITS = 6,
+                   STREAM_ZO_MASK = 7;
 constexpr uint64_t MAX_QUERIES = 1024;   // a q-query step's counters: step * MAX_QUERIES + query
 constexpr uint32_t WEYL = 0x9E3779B9u, LB1 = 0x7FEB352Du, LB2 = 0x846CA68Bu;
 constexpr int32_t Z_OFFSET = 2 * 255;
