@@ -4,7 +4,8 @@ without it, for LeNet-5 at batch 32, on this machine's own build of the C++ bina
 or the torch runner on a device (--runtime torch --device cuda: a GPU's dense steps are CUDA
 graphs, its sparse and Forward-Grad steps eager). The optimizers take turns, --repeats times
 after a dropped warm-up round; medians. Issue 30's goal: SGD's, momentum's and sign's ZO share
-at most 8% on the binary here; Adam's and the sparse ones' are reported as they are.
+at most 8% on the binary here; Adam's and the sparse ones' are reported as they are. Issue 46's:
+Gaussian z (a table lookup) must not double MeZO's ZO share.
 Prints; asserts nothing.
 """
 from __future__ import annotations
@@ -33,6 +34,8 @@ OPTIMIZERS = {
     "one-sided": {"zo_estimator": "one-sided"}, "q=4": {"zo_queries": 4},
     "lezo (2 units)": {"zo_sparsity": "layers", "zo_layers": 2},
     "sparse mezo (mask)": {"zo_sparsity": "magnitude"},
+    "random mask (zo-bench)": {"zo_sparsity": "random"},
+    "mezo gaussian z": {"zo_distribution": "gaussian"},
 }
 # torch alone has forward-mode AD
 TORCH_ONLY = {"forward-grad": {"zo_estimator": "forward-grad"}}
@@ -43,6 +46,8 @@ def main() -> None:
     ap.add_argument("--method", default="full-zo", help="full-zo, or elastic-zo:K (its C++ runs one query a step)")
     ap.add_argument("--runtime", choices=("cpp", "torch"), default="cpp")
     ap.add_argument("--device", default="cpu", help="the torch runner's device (cpu, cuda)")
+    ap.add_argument("--only", nargs="+", choices=list(OPTIMIZERS) + list(TORCH_ONLY), metavar="NAME",
+                    help="these optimizers alone (side by side, as the whole set)")
     ap.add_argument("--wait-policy", choices=vocab.OMP_WAIT_POLICIES, default=vocab.OMP_WAIT_POLICY,
                     help="as a target's omp_wait_policy sets it (default auto, the harness's)")
     args = ap.parse_args()
@@ -50,6 +55,7 @@ def main() -> None:
     data_dir = str(raw_idx("fashion-mnist", "").dir)
     command = native_binary() if args.runtime == "cpp" else TORCH_RUNNER
     optimizers = OPTIMIZERS if args.runtime == "cpp" else {**OPTIMIZERS, **TORCH_ONLY}
+    optimizers = {k: v for k, v in optimizers.items() if not args.only or k in args.only}
 
     def spec(parts: dict) -> dict:
         s = bench_spec(method.method, method.bp_layers, args.batch, args.steps, data_dir, threads=args.threads,

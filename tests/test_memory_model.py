@@ -432,18 +432,20 @@ def _parts_engine(model, method, k, parts, batch=4):
 PARTS_MODELS = [LENET5, POINTNET.with_points(32), TINY, MID]
 ZO_PARTS = [("full-zo", 0, {"zo_update": "momentum"}), ("full-zo", 0, {"zo_update": "adam", "zo_queries": 2}),
             ("elastic-zo", 1, {"zo_sparsity": "magnitude"}), ("elastic-zo", 1, {"zo_update": "adam", "zo_sparsity": "layers"}),
-            ("full-zo", 0, {"zo_sparsity": "random", "zo_mask_draw": "exact"})]
+            ("full-zo", 0, {"zo_sparsity": "random", "zo_mask_draw": "exact"}),
+            ("elastic-zo", 1, {"zo_distribution": "gaussian", "zo_update": "momentum"})]
 
 
 @pytest.mark.parametrize("model", PARTS_MODELS, ids=lambda m: m.name)
 @pytest.mark.parametrize("method,k,parts", ZO_PARTS, ids=_ids)
 def test_what_the_torch_engine_holds_for_the_zo_parts_is_the_models_terms(model, method, k, parts):
-    """After a step, the update rule's moments (optimizer), d and the mask (zo) as the engine holds
-    them, against the model's terms; beyond the binary's buffers torch holds d for momentum and
+    """After a step, the update rule's moments (optimizer), d, the mask and Gaussian z's table (zo)
+    as the engine holds them, against the model's terms; beyond the binary's buffers torch holds d for momentum and
     Adam with one query too (the binary folds it into the restore's pass), named here."""
     spec, e, x, y = _parts_engine(model, method, k, parts)
     methods.step(e, spec, x, y, 0, 0, 1e-3, 1e-2, NullClock())
-    held = sum(t.nbytes for t in e.zo_moments) + e.d.nbytes + (e.mask.nbytes if e.mask is not None else 0)
+    held = sum(t.nbytes for t in e.zo_moments) + e.d.nbytes + (e.mask.nbytes if e.mask is not None else 0) + \
+        (e.z_table.nbytes if e.z_table is not None else 0)
     h, n = spec.hyper, e.n_zo
     r = breakdown(model, method, 4, bp_layers=k, zo=h)
     folded = 4 * n if e.zo_moments and h.zo_queries == 1 and h.zo_sparsity != "layers" else 0

@@ -47,8 +47,9 @@ def test_ort_matches_torch_step_for_step(tmp_path, method, k):
     ("full-zo", 0, {"zo_update": "momentum", "zo_sparsity": "layers", "zo_layers": 2}),
     ("elastic-zo", 1, {"zo_update": "adam", "zo_sparsity": "magnitude", "zo_mask_every": 1000}),   # the mask of step 0: docs/zo-optimizers.md
     ("full-zo", 0, {"zo_update": "conservative", "zo_queries": 2}),
-    ("full-zo", 0, {"zo_sparsity": "random", "zo_mask_every": 4})],
-    ids=["q3", "one-sided-q2-sign", "momentum-lezo", "adam-mask", "conservative-q2", "random-mask"])
+    ("full-zo", 0, {"zo_sparsity": "random", "zo_mask_every": 4}),
+    ("elastic-zo", 1, {"zo_distribution": "gaussian", "zo_update": "momentum"})],
+    ids=["q3", "one-sided-q2-sign", "momentum-lezo", "adam-mask", "conservative-q2", "random-mask", "gaussian"])
 def test_ort_matches_torch_step_for_step_with_the_zo_parts(tmp_path, method, k, parts):
     """Both runners run methods.zo_step: the estimators and update rules agree as MeZO's step does."""
     t = run_runner(spec(method, k, "torch", steps=30, hyper=parts), tmp_path / "torch")

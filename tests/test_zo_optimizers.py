@@ -177,6 +177,9 @@ CPP_CASES = [("full-zo", 0, {"zo_estimator": "one-sided", "zo_queries": 3}),
              ("elastic-zo", 1, {"zo_update": "sign", "zo_sparsity": "layers", "zo_layers": 1}),
              ("elastic-zo", 1, {"zo_update": "conservative", "zo_estimator": "one-sided"}),
              ("full-zo", 0, {"zo_sparsity": "random", "zo_mask_every": 7}),
+             ("full-zo", 0, {"zo_distribution": "gaussian"}),
+             ("elastic-zo", 2, {"zo_distribution": "gaussian", "zo_update": "adam", "zo_queries": 1,
+                                "zo_sparsity": "random", "zo_mask_every": 1000}),
              ("elastic-zo", 1, {"zo_update": "momentum", "zo_sparsity": "random", "zo_mask_draw": "exact",
                                 "zo_mask_fraction": 0.5, "zo_mask_every": 5})]
 

@@ -1,4 +1,8 @@
 """zobench-z v2: known answers (docs/zrng.md) and the statistics SPSA relies on."""
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -147,3 +151,44 @@ def test_the_triton_perturbation_draws_zobench_z_on_the_gpu():
     zrng_triton.perturb_(w, torch.tensor(zrng_torch.key32(key), dtype=torch.int32, device="cuda"),
                          torch.tensor(1.0, device="cuda"), start)
     assert np.array_equal(w.cpu().numpy().view(np.uint32), zrng.normal(key, start, n).view(np.uint32))
+
+
+def test_gaussian_z_is_the_tables_entry_at_the_top_16_bits():
+    """Known answers (docs/zrng.md, "Gaussian z"), and the table is what its generator writes."""
+    key = zrng.stream_key(0, zrng.STREAM_ZO, 0)
+    bits = zrng.bits32(key, 0, 4)
+    table = zrng.gauss_table()
+    assert np.array_equal(zrng.normal(key, 0, 4, gaussian=True), table[bits >> 16])
+    assert zrng.normal(key, 0, 2, gaussian=True).view(np.uint32).tolist() == [int(table[0xFB2C].view(np.uint32)),
+                                                                              int(table[0xE4E4].view(np.uint32))]
+    assert len(table) == 65536 and np.array_equal(table, -table[::-1])        # symmetric
+    script = Path(__file__).resolve().parent.parent / "scripts" / "gauss_table.py"
+    p = subprocess.run([sys.executable, str(script), "--check"], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stdout + p.stderr
+
+
+def test_gaussian_z_has_a_normals_moments():
+    """Over 10^6 draws: mean 0, variance 1, kurtosis 3 (Irwin-Hall's is 2.7) and skewness 0, each
+    within 3 standard errors; the table's own are 0, 1 (to float32), 2.9992 and 0 exactly."""
+    table = zrng.gauss_table().astype(np.float64)
+    assert table.mean() == 0 and abs((table ** 2).mean() - 1) < 1e-7 and abs((table ** 4).mean() - 2.99925) < 1e-4
+    n = 1_000_000
+    z = zrng.normal(zrng.stream_key(1, zrng.STREAM_ZO, 0), 0, n, gaussian=True).astype(np.float64)
+    assert abs(z.mean()) < 3 / np.sqrt(n)
+    assert abs(z.var() - 1) < 3 * np.sqrt(2 / n)
+    assert abs(((z - z.mean()) ** 3).mean() / z.var() ** 1.5) < 3 * np.sqrt(6 / n)
+    assert abs(((z - z.mean()) ** 4).mean() / z.var() ** 2 - 3) < 3 * np.sqrt(24 / n)
+    assert np.abs(z).max() > 3.4642        # past Irwin-Hall's bound: a normal's tails
+
+
+@pytest.mark.parametrize("start,count", [(0, 1), (3, zrng_torch.CHUNKS["cpu"] + 5), (2**32 - 3, 7)])
+def test_gaussian_z_from_torch_and_the_gpu_path_equals_numpys_bit_for_bit(start, count):
+    key = zrng.stream_key(9, zrng.STREAM_ZO, 4)
+    want = zrng.normal(key, start, count, gaussian=True).view(np.uint32)
+    z = np.concatenate([z.numpy() for _, z in zrng_torch.normal_chunks(key, start, count, "cpu", gaussian=True)])
+    assert np.array_equal(z.view(np.uint32), want)
+    if start + count < 2**32:       # a device key covers the first block
+        w = torch.zeros(count)
+        zrng_torch.perturb_(w, torch.tensor(zrng_torch.key32(key), dtype=torch.int32), torch.tensor(1.0), start,
+                            gaussian=True)
+        assert np.array_equal(w.numpy().view(np.uint32), want)

@@ -156,6 +156,7 @@ class OrtEngine(Engine):
                             "(the harness writes it with harness/preparation/onnx_export.py)")
         self.model = model
         self.transformer = model.kind == Transformer.kind
+        self.gaussian = spec.hyper.zo_distribution == "gaussian"
         self.flat = np.array(init, dtype=np.float32)
         self.n_zo = model.split(spec.method, spec.bp_layers)
         self.n_bp = model.params_total - self.n_zo
@@ -269,7 +270,7 @@ class OrtEngine(Engine):
         """z(key) over the step's ranges, times its mask: drawn once per key into the scratch."""
         if key != self.z_key:
             for lo, hi in self.ranges or [(0, self.n_zo)]:
-                for off, z in zrng.normal_chunks(key, lo, hi - lo):
+                for off, z in zrng.normal_chunks(key, lo, hi - lo, self.gaussian):
                     self.z[lo + off:lo + off + z.size] = z
             if self.mask is not None:
                 self.z *= self.mask

@@ -36,7 +36,7 @@ HALF_ZO_PARTS = "half precision trains the ZO part by MeZO's step alone (docs/tr
 ADAM_INT8 = "adam trains FP32 only; INT8 trains its BP part with NITI's integer update (docs/int8.md)"
 # The hyperparameters that make the ZO part (docs/zo-optimizers.md): each is MeZO's at its default.
 ZO_PART_FIELDS = ("zo_estimator", "zo_queries", "zo_update", "zo_momentum", "zo_sparsity", "zo_layers",
-                  "zo_mask_fraction", "zo_mask_every", "zo_mask_draw")
+                  "zo_mask_fraction", "zo_mask_every", "zo_mask_draw", "zo_distribution")
 INT8_ZO_PARTS = ("INT8 trains its ZO part by Alg. 2, the sign of the two-point loss difference (docs/int8.md): "
                  "the other estimators and update rules are FP32's")
 
@@ -101,6 +101,9 @@ class Hyper:
     zo_mask_fraction: float = 0.25
     zo_mask_every: int = 50
     zo_mask_draw: str = "zo-bench"
+    # z's distribution (vocab.ZO_DISTRIBUTIONS): zobench-z's Irwin-Hall, or a Gaussian table of it
+    # (MeZO's and ZO-Bench's torch.normal), both from the same 32 bits (docs/zrng.md)
+    zo_distribution: str = "irwin-hall"
     train_samples: int = 0        # first N training samples (0 = all)
     test_samples: int = 0         # first N test samples (0 = all)
     zo_scale: int = 8             # int8: the perturbation z is uniform on [-zo_scale, zo_scale]
@@ -130,7 +133,7 @@ class Hyper:
         "fault": (r"((hang|crash|oom)(@[a-z0-9-]+)?)?", "a fault like \"hang\" or \"crash@full-zo\"")}
     CHOICES: typing.ClassVar[dict] = {"optimizer": ("sgd", "adam"), "zo_estimator": vocab.ZO_ESTIMATORS,
                                       "zo_update": vocab.ZO_UPDATES, "zo_sparsity": vocab.ZO_SPARSITIES,
-                                      "zo_mask_draw": vocab.ZO_MASK_DRAWS}
+                                      "zo_mask_draw": vocab.ZO_MASK_DRAWS, "zo_distribution": vocab.ZO_DISTRIBUTIONS}
     # Every runtime takes every value in these bounds. epochs: epochs x steps fit the binary's int;
     # zo_scale: the int8 perturbation z in [-zo_scale, zo_scale] fits an int8. The data set's size
     # bounds train_samples, test_samples and batch_size too: the plan checks those (plan.check_data).
@@ -154,7 +157,8 @@ class Hyper:
         fraction and period), and only there: it changes nothing without its part."""
         if method == "full-bp":
             return ""
-        words = [self.zo_estimator if self.zo_estimator != vocab.ZO_ESTIMATORS[0] else "",
+        words = ["gaussian" if self.zo_distribution == "gaussian" else "",
+                 self.zo_estimator if self.zo_estimator != vocab.ZO_ESTIMATORS[0] else "",
                  f"q={self.zo_queries}" if self.zo_queries != 1 else "",
                  {"sgd": "", "momentum": f"momentum={self.zo_momentum:g}"}.get(self.zo_update, self.zo_update),
                  {"all": "", "layers": f"layers={self.zo_layers}",

@@ -69,8 +69,12 @@ class TorchEngine(Engine):
         graphed: on a GPU, replay each step as a CUDA graph (GraphStep)."""
         self.device = torch.device(spec.device)
         self.cuda = self.device.type == "cuda"
-        self.z_chunks = (lambda key, lo, n: zrng_torch.normal_chunks(key, lo, n, self.device)) if z_on_device else \
-            (lambda key, lo, n: ((off, torch.from_numpy(z)) for off, z in zrng.normal_chunks(key, lo, n)))
+        g = self.gaussian = spec.hyper.zo_distribution == "gaussian"
+        # Gaussian z's table, where z is drawn (the memory model's "zo" part counts it)
+        self.z_table = None if not g else zrng_torch.gauss_table(self.device) \
+            if z_on_device or self.device.type == "cuda" else zrng.gauss_table()
+        self.z_chunks = (lambda key, lo, n: zrng_torch.normal_chunks(key, lo, n, self.device, g)) if z_on_device else \
+            (lambda key, lo, n: ((off, torch.from_numpy(z)) for off, z in zrng.normal_chunks(key, lo, n, g)))
         # float64 init -> float64 engine (tests); a half precision's weights in its dtype, rounded once.
         # init may be a tensor on the device already (benchmarks/gpu_scale.py: a 7B model's weights
         # drawn there), which becomes the buffer itself where its type is the job's
@@ -210,12 +214,12 @@ class TorchEngine(Engine):
                 alpha = self.alpha.fill_(alpha)
             if self.mask is None:
                 for lo, hi in self.ranges or [(0, self.n_zo)]:
-                    self.fused_perturb(target[lo:hi], key, alpha, lo)
+                    self.fused_perturb(target[lo:hi], key, alpha, lo, self.gaussian)
                 return
             chunk = zrng_torch.CHUNKS["cuda"]
             for lo in range(0, self.n_zo, chunk):
                 z = torch.zeros(min(chunk, self.n_zo - lo), dtype=target.dtype, device=self.device)
-                self.fused_perturb(z, key, self.one, lo)
+                self.fused_perturb(z, key, self.one, lo, self.gaussian)
                 target[lo:lo + len(z)].add_(z.mul_(self.mask[lo:lo + len(z)]).mul_(alpha))
             return
         for lo, hi in self.ranges or [(0, self.n_zo)]:

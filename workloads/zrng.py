@@ -25,6 +25,9 @@ v1's z for results made before.
 """
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import numpy as np
 
 GOLDEN = np.uint64(0x9E3779B97F4A7C15)
@@ -131,8 +134,27 @@ def bits32(key: int, start: int, count: int) -> np.ndarray:
     return out
 
 
-def normal(key: int, start: int, count: int) -> np.ndarray:
-    """z[i] for i in [start, start+count): float32, unit variance: the four bytes of bits32 summed."""
+def gauss_table() -> np.ndarray:
+    """Gaussian z's 65,536 float32 entries, from workloads/cpp/gauss_table.hpp, their one home
+    (scripts/gauss_table.py writes it), read once."""
+    global _GAUSS
+    if _GAUSS is None:
+        text = (Path(__file__).resolve().parent / "cpp" / "gauss_table.hpp").read_text()
+        words = re.findall(r"0x([0-9a-f]{8})u", text.partition("GAUSS_BITS")[2])
+        _GAUSS = np.array([int(w, 16) for w in words], dtype=np.uint32).view(np.float32)
+        _GAUSS.flags.writeable = False
+    return _GAUSS
+
+
+_GAUSS = None
+GAUSS_SHIFT = 16      # Gaussian z = gauss_table()[bits32 >> GAUSS_SHIFT]
+
+
+def normal(key: int, start: int, count: int, gaussian: bool = False) -> np.ndarray:
+    """z[i] for i in [start, start+count): float32, unit variance: the four bytes of bits32 summed
+    (Irwin-Hall), or with gaussian the Gaussian table's entry at bits32's top 16 bits."""
+    if gaussian:
+        return gauss_table()[bits32(key, start, count) >> np.uint32(GAUSS_SHIFT)]
     b = bits32(key, start, count).view(np.uint8).reshape(-1, 4)    # the four bytes, in any order
     s = np.add(b[:, 0], b[:, 1], dtype=np.int32)
     s += b[:, 2]
@@ -146,10 +168,10 @@ def uniform(key: int, start: int, count: int) -> np.ndarray:
     return (bits(key, start, count) >> np.uint64(40)).astype(np.float32) * np.float32(2.0 ** -24)
 
 
-def normal_chunks(key: int, start: int, count: int):
+def normal_chunks(key: int, start: int, count: int, gaussian: bool = False):
     """Yield (offset, z) pieces of at most CHUNK elements, offset relative to start."""
     for off in range(0, count, CHUNK):
-        yield off, normal(key, start + off, min(CHUNK, count - off))
+        yield off, normal(key, start + off, min(CHUNK, count - off), gaussian)
 
 
 def permutation(seed: int, epoch: int, n: int) -> np.ndarray:

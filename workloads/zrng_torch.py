@@ -55,20 +55,33 @@ def bits32(key, start: int, count: int, device) -> torch.Tensor:
     return out
 
 
-def normal(key, start: int, count: int, device) -> torch.Tensor:
+def normal(key, start: int, count: int, device, gaussian: bool = False) -> torch.Tensor:
     """z[i] for i in [start, start + count): float32, the four bytes' sum scaled (a float32
-    product, as numpy's)."""
+    product, as numpy's), or with gaussian the Gaussian table's entry (zrng.gauss_table)."""
     b = bits32(key, start, count, device)
+    if gaussian:
+        return gauss_table(device)[b.bitwise_right_shift(zrng.GAUSS_SHIFT).bitwise_and_(0xFFFF).long()]
     s = b.bitwise_and(0xFF)
     for shift in (8, 16, 24):
         s.add_(b.bitwise_right_shift(shift).bitwise_and_(0xFF))
     return s.sub_(zrng.Z_OFFSET).to(torch.float32).mul_(zrng.Z_SCALE)
 
 
-def perturb_(w: torch.Tensor, key, alpha, start: int = 0) -> None:
+def gauss_table(device) -> torch.Tensor:
+    """zrng.gauss_table on the device, made once per device."""
+    device = torch.device(device)
+    if device not in _GAUSS:
+        _GAUSS[device] = torch.from_numpy(zrng.gauss_table().copy()).to(device)
+    return _GAUSS[device]
+
+
+_GAUSS: dict = {}
+
+
+def perturb_(w: torch.Tensor, key, alpha, start: int = 0, gaussian: bool = False) -> None:
     """w += alpha * z[start : start + w.numel()] in place, a chunk of z at a time: the GPU's
     perturbation where Triton is not installed (workloads/zrng_triton.py fuses it)."""
-    for off, z in normal_chunks(key, start, w.numel(), w.device):
+    for off, z in normal_chunks(key, start, w.numel(), w.device, gaussian):
         w[off:off + len(z)].add_(as_added(z, w.dtype).mul_(alpha))
 
 
@@ -79,8 +92,8 @@ def as_added(z: torch.Tensor, dtype) -> torch.Tensor:
     return z.to(dtype).float() if dtype in (torch.bfloat16, torch.float16) else z.to(dtype)
 
 
-def normal_chunks(key: int, start: int, count: int, device):
+def normal_chunks(key: int, start: int, count: int, device, gaussian: bool = False):
     """(offset, z) pieces of at most one chunk, offset relative to start."""
     chunk = CHUNKS.get(torch.device(device).type, zrng.CHUNK)
     for off in range(0, count, chunk):
-        yield off, normal(key, start + off, min(chunk, count - off), device)
+        yield off, normal(key, start + off, min(chunk, count - off), device, gaussian)

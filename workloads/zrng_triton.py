@@ -12,13 +12,14 @@ import torch
 import triton
 import triton.language as tl
 
-from . import zrng
+from . import zrng, zrng_torch
 
 BLOCK = 1024
 
 
 @triton.jit
-def _perturb(w_ptr, n, start, key_ptr, alpha_ptr, weyl, lb1, lb2, offset, scale, BLOCK: tl.constexpr):
+def _perturb(w_ptr, n, start, key_ptr, alpha_ptr, weyl, lb1, lb2, offset, scale, gauss_ptr, BLOCK: tl.constexpr,
+             GAUSS: tl.constexpr):
     i = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK).to(tl.int64)
     mask = i < n
     # an int argument over 2^31 arrives as int64: every operand is made uint32 first
@@ -28,8 +29,11 @@ def _perturb(w_ptr, n, start, key_ptr, alpha_ptr, weyl, lb1, lb2, offset, scale,
     x = (x ^ (x >> 16)) * lb1
     x = (x ^ (x >> 15)) * lb2
     x = x ^ (x >> 16)
-    s = (x & 0xFF) + ((x >> 8) & 0xFF) + ((x >> 16) & 0xFF) + (x >> 24)
-    z = (s.to(tl.int32) - offset).to(tl.float32) * scale
+    if GAUSS:       # the Gaussian table's entry at the top 16 bits (zrng.gauss_table)
+        z = tl.load(gauss_ptr + (x >> 16).to(tl.int32))
+    else:
+        s = (x & 0xFF) + ((x >> 8) & 0xFF) + ((x >> 16) & 0xFF) + (x >> 24)
+        z = (s.to(tl.int32) - offset).to(tl.float32) * scale
     # half weights: z rounded once to their type (zrng_torch.as_added), w + alpha z formed in
     # float32 and rounded once on the store
     z = z.to(w_ptr.dtype.element_ty).to(tl.float32)
@@ -38,11 +42,12 @@ def _perturb(w_ptr, n, start, key_ptr, alpha_ptr, weyl, lb1, lb2, offset, scale,
     tl.store(w_ptr + i, (w + alpha * z).to(w_ptr.dtype.element_ty), mask=mask)
 
 
-def perturb_(w: torch.Tensor, key: torch.Tensor, alpha: torch.Tensor, start: int = 0) -> None:
+def perturb_(w: torch.Tensor, key: torch.Tensor, alpha: torch.Tensor, start: int = 0, gaussian: bool = False) -> None:
     """w += alpha * z[start : start + w.numel()] in place; w a contiguous float32, bf16 or fp16 tensor, key the
     int32 block key (zrng_torch.key32) and alpha a float device scalar; indices below 2^32."""
     n = w.numel()
     if start + n > 1 << 32:
         raise ValueError("a device key covers the first 2^32 indices only")
+    table = zrng_torch.gauss_table(w.device) if gaussian else w
     _perturb[(triton.cdiv(n, BLOCK),)](w, n, start, key, alpha, zrng.WEYL, zrng.LB1, zrng.LB2,
-                                       zrng.Z_OFFSET, float(zrng.Z_SCALE), BLOCK=BLOCK)
+                                       zrng.Z_OFFSET, float(zrng.Z_SCALE), table, BLOCK=BLOCK, GAUSS=gaussian)

@@ -133,6 +133,7 @@ def zo_terms(method: str, n_zo: int, zo, dual: int, head_pass: int) -> tuple[int
     state = vocab.ZO_UPDATE_STATE.get(zo.zo_update, 0)
     apart = bool(state) and (zo.zo_queries > 1 or zo.zo_sparsity == "layers")
     part = FLOAT * n_zo * apart + n_zo * (zo.zo_sparsity in vocab.ZO_MASKS)
+    part += FLOAT * vocab.GAUSS_TABLE_VALUES * (zo.zo_distribution == "gaussian")      # Gaussian z's table
     if zo.zo_estimator == "forward-grad":
         part += FLOAT * (n_zo + dual)
     part += FLOAT * head_pass * max(kept_passes(method, zo) - 2, 0)

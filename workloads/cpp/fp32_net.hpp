@@ -9,6 +9,8 @@
 #pragma once
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <iterator>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -71,6 +73,7 @@ struct Net {
     std::vector<float> zo_m, zo_v, zo_d;
     long zo_t = 0;
     std::vector<uint8_t> zo_mask;
+    std::vector<float> zo_gauss;     // Gaussian z's table (zo_distribution = "gaussian"), else empty
     bool mask_set = false;
     std::vector<std::pair<size_t, size_t>> ranges;
     ActivationPlan<float, float> act;
@@ -108,6 +111,7 @@ struct Net {
             if ((u == "momentum" || u == "adam") && apart) buffers.need(zo_d, "zo_d", ZO, n_zo);
             if (u == "adam") buffers.need(zo_v, "zo_v", OPTIMIZER, n_zo);
             if (s.h.zo_sparsity == "magnitude" || s.h.zo_sparsity == "random") buffers.need(zo_mask, "zo_mask", ZO, n_zo);
+            if (s.h.zo_distribution == "gaussian") buffers.need(zo_gauss, "zo_gauss", ZO, std::size(zrng::GAUSS_BITS));
         }
         ranges = {{0, n_zo}};
         const bool two = s.method == "elastic-zo";  // two perturbed passes feed BP
@@ -132,6 +136,7 @@ struct Net {
                 buffers.need(errpad, "errpad", WORKING, size_t(B) * L.O * (L.OH + 2 * (L.KH - 1 - L.pad)) * (L.OW + 2 * (L.KW - 1 - L.pad)));
         }
         buffers.allocate();
+        if (!zo_gauss.empty()) std::memcpy(zo_gauss.data(), zrng::GAUSS_BITS, sizeof zrng::GAUSS_BITS);
     }
 
     float* Wt(int l) { return params.data() + off[l]; }
@@ -271,10 +276,17 @@ struct Net {
     // target[i] += alpha * z(key)[i] over the step's ranges, where the mask (if any) is set: z
     // generated on the fly, never stored (the MeZO trick)
     void add_z(float* target, uint64_t key, float alpha) {
+        if (zo_gauss.empty()) add_z<false>(target, key, alpha);
+        else add_z<true>(target, key, alpha);
+    }
+    template <bool GAUSS>   // Irwin-Hall's z or the Gaussian's, a loop apiece
+    void add_z(float* target, uint64_t key, float alpha) {
         const float scale = zrng::z_scale();
+        const float* g = zo_gauss.data();
+        const auto z = [=](uint32_t x) { return GAUSS ? zrng::gauss(x, g) : zrng::normal(x, scale); };
         const uint8_t* m = zo_mask.empty() ? nullptr : zo_mask.data();
-        if (m) each_z(key, [=](size_t i, uint32_t x) { target[i] += alpha * (zrng::normal(x, scale) * float(m[i])); });
-        else each_z(key, [=](size_t i, uint32_t x) { target[i] += alpha * zrng::normal(x, scale); });
+        if (m) each_z(key, [=](size_t i, uint32_t x) { target[i] += alpha * (z(x) * float(m[i])); });
+        else each_z(key, [=](size_t i, uint32_t x) { target[i] += alpha * z(x); });
     }
 
     // theta[:n_zo] += alpha * z(key)
@@ -325,15 +337,18 @@ struct Net {
     // over the ZO part: per parameter the operations of the restore and of stateful_update, in
     // their order, so the result is theirs (and methods.py's) without a second draw of z or d
     void restore_and_step(uint64_t key, float back, float c, double lr, const Hyper& h) {
-        if (zo_mask.empty()) restore_and_step<false>(key, back, c, lr, h);
-        else restore_and_step<true>(key, back, c, lr, h);
+        const bool g = !zo_gauss.empty();
+        if (zo_mask.empty()) g ? restore_and_step<false, true>(key, back, c, lr, h) : restore_and_step<false, false>(key, back, c, lr, h);
+        else g ? restore_and_step<true, true>(key, back, c, lr, h) : restore_and_step<true, false>(key, back, c, lr, h);
     }
-    template <bool MASKED>  // a loop apiece: a test of the mask in the unmasked loop costs it its vectors
+    template <bool MASKED, bool GAUSS>  // a loop apiece: a test of the mask in the unmasked loop costs it its vectors
     void restore_and_step(uint64_t key, float back, float c, double lr, const Hyper& h) {
         const float scale = zrng::z_scale();
         float *p = params.data(), *m = zo_m.data(), *v = zo_v.data();
         const uint8_t* mk = zo_mask.data();
-        const auto z_at = [=](size_t i, uint32_t x) { return MASKED ? zrng::normal(x, scale) * float(mk[i]) : zrng::normal(x, scale); };
+        const float* gt = zo_gauss.data();
+        const auto z_of = [=](uint32_t x) { return GAUSS ? zrng::gauss(x, gt) : zrng::normal(x, scale); };
+        const auto z_at = [=](size_t i, uint32_t x) { return MASKED ? z_of(x) * float(mk[i]) : z_of(x); };
         if (h.zo_update == "momentum") {
             const MomentumRule rule(lr, h);
             each_z(key, [=](size_t i, uint32_t x) {

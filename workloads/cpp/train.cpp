@@ -69,12 +69,15 @@ static void check_zo_parts(const Spec& s) {
         throw SpecError("hyper.zo_sparsity: expected one of 'all', 'layers', 'magnitude', 'random', got " + h.zo_sparsity);
     if (!one_of(h.zo_mask_draw, {"zo-bench", "exact"}))
         throw SpecError("hyper.zo_mask_draw: expected one of 'zo-bench', 'exact', got " + h.zo_mask_draw);
+    if (!one_of(h.zo_distribution, {"irwin-hall", "gaussian"}))
+        throw SpecError("hyper.zo_distribution: expected one of 'irwin-hall', 'gaussian', got " + h.zo_distribution);
     if (h.zo_queries < 1 || uint64_t(h.zo_queries) > zrng::MAX_QUERIES) throw SpecError("hyper.zo_queries: expected 1..1024");
     if (!(h.zo_momentum >= 0 && h.zo_momentum < 1)) throw SpecError("hyper.zo_momentum: expected 0 <= momentum < 1");
     if (!(h.zo_mask_fraction > 0 && h.zo_mask_fraction <= 1)) throw SpecError("hyper.zo_mask_fraction: expected 0 < fraction <= 1");
     if (h.zo_layers < 1 || h.zo_mask_every < 1) throw SpecError("hyper.zo_layers, zo_mask_every: expected >= 1");
     if (s.method == "full-bp") return;
-    const bool mezo = h.zo_estimator == "two-point" && h.zo_queries == 1 && h.zo_update == "sgd" && h.zo_sparsity == "all";
+    const bool mezo = h.zo_estimator == "two-point" && h.zo_queries == 1 && h.zo_update == "sgd" && h.zo_sparsity == "all"
+                      && h.zo_distribution == "irwin-hall";
     if (s.precision == "int8" && !mezo)     // the words of workloads/spec.py INT8_ZO_PARTS
         throw SpecError("hyper: INT8 trains its ZO part by Alg. 2, the sign of the two-point loss difference "
                         "(docs/int8.md): the other estimators and update rules are FP32's");

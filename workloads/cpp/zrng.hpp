@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "gauss_table.hpp"
+
 namespace zrng {
 
 constexpr const char* VERSION = "zobench-z v2";   // the result's env.zrng (workloads/zrng.py VERSION)
@@ -75,6 +77,10 @@ inline float normal(uint32_t x, float scale) {
     const uint32_t pairs = (x & 0x00FF00FFu) + ((x >> 8) & 0x00FF00FFu);
     return float(int32_t((pairs & 0xFFFFu) + (pairs >> 16)) - Z_OFFSET) * scale;
 }
+
+// Gaussian z from its 32 bits (zo_distribution = "gaussian"): the table's entry at the top 16
+// (gauss_table.hpp; table: its floats, a net's zo_gauss buffer, copied from GAUSS_BITS once)
+inline float gauss(uint32_t x, const float* table) { return table[x >> GAUSS_SHIFT]; }
 
 // f(i, bits32(key, i)) for i in [start, start + n), on the caller's thread, vectorized: a team
 // runs it on each thread's own segments of the parameters (the nets' each_z). The index in the
