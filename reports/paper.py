@@ -19,7 +19,7 @@ from workloads.vocab import method_label
 from .finetune import BEFORE
 
 # the suites whose runs are set beside the paper
-SUITES = ("paper-fmnist", "paper-finetune", "paper-modelnet40")
+SUITES = ("paper-fmnist", "paper-mnist", "paper-finetune", "paper-modelnet40")
 METHODS = [method_label(m, k) for m, k in (("full-zo", 0), ("elastic-zo", 1), ("elastic-zo", 2), ("full-bp", 0))]
 
 # Table 1: data set -> precision -> accuracy per METHODS row (None: the paper has no such cell)

@@ -521,12 +521,13 @@ def test_the_optimizer_suites_plan_every_optimizer_where_it_runs(name):
 
 @pytest.mark.parametrize("name,decayed", [("zo-bench", 1.0), ("zo-bench-lenet5", 0.8), ("zo-bench-pointnet", 0.8)])
 def test_zo_bench_runs_a_constant_rate_and_the_paper_suites_its_decay(name, decayed):
-    """ZO-Bench's protocol keeps every job's rates at every epoch; the LeNet-5 and PointNet suites
-    follow the ElasticZO paper's: 0.8x every 10 epochs."""
+    """ZO-Bench's protocol keeps every job's rates at every epoch and draws Gaussian z; the LeNet-5
+    and PointNet suites follow the ElasticZO paper's: 0.8x every 10 epochs, zobench-z's z."""
     suite = suites.load(name)
     jobs, _ = plan.make(suite, inventory.resolve(["local"], None))
     for job in (j for j in jobs if not j.job_id.startswith("pretrain.")):
         h = JobSpec.from_dict(job.spec).hyper
+        assert h.zo_distribution == ("gaussian" if name == "zo-bench" else "irwin-hall")   # ZO-Bench's torch.normal
         for epoch in range(h.epochs):
             want = decayed ** (epoch // 10)
             assert loop.rates(h, epoch) == pytest.approx((h.lr_zo * want, h.lr_bp * want), rel=1e-12), (job.job_id, epoch)
