@@ -103,6 +103,8 @@ class TorchEngine(Engine):
         # its gradients are, and its update count (bp_update)
         self.adam = spec.hyper.optimizer == "adam" and self.n_bp > 0
         self.state = [self.flat]    # all that outlives a step: what save() keeps
+        if self.scaler is not None:
+            self.state += [self.scaler.scale, self.scaler.growth, self.scaler.skipped]
         if self.adam:
             moments = [torch.zeros(self.n_bp, dtype=self.state_dtype, device=self.device) for _ in range(2)]
             self.moment_views = [[buf[o - self.n_zo:o - self.n_zo + p.numel()].view(p.shape) for o, p in bp]
