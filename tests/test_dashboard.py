@@ -6,6 +6,7 @@ name is hostile markup."""
 import json
 import os
 import re
+from pathlib import Path
 
 import pytest
 
@@ -255,3 +256,31 @@ def test_a_commit_alone_opens_its_newest_published_comparison(site, browser):
     assert f"a={COMMITS[2][:12]}" in b.current_url
     assert b.find_element("id", "title").text == f"compare {COMMITS[2][:12]} -> {COMMITS[3][:12]}"
     assert console_errors(b) == []
+
+
+def test_publish_writes_only_where_no_user_file_would_be_lost(store, tmp_path, monkeypatch):
+    """Into a folder holding a user's files, its home or a system folder, publish refuses in one
+    line naming what is there and changes nothing; into a new folder it writes the site and its
+    marker, and publishes over that site again."""
+    results = str(store[1].root)
+    mine = tmp_path / "mine"
+    (mine / "data").mkdir(parents=True)
+    (mine / "data" / "important.csv").write_text("thesis numbers\n")
+    (mine / "index.html").write_text("my page\n")
+    home = tmp_path / "home"
+    (home / "thesis.tex").parent.mkdir()
+    (home / "thesis.tex").write_text("\\\\documentclass{article}\n")
+    monkeypatch.setenv("HOME", str(home))
+    for out, needle in ((mine, "holds 2 entries zobench did not write (data/, index.html)"),
+                        (home, "is the home folder"), (Path("/"), "is a system folder"),
+                        (mine / "data" / "important.csv", "is a file, not a folder")):
+        r = in_process("publish", "--results", results, "--out", out, "--reports", "0")
+        assert r.returncode == 2 and needle in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert (mine / "data" / "important.csv").read_text() == "thesis numbers\n"
+    assert (mine / "index.html").read_text() == "my page\n" and sorted(p.name for p in mine.iterdir()) == ["data", "index.html"]
+    assert (home / "thesis.tex").is_file() and sorted(p.name for p in home.iterdir()) == ["thesis.tex"]
+    new = tmp_path / "site"
+    for _ in range(2):      # a new folder, then the site zobench published there
+        r = in_process("publish", "--results", results, "--out", new, "--reports", "0")
+        assert r.returncode == 0, r.stderr
+    assert (new / ".zobench-site").is_file() and (new / "data" / "overview.json").is_file()

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
+from harness import guarded
 from harness.analysis import compare, history
 from harness.stores import measurements, pgstore
 from harness.stores.metrics import BY_NAME, METRICS
@@ -122,12 +123,25 @@ def machine_label(facts: dict) -> str:
     return " ".join(str(facts.get(k)) for k in ("hostname", "cpu_model") if facts.get(k)) or "unknown machine"
 
 
+# what a published site's folder holds (its marker: guarded.own_folder), every name zobench writes
+SITE_MARKER = ".zobench-site"
+
+
+def older_site(folder: Path) -> bool:
+    """A site published before sites had their marker: its data/overview.json, and nothing at the
+    top but what publish writes."""
+    names = {*PAGES, "plotly.min.js", "data", "runs", ".data-new", ".data-old"}
+    return (folder / "data" / "overview.json").is_file() and {p.name for p in folder.iterdir()} <= names
+
+
 def publish(source, out: Path, threshold: float, estimator: str, reports: int, compare_last: int,
             say=lambda line: None, track=lambda items, what: items) -> dict:
     """Write the site into out; what it wrote (counts and bytes), for the command to print.
     track(items, what) shows the long loops' progress. The data is written beside the old and
-    swapped in at the end: a publish that fails leaves the last site whole."""
-    out.mkdir(parents=True, exist_ok=True)
+    swapped in at the end: a publish that fails leaves the last site whole. It writes only into a
+    new or empty folder or a site it published (guarded.own_folder): a user's files are never
+    replaced."""
+    out = guarded.own_folder(out, SITE_MARKER, "site", "publish --out", older_site)
     new = out / ".data-new"
     shutil.rmtree(new, ignore_errors=True)
     for sub in ("keys", "compare"):

@@ -1,0 +1,39 @@
+"""The one writer of folders zobench does not own outright (a published site; later a lease,
+a board's workdir): it writes only into a folder that is empty, new, or marked as its own, and
+never into /, the home folder itself or a system folder. A user's files are never overwritten or
+deleted: anything else is refused in one line that names what is there (issue 47)."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from harness.errors import UserError
+
+# folders no zobench output belongs in, whatever they hold
+SYSTEM = ("/", "/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/proc", "/root", "/run", "/sbin",
+          "/sys", "/usr", "/var", "/opt", "/srv", "/tmp", "/home", "/mnt", "/media")
+
+
+def own_folder(path: Path, marker: str, what: str, where: str, legacy=None) -> Path:
+    """Make `path` zobench's for `what` (its marker file named `marker` inside, written now) and
+    return it resolved; UserError where it is a system folder, the home folder, a file, or a
+    folder holding something without the marker. legacy(folder) -> True accepts a folder an
+    older zobench wrote before markers existed (it gets the marker)."""
+    p = Path(os.path.abspath(path)).resolve()
+    if str(p) in SYSTEM or p == Path.home().resolve() or any(str(p).startswith(s + "/") and
+                                                               p.parent == Path(s) for s in ("/proc", "/sys", "/dev")):
+        raise UserError(f"{where}: {p} is {'the home folder' if p == Path.home().resolve() else 'a system folder'}; "
+                        f"give a folder of its own for the {what}")
+    if p.exists() and not p.is_dir():
+        raise UserError(f"{where}: {p} is a file, not a folder")
+    mark = p / marker
+    if p.is_dir() and not mark.is_file():
+        there = sorted(os.listdir(p))
+        if there and not (legacy and legacy(p)):
+            shown = ", ".join(n + ("/" if (p / n).is_dir() else "") for n in there[:4]) + (", …" if len(there) > 4 else "")
+            raise UserError(f"{where}: {p} holds {len(there)} entr{'y' if len(there) == 1 else 'ies'} zobench did not "
+                            f"write ({shown}); give an empty folder, or one zobench wrote the {what} into (it keeps "
+                            f"a {marker} file)")
+    p.mkdir(parents=True, exist_ok=True)
+    mark.write_text(f"zobench wrote the {what} in this folder; it replaces what it wrote here, and nothing else.\n")
+    return p
