@@ -171,6 +171,17 @@ def peak_of(device: str):
     out["bytes"] = live.peak
 
 
+def ms_per_step(step, plan: Plan, first: int = 0) -> float:
+    """step(t) for t = first, first + 1, ... for at least plan.seconds: ms a step, the device
+    synchronised at the end (a GPU's steps are queued)."""
+    steps, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < plan.seconds:
+        step(first + steps)
+        steps += 1
+    sync(plan.device)
+    return 1e3 * (time.perf_counter() - t0) / steps
+
+
 def spec_for(name: str, method: str, k: int, optimizer: str, ckpt: bool, batch: int, context: int, precision: str,
              device: str, cap: int = 0) -> JobSpec:
     m = MODELS[name]
@@ -295,34 +306,25 @@ def lenet_row(run: Run) -> dict:
     warm_up(engine, spec, split)
     run_step, order, h, b = stepper(engine), zrng.permutation(0, 0, len(split)), spec.hyper, plan.lenet_batch
 
-    def job_loop() -> float:
-        steps, t0 = 0, time.perf_counter()
-        while time.perf_counter() - t0 < plan.seconds:
-            lo = (steps * b) % (len(split) - b + 1)
-            x, y = engine.load_batch(*split.batch(order[lo:lo + b]))
-            run_step(engine, spec, x, y, steps, 0, h.lr_zo, h.lr_bp, NullClock())
-            steps += 1
-        sync(plan.device)
-        return 1e3 * (time.perf_counter() - t0) / steps
+    def job_step(t: int) -> None:
+        lo = (t * b) % (len(split) - b + 1)
+        x, y = engine.load_batch(*split.batch(order[lo:lo + b]))
+        run_step(engine, spec, x, y, t, 0, h.lr_zo, h.lr_bp, NullClock())
 
-    def limit_loop() -> float:
-        graph = getattr(getattr(engine, "run_step", None), "graph", None)
-        x, y = engine.load_batch(*split.batch(order[:b]))
-        steps, t0 = 0, time.perf_counter()
-        while time.perf_counter() - t0 < plan.seconds:
-            if graph is not None:
-                graph.replay()
-            else:
-                methods.step(engine, spec, x, y, steps, 0, h.lr_zo, h.lr_bp, NullClock())
-            steps += 1
-        sync(plan.device)
-        return 1e3 * (time.perf_counter() - t0) / steps
+    graph = getattr(getattr(engine, "run_step", None), "graph", None)
+    x1, y1 = engine.load_batch(*split.batch(order[:b]))
+
+    def limit_step(t: int) -> None:
+        if graph is not None:
+            graph.replay()
+        else:
+            methods.step(engine, spec, x1, y1, t, 0, h.lr_zo, h.lr_bp, NullClock())
 
     job, limit = [], []
     for _ in range(plan.repeats):
         run.check()
-        job.append(job_loop())
-        limit.append(limit_loop())
+        job.append(ms_per_step(job_step, plan))
+        limit.append(ms_per_step(limit_step, plan))
     row = {"batch": b, "job_ms": statistics.median(job), "limit_ms": statistics.median(limit),
            "limit": "graph replayed" if plan.device == "cuda" else "step alone (eager, dry run)"}
     row["ratio"] = row["job_ms"] / row["limit_ms"]
@@ -373,15 +375,14 @@ def _ours(spec, m, tokens, plan) -> float:
     engine = make_engine(spec, m, device_init(m, plan.device, spec.precision))
     x, y = engine.load_batch(tokens[:, :-1], tokens[:, 1:])
     run_step = stepper(engine)
-    for t in range(5):      # a GPU captures its graph on the fourth
+
+    def step(t: int) -> None:
         run_step(engine, spec, x, y, t, 0, spec.hyper.lr_zo, 0.0, NullClock())
+
+    for t in range(5):      # a GPU captures its graph on the fourth
+        step(t)
     sync(plan.device)
-    steps, t0 = 0, time.perf_counter()
-    while time.perf_counter() - t0 < plan.seconds:
-        run_step(engine, spec, x, y, 5 + steps, 0, spec.hyper.lr_zo, 0.0, NullClock())
-        steps += 1
-    sync(plan.device)
-    return 1e3 * (time.perf_counter() - t0) / steps
+    return ms_per_step(step, plan, first=5)
 
 
 def hf_loop(config_cls, model_cls, m, tokens, plan, dtype, eps=1e-3, lr=1e-6) -> tuple[float, int]:
@@ -419,12 +420,7 @@ def _hf(config_cls, model_cls, m, tokens, plan, dtype, eps, lr) -> float:
     for t in range(3):
         step(t)
     sync(plan.device)
-    steps, t0 = 0, time.perf_counter()
-    while time.perf_counter() - t0 < plan.seconds:
-        step(3 + steps)
-        steps += 1
-    sync(plan.device)
-    return 1e3 * (time.perf_counter() - t0) / steps
+    return ms_per_step(step, plan, first=3)
 
 
 # -- the tables -----------------------------------------------------------------------------

@@ -85,7 +85,7 @@ def device_failure(e: Exception, spec: JobSpec | None) -> dict:
     """A failure's status and one-line error: a GPU that ran out of memory ends the job oom,
     with the device-memory cap it ran under (JobSpec.device_mem_limit); anything else failed."""
     first = str(e).strip().splitlines()[0] if str(e).strip() else ""
-    if type(e).__name__ != "OutOfMemoryError":
+    if type(e).__name__ != "OutOfMemoryError":     # torch's; no torch import here (ort's boards lack it)
         return {"error": f"{type(e).__name__}: {e}"}
     cap = spec.device_mem_limit if spec is not None else 0
     under = f" under its {cap / 2**30:.2f} GiB device-memory cap (mem_limit)" if cap else ""
@@ -138,10 +138,11 @@ def main(make_engine, packages: tuple[str, ...], argv=None) -> int:
         result.update(status="oom", error=f"MemoryError: {e}".strip().rstrip(":"))
     except (SpecError, datasets.DatasetError, OSError, json.JSONDecodeError) as e:
         result["error"] = str(e)
-    except Exception as e:  # any other failure is recorded, with its traceback on stderr
-        if type(e).__name__ != "OutOfMemoryError":      # torch's, a GPU's (no torch import here: ort's boards lack it)
+    except Exception as e:  # any other failure is recorded, with its traceback on stderr (a GPU's OOM has its line)
+        failure = device_failure(e, spec)
+        if "status" not in failure:
             traceback.print_exc()
-        result.update(device_failure(e, spec))
+        result.update(failure)
     finally:
         if engine is not None:
             result["model"] = {"name": spec.workload.model, "params_total": engine.n_zo + engine.n_bp,
