@@ -372,8 +372,12 @@ def test_a_fingerprint_change_starts_a_new_series_said_so(capsys, tmp_path, url)
     (tmp_path / "a-file").write_text("kept")      # --out names a file: one line, the file untouched
     r = cli(capsys, "history", "--store", url, "--out", tmp_path / "a-file")
     assert r.returncode == 2 and r.stderr.strip().splitlines()[-1] == \
-        f"zobench: error: history --out {tmp_path / 'a-file'}: File exists; expected a folder for the chart"
+        f"zobench: error: history --out: {tmp_path / 'a-file'} is a file, not a folder"
     assert (tmp_path / "a-file").read_text() == "kept"
+    r = cli(capsys, "history", "--store", url, "--out", "/proc/self")     # a system folder: no traceback
+    (line,) = r.stderr.strip().splitlines()[-1:]
+    assert r.returncode == 2 and "Traceback" not in r.stderr and line.startswith("zobench: error: history --out: /proc/")
+    assert "is a system folder" in line
 
 
 def test_the_store_comes_from_the_environment_or_the_users_config(capsys, tmp_path, url, monkeypatch):

@@ -10,6 +10,7 @@ import torch
 from harness.planning import inventory, plan, suites
 from workloads import loop, methods, vocab, zrng
 from harness.errors import UserError
+from workloads import models
 from workloads.models import MODELS
 from workloads.spec import Hyper, JobSpec, SpecError
 
@@ -148,6 +149,31 @@ def test_the_parts_are_checked_and_int8_keeps_its_own_step():
     assert h.zo_parts() == "forward-grad momentum=0.8 mask=0.25/50"     # zo_layers: not LeZO's, not named
     with pytest.raises(SpecError, match="INT8 trains its ZO part by Alg. 2.*, not one-sided"):
         JobSpec.from_dict({"job_id": "t", "method": "full-zo", "precision": "int8", "hyper": {"zo_estimator": "one-sided"}})
+    with pytest.raises(SpecError, match="hyper.zo_layers: lenet5's ZO part has 4 units .*, not 99"):
+        JobSpec.from_dict({"job_id": "t", "method": "elastic-zo", "bp_layers": 1,
+                           "hyper": {"zo_sparsity": "layers", "zo_layers": 99}})
+    assert Hyper(zo_mask_fraction=0.5, zo_momentum=0.8, adam_beta1=0.8, zo_layers=3).idle("full-zo") == [
+        "zo_momentum: zo_update is not momentum", "zo_layers: zo_sparsity is all, not layers",
+        "zo_mask_fraction: no mask (zo_sparsity is all)", "adam_beta1: no part of it trains by Adam"]
+    assert Hyper(zo_update="momentum", zo_momentum=0.8, optimizer="adam", adam_beta1=0.8).idle("elastic-zo") == []
+    assert Hyper(weight_decay=0.1, optimizer="adam", adam_beta1=0.8).idle("full-bp") == [
+        "weight_decay: full-bp has no ZO part"]
+
+
+def test_a_setting_that_changes_no_job_is_warned_once_and_the_zo_layers_bound_is_the_plans(capsys):
+    """--set zo_layers=99 with LeZO on cpp is refused when planned, naming the bound (not a failed
+    job); a mask's fraction with no mask in any job is one warning line, and the run goes on."""
+    from testkit.runners import cli
+    r = cli(capsys, "run", "--suite", "quick", "--runtime", "cpp", "--method", "full-zo", "--precision", "fp32",
+            "--set", "zo_sparsity=layers", "--set", "zo_layers=99", "--results", "/nonexistent/never-written")
+    assert r.returncode == 2 and "hyper.zo_layers: lenet5's ZO part has 5 units" in r.stderr
+    from zobench import running
+    from harness.planning.runs import Job
+    jobs = [Job("a", "t", 1, {"method": m, "hyper": {"zo_mask_fraction": 0.5, "zo_sparsity": s}})
+            for m, s in (("full-zo", "all"), ("full-bp", "all"))]
+    assert running.idle_settings(jobs) == ["zo_mask_fraction = 0.5 is set, but no mask (zo_sparsity is all)"]
+    jobs.append(Job("b", "t", 1, {"method": "full-zo", "hyper": {"zo_mask_fraction": 0.5, "zo_sparsity": "random"}}))
+    assert running.idle_settings(jobs) == []
 
 
 def test_the_plan_leaves_out_what_a_runtime_does_not_run_and_keys_keep_optimizers_apart(tmp_path):
@@ -174,14 +200,14 @@ CPP_CASES = [("full-zo", 0, {"zo_estimator": "one-sided", "zo_queries": 3}),
              # whole lr (docs/zo-optimizers.md); sign's case above recomputes it at step 10
              ("elastic-zo", 2, {"zo_update": "adam", "zo_sparsity": "magnitude", "zo_mask_every": 1000}),
              ("full-zo", 0, {"zo_update": "conservative", "zo_sparsity": "layers", "zo_layers": 2}),
-             ("elastic-zo", 1, {"zo_update": "sign", "zo_sparsity": "layers", "zo_layers": 1}),
+             ("elastic-zo", 1, {"zo_update": "sign", "zo_sparsity": "layers", "zo_layers": 1, "weight_decay": 0.5}),
              ("elastic-zo", 1, {"zo_update": "conservative", "zo_estimator": "one-sided"}),
-             ("full-zo", 0, {"zo_sparsity": "random", "zo_mask_every": 7}),
+             ("full-zo", 0, {"zo_sparsity": "random", "zo_mask_every": 7, "weight_decay": 0.5}),
              ("full-zo", 0, {"zo_distribution": "gaussian"}),
              ("elastic-zo", 2, {"zo_distribution": "gaussian", "zo_update": "adam", "zo_queries": 1,
-                                "zo_sparsity": "random", "zo_mask_every": 1000}),
+                                "zo_sparsity": "random", "zo_mask_every": 1000, "weight_decay": 0.5}),
              ("elastic-zo", 1, {"zo_update": "momentum", "zo_sparsity": "random", "zo_mask_draw": "exact",
-                                "zo_mask_fraction": 0.5, "zo_mask_every": 5})]
+                                "zo_mask_fraction": 0.5, "zo_mask_every": 5, "weight_decay": 0.5})]
 
 
 @pytest.mark.parametrize("method,k,parts", CPP_CASES, ids=lambda v: v if isinstance(v, str) else None)
@@ -252,6 +278,66 @@ def test_momentum_and_adam_follow_their_formulas_step_after_step(batch, update):
             theta = theta - lr * (m / (1 - h.adam_beta1 ** (t + 1))) / (np.sqrt(v / (1 - h.adam_beta2 ** (t + 1))) + h.adam_eps)
         np.testing.assert_allclose(eng.weights(), theta, rtol=0, atol=1e-11)
     assert np.abs(eng.weights() - LENET5_INIT()).max() > 1e-3       # it moved
+
+
+@pytest.mark.parametrize("update,estimator,queries", [("sgd", "two-point", 1), ("sign", "one-sided", 2),
+                                                       ("momentum", "two-point", 1), ("adam", "two-point", 1),
+                                                       ("sgd", "forward-grad", 1)])
+def test_weight_decay_follows_its_formula_and_leaves_biases_alone(batch, update, estimator, queries):  # noqa: F811
+    """Three full-ZO steps with weight decay against the peers' formulas in float64: coupled for
+    sgd, sign (MeZO's θ −= lr (d + wd θ), ZO-Bench's Forward-Grad) and momentum (torch.optim SGD's
+    m = β m + d + wd θ), decoupled for Adam (AdamW's θ *= 1 − lr wd, then Adam on d). wd reaches
+    the weights (two or more dimensions) and never a bias."""
+    wd, lr = 0.5, 1e-2
+    spec, eng = make_parts("full-zo", zo_update=update, zo_estimator=estimator, zo_queries=queries,
+                           weight_decay=wd, zo_momentum=0.7)
+    x, y = eng.load_batch(*batch)
+    h = spec.hyper
+    from test_methods import LENET5
+    w = np.zeros(eng.n_zo)
+    for lo, hi in models.decayed(LENET5, eng.n_zo):
+        w[lo:hi] = 1.0
+    assert w.sum() == sum(np.prod(s) for _, _, s in LENET5.offsets() if len(s) == 2 or len(s) == 4)
+    theta, m, v = eng.weights(), np.zeros(eng.n_zo), np.zeros(eng.n_zo)
+    for t in range(3):
+        keys = zrng.zo_keys(0, t, queries)
+        r = methods.step(eng, spec, x, y, t, 0, lr, 0.0, clock())
+        grads = r["grads"] if queries > 1 else [r["grad"]]
+        z = [zrng.normal(k, 0, eng.n_zo).astype(np.float64) for k in keys]
+        d = sum((np.sign(g) if update == "sign" else g) * zi for g, zi in zip(grads, z)) / queries
+        if update == "momentum":
+            m = 0.7 * m + d + wd * w * theta
+            theta = theta - lr * m
+        elif update == "adam":
+            theta = theta * (1 - lr * wd * w)
+            m = h.adam_beta1 * m + (1 - h.adam_beta1) * d
+            v = h.adam_beta2 * v + (1 - h.adam_beta2) * d * d
+            theta = theta - lr * (m / (1 - h.adam_beta1 ** (t + 1))) / (np.sqrt(v / (1 - h.adam_beta2 ** (t + 1))) + h.adam_eps)
+        else:
+            theta = theta - lr * (d + wd * w * theta)
+        np.testing.assert_allclose(eng.weights(), theta, rtol=0, atol=1e-11)
+    # one step from one θ with and without: the same estimate, and the two differ by the decay's
+    # lr wd θ on the weights (Adam's too: its first step's moments are the same) and not at all on a bias
+    pair = [make_parts("full-zo", zo_update=update, zo_estimator=estimator, zo_queries=queries, weight_decay=d)
+            for d in (wd, 0.0)]
+    for s, e in pair:
+        methods.step(e, s, *e.load_batch(*batch), 0, 0, lr, 0.0, clock())
+    theta0 = LENET5_INIT()
+    np.testing.assert_allclose(pair[1][1].weights() - pair[0][1].weights(), lr * wd * w * theta0, rtol=0, atol=1e-12)
+    assert (lr * wd * w * np.abs(theta0)).max() > 1e-4
+
+
+def test_weight_decay_is_a_zo_part_refused_where_it_has_no_meaning():
+    """A ZO part: in the job key and the words, refused for INT8 (Alg. 2) and conservative, and
+    checked for its sign."""
+    h = Hyper(weight_decay=0.01)
+    assert h.zo_parts("full-zo") == "wd=0.01" and h.zo_parts("full-bp") == ""
+    base = {"job_id": "t", "method": "full-zo", "hyper": {"weight_decay": 0.01}}
+    for extra, why in [({"precision": "int8"}, "INT8 trains its ZO part by Alg. 2"),
+                       ({"hyper": {"weight_decay": 0.01, "zo_update": "conservative"}}, "no peer decays it"),
+                       ({"hyper": {"weight_decay": -1.0}}, "hyper.weight_decay: expected a value >= 0")]:
+        with pytest.raises(SpecError, match=why):
+            JobSpec.from_dict({**base, **extra})
 
 
 def LENET5_INIT():

@@ -51,6 +51,7 @@ class Engine(Protocol):
     mask: object                    # 0/1 per ZO parameter (Sparse MeZO), None: all
     zo_moments: list                # momentum's m, or Adam's m and v, over the ZO part
     zo_t: object                    # Adam's ZO update count
+    decayed: list                   # the ZO part's weight ranges weight decay reaches ([]: no decay)
 
     def set_sparsity(self, ranges=None, mask=None) -> None: ...   # what perturb touches from now on
     def zo_direction(self, keys, coefs): ...    # Σ cᵢ z(keyᵢ) over the ZO part, touched as perturb does
@@ -107,13 +108,14 @@ def zo_step(engine: Engine, x, y, key, eps: float, clip: float, lr_zo: float, lr
     direction is d = (1/q) Σ dir(gᵢ) zᵢ (dir: g, or sign(g)), which the update rule applies.
     With one query SGD's and sign's restore and update are one pass, as MeZO's is (Sec. 4).
     hyper: the job's Hyper, whose ZO parts (estimator, update rule and its constants) the step
-    runs; None: MeZO's step."""
+    runs; None: MeZO's step. Weight decay (hyper.weight_decay) splits MeZO's merged pass: the
+    restore, the decay and the update are a pass each."""
     from .spec import Hyper
     hyper = hyper or Hyper()
     estimator, update = hyper.zo_estimator, hyper.zo_update
     keys = key if isinstance(key, (list, tuple)) else [key]
     q, head = len(keys), engine.n_bp > 0
-    merged = q == 1 and update in ("sgd", "sign") and estimator != "forward-grad"
+    merged = q == 1 and update in ("sgd", "sign") and estimator != "forward-grad" and not hyper.weight_decay
     plus, minus, grads, loss_zero = [], [], [], None
     if estimator == "forward-grad":     # exact ∇L·z by forward-mode AD: no perturbation
         for k in keys:
@@ -165,6 +167,8 @@ def zo_step(engine: Engine, x, y, key, eps: float, clip: float, lr_zo: float, lr
         _stateful(engine, keys, coefs, lr_zo, update, hyper)
         clock.lap("zo_update")
     elif not merged:
+        if hyper.weight_decay:      # coupled, MeZO's: θ −= lr (d + wd θ)
+            decay(engine, 1 - lr_zo * hyper.weight_decay)
         for k, c in zip(keys, coefs):
             engine.perturb(k, -lr_zo * c)
         clock.lap("zo_update")
@@ -240,17 +244,49 @@ def _stateful(engine, keys, coefs, lr, update: str, hyper) -> None:
     place): the step's direction d = Σ cᵢ zᵢ is formed once (an n_zo scratch buffer), then
     momentum (ZO-SGD-MMT, torch.optim's SGD momentum on d: m = β m + d, θ -= lr m) or Adam
     (ZO-Adam: adam_update on d, with its own update count). The C++ binary runs the same
-    operations in the same order (fp32_net.hpp)."""
+    operations in the same order (fp32_net.hpp). Weight decay: coupled into d for momentum, as
+    torch.optim's SGD adds it (d += wd θ), and decoupled for Adam, as AdamW (θ *= 1 − lr wd first)."""
     d = engine.zo_direction(keys, coefs)
     p = engine.zo_params()
+    wd = hyper.weight_decay
     if update == "momentum":
+        for lo, hi in decayed(engine) if wd else ():
+            _add_scaled(d[lo:hi], p[lo:hi], wd)
         m, = engine.zo_moments
         m *= hyper.zo_momentum
         m += d
         p -= lr * m
         return
+    if wd:
+        decay(engine, 1 - lr * wd)
     engine.zo_t += 1
     adam_update(p, d, *engine.zo_moments, lr, engine.zo_t, hyper, engine.sqrt)
+
+
+def decayed(engine) -> list[tuple[int, int]]:
+    """The ranges weight decay reaches this step: the ZO part's weights (models.decayed), within
+    the step's ranges where LeZO draws units. A mask (Sparse MeZO's, ZO-Bench's random one)
+    limits z, not the decay."""
+    if engine.ranges is None:
+        return engine.decayed
+    return [(max(a, c), min(b, e)) for a, b in engine.decayed for c, e in engine.ranges if max(a, c) < min(b, e)]
+
+
+def decay(engine, factor) -> None:
+    """θ *= factor over what decayed() reaches, in place; factor = 1 − lr wd, a float or, in a
+    CUDA graph, a device scalar."""
+    p = engine.zo_params()
+    for lo, hi in decayed(engine):
+        view = p[lo:hi]
+        view *= factor
+
+
+def _add_scaled(y, x, a: float) -> None:
+    """y += a x in place, with no temporary the size of x in torch (the memory model counts none)."""
+    if hasattr(y, "add_"):
+        y.add_(x, alpha=a)
+    else:
+        y += np.float32(a) * x
 
 
 class Sparsity:
@@ -261,16 +297,12 @@ class Sparsity:
     weights then. Host work between steps (sparsify): a step reads the engine's ranges or mask."""
 
     def __init__(self, model, method: str, bp_layers: int, hyper):
-        from .spec import SpecError
         self.h = hyper
         self.n_zo = n_zo = model.split(method, bp_layers)
         sizes = model.unit_sizes()[:model.first_bp_layer(method, bp_layers)]
         starts = [sum(sizes[:i]) for i in range(len(sizes))]
         self.units = [(lo, lo + n) for lo, n in zip(starts, sizes)]
         self.tensors = [(o, o + math.prod(shape)) for _, o, shape in model.offsets() if o < n_zo]
-        if hyper.zo_sparsity == "layers" and hyper.zo_layers > len(self.units):
-            raise SpecError(f"hyper.zo_layers: {model.name}'s ZO part has {len(self.units)} units "
-                            f"(layers, or a transformer's embeddings and blocks), not {hyper.zo_layers}")
 
     def ranges(self, seed: int, t: int) -> list[tuple[int, int]]:
         """Step t's units as parameter ranges, adjacent ones merged."""
@@ -321,6 +353,7 @@ def zo_state(engine, spec, model, zeros, count) -> None:
     engine.zo_moments = [zeros(engine.n_zo) for _ in range(vocab.ZO_UPDATE_STATE.get(h.zo_update, 0) if zo else 0)]
     engine.d = zeros(engine.n_zo if engine.zo_moments else 0)
     engine.zo_t = count
+    engine.decayed = models.decayed(model, engine.n_zo) if zo and h.weight_decay else []
 
 
 def sparsify(engine, spec, t: int) -> None:

@@ -281,6 +281,14 @@ def _propagate(m: Model) -> list[Shapes]:
     return out
 
 
+def decayed(model, n: int) -> list[tuple[int, int]]:
+    """The flat ranges that weight decay reaches in the first n parameters: the weight tensors (a
+    layer's weights, an embedding, a linear map), never a bias or a norm's gain, as MeZO's step and
+    AdamW's usual groups leave those alone. A tensor has two or more dimensions exactly when it
+    is a weight, in every model here; the C++ binary takes its layers' weights the same way."""
+    return [(o, o + math.prod(shape)) for _, o, shape in model.offsets() if len(shape) >= 2 and o < n]
+
+
 def weights_bytes(flat: np.ndarray) -> bytes:
     """The weights as a file holds them (init_weights, save_weights) and weights_sha256 hashes them."""
     return np.ascontiguousarray(flat, dtype="<f4").tobytes()

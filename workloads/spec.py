@@ -36,7 +36,10 @@ HALF_ZO_PARTS = "half precision trains the ZO part by MeZO's step alone (docs/tr
 ADAM_INT8 = "adam trains FP32 only; INT8 trains its BP part with NITI's integer update (docs/int8.md)"
 # The hyperparameters that make the ZO part (docs/zo-optimizers.md): each is MeZO's at its default.
 ZO_PART_FIELDS = ("zo_estimator", "zo_queries", "zo_update", "zo_momentum", "zo_sparsity", "zo_layers",
-                  "zo_mask_fraction", "zo_mask_every", "zo_mask_draw", "zo_distribution")
+                  "zo_mask_fraction", "zo_mask_every", "zo_mask_draw", "zo_distribution", "weight_decay")
+# why conservative takes no weight decay: the spec's refusal and the binary's say it
+CONSERVATIVE_DECAY = ("conservative keeps the best of θ and θ ± lr d on the batch, and no peer decays it "
+                      "(ZO-Bench's conservative runs set weight_decay 0): give it weight_decay = 0")
 INT8_ZO_PARTS = ("INT8 trains its ZO part by Alg. 2, the sign of the two-point loss difference (docs/int8.md): "
                  "the other estimators and update rules are FP32's")
 
@@ -104,6 +107,11 @@ class Hyper:
     # z's distribution (vocab.ZO_DISTRIBUTIONS): zobench-z's Irwin-Hall, or a Gaussian table of it
     # (MeZO's and ZO-Bench's torch.normal), both from the same 32 bits (docs/zrng.md)
     zo_distribution: str = "irwin-hall"
+    # weight decay of the ZO part's weights (not its biases or norms: models.decayed), as the peers
+    # apply it: coupled, theta -= lr (d + weight_decay theta), for sgd, sign and momentum (MeZO's
+    # step, torch.optim's SGD); decoupled, theta *= 1 - lr weight_decay, for adam (AdamW). The BP
+    # part takes none (docs/zo-optimizers.md)
+    weight_decay: float = 0.0
     train_samples: int = 0        # first N training samples (0 = all)
     test_samples: int = 0         # first N test samples (0 = all)
     zo_scale: int = 8             # int8: the perturbation z is uniform on [-zo_scale, zo_scale]
@@ -148,7 +156,25 @@ class Hyper:
         "adam_eps": Bounds(0, open_lo=True),
         "warmup_steps": Bounds(-1, 10_000), "zo_queries": Bounds(1, zrng.MAX_QUERIES),
         "zo_momentum": Bounds(0, 1.0, open_hi=True), "zo_layers": Bounds(1, INT32_MAX),
-        "zo_mask_fraction": Bounds(0, 1.0, open_lo=True), "zo_mask_every": Bounds(1, INT32_MAX)}
+        "zo_mask_fraction": Bounds(0, 1.0, open_lo=True), "zo_mask_every": Bounds(1, INT32_MAX),
+        "weight_decay": Bounds(0)}
+
+    def idle(self, method: str) -> list[str]:
+        """The settings given away from their defaults that change nothing for a job of `method`,
+        each with why ("zo_mask_fraction: no mask (zo_sparsity is all)"): a part's constant
+        without its part, a ZO part for full-bp, Adam's constants without Adam."""
+        default = Hyper()
+        zo = method != "full-bp"
+        off = {"zo_momentum": "zo_update is not momentum" if self.zo_update != "momentum" else "",
+               "zo_layers": f"zo_sparsity is {self.zo_sparsity}, not layers" if self.zo_sparsity != "layers" else "",
+               "zo_mask_fraction": f"no mask (zo_sparsity is {self.zo_sparsity})" if self.zo_sparsity not in vocab.ZO_MASKS else "",
+               "zo_mask_every": f"no mask (zo_sparsity is {self.zo_sparsity})" if self.zo_sparsity not in vocab.ZO_MASKS else "",
+               "zo_mask_draw": f"zo_sparsity is {self.zo_sparsity}, not random" if self.zo_sparsity != "random" else ""}
+        adam = self.zo_update == "adam" and zo or self.optimizer == "adam" and method != "full-zo"
+        off.update(dict.fromkeys(("adam_beta1", "adam_beta2", "adam_eps"), "" if adam else "no part of it trains by Adam"))
+        if not zo:
+            off.update(dict.fromkeys(ZO_PART_FIELDS, "full-bp has no ZO part"))
+        return [f"{k}: {why}" for k, why in off.items() if why and getattr(self, k) != getattr(default, k)]
 
     def zo_parts(self, method: str = "full-zo") -> str:
         """The ZO parts of a job of `method` that are not MeZO's, as words ("one-sided q=4
@@ -164,7 +190,8 @@ class Hyper:
                  {"all": "", "layers": f"layers={self.zo_layers}",
                   "magnitude": f"mask={self.zo_mask_fraction:g}/{self.zo_mask_every}",
                   "random": f"random={self.zo_mask_fraction:g}/{self.zo_mask_every}"
-                            + (" exact" if self.zo_mask_draw == "exact" else "")}[self.zo_sparsity]]
+                            + (" exact" if self.zo_mask_draw == "exact" else "")}[self.zo_sparsity],
+                 f"wd={self.weight_decay:g}" if self.weight_decay else ""]
         return " ".join(filter(None, words))
 
 
@@ -282,6 +309,8 @@ class JobSpec:
             raise SpecError(f"hyper.optimizer: {ADAM_INT8}")
         if spec.precision == "int8" and (parts := spec.hyper.zo_parts(spec.method)):
             raise SpecError(f"hyper: {INT8_ZO_PARTS}, not {parts}")
+        if spec.hyper.weight_decay and spec.hyper.zo_update == "conservative" and spec.method != "full-bp":
+            raise SpecError(f"hyper.weight_decay: {CONSERVATIVE_DECAY}")
         if spec.hyper.points and not model.points:
             raise SpecError(f"hyper.points: {model.name} does not take point clouds")
         if (spec.hyper.context or spec.hyper.checkpointing) and not spec.transformer:
@@ -301,6 +330,10 @@ class JobSpec:
                 raise SpecError(f"bp_layers: {e}") from None
         elif spec.bp_layers:
             raise SpecError(f"bp_layers: only elastic-zo takes bp_layers, got {spec.bp_layers} for {spec.method}")
+        units = model.first_bp_layer(spec.method, spec.bp_layers)
+        if spec.method != "full-bp" and spec.hyper.zo_sparsity == "layers" and spec.hyper.zo_layers > units:
+            raise SpecError(f"hyper.zo_layers: {model.name}'s ZO part has {units} units (layers, or a transformer's "
+                            f"embeddings and blocks), not {spec.hyper.zo_layers}")
         return spec
 
 

@@ -1,17 +1,28 @@
-"""zobench: the command line. Exit 0 = all good, 1 = a job did not end ok,
-2 = bad usage or configuration (one line on stderr, no traceback).
+"""zobench: the command line. Exit 0 = all good, 1 = a job did not end ok, or zobench itself met
+an error it did not expect, 2 = bad usage or configuration (one line on stderr, no traceback).
 
 It only parses: each command's options and its call into the library are in zobench/commands/,
-and here is what every command shares, the one-line answer to a user's error."""
+and here is what every command shares: the one-line answer to a user's error, and the one error
+boundary, which turns anything unexpected into one line and a log file (unexpected)."""
 from __future__ import annotations
 
 import os
 import sys
+import time
+import traceback
+from pathlib import Path
 
+from harness import paths
 from harness.errors import UserError
+from harness.store_url import scrub
 
 from .commands import COMMANDS
 from .commands.options import Parser
+
+# where an unexpected error's traceback goes, a file an error (as pip keeps its log)
+LOGS = "~/.cache/zobench/logs"
+# the packages whose frames say what zobench was doing
+OURS = ("zobench", "harness", "workloads", "reports", "testkit")
 
 
 def build_parser() -> Parser:
@@ -23,11 +34,13 @@ def build_parser() -> Parser:
 
 
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    command = next((a for a in argv if not a.startswith("-")), "")
     try:
         args = build_parser().parse_args(argv)
         return args.main(args)
     except UserError as e:
-        print(f"zobench: error: {e}", file=sys.stderr)
+        print(f"zobench: error: {scrub(str(e))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:   # `zobench run` handles its own (zobench/running.py); elsewhere nothing is left running
         print("zobench: interrupted", file=sys.stderr)
@@ -35,12 +48,49 @@ def main(argv=None) -> int:
     except BrokenPipeError:     # `zobench results | head`: the reader has all it wanted
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())   # no second error at exit
         return 0
-    except Exception as e:      # the shared store's driver: a table dropped or changed by hand under a query
-        if type(e).__module__.split(".")[0] != "psycopg":
-            raise
-        said = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        print(f"zobench: error: the shared store: {type(e).__name__}: {said}", file=sys.stderr)
-        return 2
+    except Exception as e:      # noqa: BLE001 (the boundary: every other error ends here, once)
+        if type(e).__module__.split(".")[0] == "psycopg":   # the shared store's driver: a table dropped or changed by hand
+            print(f"zobench: error: the shared store: {type(e).__name__}: {said(e)}", file=sys.stderr)
+            return 2
+        print(unexpected(command, e), file=sys.stderr)
+        return 1
+
+
+def said(e: BaseException) -> str:
+    """An exception's message as one scrubbed line: its first line, or its type where it has none."""
+    text = str(e).strip()
+    return scrub(text.splitlines()[0] if text else type(e).__name__)
+
+
+def unexpected(command: str, e: BaseException) -> str:
+    """The one line for an error zobench did not expect: the command, the function of ours it
+    was in (what it was doing), the exception, scrubbed; the traceback, scrubbed too, in a log
+    file the line names. Where the log cannot be written (a full disk), the line says so."""
+    frames = [f for f in traceback.extract_tb(e.__traceback__) if _ours(f.filename)]
+    where = f" in {frames[-1].name} ({_short(frames[-1].filename)}:{frames[-1].lineno})" if frames else ""
+    line = f"zobench {command or ''}".rstrip() + f": unexpected error{where}: {type(e).__name__}: {said(e)}"
+    try:
+        logs = Path(LOGS).expanduser()
+        logs.mkdir(parents=True, exist_ok=True)
+        log = logs / f"zobench-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"
+        log.write_text(scrub(f"zobench {' '.join(sys.argv[1:])}\n" + "".join(traceback.format_exception(e))))
+        return f"{line}; the traceback is in {log}"
+    except OSError as why:
+        return f"{line}; its traceback could not be logged ({type(why).__name__}: {said(why)})"
+
+
+def _ours(filename: str) -> bool:
+    """Whether a frame is in zobench's own code (the checkout's packages, not the venv's)."""
+    rel = _short(filename)
+    return rel.split("/")[0] in OURS
+
+
+def _short(filename: str) -> str:
+    """A file's path in the checkout (harness/stores/store.py), or its own where it is elsewhere."""
+    try:
+        return Path(filename).resolve().relative_to(paths.REPO).as_posix()
+    except ValueError:
+        return filename
 
 
 if __name__ == "__main__":

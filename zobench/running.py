@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from workloads.spec import JobSpec, SpecError
+from workloads.spec import Hyper, JobSpec, SpecError
 
 from harness.search import equal_memory, fit
 from harness.planning import inventory, plan, runs, suites
@@ -186,9 +186,19 @@ def _planned(store: Store, req: Request, say) -> tuple[list[Job], dict, dict]:
                             models=study and study["equal_memory"]["models"])
     for n in fitted + notes:
         say(f"note: left out {n}")
+    for line in idle_settings(jobs):
+        say(f"zobench: warning: {line}: it changes no job of this run")
     targets = {t.name: t for t in [*chosen, *([pretrain] if pretrain else [])]}
     return jobs, targets, runs.record(suite=suite.name, suite_path=str(suite.path), **study,
                                       jobs=[j.to_dict() for j in jobs])
+
+
+def idle_settings(jobs: list[Job]) -> list[str]:
+    """The settings that change nothing in any job of a plan (Hyper.idle: a part's constant without
+    its part), each with why: a typo'd --set or a part left off is said once, not silently run."""
+    per_job = [dict(line.split(": ", 1) for line in Hyper(**j.spec["hyper"]).idle(j.spec["method"])) for j in jobs]
+    keys = set.intersection(*(set(d) for d in per_job)) if per_job else set()
+    return [f"{k} = {jobs[0].spec['hyper'][k]!r} is set, but {per_job[0][k]}" for k in sorted(keys)]
 
 
 def run(store: Store, req: Request, say: Callable[[str], None]) -> Outcome:
@@ -235,6 +245,12 @@ def run(store: Store, req: Request, say: Callable[[str], None]) -> Outcome:
     if req.report:
         from reports import build as build_report
         history = history_of(shared, store, [run_id], say) if shared and pushed else None
-        report = build_report(store, [run_id], history=history).resolve()
+        try:
+            report = build_report(store, [run_id], history=history).resolve()
+        except OSError as e:    # a full disk: the results are stored; the report can be made again
+            say(f"zobench: error: run {run_id}: its results are stored, but its report could not be written "
+                f"({e.filename or ''}: {e.strerror or e}); make room, then: zobench report {run_id}"
+                + (f" --results {shlex.quote(str(store.root))}" if store.root.resolve() != paths.DEFAULT_RESULTS.resolve() else ""))
+            return Outcome(run_id, UNSAVED)
     say(f"run {run_id}: {len(results)} jobs run, {len(bad)} not ok" + (f"; finish them with: {resume}" if bad else ""))
     return Outcome(run_id, UNSAVED if not pushed else NOT_OK if bad else OK, report)

@@ -93,14 +93,27 @@ class Suite:
     pretrain: Pretrain | None = None
     equal_memory: EqualMemory | None = None
     # [optimizers]: name -> the hyper of one ZO optimizer (its parts, docs/zo-optimizers.md, and
-    # what is tuned for it, lr_zo above all). Every method with a ZO part runs once per optimizer,
-    # over hyper_for's hyper; full-bp once. {}: the suite's hyper alone, as before.
+    # what is tuned for it, lr_zo above all), with a table per method where a method needs its
+    # own value (momentum = { ..., lr_zo = 3e-4, "elastic-zo:1" = { lr_zo = 1e-4 } }: a rate
+    # tuned on Full ZO need not hold for ElasticZO). Every method with a ZO part runs once per
+    # optimizer, over hyper_for's hyper; full-bp once. {}: the suite's hyper alone, as before.
     optimizers: dict = field(default_factory=dict)
 
     def optimizers_for(self, method: MethodChoice) -> list[tuple[str, dict]]:
         """(name, hyper) of each optimizer a method runs with: one unnamed without [optimizers] or
         for full-bp, which has no ZO part."""
-        return list(self.optimizers.items()) if self.optimizers and method.method != "full-bp" else [("", {})]
+        if not self.optimizers or method.method == "full-bp":
+            return [("", {})]
+        return [(name, self.optimizer_hyper(name, method)) for name in self.optimizers]
+
+    def optimizer_hyper(self, name: str, method: MethodChoice) -> dict:
+        """An optimizer's hyper for one method: its own keys, then its table for the method's
+        name, then for the method with its K (elastic-zo, then elastic-zo:1)."""
+        table = self.optimizers.get(name, {})
+        out = {k: v for k, v in table.items() if not isinstance(v, dict)}
+        for scope in dict.fromkeys([method.method, str(method)]):
+            out.update(table.get(scope, {}))
+        return out
 
     def hyper_for(self, method: MethodChoice, precision: str, zo_loss: str = "float") -> dict:
         """A job's hyperparameters from the suite: [hyper], then its precision's table (int8
@@ -177,6 +190,12 @@ def load(name_or_path: str) -> Suite:
             s.methods.append(MethodChoice.parse(m))
         except ValueError as e:
             raise t.error("methods", f"{e}, got {m!r}") from None
+    zo_methods = [m for c in s.methods if c.method != "full-bp" for m in (str(c), c.method)]
+    for name, table in s.optimizers.items():
+        for scope in (k for k, v in table.items() if isinstance(v, dict)):
+            if scope not in zo_methods:
+                raise t.error(f"optimizers.{name}.{scope_name(scope)}", "expected a hyperparameter or a method of "
+                              f"the suite with a ZO part ({', '.join(dict.fromkeys(zo_methods)) or 'none'})")
     if equal is not None:
         s.equal_memory = _equal_memory(tomlfile.Table(equal, path, "equal_memory."), s)
         if "model" in s.workload:       # one home for each job's model
@@ -203,9 +222,11 @@ def load(name_or_path: str) -> Suite:
         for scope, hyper in s.scoped.items():
             for k, v in hyper.items():
                 check_value(Hyper, k, v, f"hyper.{scope_name(scope)}.")
-        for name, hyper in s.optimizers.items():
-            for k, v in hyper.items():
-                check_value(Hyper, k, v, f"optimizers.{name}.")
+        for name, table in s.optimizers.items():
+            for scope, hyper in [("", table), *((f"{scope_name(k)}.", v) for k, v in table.items() if isinstance(v, dict))]:
+                for k, v in hyper.items():
+                    if not isinstance(v, dict):
+                        check_value(Hyper, k, v, f"optimizers.{name}.{scope}")
         for precision, hyper in (s.pretrain.hyper.items() if s.pretrain else ()):
             for k, v in hyper.items():
                 check_value(Hyper, k, v, f"pretrain.{precision}.")

@@ -57,7 +57,7 @@ each counting what is alive then -- activations not yet freed, gradients already
 The ZO parts (docs/zo-optimizers.md; zo: the job's Hyper) add to both kinds, over the n ZO-trained
 parameters: to "optimizer", momentum's m (n values) or Adam's m and v (2n); and a part of their
 own, "zo", 0 for MeZO's step (zo_terms): the step's direction d (n values) where a rule with state
-cannot fold it into the restore's pass (several queries, LeZO's ranges); Sparse MeZO's mask (a
+cannot fold it into the restore's pass (several queries, LeZO's ranges, weight decay); Sparse MeZO's mask (a
 byte a ZO parameter); Forward-Grad's tangent (n values) and its dual values (a bound: twice a
 layer model's activations, a dual value each and the jvp's products; a transformer's largest
 transient set); and the BP head's
@@ -131,7 +131,7 @@ def zo_terms(method: str, n_zo: int, zo, dual: int, head_pass: int) -> tuple[int
     if zo is None or method == "full-bp":
         return 0, 0
     state = vocab.ZO_UPDATE_STATE.get(zo.zo_update, 0)
-    apart = bool(state) and (zo.zo_queries > 1 or zo.zo_sparsity == "layers")
+    apart = bool(state) and (zo.zo_queries > 1 or zo.zo_sparsity == "layers" or zo.weight_decay > 0)
     part = FLOAT * n_zo * apart + n_zo * (zo.zo_sparsity in vocab.ZO_MASKS)
     part += FLOAT * vocab.GAUSS_TABLE_VALUES * (zo.zo_distribution == "gaussian")      # Gaussian z's table
     if zo.zo_estimator == "forward-grad":

@@ -161,7 +161,7 @@ class Outcome:
 def trial_suite(suite: Suite, opts: Options, dataset: str, rotate: float) -> Suite:
     """The in-memory suite of the trials: the method's job of the suite (its hyper as hyper_for
     gives it, --set over it), at the tuning epochs, on the validation split of one data set."""
-    hyper = {**suite.hyper_for(opts.method, opts.precision, opts.zo_loss), **suite.optimizers.get(opts.optimizer, {}),
+    hyper = {**suite.hyper_for(opts.method, opts.precision, opts.zo_loss), **suite.optimizer_hyper(opts.optimizer, opts.method),
              **opts.overrides, "epochs": opts.epochs}
     workload = {**{k: v for k, v in suite.workload.items() if k not in ("dataset", "rotate")},
                 "dataset": dataset, "rotate": rotate, "validation": opts.validation}

@@ -30,7 +30,7 @@ from harness.stores.metrics import METRICS
 from harness.errors import UserError
 from harness.stores.schema import plan_problems, stored_problems, upgrade
 from harness.stores.store import Store
-from harness.store_url import shown, shown_argv
+from harness.store_url import known, scrub, shown, shown_argv
 
 ENV = "ZOBENCH_STORE"
 LOCK = 0x7A6F62656E6368      # "zobench": the advisory lock that serialises migrations
@@ -109,6 +109,7 @@ def url_from(arg: str | None, what: str = "--store") -> str | None:
         t.done()
         url, where = table.take("url", str), f"{config}: store.url"
         table.done()
+    known(url)
     if url and not url.startswith(("postgresql://", "postgres://")) and not _conninfo(url):
         raise UserError(f"{where}: expected a PostgreSQL URL, postgresql://USER@HOST[:PORT]/DB, or a connection "
                         f"string, host=HOST dbname=DB, got {shown(url)!r}")
@@ -176,11 +177,11 @@ class SharedStore:
     def __init__(self, url: str, connect_timeout: int = 10):
         import psycopg    # noqa: PLC0415 (only the commands that use a shared store load the driver)
 
-        self.url = url
+        self.url = known(url)
         try:
             self.conn = psycopg.connect(url, connect_timeout=connect_timeout, application_name="zobench")
         except psycopg.Error as e:
-            said = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            said = scrub(str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__)
             raise UserError(f"store {shown(url)}: cannot connect: {said}") from None
         self.migrate()
 
@@ -201,7 +202,7 @@ class SharedStore:
         try:
             return self._migrate()
         except psycopg.Error as e:
-            said = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            said = scrub(str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__)
             raise UserError(f"store {shown(self.url)}: its schema cannot be brought up to date ({said}): a table "
                             "zobench made was dropped or changed by hand; restore it, or use a new database") from None
 

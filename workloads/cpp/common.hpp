@@ -59,6 +59,7 @@ inline std::vector<uint8_t> read_weights_file(const std::string& path, size_t by
     X(std::string, zo_sparsity, "all") X(int, zo_layers, 1)                                  \
     X(double, zo_mask_fraction, 0.25) X(int, zo_mask_every, 50) /* docs/zo-optimizers.md */  \
     X(std::string, zo_mask_draw, "zo-bench") X(std::string, zo_distribution, "irwin-hall")   \
+    X(double, weight_decay, 0.0) /* the ZO part's weights' (fp32_net.hpp decay) */           \
     X(int, train_samples, 0) X(int, test_samples, 0)                                         \
     X(int, zo_scale, 8)                                                                      \
     X(int, trace_steps, 0)                                                                   \

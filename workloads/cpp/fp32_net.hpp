@@ -76,6 +76,8 @@ struct Net {
     std::vector<float> zo_gauss;     // Gaussian z's table (zo_distribution = "gaussian"), else empty
     bool mask_set = false;
     std::vector<std::pair<size_t, size_t>> ranges;
+    // weight decay (hyper.weight_decay > 0): the ZO layers' weights, not their biases (models.decayed)
+    std::vector<std::pair<size_t, size_t>> decayed;
     ActivationPlan<float, float> act;
     std::vector<float> probs[2];
     std::vector<float> wk;       // repacked weights (transposed, flipped): the largest a layer needs
@@ -105,8 +107,9 @@ struct Net {
         if (s.h.optimizer == "adam") buffers.need(adam_m, "adam_m", OPTIMIZER, n_bp), buffers.need(adam_v, "adam_v", OPTIMIZER, n_bp);
         if (n_zo > 0) {
             const std::string& u = s.h.zo_update;
-            // d is formed apart only where restore_and_step cannot fuse it: several queries, or LeZO's ranges
-            const bool apart = s.h.zo_queries > 1 || s.h.zo_sparsity == "layers";
+            // d is formed apart only where restore_and_step cannot fuse it: several queries, LeZO's
+            // ranges, or weight decay (momentum adds wd θ to d, Adam decays θ first)
+            const bool apart = s.h.zo_queries > 1 || s.h.zo_sparsity == "layers" || s.h.weight_decay > 0;
             if (u == "momentum" || u == "adam") buffers.need(zo_m, "zo_m", OPTIMIZER, n_zo);
             if ((u == "momentum" || u == "adam") && apart) buffers.need(zo_d, "zo_d", ZO, n_zo);
             if (u == "adam") buffers.need(zo_v, "zo_v", OPTIMIZER, n_zo);
@@ -114,6 +117,8 @@ struct Net {
             if (s.h.zo_distribution == "gaussian") buffers.need(zo_gauss, "zo_gauss", ZO, std::size(zrng::GAUSS_BITS));
         }
         ranges = {{0, n_zo}};
+        if (s.h.weight_decay > 0)
+            for (int l = 0; l < first_bp; ++l) decayed.push_back({off[l], off[l] + a.layers[l].w_size()});
         const bool two = s.method == "elastic-zo";  // two perturbed passes feed BP
         // a global max is fused into its pointwise layer (pointwise_forward): BP reads its argmax
         act.plan(buffers, a, B, first_bp, two, 0, [&](int l) { return a.layers[l].pool != GLOBAL_MAX; });
@@ -366,12 +371,42 @@ struct Net {
         });
     }
 
-    // momentum or Adam on the step's direction d = sum_i c_i z_i (workloads/methods.py _stateful)
+    // f(lo, hi) over what weight decay reaches this step (workloads/methods.py decayed): the ZO
+    // layers' weights within the step's ranges
+    template <class F>
+    void each_decayed(F f) const {
+        for (const auto& [a0, a1] : decayed)
+            for (const auto& [r0, r1] : ranges)
+                if (std::max(a0, r0) < std::min(a1, r1)) f(std::max(a0, r0), std::min(a1, r1));
+    }
+
+    // theta *= factor over each_decayed (methods.py decay): 1 - lr wd, coupled (sgd, sign) or AdamW's
+    void decay(float factor) {
+        float* p = params.data();
+        each_decayed([=](size_t lo, size_t hi) {
+            team::ranges(long(hi - lo), [=](long i0, long i1) {
+#pragma omp simd
+                for (long i = long(lo) + i0; i < long(lo) + i1; ++i) p[i] *= factor;
+            });
+        });
+    }
+
+    // momentum or Adam on the step's direction d = sum_i c_i z_i (workloads/methods.py _stateful),
+    // with weight decay coupled into d for momentum and decoupled (AdamW's) for Adam
     void stateful_update(const std::vector<uint64_t>& keys, const std::vector<double>& c, double lr, const Hyper& h) {
         std::fill(zo_d.begin(), zo_d.end(), 0.f);
         for (size_t i = 0; i < keys.size(); ++i) add_z(zo_d.data(), keys[i], float(c[i]));
         float *p = params.data(), *m = zo_m.data();
         const float* d = zo_d.data();
+        if (h.weight_decay > 0 && h.zo_update == "momentum") {
+            const float wd = float(h.weight_decay);
+            float* dd = zo_d.data();
+            each_decayed([=](size_t lo, size_t hi) {
+                for (size_t i = lo; i < hi; ++i) dd[i] += wd * p[i];
+            });
+        } else if (h.weight_decay > 0) {
+            decay(float(1.0 - lr * h.weight_decay));
+        }
         if (h.zo_update == "momentum") {
             const MomentumRule rule(lr, h);
             team::ranges(long(n_zo), [=](long lo, long hi) {
@@ -416,10 +451,10 @@ struct Net {
         const bool head = n_bp > 0, one_sided = h.zo_estimator == "one-sided";
         const std::vector<uint64_t> keys = zrng::zo_keys(s.seed, uint64_t(t), h.zo_queries);
         const size_t q = keys.size();
-        const bool sign = h.zo_update == "sign", merged = q == 1 && (h.zo_update == "sgd" || sign);
+        const bool sign = h.zo_update == "sign", merged = q == 1 && (h.zo_update == "sgd" || sign) && h.weight_decay == 0;
         // one query, every ZO parameter in range: momentum's and Adam's restore and update are one
         // pass too (restore_and_step), z drawn three times a step as MeZO's
-        const bool fused = q == 1 && !zo_m.empty() && h.zo_sparsity != "layers";
+        const bool fused = q == 1 && !zo_m.empty() && h.zo_sparsity != "layers" && h.weight_decay == 0;
         const double eps = h.eps;
         auto clip = [&](double g) { return std::min(std::max(g, -h.zo_grad_clip), h.zo_grad_clip); };
         auto dir = [&](double g) { return sign ? double((g > 0) - (g < 0)) : g; };
@@ -499,6 +534,7 @@ struct Net {
             stateful_update(keys, c, lr_zo, h);
             clock.lap(ZO_UPDATE);
         } else if (!merged) {
+            if (h.weight_decay > 0) decay(float(1.0 - lr_zo * h.weight_decay));   // coupled, MeZO's
             for (size_t i = 0; i < q; ++i) perturb(keys[i], float(-lr_zo * c[i]));
             clock.lap(ZO_UPDATE);
         }

@@ -75,15 +75,19 @@ static void check_zo_parts(const Spec& s) {
     if (!(h.zo_momentum >= 0 && h.zo_momentum < 1)) throw SpecError("hyper.zo_momentum: expected 0 <= momentum < 1");
     if (!(h.zo_mask_fraction > 0 && h.zo_mask_fraction <= 1)) throw SpecError("hyper.zo_mask_fraction: expected 0 < fraction <= 1");
     if (h.zo_layers < 1 || h.zo_mask_every < 1) throw SpecError("hyper.zo_layers, zo_mask_every: expected >= 1");
+    if (!(h.weight_decay >= 0 && std::isfinite(h.weight_decay))) throw SpecError("hyper.weight_decay: expected a value >= 0");
     if (s.method == "full-bp") return;
     const bool mezo = h.zo_estimator == "two-point" && h.zo_queries == 1 && h.zo_update == "sgd" && h.zo_sparsity == "all"
-                      && h.zo_distribution == "irwin-hall";
+                      && h.zo_distribution == "irwin-hall" && h.weight_decay == 0;
     if (s.precision == "int8" && !mezo)     // the words of workloads/spec.py INT8_ZO_PARTS
         throw SpecError("hyper: INT8 trains its ZO part by Alg. 2, the sign of the two-point loss difference "
                         "(docs/int8.md): the other estimators and update rules are FP32's");
     if (h.zo_estimator == "forward-grad")   // support.no_forward_ad
         throw SpecError("hyper.zo_estimator: forward-grad needs forward-mode AD (a Jacobian-vector product), which "
                         "the cpp runtime does not have; torch runs it");
+    if (h.weight_decay > 0 && h.zo_update == "conservative")   // the words of workloads/spec.py CONSERVATIVE_DECAY
+        throw SpecError("hyper.weight_decay: conservative keeps the best of θ and θ ± lr d on the batch, and no peer "
+                        "decays it (ZO-Bench's conservative runs set weight_decay 0): give it weight_decay = 0");
     if (h.zo_sparsity == "layers" && h.zo_layers > first_bp_layer(s))   // as methods.Sparsity's
         throw SpecError("hyper.zo_layers: " + s.arch.name + "'s ZO part has " + std::to_string(first_bp_layer(s)) +
                         " units (layers, or a transformer's embeddings and blocks), not " + std::to_string(h.zo_layers));

@@ -49,10 +49,12 @@ def main(args) -> int:
 
         from reports.charts import save
 
+        from harness import guarded
+
         try:
-            args.out.mkdir(parents=True, exist_ok=True)
-        except OSError as e:    # a regular file by that name, or a folder zobench may not write
-            raise UserError(f"history --out {args.out}: {e.strerror or e}; expected a folder for the chart") from None
-        save(chart(found, args.estimator), args.out, "history")
-        print(f"chart: {(args.out / 'history.png').resolve()}", file=sys.stderr)
+            out = guarded.own_folder(args.out, ".zobench-history", "history chart", "history --out")
+            save(chart(found, args.estimator), out, "history")
+        except OSError as e:    # a folder zobench may not write, a full disk
+            raise UserError(f"history --out {args.out}: cannot write {e.filename or ''}: {e.strerror or e}") from None
+        print(f"chart: {out / 'history.png'}", file=sys.stderr)
     return 0

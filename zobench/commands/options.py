@@ -53,8 +53,10 @@ def number(kind, bounds: Bounds):
 
 
 def say(line: str) -> None:
-    """What the library has to tell the user (notes, progress lines, warnings): on stderr."""
-    print(line, file=sys.stderr)
+    """What the library has to tell the user (notes, progress lines, warnings): on stderr, through
+    the scrubber every printed message goes through (a store's password never reaches a log)."""
+    from harness.store_url import scrub
+    print(scrub(line), file=sys.stderr)
 
 
 def add_results(p):

@@ -85,8 +85,12 @@ def bars():
 
 def server(folder: Path, port: int) -> http.server.ThreadingHTTPServer:
     """An HTTP server of the site on 127.0.0.1 (the pages fetch their data, which browsers refuse
-    from file://); port 0: any free one."""
-    return http.server.ThreadingHTTPServer(("127.0.0.1", port), functools.partial(Quiet, directory=str(folder)))
+    from file://); port 0: any free one. UserError where the port is taken or not ours to bind."""
+    try:
+        return Server(("127.0.0.1", port), functools.partial(SiteFiles, directory=str(folder.resolve())))
+    except OSError as e:
+        raise UserError(f"publish --serve --port {port}: cannot listen on 127.0.0.1:{port} ({e.strerror or e}); "
+                        "give another port with --port, or --port 0 for any free one") from None
 
 
 def serve(folder: Path, port: int) -> None:
@@ -98,6 +102,31 @@ def serve(folder: Path, port: int) -> None:
             pass
 
 
-class Quiet(http.server.SimpleHTTPRequestHandler):
+class Server(http.server.ThreadingHTTPServer):
+    def handle_error(self, request, client_address) -> None:
+        """A request that fails (a client gone mid-answer) ends that request, with no traceback."""
+
+
+class SiteFiles(http.server.SimpleHTTPRequestHandler):
+    """The site's files and nothing else: a path that leaves the site's folder (a symlink out of
+    it, a ../) or names a folder without an index.html is not found, and a path the file system
+    cannot take (a NUL byte) is a bad request; no folder is ever listed."""
+
+    def send_head(self):
+        try:
+            path = Path(self.translate_path(self.path))
+            real, root = path.resolve(), Path(self.directory)
+            if not real.is_relative_to(root) or (real.is_dir() and not (real / "index.html").is_file()):
+                self.send_error(http.HTTPStatus.NOT_FOUND, "File not found")
+                return None
+            return super().send_head()
+        except (ValueError, OSError):      # an embedded NUL byte, a name too long
+            self.send_error(http.HTTPStatus.BAD_REQUEST, "Bad path")
+            return None
+
+    def list_directory(self, path):
+        self.send_error(http.HTTPStatus.NOT_FOUND, "File not found")
+        return None
+
     def log_message(self, *args) -> None:   # a line per request would bury the address
         pass

@@ -29,12 +29,14 @@ def add(sub) -> None:
 
 def main(args) -> int:
     from reports import build as build_report
+    from harness import guarded
 
     store = Store(args.results)
     runs = options.pulled(args, args.run)
     try:
         runs = runs or [store.latest()]
-        print(build_report(store, runs, args.out, targets=args.target, methods=args.method,
+        out = args.out and guarded.own_folder(args.out, ".zobench-report", "report", "report --out")
+        print(build_report(store, runs, out, targets=args.target, methods=args.method,
                            history=running.history_of(pgstore.url_from(args.store), store, runs,
                                                       options.say),
                            accuracy=args.energy_accuracy))
