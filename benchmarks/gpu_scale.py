@@ -83,6 +83,7 @@ class Plan:
     batch: int
     context: int
     contexts: tuple        # part 5's
+    context_models: tuple  # ... on these models
     hf: tuple              # part 4's models
     lenet_batch: int
     seconds: float         # each timed loop's least duration
@@ -91,9 +92,10 @@ class Plan:
 
 GPU = Plan("cuda", ("gpt2-small", "gpt2-medium", "gpt2-large", "gpt2-xl", "llama2-7b"), ("gpt2-small", "gpt2-medium"),
            ("gpt2-small", "gpt2-medium", "gpt2-large", "gpt2-xl", "llama2-7b", "llama2-13b"),
-           (16 * GIB, 24 * GIB, 80 * GIB), 8, 512, (128, 256, 1024, 2048), ("gpt2-small", "gpt2-medium"), 256, 2.0, 3)
+           (16 * GIB, 24 * GIB, 80 * GIB), 8, 512, (128, 256, 1024, 2048),
+           ("gpt2-small", "gpt2-medium", "gpt2-large", "gpt2-xl", "llama2-7b"), ("gpt2-small", "gpt2-medium"), 256, 2.0, 3)
 DRY = Plan("cpu", ("gpt2-1m", "llama-5m"), ("gpt2-1m",), ("gpt2-1m", "gpt2-4m", "llama-5m"), (16 * 2 ** 20,),
-           2, 32, (16,), ("gpt2-1m",), 32, 0.05, 1)
+           2, 32, (16,), ("gpt2-1m",), ("gpt2-1m",), 32, 0.05, 1)
 
 
 class Deadline(Exception):
@@ -517,7 +519,7 @@ def main(argv=None) -> int:
 
     parts = [("memory", memory_part),
              ("fit", lambda: fit_rows(run)), ("lenet", lambda: lenet_row(run)), ("hf", lambda: hf_rows(run)),
-             ("contexts", lambda: memory_rows(run, "contexts", plan.contexts))]
+             ("contexts", lambda: memory_rows(run, "contexts", plan.contexts, plan.context_models))]
     for i, (name, part) in enumerate(parts):
         t0 = time.monotonic()
         try:

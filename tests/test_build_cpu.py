@@ -274,3 +274,36 @@ def test_a_stopped_build_kills_its_compiler_and_leaves_nothing_running(monkeypat
     watcher.join(timeout=60)
     assert compiling.is_set() and working_in(tmp_path) == []
     assert not list((tmp_path / "build").glob("*/zobench-train"))      # no binary came of it
+
+
+# zobench's CLI with its build folder (paths.REPO/build) in a fresh folder: a real build from nothing
+FRESH_BUILD = ("import sys; from pathlib import Path; from harness import paths; paths.REPO = Path(sys.argv[1]); "
+               "from zobench.cli import main; sys.exit(main(sys.argv[2:]))")
+
+
+@pytest.mark.parametrize("command", [["build", "--target", "pinned"],
+                                     ["run", "--target", "pinned", "--suite", "quick", "--runtime", "cpp", "--no-report"]])
+def test_sigterm_during_a_pinned_build_kills_the_compilers_and_says_so(tmp_path, command):
+    """Issue 47: SIGTERM while a pinned CPU's binary builds (`zobench build --target`, or `run`'s
+    preparation) is handled as SIGINT is: the real cmake and compilers are killed before zobench
+    ends, with one line and exit 143, and a run is not started."""
+    import signal
+    import subprocess
+    import sys
+
+    from testkit.runners import REPO, until
+    inv = tmp_path / "inv.toml"
+    inv.write_text('[targets.pinned]\nprofile = "local"\ncpu = "x86-64-v2"\n')
+    (tmp_path / "workloads").symlink_to(REPO / "workloads")       # the sources, built in tmp_path/build
+    proc = subprocess.Popen([sys.executable, "-c", FRESH_BUILD, str(tmp_path), *command, "--inventory", str(inv),
+                             *(["--results", str(tmp_path / "results")] if command[0] == "run" else [])],
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    until("the compiler to start", lambda: any(comm.startswith(("cc1plus", "c++", "g++")) for _, comm in working_in(tmp_path)),
+          proc)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 143, err
+    assert working_in(tmp_path) == [] and "Traceback" not in err
+    last = err.strip().splitlines()[-1]
+    assert "interrupted by SIGTERM" in last and "stopped" in last, err
+    assert not (tmp_path / "results" / "runs").exists() or not list((tmp_path / "results" / "runs").iterdir())

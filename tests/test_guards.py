@@ -4,6 +4,7 @@ a printed line, whatever shape its URL takes (Hypothesis); the preview server se
 files and nothing else; an --out folder that is not zobench's is refused; a full disk while the
 report is written keeps the results and says how to make the report again."""
 import contextlib
+import json
 import io
 import os
 import re
@@ -18,6 +19,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from harness.errors import UserError
 from harness.store_url import HIDDEN, scrub, known
+from harness.stores import store as store_module
 from harness.stores.store import Store
 from zobench import cli
 from zobench.commands import COMMANDS, publish
@@ -211,3 +213,31 @@ def test_a_disk_that_fills_while_the_report_is_written_keeps_the_results(tmp_pat
         store = Store(disk / "results")
         results = store.results(store.latest())
         assert results and all(r["status"] == "ok" for r in results)
+
+
+def test_a_run_json_edited_after_the_run_is_said_by_every_reader(tmp_path):
+    """Issue 47: each result carries the hash of the spec its job was planned with; with run.json's
+    hyperparameters changed by hand afterwards, results, export and compare each say so (once)
+    and keep the result as it ran."""
+    from harness.planning.runs import spec_sha256
+    store = Store(tmp_path / "results")
+    results = [made_up_result(2.0, repeat=i) for i in range(2)]
+    for r in results:
+        r["spec_sha256"] = spec_sha256(r["job"])
+    run_id = made_up_run(store, results)
+    plan = store.run_dir(run_id) / "run.json"
+    for command in (["results", "--run", run_id], ["export", "--format", "csv", "--run", run_id]):
+        code, _, err = run_main([*command, "--results", str(store.root)])
+        assert code == 0 and "warning" not in err, err
+    text = json.loads(plan.read_text())
+    text["jobs"][1]["spec"]["hyper"]["lr_zo"] = 0.5
+    plan.write_text(json.dumps(text))
+    edited = results[1]["job"]["job_id"]
+    for command in (["results", "--run", run_id], ["export", "--format", "csv", "--run", run_id], ["compare", run_id, run_id]):
+        store_module._reported.clear()     # said once a process; each command here is a process of its own
+        code, out, err = run_main([*command, "--results", str(store.root)])
+        warned = [x for x in err.splitlines() if "spec is not the one it ran by" in x]
+        assert warned == [f"zobench: warning: {plan}: job {edited}'s spec is not the one it ran by (its result's "
+                          "spec_sha256 differs: run.json was changed after the run); its result stands as it ran, "
+                          "its own job record says how"], (command, err)
+        assert "Traceback" not in err

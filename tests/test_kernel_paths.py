@@ -6,7 +6,11 @@ kept, unpooled for BP with the input gradient's signed tile; the FC dot products
 that is no whole number of 4-image blocks) and PointNet (the pointwise GEMM tile: forward,
 weight gradient and the fused global max, over rows and points that leave short tiles and
 blocks). The aarch64 builds do the same under qemu: with the dot product (-cpu max) and without
-(the Cortex-A53)."""
+(the Cortex-A53).
+
+make test builds three of them: x86-64 (SSE2, the baseline), x86-64-v3 (AVX2) and both aarch64
+paths; the native build every other test runs covers this machine's own (AVX-512 with VNNI on the
+CI runner). x86-64-v2, x86-64-v4 and x86-64-v4-vnni compile a minute each and run with -m slow."""
 import pytest
 
 from harness.preparation.artifacts import raw_idx
@@ -30,6 +34,10 @@ ARM = {"armv8.2-a+dotprod": (QEMU_MAX, "neon-dotprod"), "cortex-a53": (QEMU_A53,
 
 INT8_LENET = [("full-bp", 0, "float"), ("elastic-zo", 2, "integer")]
 INT8_POINTNET = [("full-bp", 0, "float"), ("elastic-zo", 1, "integer")]
+
+
+# the x86 names each test runs: the ones make test leaves to -m slow are marked so
+X86_NAMES = [n if n in ("x86-64", "x86-64-v3") else pytest.param(n, marks=pytest.mark.slow) for n in X86_KERNELS]
 
 
 @pytest.fixture(scope="session")
@@ -78,7 +86,7 @@ def reference(tmp_path_factory):
     return result
 
 
-@pytest.mark.parametrize("name", X86_KERNELS)
+@pytest.mark.parametrize("name", X86_NAMES)
 def test_x86_build_names_its_kernels_and_trains_fp32_with_torch(x86_build, reference, data_dir, tmp_path, name):
     s = lenet_spec("full-bp", 0, data_dir)
     r = run_runner(s, tmp_path, x86_build(name))
@@ -88,14 +96,14 @@ def test_x86_build_names_its_kernels_and_trains_fp32_with_torch(x86_build, refer
 
 
 @pytest.mark.parametrize("config", INT8_LENET, ids=lambda c: "-".join(map(str, c)))
-@pytest.mark.parametrize("name", X86_KERNELS)
+@pytest.mark.parametrize("name", X86_NAMES)
 def test_x86_build_is_bit_exact_in_int8_on_lenet5(x86_build, reference, data_dir, tmp_path, name, config):
     s = lenet_spec(*config[:2], data_dir, "int8", config[2])
     assert_same_int8_run(reference(f"lenet-{config}", s), run_runner(s, tmp_path, x86_build(name)))
 
 
 @pytest.mark.parametrize("config", INT8_POINTNET, ids=lambda c: "-".join(map(str, c)))
-@pytest.mark.parametrize("name", X86_KERNELS)
+@pytest.mark.parametrize("name", X86_NAMES)
 def test_x86_build_is_bit_exact_in_int8_on_pointnet(x86_build, reference, points_dir, tmp_path, name, config):
     s = pointnet_spec(*config, points_dir)
     assert_same_int8_run(reference(f"pointnet-{config}", s), run_runner(s, tmp_path, x86_build(name)))

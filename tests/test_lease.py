@@ -167,3 +167,48 @@ def test_targets_that_are_one_board_share_one_lease(tmp_path, monkeypatch):
     inv.write_text('[targets.a]\nhost = "pi.lan"\nlease = true\n')
     with pytest.raises(UserError, match=r"targets.toml: targets.a.lease: expected a file path on the board, or false"):
         inventory.load(inv)
+
+
+def launch_with_lease(lease: Path) -> subprocess.CompletedProcess:
+    """The board's launcher (workloads/launch.py, as every job on every board starts) taking `lease`."""
+    return subprocess.run([sys.executable, "-m", "workloads.launch", "--lease", str(lease), "--lease-timeout", "5",
+                           "--holder", json.dumps({"run": "r", "job": "j", "host": "h", "user": "u"}), "--", "true"],
+                          cwd=REPO, capture_output=True, text=True, timeout=60)
+
+
+def test_a_lease_file_zobench_did_not_make_is_refused_and_left_as_it_was(tmp_path):
+    """Issue 47: a user's file, an empty file, a folder, a symlink to a user's file: the launcher
+    refuses each in one line (exit 78) and writes nothing; a new path is made with zobench's mark
+    and taken again on the next job."""
+    mine = tmp_path / "passwd"
+    mine.write_text("root:x:0:0:root:/root:/bin/bash\n")
+    empty = tmp_path / "empty"
+    empty.write_text("")
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "link").symlink_to(mine)
+    for lease, why in ((mine, "holds 32 bytes zobench did not write"), (empty, "holds 0 bytes zobench did not write"),
+                       (tmp_path / "folder", "cannot be used (Is a directory)"),
+                       (tmp_path / "link", "cannot be used (Too many levels of symbolic links)")):
+        r = launch_with_lease(lease)
+        assert r.returncode == 78 and r.stderr.strip() == (
+            f"lease {lease}: {why}; give the target's lease a file of zobench's own, or lease = false"), r.stderr
+        assert "launch" not in r.stdout
+    assert mine.read_text() == "root:x:0:0:root:/root:/bin/bash\n" and empty.read_text() == ""
+    new = tmp_path / "leases" / "board.lease"
+    for _ in range(2):
+        r = launch_with_lease(new)
+        assert r.returncode == 0, r.stderr
+        held = json.loads(new.read_text())
+        assert held["zobench"] == "lease" and held["run"] == "r"
+    assert sorted(p.name for p in new.parent.iterdir()) == ["board.lease"]    # no leftover of its making
+
+
+@pytest.mark.parametrize("lease,why", [("/etc/passwd", "not one in /etc"), ("/dev/null", "not one in /dev"),
+                                       ("/proc/self/status", "not one in /proc"),
+                                       ("../../x", "an absolute path or one under ~/"),
+                                       ("~/zobench/../../x", "without '..'")])
+def test_a_lease_path_that_can_only_harm_is_refused_when_the_inventory_is_read(tmp_path, lease, why):
+    inv = tmp_path / "inv.toml"
+    inv.write_text(f'[targets.here]\nprofile = "local"\nlease = {json.dumps(lease)}\n')
+    with pytest.raises(UserError, match=rf"targets\.here\.lease: expected .*{why}.*, got '{lease}'"):
+        inventory.load(inv)

@@ -104,8 +104,19 @@ def test_pull_never_overwrites_a_newer_local_result_and_refuses_a_damaged_run(ca
     r = cli(capsys, "pull", run_id, "--store", url, "--results", tmp_path / "a")
     assert "1 results written; kept 1 local" in r.stderr
     assert {x["job"]["job_id"]: x for x in store.results(run_id)}[again["job"]["job_id"]] == again
-    # a damaged plan (a hand edit, a bad migration): nothing is written
+    # a damaged row, the plan whole (issue 47): the whole results are pulled, the row is named, exit 2;
+    # history names it too rather than chart its columns
     import psycopg
+    with psycopg.connect(url) as c:
+        c.execute("UPDATE results SET result = '{\"junk\": 1}'::jsonb WHERE job_id = %s", (first["job"]["job_id"],))
+    r = cli(capsys, "pull", run_id, "--store", url, "--results", tmp_path / "d")
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert f"the row of run {run_id} job {first['job']['job_id']} is damaged" in r.stderr
+    assert r.stderr.strip().splitlines()[-1].startswith(f"zobench: error: pull: 1 damaged row in the store left out (run {run_id}")
+    assert [x["job"]["job_id"] for x in Store(tmp_path / "d").results(run_id)] == [resumed["job"]["job_id"]]
+    r = cli(capsys, "history", "--store", url)
+    assert r.returncode == 2 and f"history: 1 row of the store is damaged, their results no results (run {run_id} job " in r.stderr
+    # a damaged plan (a hand edit, a bad migration): nothing is written
     with psycopg.connect(url) as c:
         c.execute("UPDATE runs SET plan = '[]'::jsonb")
         c.execute("UPDATE results SET result = '{\"job\": 3}'::jsonb WHERE job_id = %s", (first["job"]["job_id"],))

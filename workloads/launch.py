@@ -37,6 +37,7 @@ import fcntl
 import json
 import os
 import resource
+import stat
 import sys
 import time
 from datetime import datetime, timezone
@@ -46,6 +47,8 @@ from workloads import thermal, wait_policy
 
 UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 BUSY_EXIT = 75          # EX_TEMPFAIL: the board was leased to another run for the whole lease timeout
+LEASE_EXIT = 78         # EX_CONFIG: the lease file is not zobench's (a user's file, a folder, a device)
+LEASE_MARK = "lease"    # what a lease file zobench made holds under "zobench", beside its holder
 POLL_S = 0.25           # how often a waiting launcher tries the lease again
 REPORT_S = 5.0          # and says whom it waits for (at once when that changes)
 OPTIONS = ("--lease", "--lease-timeout", "--holder", "--cooldown", "--omp-wait", "--thermal", "--mem-limit")
@@ -115,16 +118,56 @@ def _holder_of(fd: int) -> dict | None:
         found = json.loads(os.pread(fd, 4096, 0) or b"null")
     except (OSError, ValueError):
         return None
-    return found if isinstance(found, dict) else None
+    return found if isinstance(found, dict) and "run" in found else None
+
+
+def _refuse(file: Path, why: str) -> None:
+    """End the launch before anything is written: the lease file is not one zobench may use."""
+    print(f"lease {file}: {why}; give the target's lease a file of zobench's own, or lease = false", file=sys.stderr)
+    sys.exit(LEASE_EXIT)
+
+
+def _ours(fd: int) -> bool:
+    """Whether the lease file holds what only zobench writes there: its mark, or a holder an older
+    zobench wrote (run, job and host)."""
+    try:
+        found = json.loads(os.pread(fd, 65536, 0))
+    except (OSError, ValueError):
+        return False
+    return isinstance(found, dict) and (found.get("zobench") == LEASE_MARK or {"run", "job", "host"} <= set(found))
+
+
+def _open_lease(file: Path) -> int:
+    """The lease file, opened for its lock: made, with zobench's mark in it, where there is none
+    (written beside it and linked into place, so no other launcher ever sees it empty); never
+    through a symlink, and only a regular file."""
+    file.parent.mkdir(parents=True, exist_ok=True)
+    if not file.exists() and not file.is_symlink():
+        made = file.with_name(f".{file.name}.{os.getpid()}.new")
+        made.write_text(json.dumps({"zobench": LEASE_MARK}))
+        try:
+            os.link(made, file)
+        except FileExistsError:         # another launcher made it first: theirs is as good
+            pass
+        finally:
+            made.unlink()
+    fd = os.open(file, os.O_RDWR | os.O_NOFOLLOW)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        _refuse(file, "is not a regular file")
+    return fd
 
 
 def take_lease(path: str, timeout: float, holder: dict) -> dict:
     """Hold the lease on `path` (left open and inheritable: exec hands it to the runner), waiting
     up to `timeout` seconds; the lease part of the launch line. Past the timeout: a "busy" line
-    and exit BUSY_EXIT."""
+    and exit BUSY_EXIT. A file zobench did not make (a user's, a folder, a device) is refused in
+    one line before anything is written to it, exit LEASE_EXIT."""
     file = Path(os.path.expanduser(path))
-    file.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(file, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fd = _open_lease(file)
+    except OSError as e:    # a folder, an immutable file, a symlink, a folder zobench may not write
+        _refuse(file, f"cannot be used ({e.strerror or e})")
     start, seen, next_report = time.monotonic(), None, 0.0
     while True:
         try:
@@ -141,10 +184,13 @@ def take_lease(path: str, timeout: float, holder: dict) -> dict:
             _say({"event": "lease-wait", "lease": str(file), "holder": now, "waited_s": round(waited, 3)})
             seen, next_report = now, waited + REPORT_S
         time.sleep(POLL_S)
+    if not _ours(fd):       # read under the lock: a holder's write is whole by then
+        _refuse(file, f"holds {os.fstat(fd).st_size} bytes zobench did not write")
     waited = time.monotonic() - start
     since = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, json.dumps({**holder, "pid": os.getpid(), "since": since}).encode(), 0)
+    record = json.dumps({"zobench": LEASE_MARK, **holder, "pid": os.getpid(), "since": since}).encode()
+    os.pwrite(fd, record, 0)
+    os.ftruncate(fd, len(record))
     os.set_inheritable(fd, True)
     return {"file": str(file), "waited_s": round(waited, 3), "waited_for": seen, "acquired_at": since}
 

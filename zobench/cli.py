@@ -12,7 +12,6 @@ import time
 import traceback
 from pathlib import Path
 
-from harness import paths
 from harness.errors import UserError
 from harness.store_url import scrub
 
@@ -21,8 +20,9 @@ from .commands.options import Parser
 
 # where an unexpected error's traceback goes, a file an error (as pip keeps its log)
 LOGS = "~/.cache/zobench/logs"
-# the packages whose frames say what zobench was doing
+# the packages whose frames say what zobench was doing, in the checkout they are in
 OURS = ("zobench", "harness", "workloads", "reports", "testkit")
+CHECKOUT = Path(__file__).resolve().parent.parent
 
 
 def build_parser() -> Parser:
@@ -88,7 +88,7 @@ def _ours(filename: str) -> bool:
 def _short(filename: str) -> str:
     """A file's path in the checkout (harness/stores/store.py), or its own where it is elsewhere."""
     try:
-        return Path(filename).resolve().relative_to(paths.REPO).as_posix()
+        return Path(filename).resolve().relative_to(CHECKOUT).as_posix()
     except ValueError:
         return filename
 

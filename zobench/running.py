@@ -193,6 +193,17 @@ def _planned(store: Store, req: Request, say) -> tuple[list[Job], dict, dict]:
                                       jobs=[j.to_dict() for j in jobs])
 
 
+def _prepared(jobs: list[Job], targets: dict, say):
+    """prepare(), with SIGINT and SIGTERM stopping a binary's build under way (its compilers killed,
+    the line said): raises _Stopped, for the run to end with 128 + the signal, nothing recorded."""
+    with signals_stop() as (stop, caught):
+        prepared = prepare(jobs, targets, stop)
+    if caught:
+        say(f"zobench: {stop.reason} while the binary built; its compilers were stopped, and no run was started")
+        raise _Stopped(caught[0])
+    return prepared
+
+
 def idle_settings(jobs: list[Job]) -> list[str]:
     """The settings that change nothing in any job of a plan (Hyper.idle: a part's constant without
     its part), each with why: a typo'd --set or a part left off is said once, not silently run."""
@@ -215,13 +226,16 @@ def run(store: Store, req: Request, say: Callable[[str], None]) -> Outcome:
         if resumed is None:
             return Outcome(req.resume, OK)
         run_id, jobs, targets = resumed
-        prepared = prepare(jobs, targets)
+        try:
+            prepared = _prepared(jobs, targets, say)
+        except _Stopped as e:
+            return Outcome(run_id, 128 + e.signum)
     else:
         try:
             jobs, targets, record = _planned(store, req, say)
+            prepared = _prepared(jobs, targets, say)
         except _Stopped as e:
             return Outcome(None, 128 + e.signum)
-        prepared = prepare(jobs, targets)
         run_id = store.new_run(record)
         say(f"run {run_id}: {len(jobs)} jobs on {', '.join(targets)} -> {store.runs / run_id}")
     counts: dict[str, int] = {}

@@ -33,6 +33,7 @@ from harness.stores import machine_load, validity
 from harness.preparation.artifacts import content_id
 from harness.preparation.bundle import Site
 from harness.planning.inventory import Target
+from harness.planning import runs
 from harness.planning.runs import Job, failure
 from harness.boards.transport import KILLED, Deadline, TransportError
 
@@ -296,6 +297,7 @@ def run_job(job: Job, target: Target, site: Site, work: Path, on_event=None,
     if result["status"] == "ok":    # a loss that exploded leaves the job ok, but flagged (harness/stores/convergence.py)
         result["convergence"] = convergence.judge(result)
     result["load"] = machine_load.during(load_before, load_after, result.get("cpu_seconds"))
+    result["spec_sha256"] = runs.spec_sha256(job.spec)
     if evidence.launch:     # the runner started: how the board's clocks and temperatures were meanwhile
         result["validity"] = validity.judge(_samples(work / THERMAL), cooled or None)
     if leased:

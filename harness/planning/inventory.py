@@ -82,6 +82,9 @@ def _fields(t: tomlfile.Table, into: dict) -> dict:
     lease = t.take("lease", (str, bool))     # a path, or false for none
     if lease is True or lease == "":
         raise t.error("lease", f"expected a file path on the board, or false for no lease, got {lease!r}")
+    if lease:
+        if why := lease_problem(lease):
+            raise t.error("lease", f"{why}, got {lease!r}")
     if lease is not None:
         out["lease"] = lease or ""
     lab = t.take("labgrid", dict)
@@ -168,6 +171,27 @@ def load(inventory: Path | None = None) -> dict[str, Target]:
         values.setdefault("transport", "ssh")
         targets[name] = _finish(name, values)
     return _shared_leases(targets)
+
+
+# folders whose files are the system's: no lease is ever made or locked in them
+SYSTEM_TREES = ("/proc", "/sys", "/dev", "/etc", "/bin", "/sbin", "/usr", "/lib", "/lib32", "/lib64", "/boot")
+
+
+def lease_problem(path: str) -> str | None:
+    """Why a target's lease path is refused before any job runs, or None: it must name a file by
+    an absolute or ~/ path, without '..', outside the system's trees. The board's launcher refuses
+    the rest when it opens the file (workloads/launch.py: only a file zobench made is written)."""
+    if not (path.startswith("/") or path.startswith("~/")):
+        return "expected an absolute path or one under ~/ on the board"
+    if ".." in path.split("/"):
+        return "expected a path without '..' (it would land outside the folder it names)"
+    norm = posixpath.normpath(path)
+    if norm in ("/", "~") or norm.endswith("/"):
+        return "expected a file, not a folder"
+    tree = next((t for t in SYSTEM_TREES if norm == t or norm.startswith(t + "/")), None)
+    if tree:
+        return f"expected a file of zobench's own, not one in {tree}"
+    return None
 
 
 def _shared_leases(targets: dict[str, Target]) -> dict[str, Target]:

@@ -3,6 +3,8 @@ runner's, and the record a run's run.json starts from. No I/O but asking git wha
 planner, the store, the scheduler and the gate all import it, and it imports none of them."""
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import re
 import subprocess
@@ -40,7 +42,14 @@ def safe_name(text: str) -> str:
 def failure(job: Job, status: str, error: str, started_at: str = "", wall: float = 0.0, steps: int = 0) -> dict:
     """The result of a job whose runner could not write one."""
     r = skeleton(job.spec, {"harness_commit": job.spec.get("harness_commit", "")}, status, error)
-    return {**r, "started_at": started_at or r["started_at"], "wall_seconds": wall, "steps": steps}
+    return {**r, "started_at": started_at or r["started_at"], "wall_seconds": wall, "steps": steps,
+            "spec_sha256": spec_sha256(job.spec)}
+
+
+def spec_sha256(spec: dict) -> str:
+    """The hash of a job's spec as the plan wrote it (run.json): its result carries it, so a reader
+    can tell a run.json edited after the run from the one its results ran by."""
+    return hashlib.sha256(json.dumps(spec, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
 def _git(*args: str) -> str:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -178,6 +179,7 @@ class SharedStore:
         import psycopg    # noqa: PLC0415 (only the commands that use a shared store load the driver)
 
         self.url = known(url)
+        self.damaged: list[str] = []    # the rows results() left out, named ("run R job J: why")
         try:
             self.conn = psycopg.connect(url, connect_timeout=connect_timeout, application_name="zobench")
         except psycopg.Error as e:
@@ -294,8 +296,29 @@ class SharedStore:
             raise UserError(f"run {run_id} in store {shown(self.url)} is damaged: its plan: {bad[0]}")
         got = {job_id: r for job_id, r in self.conn.execute(
             "SELECT job_id, result FROM results WHERE run_id = %s", (run_id,))}
-        return [upgrade(got[j["job_id"]]) for j in plan["jobs"]
-                if j["job_id"] in got and not stored_problems(got[j["job_id"]], j["job_id"])]
+        out = []
+        for j in plan["jobs"]:
+            if j["job_id"] not in got:
+                continue
+            if bad := stored_problems(got[j["job_id"]], j["job_id"]):
+                self._damaged(run_id, j["job_id"], "; ".join(bad[:2]))
+                continue
+            out.append(upgrade(got[j["job_id"]]))
+        return out
+
+    def _damaged(self, run_id: str, job_id: str, why: str) -> None:
+        self.damaged.append(f"run {run_id} job {job_id}: {why}")
+        print(f"zobench: warning: store {shown(self.url)}: the row of run {run_id} job {job_id} is damaged ({why}): "
+              "left out", file=sys.stderr)
+
+    def damaged_rows(self, keys: list[str], target: str | None) -> list[str]:
+        """The rows history would read whose stored result is no result (a row changed by hand):
+        history reads their columns, so it names them rather than chart them."""
+        query, args = self.history_query(keys, target, None, None)
+        rows = self.conn.execute(f"WITH h AS ({query}) SELECT r.run_id, r.job_id, r.result FROM results r "
+                                 "JOIN h USING (run_id, job_key)", args).fetchall()
+        return [f"run {run_id} job {job_id}: {'; '.join(bad[:2])}" for run_id, job_id, result in rows
+                if (bad := stored_problems(result, job_id))]
 
     def pull(self, run_id: str, store: Store) -> tuple[int, list[str]]:
         """Copy run_id into the local store: its plan, and every result the local copy lacks or

@@ -31,7 +31,7 @@ from harness.stores import convergence
 from harness import paths
 from harness.stores import validity
 from harness.errors import UserError
-from harness.planning.runs import safe_name
+from harness.planning.runs import safe_name, spec_sha256
 from harness.stores.schema import plan_problems, step_seconds, stored_problems, upgrade
 
 # What new_run() names a run: the time it started (UTC) and 16 random bits. Nothing else is a
@@ -226,12 +226,22 @@ class Store:
             if bad:
                 self._corrupt(run_id, path, "; ".join(bad[:3]))
                 continue
+            if r.get("spec_sha256") and isinstance(job.get("spec"), dict) and r["spec_sha256"] != spec_sha256(job["spec"]):
+                self._edited(run_id, job["job_id"])
             out.append(upgrade(r))
         return out
 
     def not_run(self, run_id: str, plan: dict) -> list[str]:
         """The jobs of a run with no result file yet (an interrupted run)."""
         return [j["job_id"] for j in plan["jobs"] if not (self.run_dir(run_id) / f"{j['job_id']}.json").exists()]
+
+    def _edited(self, run_id: str, job_id: str) -> None:
+        path = self.run_dir(run_id) / "run.json"
+        if f"{path}:{job_id}" not in _reported:
+            _reported.add(f"{path}:{job_id}")
+            print(f"zobench: warning: {path}: job {job_id}'s spec is not the one it ran by (its result's spec_sha256 "
+                  "differs: run.json was changed after the run); its result stands as it ran, its own job record "
+                  "says how", file=sys.stderr)
 
     def _corrupt(self, run_id: str, path: Path, why: str) -> None:
         if str(path) not in _reported:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from harness.planning import inventory
 from harness.preparation.artifacts import sha256
-from harness.preparation.build import build, cpu_choice
+from harness.preparation.build import BuildStopped, build, cpu_choice
 from harness.boards.probe import probe
 from harness.execution.scheduler import transport_for
 from harness.boards.transport import TransportError
@@ -36,6 +36,13 @@ def main(args) -> int:
             return 1
         finally:
             transport.close()
-    binary = build(target, choice.cpu)
+    from zobench.running import signals_stop
+
+    with signals_stop() as (stop, caught):     # SIGTERM as SIGINT: the compilers are killed, and it is said
+        try:
+            binary = build(target, choice.cpu, stop)
+        except BuildStopped as e:
+            print(f"zobench: {e}", file=sys.stderr)
+            return 128 + caught[0]
     print(f"{binary}  sha256 {sha256(binary)}  cpu {choice.cpu}: {choice.why}")
     return 0

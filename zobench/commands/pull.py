@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import sys
 
+from harness.errors import UserError
 from harness.stores import pgstore
 from harness.stores.store import Store
 
@@ -25,4 +26,7 @@ def main(args) -> int:
             print(f"run {run_id} -> {store.runs / run_id}: {n} results written"
                   + (f"; kept {len(kept)} local results newer than the store's ({', '.join(kept)}): push them with "
                      f"zobench push {run_id}" if kept else ""), file=sys.stderr)
+        if shared.damaged:      # what was whole is pulled; a damaged row is no success
+            raise UserError(f"pull: {len(shared.damaged)} damaged row{'s' if len(shared.damaged) > 1 else ''} in the store "
+                            f"left out ({shared.damaged[0]}{', …' if len(shared.damaged) > 1 else ''})")
     return 0
