@@ -25,6 +25,7 @@ from zobench import cli
 from zobench.commands import COMMANDS, publish
 
 from testkit.compare_runs import made_up_result, made_up_run
+from testkit.damage import damage_json, damage_text
 from testkit.runners import TINY_CPP, zobench
 
 SECRET = "hunter2-Zq9"
@@ -241,3 +242,75 @@ def test_a_run_json_edited_after_the_run_is_said_by_every_reader(tmp_path):
                           "spec_sha256 differs: run.json was changed after the run); its result stands as it ran, "
                           "its own job record says how"], (command, err)
         assert "Traceback" not in err
+
+
+# ---- the readers, fuzzed (issue 47): each damage is exit 2 and one line, or read as it is (exit 0),
+# never a traceback, and nothing outside the test's folder is written
+
+def one_line_or_ok(code: int, err: str) -> None:
+    assert "Traceback" not in err, err
+    assert code in (0, 2), err
+    if code == 2:
+        assert len(err.strip().splitlines()) == 1 and err.startswith("zobench: error: "), err
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_fuzzed_suites_and_inventories_are_one_line(tmp_path, data):
+    """A shipped suite and an inventory, damaged: `zobench run` against a target that is not there
+    (so nothing runs) and `zobench targets list` read them; no results folder is made."""
+    from harness import paths
+    suite = tmp_path / "s.toml"
+    name = data.draw(st.sampled_from(["quick", "quick-zo-optimizers", "paper-fmnist", "quick-finetune"]))
+    suite.write_bytes(damage_text((paths.SUITES_DIR / f"{name}.toml").read_text(), data.draw).encode("utf-8", "surrogateescape"))
+    code, _, err = run_main(["run", "--suite", str(suite), "--target", "not-a-target", "--results", str(tmp_path / "r")])
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert not (tmp_path / "r").exists()
+    inv = tmp_path / "inv.toml"
+    inv.write_bytes(damage_text('[targets.pi]\nhost = "pi.local"\nport = 22\nuser = "pi"\narch = "aarch64"\n'
+                                'threads = 4\nmem_limit = "400M"\nlease = "~/zobench/lease"\nruntimes = ["cpp"]\n'
+                                '[targets.pi.cooldown]\nbelow_c = 60.0\nmax_wait_s = 300.0\n', data.draw)
+                    .encode("utf-8", "surrogateescape"))
+    one_line_or_ok(*run_main(["targets", "list", "--inventory", str(inv)])[::2])
+
+
+@pytest.fixture(scope="module")
+def made_up(tmp_path_factory):
+    """A run of two made-up results, and a pytest-benchmark export of it."""
+    root = tmp_path_factory.mktemp("fuzz")
+    store = Store(root / "results")
+    run_id = made_up_run(store, [made_up_result(2.0, repeat=i) for i in range(2)])
+    code, _, err = run_main(["export", "--format", "pytest-benchmark", "--run", run_id, "--results", str(store.root),
+                             "--out", str(root / "export.json")])
+    assert code == 0, err
+    return store, run_id, root / "export.json"
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data(), which=st.sampled_from(["result", "run.json", "export"]))
+def test_fuzzed_results_run_json_and_exports_are_one_line(made_up, tmp_path_factory, data, which):
+    """A result file, a run.json or an export, damaged: results, export and compare read them;
+    each is exit 0 (a damaged result is left out and named) or 2 with one line, and reading
+    writes nothing."""
+    import shutil
+    store0, run_id, export0 = made_up
+    root = tmp_path_factory.mktemp("copy")
+    shutil.copytree(store0.root, root / "results")
+    shutil.copy(export0, root / "export.json")
+    store = Store(root / "results")
+    target = {"result": next(store.run_dir(run_id).glob("solo.*.json")), "run.json": store.run_dir(run_id) / "run.json",
+              "export": root / "export.json"}[which]
+    if data.draw(st.booleans()):
+        target.write_text(json.dumps(damage_json(json.loads(target.read_text()), data.draw)))
+    else:
+        target.write_bytes(damage_text(target.read_text(), data.draw).encode("utf-8", "surrogateescape"))
+    before = sorted((p, p.stat().st_mtime_ns) for p in root.rglob("*"))
+    store_module._reported.clear()
+    for command in (["results", "--run", run_id], ["export", "--format", "csv", "--run", run_id],
+                    ["compare", str(root / "export.json"), run_id]):
+        code, _, err = run_main([*command, "--results", str(store.root)])
+        assert "Traceback" not in err and code in (0, 1, 2, 3), (command, err)
+        lines = [x for x in err.strip().splitlines() if not x.startswith("zobench: warning: ")]
+        assert len(lines) <= 1 and (code != 2 or lines[0].startswith("zobench: error: ")), (command, err)
+        assert "unexpected error" not in err, (command, err)
+    assert sorted((p, p.stat().st_mtime_ns) for p in root.rglob("*")) == before

@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+from hypothesis import HealthCheck, assume, given, settings, strategies as st
 
 from harness.stores import pgstore
 from harness.stores import validity
@@ -514,3 +515,31 @@ def test_history_tracks_a_gpu_jobs_device_memory_as_the_gate_judges_it(capsys, t
     with pgstore.SharedStore(db) as s:
         assert s.migrate() == version
     assert set(rows(db, "SELECT peak_bytes FROM results")) == {(100 * 2 ** 20,), (130 * 2 ** 20,)}
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_fuzzed_store_rows_are_named_never_a_traceback(capsys, tmp_path, server, data):
+    """Issue 47: a result row or a run's plan in the store, damaged in any way (Hypothesis): pull
+    and results --store are exit 0 or 2 with the damage named in one line, never a traceback."""
+    import psycopg
+    from testkit.damage import damage_json
+
+    db = server.new_database()
+    store = Store(tmp_path / "a")
+    run_id = compare_runs.made_up_run(store, [compare_runs.made_up_result(2.0, repeat=i) for i in range(2)])
+    assert cli(capsys, "push", run_id, "--store", db, "--results", tmp_path / "a").returncode == 0
+    column, table = data.draw(st.sampled_from([("result", "results"), ("plan", "runs")]))
+    with psycopg.connect(db) as c:
+        value = c.execute(f"SELECT {column} FROM {table} LIMIT 1").fetchone()[0]
+        damaged = json.dumps(damage_json(value, data.draw), allow_nan=True)
+        assume("\\u0000" not in damaged and "NaN" not in damaged and "Infinity" not in damaged)   # jsonb holds neither
+        c.execute(f"UPDATE {table} SET {column} = %s::jsonb WHERE ctid = (SELECT ctid FROM {table} LIMIT 1)",
+                  (damaged,))
+    for command in (["pull", run_id, "--results", tmp_path / "b"], ["results", "--store", db, "--run", run_id],
+                    ["history", "--store", db]):
+        r = cli(capsys, *command, *(["--store", db] if command[0] == "pull" else []))
+        assert "Traceback" not in r.stderr and "unexpected error" not in r.stderr, (command, r.stderr)
+        assert r.returncode in (0, 2), (command, r.stderr)
+        if r.returncode == 2:
+            assert r.stderr.strip().splitlines()[-1].startswith("zobench: error: "), (command, r.stderr)

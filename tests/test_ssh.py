@@ -256,3 +256,38 @@ def test_a_workdir_that_is_the_boards_root_is_refused(farm, tmp_path):
     (r,) = store.results(store.latest())
     assert r["status"] == "failed" and f"resolves to / there, a system folder; give zobench a folder of its own" in r["error"]
     assert set(Path("/").iterdir()) == before
+
+
+def test_a_server_that_resets_after_its_banner_is_one_line(tmp_path):
+    """Issue 47: a port that answers with an SSH banner and then resets the connection (a dying
+    sshd, a port forwarder): probe says so in one line, exit 1, with no paramiko traceback."""
+    import socket
+    import struct
+    import threading
+
+    server = socket.create_server(("127.0.0.1", 0))
+
+    def banner_then_reset():
+        while True:
+            try:
+                c, _ = server.accept()
+            except OSError:
+                return
+            c.sendall(b"SSH-2.0-OpenSSH_9.2p1\r\n")
+            c.recv(100)
+            c.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))    # close with a reset
+            c.close()
+
+    threading.Thread(target=banner_then_reset, daemon=True).start()
+    port = server.getsockname()[1]
+    inv = tmp_path / "inv.toml"
+    inv.write_text(f'[targets.reset]\nhost = "127.0.0.1"\nport = {port}\nuser = "nobody"\n'
+                   'arch = "x86_64"\nhost_key = "accept-new"\n')
+    try:
+        r = zobench("targets", "probe", "reset", "--inventory", inv, env={"HOME": str(tmp_path)})
+    finally:
+        server.close()
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+    assert r.stderr.strip().splitlines() == [
+        f"zobench: reset: cannot reach nobody@127.0.0.1:{port}: the server closed the connection during the SSH "
+        "handshake (EOFError)"]

@@ -259,7 +259,7 @@ def compare(base: dict[str, Measurement], cur: dict[str, Measurement], threshold
         if changed:
             was, now = ({**m.fingerprint, "binary_sha256": str(m.binary_sha256)[:12]} for m in (b, c))
             out.append(Verdict(key, "not comparable", "fingerprint changed: " + ", ".join(
-                f"{k} {was[k]!r} -> {now[k]!r}" for k in changed)))
+                f"{k} {was.get(k)!r} -> {now.get(k)!r}" for k in changed)))
             continue
         v, notes = Verdict(key, "unchanged"), []
         v.metrics, unjudged = judged(b, c, estimator, threshold)

@@ -117,7 +117,7 @@ class SshTransport:
             raise TransportError(f"authentication failed for {self.where}: {e}"
                                  + (f" (key {t.key})" if t.key else "")) from None
         except (OSError, socket.timeout, paramiko.SSHException, EOFError) as e:
-            raise TransportError(f"cannot reach {self.where}: {e or type(e).__name__}") from None
+            raise TransportError(f"cannot reach {self.where}: {_why(e)}") from None
         conn.transport.set_keepalive(5)
         self.conn = conn
         self.home = self.exec("printf %s \"$HOME\"", timeout=30)[1]
@@ -280,3 +280,14 @@ class SshTransport:
         self.exec(f"kill -TERM -- {g} 2>/dev/null; for i in $(seq {int(GRACE_S * 10)}); do "
                   f"kill -0 -- {g} 2>/dev/null || exit 0; sleep 0.1; done; kill -KILL -- {g} 2>/dev/null; exit 0",
                   timeout=GRACE_S + 30)
+
+
+def _why(e: BaseException) -> str:
+    """A connection error in words: its message, or for one that has none (paramiko's EOFError
+    when a server drops the connection mid-handshake) what happened."""
+    text = str(e).strip()
+    if text:
+        return text
+    if isinstance(e, (EOFError, ConnectionResetError)):
+        return f"the server closed the connection during the SSH handshake ({type(e).__name__})"
+    return type(e).__name__

@@ -68,6 +68,12 @@ def full_job(job: dict) -> dict:
             "hyper": {**d["hyper"], "warmup_steps": vocab.WARMUP_STEPS.get(device, 0), **(job.get("hyper") or {})}}
 
 
+def _whole_job(job: dict) -> bool:
+    """Whether a job record has every field of the spec, its workload's and hyper's too."""
+    return SPEC_DEFAULTS.keys() <= job.keys() and all(
+        isinstance(job[part], dict) and SPEC_DEFAULTS[part].keys() <= job[part].keys() for part in ("workload", "hyper"))
+
+
 def upgrade(r: dict) -> dict:
     """A valid result (problems() is empty) in this version's shape, however old: its job with
     every field of the spec (full_job), every record a runner writes (workloads/result.py's
@@ -76,7 +82,7 @@ def upgrade(r: dict) -> dict:
     once as it reads a result, so no reader carries a default of its own (asv's results
     api_version)."""
     if r["schema"] == VERSION and all(k in r for k in RECORDS) and all(k in r["memory"] for k in MEMORY_RECORDS) \
-            and (r["convergence"] is not None or r["status"] != "ok"):
+            and (r["convergence"] is not None or r["status"] != "ok") and _whole_job(r["job"]):
         return r
     runner = {k: v for k, v in skeleton(None, {}).items() if k in RECORDS}    # fresh: no result shares a list
     out = {**runner, **dict.fromkeys(HARNESS_RECORDS), "energy": {**runner["energy"], "unavailable": NO_ENERGY},

@@ -84,6 +84,10 @@ def pulled(args, run_ids: list[str]) -> list[str]:
             raise UserError(f"store {pgstore.shown(url)} has no runs")
         for run_id in run_ids:
             shared.pull(run_id, local)
+        if shared.damaged:      # pulled what was whole; no reading of a run with a hole in it passes as whole
+            raise UserError(f"store {pgstore.shown(url)}: {len(shared.damaged)} damaged row"
+                            f"{'s' if len(shared.damaged) > 1 else ''} left out ({shared.damaged[0]}"
+                            f"{', …' if len(shared.damaged) > 1 else ''})")
     return run_ids
 
 
