@@ -46,10 +46,16 @@ def failure(job: Job, status: str, error: str, started_at: str = "", wall: float
             "spec_sha256": spec_sha256(job.spec)}
 
 
+# the spec's fields a run fills in as it goes, after run.json is written: a fine-tuning job's
+# init_sha256, its pretraining job's weights (harness/execution/stages.py link)
+FILLED_BY_THE_RUN = ("init_sha256",)
+
+
 def spec_sha256(spec: dict) -> str:
-    """The hash of a job's spec as the plan wrote it (run.json): its result carries it, so a reader
-    can tell a run.json edited after the run from the one its results ran by."""
-    return hashlib.sha256(json.dumps(spec, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+    """The hash of a job's spec as the plan wrote it (run.json), less FILLED_BY_THE_RUN: its result
+    carries it, so a reader can tell a run.json edited after the run from the one its results ran by."""
+    planned = {k: v for k, v in spec.items() if k not in FILLED_BY_THE_RUN}
+    return hashlib.sha256(json.dumps(planned, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
 def _git(*args: str) -> str:
