@@ -36,6 +36,8 @@ OPTIMIZERS = {
     "sparse mezo (mask)": {"zo_sparsity": "magnitude"},
     "random mask (zo-bench)": {"zo_sparsity": "random"},
     "mezo gaussian z": {"zo_distribution": "gaussian"},
+    # weight decay splits MeZO's merged restore-and-update pass (methods.zo_step): what that costs
+    "mezo weight decay": {"weight_decay": 0.01}, "adamw": {"zo_update": "adam", "weight_decay": 0.01},
 }
 # torch alone has forward-mode AD
 TORCH_ONLY = {"forward-grad": {"zo_estimator": "forward-grad"}}
