@@ -252,7 +252,8 @@ def toml_lines(run_id: str, record: dict) -> list[str]:
              f"{len(record['trials'])} trials ({sum(t['state'] == 'pruned' for t in record['trials'])} pruned)",
              f"[hyper.{scope_name(record['method'])}.{precision}]"]
     if record.get("optimizer"):     # a suite's optimizer: its inline table takes the values
-        lines[-1] = f"# in [optimizers], {record['optimizer']}'s table (tuned on {record['method']}):"
+        lines[-1] = (f"# in [optimizers], {record['optimizer']}'s table (tuned on {record['method']}; another "
+                     f"method's value goes in its table there, {scope_name(record['method'])} = {{ ... }}):")
     return lines + [f"{k} = {shown_value(v)}" for k, v in best["values"].items()]
 
 
