@@ -52,10 +52,14 @@ def passwords(url: str) -> set[str]:
             head = netloc[:netloc.rfind("@")]
         if ":" in head:
             found.add(head.split(":", 1)[1])
-        for q in url.partition("?")[2].split("&"):
+        query = url.partition("?")[2]
+        for q in query.split("&"):
             k, _, v = q.partition("=")
             if unquote(k).lower() == "password":
                 found.add(v)
+        lowered = query.lower()
+        if "password=" in lowered:     # a password holding '&' unescaped: all that follows may be it
+            found.add(query[lowered.index("password=") + len("password="):])
     out = set()
     for v in found:
         if v:

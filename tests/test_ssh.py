@@ -254,7 +254,7 @@ def test_a_workdir_that_is_the_boards_root_is_refused(farm, tmp_path):
     path.write_text(board_toml("a", farm["boards"]["board-a"], farm["key"], str(tmp_path / "to-root")))
     assert run(path, tmp_path / "res", "--target", "a", "--method", "full-zo") == 1
     (r,) = store.results(store.latest())
-    assert r["status"] == "failed" and f"resolves to / there, a system folder; give zobench a folder of its own" in r["error"]
+    assert r["status"] == "failed" and "resolves to / there, a system folder; give zobench a folder of its own" in r["error"]
     assert set(Path("/").iterdir()) == before
 
 

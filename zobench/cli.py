@@ -58,8 +58,8 @@ def main(argv=None) -> int:
 
 def said(e: BaseException) -> str:
     """An exception's message as one scrubbed line: its first line, or its type where it has none."""
-    text = str(e).strip()
-    return scrub(text.splitlines()[0] if text else type(e).__name__)
+    text = scrub(str(e)).strip()     # scrubbed whole first: a password may hold a line break
+    return text.splitlines()[0] if text else type(e).__name__
 
 
 def unexpected(command: str, e: BaseException) -> str:

@@ -8,7 +8,6 @@ the bundle is deployed (deploy.py) and on this machine the host's cache is used 
 from __future__ import annotations
 
 import posixpath
-import shlex
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,7 +17,7 @@ from workloads.datasets import DatasetError, is_points, is_text, rotated, data_n
 from workloads import models
 from workloads.models import Model, Transformer
 
-from harness import guarded, paths
+from harness import paths
 from harness.preparation.artifacts import (DATA, INIT, ONNX, content_id, init_weights_dir, init_weights_file, init_weights_name, 
                         onnx_graph, pretrained_weights_name, raw_idx, root, validation_idx, DataFiles)
 from harness.preparation.build import BuildStopped, build, build_name, cpu_choice
@@ -267,26 +266,7 @@ def open_site(target: Target, transport, prepared: Prepared, binary: Binary | No
     if posixpath.normpath(workdir) == "/":     # bundles/, jobs/ and objects/ would land in the board's root
         raise TransportError(f"{transport.where}: targets.{target.name}.workdir {target.workdir!r} is / there; "
                              "give zobench a folder of its own, like ~/zobench")
-    resolved_workdir(transport, target, workdir)
     files, ids = (({**p.files, BINARY: binary.path}, {**p.ids, BINARY: binary.id}) if binary else (p.files, p.ids))
     bundle = deploy(transport, workdir, files, ids)
     return Site(transport, bundle, f"{workdir}/jobs/{run_id}", bundle, f"{bundle}/{BINARY}" if binary else "",
                 sha256, choice, {v: f"{bundle}/{DATA}/{v}" for v in data})
-
-
-def resolved_workdir(transport, target, workdir: str) -> str:
-    """The workdir as the board resolves it (its symlinks followed, made if missing), refused where
-    that is / , the home folder itself or a system folder (guarded.SYSTEM): a workdir that is a
-    link to / would put bundles/, jobs/, objects/ and the lease in the board's root."""
-    q = shlex.quote
-    rc, out, err = transport.exec(f"mkdir -p {q(workdir)} && cd {q(workdir)} && pwd -P && cd && pwd -P")
-    lines = out.split("\n")
-    if rc != 0 or len(lines) < 2:
-        raise TransportError(f"{transport.where}: cannot make targets.{target.name}.workdir {workdir}: "
-                             f"{err.strip() or out.strip()}")
-    real, home = lines[0], lines[1]
-    if real in guarded.SYSTEM or real == home:
-        what = "the home folder" if real == home else "a system folder"
-        raise TransportError(f"{transport.where}: targets.{target.name}.workdir {target.workdir!r} resolves to "
-                             f"{real} there, {what}; give zobench a folder of its own, like ~/zobench")
-    return real

@@ -23,11 +23,13 @@ from pathlib import Path
 
 from workloads.jsonfile import temp_name
 
+from harness import guarded
 from harness.preparation.artifacts import content_id
 from harness.boards.transport import TransportError
 
 # Part files and assembly folders of deploys that were killed are removed after this long.
 STALE_MINUTES = 24 * 60
+REFUSED = 3         # the prepare script's exit when the workdir resolves to a folder not zobench's
 
 
 def deploy(transport, workdir: str, files: dict[str, Path], ids: dict[str, tuple[str, int]] | None = None) -> str:
@@ -41,12 +43,24 @@ def deploy(transport, workdir: str, files: dict[str, Path], ids: dict[str, tuple
     objects, bundles = f"{workdir}/objects", f"{workdir}/bundles"
     bundle = f"{bundles}/{bundle_id}"
     q = shlex.quote
+    # the workdir as the board resolves it (symlinks followed), refused before anything is made in
+    # it where that is /, the home folder itself or a system folder (guarded.SYSTEM): a workdir
+    # linked to / would put bundles/, jobs/, objects/ and the lease in the board's root
+    system = " | ".join(q(f) for f in guarded.SYSTEM)
     rc, out, err = transport.exec("sh -eu", stdin=(
-        f"objects={q(objects)} bundles={q(bundles)} bundle={q(bundle)}\n"
+        f"workdir={q(workdir)} objects={q(objects)} bundles={q(bundles)} bundle={q(bundle)}\n"
+        'mkdir -p "$workdir"\n'
+        'real=$(cd "$workdir" && pwd -P) home=$(cd && pwd -P)\n'
+        f'case "$real" in {system} | "$home") echo "refused $real" >&2; exit {REFUSED};; esac\n'
         'if [ -f "$bundle/.complete" ]; then echo present; exit 0; fi\n'
         'mkdir -p "$objects" "$bundles"\n'
         f'find "$objects" "$bundles" -maxdepth 1 -name "*.part-*" -mmin +{STALE_MINUTES} -exec rm -rf {{}} + || true\n'
         'ls "$objects"\n'))
+    if rc == REFUSED and err.startswith("refused "):
+        real = err.strip()[len("refused "):]
+        raise TransportError(f"{transport.where}: workdir {workdir} resolves to {real} there, "
+                             f"{'a system folder' if real in guarded.SYSTEM else 'the home folder'}; give zobench a "
+                             "folder of its own, like ~/zobench")
     if rc != 0:
         raise TransportError(f"{transport.where}: cannot prepare {workdir}: {err.strip() or out.strip()}")
     lines = out.split()

@@ -183,7 +183,7 @@ class SharedStore:
         try:
             self.conn = psycopg.connect(url, connect_timeout=connect_timeout, application_name="zobench")
         except psycopg.Error as e:
-            said = scrub(str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__)
+            said = scrub(str(e)).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             raise UserError(f"store {shown(url)}: cannot connect: {said}") from None
         self.migrate()
 
@@ -204,7 +204,7 @@ class SharedStore:
         try:
             return self._migrate()
         except psycopg.Error as e:
-            said = scrub(str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__)
+            said = scrub(str(e)).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             raise UserError(f"store {shown(self.url)}: its schema cannot be brought up to date ({said}): a table "
                             "zobench made was dropped or changed by hand; restore it, or use a new database") from None
 
