@@ -9,9 +9,17 @@ from pathlib import Path
 
 from harness.errors import UserError
 
+# folders whose every file is the system's: nothing of zobench's is made inside them (leases
+# included: harness/planning/inventory.py lease_problem)
+SYSTEM_TREES = ("/proc", "/sys", "/dev", "/etc", "/bin", "/sbin", "/usr", "/lib", "/lib32", "/lib64", "/boot")
 # folders no zobench output belongs in, whatever they hold
 SYSTEM = ("/", "/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/proc", "/root", "/run", "/sbin",
           "/sys", "/usr", "/var", "/opt", "/srv", "/tmp", "/home", "/mnt", "/media")
+
+
+def system_tree(path: str) -> str | None:
+    """The system tree (SYSTEM_TREES) path lies in, or None."""
+    return next((t for t in SYSTEM_TREES if path == t or path.startswith(t + "/")), None)
 
 
 def own_folder(path: Path, marker: str, what: str, where: str, legacy=None) -> Path:
@@ -20,8 +28,7 @@ def own_folder(path: Path, marker: str, what: str, where: str, legacy=None) -> P
     folder holding something without the marker. legacy(folder) -> True accepts a folder an
     older zobench wrote before markers existed (it gets the marker)."""
     p = Path(os.path.abspath(path)).resolve()
-    if str(p) in SYSTEM or p == Path.home().resolve() or any(str(p).startswith(s + "/") and
-                                                               p.parent == Path(s) for s in ("/proc", "/sys", "/dev")):
+    if str(p) in SYSTEM or p == Path.home().resolve() or system_tree(str(p)):
         raise UserError(f"{where}: {p} is {'the home folder' if p == Path.home().resolve() else 'a system folder'}; "
                         f"give a folder of its own for the {what}")
     if p.exists() and not p.is_dir():

@@ -23,7 +23,7 @@ from workloads import vocab
 from workloads.spec import NAME, NAME_TEXT, Bounds, JobSpec
 
 from harness.planning import cpu as cpus
-from harness import paths, tomlfile
+from harness import guarded, paths, tomlfile
 from harness.errors import UserError
 
 # a memory size above zero: "0M" would read as no limit at all
@@ -173,10 +173,6 @@ def load(inventory: Path | None = None) -> dict[str, Target]:
     return _shared_leases(targets)
 
 
-# folders whose files are the system's: no lease is ever made or locked in them
-SYSTEM_TREES = ("/proc", "/sys", "/dev", "/etc", "/bin", "/sbin", "/usr", "/lib", "/lib32", "/lib64", "/boot")
-
-
 def lease_problem(path: str) -> str | None:
     """Why a target's lease path is refused before any job runs, or None: it must name a file by
     an absolute or ~/ path, without '..', outside the system's trees. The board's launcher refuses
@@ -188,8 +184,7 @@ def lease_problem(path: str) -> str | None:
     norm = posixpath.normpath(path)
     if norm in ("/", "~") or norm.endswith("/"):
         return "expected a file, not a folder"
-    tree = next((t for t in SYSTEM_TREES if norm == t or norm.startswith(t + "/")), None)
-    if tree:
+    if tree := guarded.system_tree(norm):
         return f"expected a file of zobench's own, not one in {tree}"
     return None
 

@@ -313,12 +313,15 @@ class SharedStore:
 
     def damaged_rows(self, keys: list[str], target: str | None) -> list[str]:
         """The rows history would read whose stored result is no result (a row changed by hand):
-        history reads their columns, so it names them rather than chart them."""
+        history reads their columns, so it names them rather than chart them. Judged in the
+        database by the result's shape (an object with a result's records, of its own job), so
+        history still reads no result document."""
         query, args = self.history_query(keys, target, None, None)
-        rows = self.conn.execute(f"WITH h AS ({query}) SELECT r.run_id, r.job_id, r.result FROM results r "
-                                 "JOIN h USING (run_id, job_key)", args).fetchall()
-        return [f"run {run_id} job {job_id}: {'; '.join(bad[:2])}" for run_id, job_id, result in rows
-                if (bad := stored_problems(result, job_id))]
+        rows = self.conn.execute(
+            f"WITH h AS ({query}) SELECT DISTINCT r.run_id, r.job_id FROM results r JOIN h USING (run_id, job_key) "
+            "WHERE jsonb_typeof(r.result) <> 'object' OR NOT r.result ?& array['schema', 'status', 'job', 'epochs', "
+            "'phases', 'memory'] OR r.result->'job'->>'job_id' IS DISTINCT FROM r.job_id", args).fetchall()
+        return [f"run {run_id} job {job_id}: its stored result is not one" for run_id, job_id in rows]
 
     def pull(self, run_id: str, store: Store) -> tuple[int, list[str]]:
         """Copy run_id into the local store: its plan, and every result the local copy lacks or

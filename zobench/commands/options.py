@@ -11,6 +11,7 @@ from workloads.spec import Bounds
 from harness import paths
 from harness.stores import pgstore
 from harness.errors import UserError
+from harness.store_url import scrub
 from harness.stores.store import Store, results_dir
 
 
@@ -55,7 +56,6 @@ def number(kind, bounds: Bounds):
 def say(line: str) -> None:
     """What the library has to tell the user (notes, progress lines, warnings): on stderr, through
     the scrubber every printed message goes through (a store's password never reaches a log)."""
-    from harness.store_url import scrub
     print(scrub(line), file=sys.stderr)
 
 
