@@ -25,11 +25,12 @@ class Live(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
-        self.now()      # forget the freed first: a new storage may reuse a freed one's address
+        live = self.now()      # forget the freed first: a new storage may reuse a freed one's address
         for t in tree_leaves(out):
             if isinstance(t, torch.Tensor) and not (torch._C._functorch.is_functorch_wrapped_tensor(t) or t._is_zerotensor()):
                 s = t.untyped_storage()
                 if s.data_ptr() not in self.ignore and s.data_ptr() not in self.refs:
                     self.refs[s.data_ptr()] = StorageWeakRef(s), s.nbytes()
-        self.peak = max(self.peak, self.now())
+                    live += s.nbytes()
+        self.peak = max(self.peak, live)
         return out
