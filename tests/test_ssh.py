@@ -258,12 +258,16 @@ def test_a_workdir_that_is_the_boards_root_is_refused(farm, tmp_path):
     assert set(Path("/").iterdir()) == before
 
 
-def test_a_server_that_resets_after_its_banner_is_one_line(tmp_path):
+# the server reads the client's first bytes and then resets (paramiko mostly sees an EOF), or
+# resets with them unread while the handshake is under way (paramiko's reading thread sees the
+# reset and logs it, which once printed a second line): which one a run sees was a race under load
+@pytest.mark.parametrize("reads", [True, False], ids=["reads-then-resets", "resets-mid-handshake"])
+def test_a_server_that_resets_after_its_banner_is_one_line(tmp_path, reads):
     """Issue 47: a port that answers with an SSH banner and then resets the connection (a dying
-    sshd, a port forwarder): probe says so in one line, exit 1, with no paramiko traceback."""
+    sshd, a port forwarder): probe says so in one line, exit 1, with no paramiko traceback or log."""
+    import re
     import socket
     import struct
-    import threading
 
     server = socket.create_server(("127.0.0.1", 0))
 
@@ -274,7 +278,10 @@ def test_a_server_that_resets_after_its_banner_is_one_line(tmp_path):
             except OSError:
                 return
             c.sendall(b"SSH-2.0-OpenSSH_9.2p1\r\n")
-            c.recv(100)
+            if reads:
+                c.recv(100)
+            else:
+                time.sleep(0.2)     # the client's banner and key exchange arrive, unread: the close is a reset
             c.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))    # close with a reset
             c.close()
 
@@ -288,6 +295,7 @@ def test_a_server_that_resets_after_its_banner_is_one_line(tmp_path):
     finally:
         server.close()
     assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
-    assert r.stderr.strip().splitlines() == [
-        f"zobench: reset: cannot reach nobody@127.0.0.1:{port}: the server closed the connection during the SSH "
-        "handshake (EOFError)"]
+    (line,) = r.stderr.strip().splitlines()
+    assert re.fullmatch(re.escape(f"zobench: reset: cannot reach nobody@127.0.0.1:{port}: the server closed the "
+                                  "connection during the SSH handshake (") +
+                        r"(EOFError|\[Errno 104\] Connection reset by peer)\)", line), line

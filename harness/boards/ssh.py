@@ -14,6 +14,7 @@ connection.
 from __future__ import annotations
 
 import io
+import logging
 import os
 import select
 import shlex
@@ -27,6 +28,10 @@ from fabric import Config, Connection
 from workloads.jsonfile import temp_name
 
 from harness.boards.transport import KILLED, POLL_S, Deadline, Outcome, Stop, TransportError, deadline
+
+# paramiko's transport thread logs a socket error at ERROR; with no handler anywhere Python's
+# last-resort handler prints it to stderr, a second line beside the one-line error we raise
+logging.getLogger("paramiko").addHandler(logging.NullHandler())
 
 MARK = "@zobench"
 GRACE_S = 3.0
@@ -283,11 +288,9 @@ class SshTransport:
 
 
 def _why(e: BaseException) -> str:
-    """A connection error in words: its message, or for one that has none (paramiko's EOFError
-    when a server drops the connection mid-handshake) what happened."""
+    """A connection error in words: its message, and for a server that drops the connection
+    mid-handshake (paramiko's EOFError, with no message, or a reset) what happened."""
     text = str(e).strip()
-    if text:
-        return text
-    if isinstance(e, (EOFError, ConnectionResetError)):
-        return f"the server closed the connection during the SSH handshake ({type(e).__name__})"
-    return type(e).__name__
+    if isinstance(e, (EOFError, ConnectionResetError)):     # which of the two is a race with the server's close
+        return f"the server closed the connection during the SSH handshake ({text or type(e).__name__})"
+    return text or type(e).__name__
