@@ -84,6 +84,13 @@ def scrub(text: str) -> str:
     return PASSWORD_KV.sub(lambda m: m.group(1) + "password=" + HIDDEN, text)
 
 
+def said(e: BaseException) -> str:
+    """An exception's message as one scrubbed line: its first line, or its type where it has none.
+    Scrubbed whole before it is cut: a password may hold a line break."""
+    text = scrub(str(e)).strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
 def shown_argv(argv: list[str]) -> list[str]:
     """A command line as run.json keeps it: each connection string in it shown(), whether an
     argument of its own or after --store=."""

@@ -13,7 +13,7 @@ import traceback
 from pathlib import Path
 
 from harness.errors import UserError
-from harness.store_url import scrub
+from harness.store_url import said, scrub
 
 from .commands import COMMANDS
 from .commands.options import Parser
@@ -54,12 +54,6 @@ def main(argv=None) -> int:
             return 2
         print(unexpected(command, e), file=sys.stderr)
         return 1
-
-
-def said(e: BaseException) -> str:
-    """An exception's message as one scrubbed line: its first line, or its type where it has none."""
-    text = scrub(str(e)).strip()     # scrubbed whole first: a password may hold a line break
-    return text.splitlines()[0] if text else type(e).__name__
 
 
 def unexpected(command: str, e: BaseException) -> str:

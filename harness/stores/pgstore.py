@@ -31,7 +31,7 @@ from harness.stores.metrics import METRICS
 from harness.errors import UserError
 from harness.stores.schema import plan_problems, stored_problems, upgrade
 from harness.stores.store import Store
-from harness.store_url import known, scrub, shown, shown_argv
+from harness.store_url import known, said, shown, shown_argv
 
 ENV = "ZOBENCH_STORE"
 LOCK = 0x7A6F62656E6368      # "zobench": the advisory lock that serialises migrations
@@ -183,8 +183,7 @@ class SharedStore:
         try:
             self.conn = psycopg.connect(url, connect_timeout=connect_timeout, application_name="zobench")
         except psycopg.Error as e:
-            said = scrub(str(e)).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            raise UserError(f"store {shown(url)}: cannot connect: {said}") from None
+            raise UserError(f"store {shown(url)}: cannot connect: {said(e)}") from None
         self.migrate()
 
     def close(self) -> None:
@@ -204,8 +203,7 @@ class SharedStore:
         try:
             return self._migrate()
         except psycopg.Error as e:
-            said = scrub(str(e)).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            raise UserError(f"store {shown(self.url)}: its schema cannot be brought up to date ({said}): a table "
+            raise UserError(f"store {shown(self.url)}: its schema cannot be brought up to date ({said(e)}): a table "
                             "zobench made was dropped or changed by hand; restore it, or use a new database") from None
 
     def _migrate(self) -> int:
