@@ -318,3 +318,18 @@ def test_a_run_started_in_another_folder_keeps_its_results_there(tmp_path):
     assert p.returncode == 0, p.stdout + p.stderr
     (result,) = (tmp_path / "results" / "runs").glob("*/work/local.cpp.full-zo.fp32.r0/result.json")
     assert json.loads(result.read_text())["status"] == "ok"
+
+
+def test_latest_is_the_run_begun_last_even_within_one_second(tmp_path):
+    """Two runs begun in one second (a refused run ends in less) differ only in their random
+    suffix: latest is the one whose plan was written last, not the larger suffix."""
+    store = Store(tmp_path)
+    for i, run_id in enumerate(("20260101-120000-ffff", "20260101-120000-0000")):
+        (store.runs / run_id).mkdir(parents=True)
+        (store.runs / run_id / "run.json").write_text("{}")
+        os.utime(store.runs / run_id / "run.json", ns=(10**18 + i, 10**18 + i))
+    assert store.latest() == "20260101-120000-0000"
+    (store.runs / "20260101-120001-aaaa").mkdir()
+    (store.runs / "20260101-120001-aaaa" / "run.json").write_text("{}")
+    os.utime(store.runs / "20260101-120001-aaaa" / "run.json", ns=(1, 1))     # a later second wins whatever its mtime
+    assert store.latest() == "20260101-120001-aaaa"
