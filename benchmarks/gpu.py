@@ -117,7 +117,7 @@ def check_z(n: int = 1_000_003) -> bool:
     e = TorchEngine(spec, MODELS["lenet5"], np.zeros(MODELS["lenet5"].params_total, np.float32))
     w = torch.zeros(n, device="cuda")
     key = zrng.stream_key(3, zrng.STREAM_ZO, 11)
-    e.fused_perturb(w, e.key.fill_(zrng_torch.key32(key)), e.alpha.fill_(1.0))
+    e.fused_perturb(w, zrng_torch.set_key(e.key, key), e.alpha.fill_(1.0))
     return np.array_equal(w.cpu().numpy(), zrng.normal(key, 0, n))
 
 

@@ -32,3 +32,16 @@ def test_the_gpu_steps_each_combination_as_the_cpu_does(tmp_path, method, k, par
     gpu = run_runner({**s, "device": "cuda"}, tmp_path / "gpu")
     assert gpu["job"]["device"] == "cuda"
     assert_same_fp32_steps(cpu, gpu, 30)
+
+
+def test_a_device_memory_cap_on_a_device_named_without_its_index():
+    """A CUDA target's device is "cuda": the cap takes the current device's index (torch's setter
+    refuses a device without one, which a lent H200 showed), and a tensor past it is refused."""
+    from workloads.torch_runner import cap_device_memory
+    cap_device_memory(torch.device("cuda"), 256 * 2**20)
+    try:
+        with pytest.raises(torch.OutOfMemoryError):
+            torch.empty(512 * 2**20, dtype=torch.uint8, device="cuda")
+        torch.empty(64 * 2**20, dtype=torch.uint8, device="cuda")
+    finally:
+        cap_device_memory(torch.device("cuda"), torch.cuda.get_device_properties(0).total_memory)

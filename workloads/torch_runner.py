@@ -122,7 +122,7 @@ class TorchEngine(Engine):
             self.sync = torch.cuda.synchronize
             # the step's key and perturbation scale as device scalars: the perturbation kernel
             # reads them there, so a CUDA graph replays it with each step's values
-            self.key = torch.zeros((), dtype=torch.int32, device=self.device)
+            self.key = zrng_torch.device_key(self.n_zo, self.device)
             # a q-query step's keys (zrng.zo_keys), the first of them self.key
             self.keys = [self.key] + [torch.zeros_like(self.key) for _ in range(spec.hyper.zo_queries - 1)]
             self.alpha = torch.zeros((), dtype=self.state_dtype, device=self.device)
@@ -211,7 +211,7 @@ class TorchEngine(Engine):
         it a chunk at a time (the chunks the CPU draws too) and multiplied by the mask."""
         if self.cuda:
             if not isinstance(key, torch.Tensor):
-                key = self.key.fill_(zrng_torch.key32(key))
+                key = zrng_torch.set_key(self.key, key)
             if not isinstance(alpha, torch.Tensor):
                 alpha = self.alpha.fill_(alpha)
             if self.mask is None:
@@ -341,7 +341,7 @@ class GraphStep:
             self.calls += 1
             return self._on_side_stream(lambda: methods.step(engine, spec, x, y, t, epoch, lr_zo, lr_bp, clock))
         for device_key, key in zip(engine.keys, zrng.zo_keys(spec.seed, t, spec.hyper.zo_queries)):
-            device_key.fill_(zrng_torch.key32(key))
+            zrng_torch.set_key(device_key, key)
         if self.rates != (lr_zo, lr_bp):     # they change once an epoch at most
             self.rates = (lr_zo, lr_bp)
             self.lr_zo.fill_(lr_zo)
@@ -383,7 +383,11 @@ class _Laps:
 
 def cap_device_memory(device, limit: int) -> None:
     """The job's tensors may take `limit` bytes of the GPU (its caching allocator's share of the
-    device, which raises torch.OutOfMemoryError beyond it; runner.main ends the job oom)."""
+    device, which raises torch.OutOfMemoryError beyond it; runner.main ends the job oom). A
+    device named without its index ("cuda") is the current one: torch's setter wants the index."""
+    device = torch.device(device)
+    if device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
     total = torch.cuda.get_device_properties(device).total_memory
     if limit > total:
         raise SpecError(f"device_mem_limit: {limit / 2**30:.1f} GiB is more than "

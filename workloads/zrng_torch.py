@@ -27,26 +27,51 @@ WEYL = _int32(zrng.WEYL)
 ROUNDS = tuple((shift, None if m is None else _int32(m)) for shift, m in zrng.LOWBIAS32_ROUNDS)
 
 
-def key32(key: int) -> int:
-    """The block key of the first 2^32 indices as int32 bits: what a device scalar holds for a
-    CUDA graph's perturbation (every model has fewer parameters)."""
-    return _int32(zrng.block_key(key, 0))
+def key32(key: int, block: int = 0) -> int:
+    """The block key of indices block * 2^32 onwards as int32 bits: what a device key holds."""
+    return _int32(zrng.block_key(key, block))
+
+
+def device_key(n: int, device) -> torch.Tensor:
+    """The device key of a step over n indices: one int32 block key per 2^32 of them (a model
+    past 4.29e9 parameters, Llama-2-7B's 6.7e9, has two), filled each step by set_key, so a
+    CUDA graph's perturbation reads the step's keys where it captured them."""
+    return torch.zeros(max(1, -(-n // (1 << 32))), dtype=torch.int32, device=device)
+
+
+def set_key(dkey: torch.Tensor, key: int) -> torch.Tensor:
+    """dkey (device_key's) filled with key's block keys, one fill a block: no host-device copy."""
+    if dkey.numel() == 1:
+        return dkey.fill_(key32(key))
+    for block, k in enumerate(dkey.reshape(-1)):
+        k.fill_(key32(key, block))
+    return dkey
+
+
+def block_of(key, block: int):
+    """The block key of `block`: from the 64-bit key, or from a device key (set_key's), which
+    must hold it."""
+    if not isinstance(key, torch.Tensor):
+        return _int32(zrng.block_key(key, block))
+    keys = key.reshape(-1)
+    if block >= len(keys):
+        raise ValueError(f"index {block << 32} onwards needs block key {block}: the device key holds {len(keys)} "
+                         "(zrng_torch.device_key)")
+    return keys[block]
 
 
 def bits32(key, start: int, count: int, device) -> torch.Tensor:
     """lowbias32(k + lo32(i) * WEYL) for i in [start, start + count), as int32 bits, k the
-    block key of i (zrng.bits32). key: the 64-bit key, an int; or key32's value as an int32
-    scalar tensor on the device, for indices below 2^32."""
+    block key of i (zrng.bits32). key: the 64-bit key, an int; or a device key (set_key's,
+    or key32's value as an int32 scalar), holding the block keys of the indices drawn."""
     out = torch.empty(count, dtype=torch.int32, device=device)
     done = 0
     for block, lo, n in zrng.blocks(start, count):
-        if isinstance(key, torch.Tensor) and block:
-            raise ValueError("a device key covers the first 2^32 indices only")
         x = out[done:done + n]
         # lo32(i) as int32 bits: counted from -2^31, the top bit flipped back
         torch.arange(lo - (1 << 31), lo + n - (1 << 31), dtype=torch.int32, device=device, out=x)
         x.bitwise_xor_(-(1 << 31)).mul_(WEYL)
-        x.add_(key if isinstance(key, torch.Tensor) else _int32(zrng.block_key(key, block)))
+        x.add_(block_of(key, block))
         for shift, mult in ROUNDS:      # x ^= x >> shift (logical: the sign-filled bits masked)
             x.bitwise_xor_(x.bitwise_right_shift(shift).bitwise_and_((1 << (32 - shift)) - 1))
             if mult is not None:

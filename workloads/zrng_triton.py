@@ -44,10 +44,12 @@ def _perturb(w_ptr, n, start, key_ptr, alpha_ptr, weyl, lb1, lb2, offset, scale,
 
 def perturb_(w: torch.Tensor, key: torch.Tensor, alpha: torch.Tensor, start: int = 0, gaussian: bool = False) -> None:
     """w += alpha * z[start : start + w.numel()] in place; w a contiguous float32, bf16 or fp16 tensor, key the
-    int32 block key (zrng_torch.key32) and alpha a float device scalar; indices below 2^32."""
-    n = w.numel()
-    if start + n > 1 << 32:
-        raise ValueError("a device key covers the first 2^32 indices only")
+    device key (zrng_torch.set_key: the int32 block keys) and alpha a float device scalar. One launch per 2^32
+    block the range touches (one, but for a model past 4.29e9 parameters), each reading its block's key."""
     table = zrng_torch.gauss_table(w.device) if gaussian else w
-    _perturb[(triton.cdiv(n, BLOCK),)](w, n, start, key, alpha, zrng.WEYL, zrng.LB1, zrng.LB2,
-                                       zrng.Z_OFFSET, float(zrng.Z_SCALE), table, BLOCK=BLOCK, GAUSS=gaussian)
+    done = 0
+    for block, lo, n in zrng.blocks(start, w.numel()):
+        _perturb[(triton.cdiv(n, BLOCK),)](w[done:done + n], n, lo, zrng_torch.block_of(key, block), alpha, zrng.WEYL,
+                                           zrng.LB1, zrng.LB2, zrng.Z_OFFSET, float(zrng.Z_SCALE), table,
+                                           BLOCK=BLOCK, GAUSS=gaussian)
+        done += n
