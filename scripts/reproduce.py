@@ -147,8 +147,9 @@ def short_runs(store: Store, run_ids: list[str]) -> list[str]:
 
 
 def agreement(store: Store, run_ids: list[str]):
-    """Per FP32 method that torch trained too (all the epochs, or fewer): its last epoch beside
-    the C++ binary's same epoch."""
+    """Per data set and FP32 method that torch trained too (all the epochs, or fewer): its last
+    epoch beside the C++ binary's same epoch, on the same data (MNIST's rate can be
+    Fashion-MNIST's: the hyperparameters alone do not tell the cells apart)."""
     import pandas as pd
     from workloads.vocab import method_label
 
@@ -159,14 +160,15 @@ def agreement(store: Store, run_ids: list[str]):
             if x["status"] == "ok" and job["precision"] == "fp32" and not job.get("pretrained_from") \
                     and job["runtime"] in ("cpp", "torch"):
                 same = json.dumps({k: v for k, v in job["hyper"].items() if k != "epochs"}, sort_keys=True)
-                runs[job["runtime"], method_label(job["method"], job["bp_layers"]), same, job["seed"]] = x["epochs"]
+                cell = (job["workload"]["dataset"], method_label(job["method"], job["bp_layers"]), same, job["seed"])
+                runs[job["runtime"], *cell] = x["epochs"]
     rows = []
-    for (runtime, label, same, seed), epochs in runs.items():
-        cpp = runs.get(("cpp", label, same, seed))      # the same job but for its epochs
+    for (runtime, data, label, same, seed), epochs in runs.items():
+        cpp = runs.get(("cpp", data, label, same, seed))      # the same job but for its epochs
         if runtime != "torch" or not cpp or len(cpp) < len(epochs):
             continue
         t, c = epochs[-1], cpp[len(epochs) - 1]
-        rows.append({"method": label, "epoch": t["epoch"], "cpp train loss": f"{c['train_loss']:.4f}",
+        rows.append({"method": label, "data": data, "epoch": t["epoch"], "cpp train loss": f"{c['train_loss']:.4f}",
                      "torch train loss": f"{t['train_loss']:.4f}", "cpp test %": f"{100 * c['test_accuracy']:.2f}",
                      "torch test %": f"{100 * t['test_accuracy']:.2f}"})
     return pd.DataFrame(rows)

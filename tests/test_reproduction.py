@@ -107,3 +107,24 @@ def test_run_seed_sets_every_jobs_seed_over_the_suites_and_resume_refuses_it(tmp
     assert inits[None] != inits[3]
     p = cli(capsys, "run", "--resume", store.latest(), "--seed", "4", "--results", results)
     assert p.returncode == 2 and "takes no suite, target, filter, --set or --seed" in p.stderr
+
+
+def test_torch_is_set_beside_the_cpp_run_of_its_own_data_set(tmp_path):
+    """MNIST's Full ZO rate is Fashion-MNIST's (1.47e-4 both): made-up runs of one hyper on both
+    data sets and torch on Fashion-MNIST alone, the MNIST run listed last. torch's row is set
+    beside the Fashion-MNIST C++ run (30%), not the MNIST one (20%) that shares its hyper."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("reproduce", Path(__file__).parent.parent / "scripts" / "reproduce.py")
+    reproduce = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(reproduce)
+    store = Store(tmp_path)
+    results = []
+    for runtime, data, acc in (("cpp", "fashion-mnist", 0.30), ("torch", "fashion-mnist", 0.31), ("cpp", "mnist", 0.20)):
+        r = made_up_result(1.0)
+        r["job"] = {**r["job"], "runtime": runtime, "job_id": f"{runtime}.{data}",
+                    "workload": {**r["job"]["workload"], "dataset": data}}
+        r["epochs"] = [{**r["epochs"][0], "test_accuracy": acc}]
+        results.append(r)
+    rows = reproduce.agreement(store, [made_up_run(store, results)])
+    assert rows[["method", "data", "cpp test %", "torch test %"]].values.tolist() == \
+        [["Full ZO", "fashion-mnist", "30.00", "31.00"]]
