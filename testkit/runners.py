@@ -24,6 +24,15 @@ from . import warm
 REPO = Path(__file__).resolve().parent.parent
 
 
+def script(file: str):
+    """scripts/<file> as a module: the scripts are no package, and a test calls their functions."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(Path(file).stem.replace("-", "_"), REPO / "scripts" / file)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def zobench(*args, env=None, timeout=600) -> subprocess.CompletedProcess:
     """The CLI as a user runs it: a separate process, output captured."""
     return subprocess.run([sys.executable, "-m", "zobench", *map(str, args)], cwd=REPO,

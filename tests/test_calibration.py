@@ -1,7 +1,6 @@
 """Table 2's calibration (reports/calibration.py, scripts/calibrate_table2.py): the fits choose the
 grid points a made-up truth says, the seeds' spread is the sample standard deviation, and the
 suites the script runs are paper-finetune with only the calibrated settings changed."""
-import importlib.util
 import tomllib
 
 import pytest
@@ -9,14 +8,11 @@ import pytest
 from harness.planning import suites
 from harness.planning.suites import MethodChoice
 from reports import calibration
-from testkit.runners import REPO
+from testkit import runners
 
 
 def script():
-    spec = importlib.util.spec_from_file_location("calibrate_table2", REPO / "scripts" / "calibrate_table2.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return runners.script("calibrate_table2.py")
 
 
 def curve(slope: float, offset: float) -> dict:

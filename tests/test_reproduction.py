@@ -11,7 +11,7 @@ from harness.stores.store import Store
 from reports import paper
 
 from testkit.compare_runs import made_up_result, made_up_run
-from testkit.runners import cli
+from testkit.runners import cli, script
 
 FIXTURE = Path(__file__).parent / "fixtures" / "reproduction.json"
 
@@ -113,10 +113,7 @@ def test_torch_is_set_beside_the_cpp_run_of_its_own_data_set(tmp_path):
     """MNIST's Full ZO rate is Fashion-MNIST's (1.47e-4 both): made-up runs of one hyper on both
     data sets and torch on Fashion-MNIST alone, the MNIST run listed last. torch's row is set
     beside the Fashion-MNIST C++ run (30%), not the MNIST one (20%) that shares its hyper."""
-    import importlib.util
-    spec = importlib.util.spec_from_file_location("reproduce", Path(__file__).parent.parent / "scripts" / "reproduce.py")
-    reproduce = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(reproduce)
+    reproduce = script("reproduce.py")
     store = Store(tmp_path)
     results = []
     for runtime, data, acc in (("cpp", "fashion-mnist", 0.30), ("torch", "fashion-mnist", 0.31), ("cpp", "mnist", 0.20)):

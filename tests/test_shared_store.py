@@ -2,7 +2,6 @@
 it read back equal to the local ones, push is idempotent, concurrent runs keep every result, an
 unreachable store is one clear error and loses nothing, and compare takes its baseline from the
 main branch's runs in the store."""
-import importlib.util
 import json
 import subprocess
 import sys
@@ -15,14 +14,12 @@ from harness.stores import validity
 from harness.stores.store import Store
 from testkit import compare_runs
 from testkit.postgres import Postgres
-from testkit.runners import REPO, TINY_CPP, cli, start
+from testkit.runners import REPO, TINY_CPP, cli, script, start
 from testkit.sshd import free_port
 from testkit.tools import require
 
 # scripts/ci-local.py, whose commits and dashboard address a test checks
-_spec = importlib.util.spec_from_file_location("ci_local", REPO / "scripts" / "ci-local.py")
-ci_local = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(ci_local)
+ci_local = script("ci-local.py")
 
 ONE = [*TINY_CPP, "--method", "full-zo"]     # one job of a second
 

@@ -129,6 +129,11 @@ def test_training_with_z_drawn_by_torch_is_step_for_step_the_numpy_run(method, k
         seen.add(a)
 
 
+def keyed(key: int, n: int, device: str) -> torch.Tensor:
+    """The device key of a step over n indices, set to key's block keys, as the engine holds it."""
+    return zrng_torch.set_key(zrng_torch.device_key(n, device), key)
+
+
 @pytest.mark.parametrize("start,count", [(0, 1), (3, zrng_torch.CHUNKS["cpu"] + 5), (2**32 - 3, 7), (2**33 + 1, 2)])
 def test_the_gpu_perturbation_adds_zobench_z_from_device_scalars(start, count):
     """The perturbation a GPU runs (zrng_torch.perturb_, the key and alpha read from device
@@ -136,7 +141,7 @@ def test_the_gpu_perturbation_adds_zobench_z_from_device_scalars(start, count):
     too (Llama-2-7B's 6.7e9 weights), where each 2^32 indices read their own block key."""
     key = zrng.stream_key(5, zrng.STREAM_ZO, 9)
     w = torch.zeros(count)
-    dkey = zrng_torch.set_key(zrng_torch.device_key(start + count, "cpu"), key)
+    dkey = keyed(key, start + count, "cpu")
     zrng_torch.perturb_(w, dkey, torch.tensor(1.0, dtype=torch.float64), start)
     assert np.array_equal(w.numpy().view(np.uint32), zrng.normal(key, start, count).view(np.uint32))
 
@@ -146,10 +151,10 @@ def test_a_device_key_holds_a_block_key_per_2_32_indices():
     copy from the host; a range past what it holds is refused, not drawn with a wrong key."""
     assert [len(zrng_torch.device_key(n, "cpu")) for n in (1, 2**32, 2**32 + 1, 13_015_864_320)] == [1, 1, 2, 4]
     key = zrng.stream_key(1, zrng.STREAM_ZO, 2)
-    dkey = zrng_torch.set_key(zrng_torch.device_key(2**32 + 1, "cpu"), key)
+    dkey = keyed(key, 2**32 + 1, "cpu")
     assert [k & 0xFFFFFFFF for k in dkey.tolist()] == [zrng.block_key(key, 0), zrng.block_key(key, 1)]
     with pytest.raises(ValueError, match="needs block key 1: the device key holds 1"):
-        zrng_torch.perturb_(torch.zeros(2), zrng_torch.set_key(zrng_torch.device_key(5, "cpu"), key), 1.0, 2**32 - 1)
+        zrng_torch.perturb_(torch.zeros(2), keyed(key, 5, "cpu"), 1.0, 2**32 - 1)
 
 
 def test_the_triton_perturbation_draws_zobench_z_on_the_gpu():
@@ -161,7 +166,7 @@ def test_the_triton_perturbation_draws_zobench_z_on_the_gpu():
     key = zrng.stream_key(2**64 - 1, zrng.STREAM_ZO, 7)
     for n, start in ((1_000_003, 2**31 + 5), (1_000_003, 2**32 - 500_001)):     # the second crosses into block 1
         w = torch.zeros(n, device="cuda")
-        dkey = zrng_torch.set_key(zrng_torch.device_key(start + n, "cuda"), key)
+        dkey = keyed(key, start + n, "cuda")
         zrng_triton.perturb_(w, dkey, torch.tensor(1.0, device="cuda"), start)
         assert np.array_equal(w.cpu().numpy().view(np.uint32), zrng.normal(key, start, n).view(np.uint32))
 
@@ -201,6 +206,5 @@ def test_gaussian_z_from_torch_and_the_gpu_path_equals_numpys_bit_for_bit(start,
     z = np.concatenate([z.numpy() for _, z in zrng_torch.normal_chunks(key, start, count, "cpu", gaussian=True)])
     assert np.array_equal(z.view(np.uint32), want)
     w = torch.zeros(count)
-    zrng_torch.perturb_(w, zrng_torch.set_key(zrng_torch.device_key(start + count, "cpu"), key), torch.tensor(1.0),
-                        start, gaussian=True)
+    zrng_torch.perturb_(w, keyed(key, start + count, "cpu"), torch.tensor(1.0), start, gaussian=True)
     assert np.array_equal(w.numpy().view(np.uint32), want)

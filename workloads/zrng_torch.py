@@ -52,7 +52,7 @@ def block_of(key, block: int):
     """The block key of `block`: from the 64-bit key, or from a device key (set_key's), which
     must hold it."""
     if not isinstance(key, torch.Tensor):
-        return _int32(zrng.block_key(key, block))
+        return key32(key, block)
     keys = key.reshape(-1)
     if block >= len(keys):
         raise ValueError(f"index {block << 32} onwards needs block key {block}: the device key holds {len(keys)} "

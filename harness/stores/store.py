@@ -179,9 +179,10 @@ class Store:
         ids = self.run_ids()
         if not ids:
             raise UserError(f"no runs in {self.root}; start one with `zobench run`")
-        # an id names its second, then a random suffix: of two runs begun in one second (a refused
-        # run ends in less), the one whose plan was written last
-        return max(ids, key=lambda i: (i[:15], (self.runs / i / "run.json").stat().st_mtime_ns))
+        # an id names its second, then a random suffix: of the runs begun in the last second (a
+        # refused run ends in less), the one whose plan was written last
+        second = [i for i in ids if i[:15] == ids[-1][:15]]
+        return max(second, key=lambda i: (self.runs / i / "run.json").stat().st_mtime_ns)
 
     def resume_command(self, run_id: str) -> str:
         """The command that runs the jobs of run_id that have no ok result."""
