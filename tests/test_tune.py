@@ -311,3 +311,109 @@ def test_tune_runs_trials_as_jobs_and_prints_lines_a_suite_reads(tmp_path, capsy
     assert r.returncode == 0, r.stderr
     md = (results / "runs" / run_id / "report" / "report.md").read_text()
     assert "## Tuning" in md and f"lr_zo={chosen:.3g}" in md and (results / "runs" / run_id / "report" / "tune.png").is_file()
+
+
+def test_a_subsets_validation_split_trains_on_the_subset_and_holds_out_other_training_images(tiny_mnist, tmp_path):
+    """zobench tune on a fine-tuning suite: its trials train on exactly the subset the job trains
+    on and are scored on as many other training images, turned alike."""
+    sub, held = artifacts.subset_idx("mnist", "", 0.0, 40), artifacts.validation_idx("mnist", "", 0.0, 100, 40)
+    assert held.dir.name.startswith("mnist-sub40-val100-")
+    for s in ("images-idx3-ubyte", "labels-idx1-ubyte"):     # the subset's own training files, byte for byte
+        assert held.files[f"mnist/train-{s}"].read_bytes() == sub.files[f"mnist/train-{s}"].read_bytes()
+    index = lambda images: (images[:, 0, 0].astype(int) * 256 + images[:, 0, 1]).tolist()  # noqa: E731
+    inside = index(datasets.read_idx(held.files["mnist/train-images-idx3-ubyte"]))
+    out = index(datasets.read_idx(held.files["mnist/t10k-images-idx3-ubyte"]))
+    assert inside == zrng.holdout(600, 40, artifacts.SUBSET_SEEDS["train"]).tolist()
+    assert len(out) == 100 and out == sorted(out) and set(out).isdisjoint(inside)
+    assert out == zrng.holdout(600, 100, exclude=np.array(inside)).tolist()
+    assert set(zrng.holdout(600, 50, exclude=np.array(inside)).tolist()) < set(out)     # nested, as every draw
+    assert [(held.dir / "mnist" / f).read_text() for f in (datasets.SUBSET_FILE, datasets.VALIDATION_FILE)] == \
+        ["40\n", "100\n"]
+    turned = artifacts.validation_idx("mnist", "", 30.0, 100, 40)     # the same images, turned
+    assert turned.dir.name.startswith("mnist-rot30-sub40-val100-")
+    assert np.array_equal(datasets.read_idx(turned.files["mnist/t10k-images-idx3-ubyte"]),
+                          artifacts.rotate_images(datasets.read_idx(held.files["mnist/t10k-images-idx3-ubyte"]), 30.0))
+    with pytest.raises(datasets.DatasetError, match="expected at most the 560 training samples outside its subset of 40"):
+        artifacts.validation_idx("mnist", "", 0.0, 561, 40)
+    text = SCOPED.replace('dataset = "fashion-mnist"', 'dataset = "fashion-mnist"\nsubset = 1000\nvalidation = 59001')
+    with pytest.raises(UserError, match="expected at most the 59000 training samples of fashion-mnist outside its "
+                                        "subset of 1000, got 59001"):
+        _jobs(tmp_path, text)
+
+
+FINETUNE = """
+description = "fine-tuning, tuned"
+targets = ["local"]
+runtimes = ["cpp"]
+precisions = ["fp32"]
+methods = ["full-zo", "full-bp"]
+datasets = ["mnist"]
+rotations = [30, 45]
+[workload]
+model = "lenet5"
+subset = 40
+[hyper]
+epochs = 2
+batch_size = 8
+[pretrain]
+target = "local-1t"
+runtime = "cpp"
+method = "full-bp"
+[pretrain.fp32]
+epochs = 1
+lr_bp = 0.01
+"""
+
+
+def test_tune_fine_tunes_every_trial_from_one_pretraining_reused_only_at_a_clean_commit(
+        tiny_mnist, tmp_path, capsys, monkeypatch, native):
+    from harness.stores.store import Store
+    suite, results = tmp_path / "finetune.toml", tmp_path / "results"
+    suite.write_text(FINETUNE)
+    store = Store(results)
+
+    def tune_run(method: str, param: str, commit: str):
+        monkeypatch.setattr(plan, "harness_commit", lambda: commit)     # the code the jobs name
+        r = cli(capsys, "tune", "--suite", suite, "--method", method, "--dataset", "mnist-rot45", "--trials", "2",
+                "--sampler", "grid", "--grid-points", "2", "--param", param, "--target", "local-1t",
+                "--results", results)
+        assert r.returncode == 0, r.stderr
+        run_id = r.stdout.split()[4].rstrip(":")
+        study, jobs = store.run_plan(run_id)["tune"], store.run_plan(run_id)["jobs"]
+        got = {x["job"]["job_id"]: x for x in store.results(run_id)}
+        return run_id, study, jobs, got
+
+    first, study, jobs, got = tune_run("full-zo", "lr_zo=1e-4:1e-3", "abc123")
+    assert study["dataset"] == "mnist-rot45" and study["validation"] == 40     # as many as the job tests on
+    pre = jobs[0]["spec"]       # the suite's own pretraining job: the whole unrotated set
+    assert pre["save_weights"] and pre["workload"]["rotate"] == 0
+    assert pre["workload"]["subset"] == 0 and pre["workload"]["validation"] == 0
+    sha = got[jobs[0]["job_id"]]["model"]["weights_sha256"]
+    starts = set()
+    for t in study["trials"]:
+        assert t["state"] == "complete"
+        r = got[t["job_id"]]
+        spec = r["job"]
+        assert spec["pretrained_from"] == jobs[0]["job_id"] and spec["init_sha256"] == sha
+        assert (spec["workload"]["rotate"], spec["workload"]["subset"], spec["workload"]["validation"]) == (45, 40, 40)
+        starts.add(r["start_eval"]["test_loss"])
+    assert len(starts) == 1      # every trial starts from the same network on the same held-out images
+    second, study2, _, got2 = tune_run("full-bp", "lr_bp=1e-3:1e-2", "abc123")
+    assert study2["pretrain"]["reused_from"] == first and "reused_from" not in study["pretrain"]
+    assert {got2[t["job_id"]]["start_eval"]["test_loss"] for t in study2["trials"]} == starts
+    assert {got2[t["job_id"]]["job"]["init_sha256"] for t in study2["trials"]} == {sha}
+    _, study3, _, _ = tune_run("full-bp", "lr_bp=1e-3:1e-2", "abc123-dirty")      # not what a commit names
+    assert "reused_from" not in study3["pretrain"] and study3["pretrain"]["status"] == "ok"
+
+
+def test_a_search_whose_pretraining_cannot_end_runs_no_trial_and_says_why(tiny_mnist, tmp_path):
+    from harness.stores.store import Store
+    suite = tmp_path / "finetune.toml"
+    suite.write_text(FINETUNE)
+    stop = Stop()
+    stop.request("interrupted by SIGINT")
+    (target,) = inventory.resolve(["local-1t"], None)
+    opts = tune.Options(suites.MethodChoice.parse("full-zo"), params=[tune.Param("lr_zo", 1e-4, 1e-3)], epochs=2)
+    outcome = tune.run(Store(tmp_path / "results"), suites.load(str(suite)), target, opts, stop)
+    assert outcome.record["trials"] == [] and outcome.record["best"] is None
+    assert outcome.interrupted.startswith("its pretraining job pretrain.local-1t.cpp.full-bp.fp32.mnist ended interrupted")

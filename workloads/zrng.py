@@ -179,8 +179,12 @@ def permutation(seed: int, epoch: int, n: int) -> np.ndarray:
     return np.argsort(bits(stream_key(seed, STREAM_DATA, epoch), 0, n), kind="stable")
 
 
-def holdout(n: int, held: int, seed: int = 0) -> np.ndarray:
+def holdout(n: int, held: int, seed: int = 0, exclude: np.ndarray | None = None) -> np.ndarray:
     """The `held` of n training samples a validation split holds out, in ascending order: the
-    first `held` of the samples sorted by their 64-bit draw on STREAM_SPLIT. A larger split
-    holds every sample of a smaller one."""
-    return np.sort(np.argsort(bits(stream_key(seed, STREAM_SPLIT, 0), 0, n), kind="stable")[:held])
+    first `held` of the samples sorted by their 64-bit draw on STREAM_SPLIT, passing over those
+    in `exclude` (a subset's, which its trials train on). A larger split holds every sample of a
+    smaller one."""
+    order = np.argsort(bits(stream_key(seed, STREAM_SPLIT, 0), 0, n), kind="stable")
+    if exclude is not None:
+        order = order[~np.isin(order, exclude)]
+    return np.sort(order[:held])

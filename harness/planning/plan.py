@@ -102,7 +102,13 @@ def check_sizes(name: str, data_dir: str, hyper: Hyper, model, validation: int, 
         if subset > min(size.values()):
             raise UserError(f"{at}workload.subset: expected at most the {min(size.values())} samples of {name}'s "
                             f"smaller split, got {subset}")
-        size = {"train": subset, "test": subset}
+        if validation:  # held out of the training samples outside the subset (artifacts.validation_idx)
+            if subset + validation > size["train"]:
+                raise UserError(f"{at}workload.validation: expected at most the {size['train'] - subset} training "
+                                f"samples of {name} outside its subset of {subset}, got {validation}")
+            validation, size = 0, {"train": subset, "test": validation}
+        else:
+            size = {"train": subset, "test": subset}
     if validation:     # the split's train files are the rest, its test files the held-out samples
         if validation >= size["train"]:
             raise UserError(f"{at}workload.validation: expected fewer than the {size['train']} training "
@@ -200,11 +206,12 @@ def make(suite: Suite, targets: list[Target], *, methods=(), runtimes=(), precis
         """Every runner executes the description in its spec, not a name it would look up: a
         transformer's with the classification head its text set's labels need (none for a
         language model). Checked once per data set, model and the sizes hyper takes from it.
-        whole: the whole data set, not the suite's subset (a pretraining job's)."""
+        whole: the whole data set, not the suite's subset or validation split (a pretraining
+        job's: the network the suite's fine-tuning jobs start from, and a tune run's trials too)."""
         sizes = tuple(hyper.get(k) for k in DATA_SIZES)
         if (dataset, rotate, model.name, sizes, whole) not in checked:
             w = {**suite.workload, "model": model.name, "dataset": dataset, "rotate": rotate,
-                 **({"subset": 0} if whole else {})}
+                 **({"subset": 0, "validation": 0} if whole else {})}
             check_data(suite, Workload(**w), Hyper(**hyper), overrides)
             try:
                 trained = model.with_classes(datasets.topics(dataset)) if datasets.is_text(dataset) else model

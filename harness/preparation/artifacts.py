@@ -221,13 +221,14 @@ def rotated_idx(name: str, data_dir: str, degrees: float) -> DataFiles:
     return _turned(name, raw_idx(name, data_dir), degrees)
 
 
-def _turned(name: str, source: DataFiles, degrees: float, subset: int = 0) -> DataFiles:
-    """source's images turned by `degrees`, its other files (labels, a subset file) copied, and
-    the rotation file, in a folder keyed by source's folder, the angle and ROTATION."""
+def _turned(name: str, source: DataFiles, degrees: float, subset: int = 0, held: int = 0) -> DataFiles:
+    """source's images turned by `degrees`, its other files (labels, a subset or validation
+    file) copied, and the rotation file, in a folder keyed by source's folder, the angle and
+    ROTATION."""
     if not datasets.rotated(degrees):
         return source
     key = hashlib.sha256(json.dumps([source.dir.name, repr(float(degrees)), ROTATION]).encode()).hexdigest()[:16]
-    out = root() / DATA / f"{datasets.data_name(name, degrees, 0, subset)}-{key}" / name
+    out = root() / DATA / f"{datasets.data_name(name, degrees, held, subset)}-{key}" / name
     files = {}
     for rel, src in source.files.items():
         write = ((lambda tmp, src=src: datasets.write_idx(tmp, rotate_images(datasets.read_idx(src), degrees), 0x08))
@@ -264,35 +265,58 @@ def subset_idx(name: str, data_dir: str, rotate: float, n: int) -> DataFiles:
     out = root() / DATA / f"{datasets.data_name(name, 0.0, 0, n)}-{key}" / name
     picks = {datasets.prefix(split): (datasets.prefix(split), zrng.holdout(sizes[split], n, seed))
              for split, seed in SUBSET_SEEDS.items()}
-    return _turned(name, _select(name, source, out, picks, datasets.SUBSET_FILE, n), rotate, n)
+    return _turned(name, _select(name, source, out, picks, {datasets.SUBSET_FILE: n}), rotate, n)
 
 
 def validation_idx(name: str, data_dir: str, rotate: float, held: int, subset: int = 0) -> DataFiles:
-    """The data set (rotated by `rotate` and cut to a `subset`, subset_idx) with a validation
-    split: `held` training samples drawn with zobench-z (zrng.holdout) become its test files, the
-    rest its train files, each kept in its order, and the validation file names the count a
-    runner checks. Made once into a folder keyed by the source folder's key and the count; no
-    split is the source's own folder, byte for byte."""
-    source = subset_idx(name, data_dir, rotate, subset)
+    """The data set (rotated by `rotate`) with a validation split: `held` training samples drawn
+    with zobench-z (zrng.holdout) become its test files, the rest its train files, each kept in
+    its order, and the validation file names the count a runner checks. Made once into a folder
+    keyed by the source folder's key and the count; no split is the source's own folder, byte for
+    byte. With a `subset`, the train files are the subset's own training samples and the held-out
+    ones are drawn from the rest of the training set (_subset_held)."""
     if not held:
-        return source
+        return subset_idx(name, data_dir, rotate, subset)
     datasets.check_splittable(name, held)
+    if subset:
+        return _turned(name, _subset_held(name, data_dir, held, subset), rotate, subset, held)
+    source = rotated_idx(name, data_dir, rotate)
     n = datasets.split_size(name, "train", str(source.dir))
     if held >= n:
         raise datasets.DatasetError(f"dataset {name!r}: workload.validation: expected fewer than its {n} training "
                                     f"samples, got {held}")
     key = hashlib.sha256(json.dumps([source.dir.name, held, zrng.VERSION]).encode()).hexdigest()[:16]
-    out = root() / DATA / f"{datasets.data_name(name, rotate, held, subset)}-{key}" / name
+    out = root() / DATA / f"{datasets.data_name(name, rotate, held)}-{key}" / name
     out_mask = np.zeros(n, dtype=bool)
     out_mask[zrng.holdout(n, held)] = True
     picks = {"train": ("train", np.flatnonzero(~out_mask)), "t10k": ("train", np.flatnonzero(out_mask))}
-    return _select(name, source, out, picks, datasets.VALIDATION_FILE, held)
+    return _select(name, source, out, picks, {datasets.VALIDATION_FILE: held})
 
 
-def _select(name: str, source: DataFiles, out: Path, picks: dict, marker: str, count: int) -> DataFiles:
+def _subset_held(name: str, data_dir: str, held: int, subset: int) -> DataFiles:
+    """A subset's validation split, unrotated: train files the subset's `subset` training samples
+    (subset_idx's draw), test files `held` other training samples (zrng.holdout, passing over the
+    subset's). A trial of `zobench tune` then fine-tunes on exactly the images the job it tunes
+    does, at its steps per epoch, and is scored on images it never trained on; holding them out
+    of the subset would have trained it on fewer."""
+    datasets.check_splittable(name, held, subset)
+    source = raw_idx(name, data_dir)
+    n = datasets.split_size(name, "train", str(source.dir))
+    if subset + held > n:
+        raise datasets.DatasetError(f"dataset {name!r}: workload.validation: expected at most the {n - subset} "
+                                    f"training samples outside its subset of {subset}, got {held}")
+    key = hashlib.sha256(json.dumps([source.dir.name, "subset", subset, held, zrng.VERSION]).encode()).hexdigest()[:16]
+    out = root() / DATA / f"{datasets.data_name(name, 0.0, held, subset)}-{key}" / name
+    inside = zrng.holdout(n, subset, SUBSET_SEEDS["train"])
+    picks = {"train": ("train", inside), "t10k": ("train", zrng.holdout(n, held, exclude=inside))}
+    return _select(name, source, out, picks, {datasets.SUBSET_FILE: subset, datasets.VALIDATION_FILE: held})
+
+
+def _select(name: str, source: DataFiles, out: Path, picks: dict, markers: dict[str, int]) -> DataFiles:
     """A folder `out` of IDX files made from source's: picks maps each split's prefix there to
     (the source split's prefix, the indices of the samples it keeps, ascending); the source's
-    other files (a rotation or subset file) copied as they are, and `marker` saying `count`."""
+    other files (a rotation or subset file) copied as they are, and each of `markers` saying its
+    count."""
     files = {}
     for kind, type_byte in ((datasets.SAMPLES[datasets.is_points(name)], datasets.sample_type(name)),
                             (datasets.LABELS, 0x08)):
@@ -305,8 +329,9 @@ def _select(name: str, source: DataFiles, out: Path, picks: dict, marker: str, c
     for rel, src in source.files.items():
         if not rel.startswith((f"{name}/train-", f"{name}/t10k-")):
             files[rel] = write_once(out / src.name, lambda tmp, src=src: shutil.copyfile(src, tmp))
-    made = write_once(out / marker, lambda tmp: tmp.write_text(f"{count}\n"))
-    files[f"{name}/{made.name}"] = made
+    for marker, count in markers.items():
+        made = write_once(out / marker, lambda tmp, count=count: tmp.write_text(f"{count}\n"))
+        files[f"{name}/{made.name}"] = made
     return DataFiles(out.parent, files)
 
 

@@ -12,6 +12,10 @@ epoch's validation accuracy: what the run being tuned reports, on data it never 
 trial whose loss diverged or was unstable ranks after every one that converged (rank). The
 study (each trial's values, validation accuracy and training loss per epoch, how it ended) is
 the run's run.json "tune" record, which the report charts.
+
+A suite with a [pretrain] stage (paper-finetune) is tuned for fine-tuning: its pretraining job
+runs once, first, as in the suite's own runs, and every trial fine-tunes from its weights on the
+suite's subset, scored on as many other training images, rotated alike (artifacts.validation_idx).
 """
 from __future__ import annotations
 
@@ -19,6 +23,7 @@ import dataclasses
 import itertools
 import math
 import random
+import shutil
 from dataclasses import dataclass
 
 from workloads import datasets, vocab
@@ -31,6 +36,7 @@ from harness.preparation.bundle import prepare
 from harness.errors import UserError
 from harness.planning.inventory import Target
 from harness.execution.progress import ProgressView
+from harness.execution import stages
 from harness.execution.scheduler import execute
 from harness.stores.store import Store
 from harness.planning.suites import MethodChoice, Suite, scope_name
@@ -167,14 +173,15 @@ def trial_suite(suite: Suite, opts: Options, dataset: str, rotate: float) -> Sui
                 "dataset": dataset, "rotate": rotate, "validation": opts.validation}
     return dataclasses.replace(suite, methods=[opts.method], runtimes=[opts.runtime], precisions=[opts.precision],
                                zo_losses=[opts.zo_loss], workload=workload, hyper=hyper, scoped={}, repeats=1,
-                               datasets=[], rotations=[], pretrain=None, equal_memory=None, optimizers={})
+                               datasets=[], rotations=[], equal_memory=None, optimizers={})
 
 
 def resolve(suite: Suite, opts: Options) -> tuple[str, float]:
-    """Check what the search needs before anything runs; the data set and angle it tunes on."""
-    if suite.pretrain is not None or suite.equal_memory is not None:
-        raise UserError(f"tune: suite {suite.name} starts its jobs from a pretraining stage or an equal-memory "
-                        "fit; tune its methods on a suite that trains them from scratch (e.g. paper-fmnist)")
+    """Check what the search needs before anything runs; the data set and angle it tunes on
+    (--dataset: a data set of the suite, its first angle, or one variant, mnist-rot45)."""
+    if suite.equal_memory is not None:
+        raise UserError(f"tune: suite {suite.name} fits each method's model to a memory budget; tune its methods "
+                        "on a suite that names the model")
     if str(opts.method) not in [str(m) for m in suite.methods]:
         raise UserError(f"tune --method {opts.method}: the suite has {', '.join(map(str, suite.methods))}")
     if opts.optimizer and opts.optimizer not in suite.optimizers:
@@ -188,14 +195,19 @@ def resolve(suite: Suite, opts: Options) -> tuple[str, float]:
         raise UserError(f"tune: {opts.method} {opts.precision} has nothing the paper tunes (INT8 Full BP learns at "
                         "NITI's scheduled bitwidth); name what to search with --param NAME=LOW:HIGH")
     variants = suite.data_sets()     # the plan refuses a data set that is not split (text)
-    matching = [(d, r) for d, r in variants if d == (opts.dataset or d)]
+    matching = [(d, r) for d, r in variants if opts.dataset in ("", d, datasets.data_name(d, r))]
     if not matching:
         raise UserError(f"tune --dataset {opts.dataset}: the suite learns "
-                        f"{', '.join(dict.fromkeys(d for d, _ in variants))}")
+                        f"{', '.join(dict.fromkeys(datasets.data_name(d, r) for d, r in variants))}")
     return matching[0]
 
 
-def default_validation(dataset: str, data_dir: str) -> int:
+def default_validation(dataset: str, data_dir: str, subset: int = 0) -> int:
+    """As many samples as the job's test set: a sixth of the training set (Fashion-MNIST's
+    10,000), or a subset's size (its trials are scored on as many held-out images as the job it
+    tunes tests on, drawn from outside the subset: artifacts.validation_idx)."""
+    if subset:
+        return subset
     try:
         n = datasets.split_size(dataset, "train", data_dir or None)
     except datasets.DatasetError as e:
@@ -326,13 +338,15 @@ def best_of(records: list[dict]) -> dict | None:
 
 
 def run(store: Store, suite: Suite, target: Target, opts: Options, stop: Stop | None = None,
-        show=lambda line: None) -> Outcome:
+        show=lambda line: None, pretrain_target: Target | None = None) -> Outcome:
     """Run the search on target, each trial a job of one run; stop (a signal) ends the trial in
-    progress and the search."""
+    progress and the search. A suite's pretraining job runs on pretrain_target (the suite's
+    pretrain.target), or on target where that is its name."""
     stop = stop or Stop()
     dataset, rotate = resolve(suite, opts)
     if not opts.validation:
-        opts.validation = default_validation(dataset, suite.workload.get("data_dir", ""))
+        opts.validation = default_validation(dataset, suite.workload.get("data_dir", ""),
+                                             suite.workload.get("subset", 0))
     base = trial_suite(suite, opts, dataset, rotate)
     record = {"suite": suite.name, "method": str(opts.method), "optimizer": opts.optimizer,
               "precision": opts.precision, "zo_loss": opts.zo_loss,
@@ -340,13 +354,20 @@ def run(store: Store, suite: Suite, target: Target, opts: Options, stop: Stop | 
               "validation": opts.validation, "epochs": opts.epochs, "params": [dataclasses.asdict(p) for p in opts.params],
               "sampler": opts.sampler, "pruner": opts.pruner, "seed": opts.seed,
               "objective": objective(opts), "score_epochs": opts.score_epochs, "trials": []}
-    jobs, _ = plan.make(base, [target], timeout_s=opts.timeout_s)    # the plan checked before anything runs
-    prepared = prepare(jobs, {target.name: target})
+    pretrain_target = pretrain_target or target
+    targets = {t.name: t for t in (target, pretrain_target)}
+    # the plan checked before anything runs
+    jobs, _ = plan.make(base, [target], timeout_s=opts.timeout_s, pretrain_target=pretrain_target)
+    prepared = prepare(jobs, targets)
     run_id = store.new_run(runs.record(suite=suite.name, suite_path=str(suite.path), tune=record, jobs=[]))
+    if suite.pretrain is not None and (failed := _pretrain(store, run_id, jobs[0], targets, prepared, stop, record)):
+        record["best"] = None
+        store.set_in_plan(run_id, "tune", record)
+        return Outcome(run_id, record, failed)
 
     def train(entry: dict, report) -> tuple[str, list, str | None]:
-        ((job,), _) = plan.make(dataclasses.replace(base, hyper={**base.hyper, **entry["values"]}), [target],
-                                timeout_s=opts.timeout_s)
+        (*_, job), _ = plan.make(dataclasses.replace(base, hyper={**base.hyper, **entry["values"]}), [target],
+                                 timeout_s=opts.timeout_s, pretrain_target=pretrain_target)
         job.job_id = job.spec["job_id"] = entry["job_id"] = runs.safe_name(f"trial{entry['number']:03d}.{job.job_id}")
         store.extend_plan(run_id, [job.to_dict()])
         result = _trial(store, run_id, job, target, prepared, report, stop)
@@ -362,6 +383,52 @@ def run(store: Store, suite: Suite, target: Target, opts: Options, stop: Stop | 
     record["best"] = best and {"number": best["number"], "values": best["values"], "score": best["score"]}
     store.set_in_plan(run_id, "tune", record)
     return Outcome(run_id, record, stop.reason)
+
+
+def _pretrain(store: Store, run_id: str, job, targets: dict[str, Target], prepared, stop: Stop, record: dict) -> str:
+    """The suite's pretraining job, once, before the trials: each trial fine-tunes from its final
+    weights, as the suite's own jobs do (its job and spec are theirs: the whole training set,
+    the suite's pretraining hyperparameters). Returns why the search cannot go on ("" when it
+    can)."""
+    store.extend_plan(run_id, [job.to_dict()])
+    earlier = _earlier_pretraining(store, run_id, job)
+    if earlier:
+        result = earlier[1]
+        shutil.copyfile(stages.weights_file(store, earlier[0], result),
+                        store.work_dir(run_id, job.job_id) / vocab.WEIGHTS_FILE)
+        store.add_result(run_id, result)
+    else:
+        with ProgressView({job.target: 1}) as view:
+            results = execute(store, run_id, [job], targets, prepared, view, stop)
+        result = results[0] if results else {"status": "interrupted", "error": stop.reason}
+    record["pretrain"] = {"job_id": job.job_id, "status": result["status"], "error": result.get("error"),
+                          "spec": job.spec, **({"reused_from": earlier[0]} if earlier else {})}
+    if result["status"] != "ok":
+        return f"its pretraining job {job.job_id} ended {result['status']}: {result.get('error')}"
+    return ""
+
+
+def _earlier_pretraining(store: Store, run_id: str, job) -> tuple[str, dict] | None:
+    """(run id, result) of the latest earlier tune run whose pretraining job had exactly this
+    spec, the same commit of a clean tree included, and ended ok with its weights file intact:
+    its network is this one's to the bit (one thread, the same code and data), and INT8's 100
+    epochs of NITI are not run again for each method tuned on it. A dirty tree's code is not
+    what its commit names: it is never reused."""
+    if job.spec["harness_commit"].endswith("-dirty"):
+        return None
+    for other in reversed(store.run_ids()):
+        if other == run_id:
+            continue
+        try:
+            pre = (store.run_plan(other).get("tune") or {}).get("pretrain") or {}
+        except UserError:       # a corrupt run is no source
+            continue
+        if pre.get("status") != "ok" or pre.get("spec") != job.spec:
+            continue
+        result = next((r for r in store.results(other) if r["job"]["job_id"] == job.job_id), None)
+        if result is not None and stages.weights_file(store, other, result) is not None:
+            return other, result
+    return None
 
 
 def _trial(store: Store, run_id: str, job, target: Target, prepared, report, run_stop: Stop) -> dict:

@@ -56,6 +56,8 @@ def main(args) -> int:
     except ValueError as e:
         raise UserError(f"tune --method {args.method!r}: {e}") from None
     (target,) = inventory.resolve([args.target], args.inventory)
+    pre = suite.pretrain and suite.pretrain.target      # where the suite pretrains, as zobench run does
+    pretrain = inventory.resolve([pre], args.inventory)[0] if pre and pre != target.name else None
     params = [tune.Param.parse(p) for p in args.param] or tune.default_params(choice, args.precision)
     overrides = plan.parse_set(args.set)
     if (both := sorted({p.name for p in params} & set(overrides))):
@@ -67,13 +69,14 @@ def main(args) -> int:
                         args.score_epochs)
     with running.signals_stop() as (stop, caught):     # the trial in progress is stopped, and no other starts
         outcome = tune.run(Store(args.results), suite, target, opts, stop,
-                           show=options.say)
+                           show=options.say, pretrain_target=pretrain)
     run_id, best = outcome.run_id, outcome.record["best"]
     if caught:
         print(f"tune run {run_id}: {outcome.interrupted} after {len(outcome.record['trials'])} trials"
               + ("; the best so far:" if best else "; no trial completed"), file=sys.stderr)
     if best is None:
-        print(f"tune run {run_id}: no trial completed, nothing chosen", file=sys.stderr)
+        why = f" ({outcome.interrupted})" if outcome.interrupted and not caught else ""
+        print(f"tune run {run_id}: no trial completed, nothing chosen{why}", file=sys.stderr)
         return 128 + caught[0] if caught else 1
     print("\n".join(tune.toml_lines(run_id, outcome.record)))
     return 128 + caught[0] if caught else 0
