@@ -5,7 +5,7 @@ and N, A and B were lost from the text. Every job is paper-finetune's (its pretr
 
     python scripts/calibrate_table2.py angles  [--grid -90:90:5]    # A, B from the w/o cells
     python scripts/calibrate_table2.py subset  --angles A,B [--sizes 250,500,...]   # N from Full BP FP32
-    python scripts/calibrate_table2.py cells   --angles A,B --subset N [--seeds 0,1,2]   # every cell
+    python scripts/calibrate_table2.py cells   --angles A,B --subset N [--seeds 0,1,2] [--name cells]   # every cell
     python scripts/calibrate_table2.py show                          # the fits and tables, from what ran
 
 Each step's runs are kept under --results (default results/calibration) with what they are in
@@ -140,7 +140,7 @@ def subset_step(a, results: Path) -> None:
 
 def cells_step(a, results: Path) -> None:
     angles = [float(x) for x in a.angles.split(",")]
-    runs = [(f"cells-{p}-s{seed}", suite_file(results / "suites", f"cells-{p}-s{seed}", angles, a.subset, seed),
+    runs = [(f"{a.name}-{p}-s{seed}", suite_file(results / "suites", f"{a.name}-{p}-s{seed}", angles, a.subset, seed),
              ["--precision", p]) for seed in (int(x) for x in a.seeds.split(",")) for p in PRECISIONS]
     run_all(results, runs)
 
@@ -176,7 +176,7 @@ def show(a, results: Path) -> None:
         fit = calibration.fit_subset(bp, {k: v for k, v in target.items() if all(k in c for c in bp.values())})
         print(f"\nN = {fit.value[0]} (residual sum of squares {fit.sse:.1f})")
     every = {}
-    for (d, p, label, angle, n, seed), v in cells(results, "cells-").items():
+    for (d, p, label, angle, n, seed), v in cells(results, f"{a.name}-").items():
         every.setdefault((d, p), {}).setdefault(angle, {}).setdefault(label, []).append(v)
     if every:
         angles = sorted({angle for by_angle in every.values() for angle in by_angle})
@@ -213,6 +213,8 @@ def main() -> int:
     ap.add_argument("--subset", type=int, help="cells: N")
     ap.add_argument("--seed", type=int, default=0, help="angles, subset: the suite's seed")
     ap.add_argument("--seeds", default="0,1,2", help="cells: the seeds of every cell")
+    ap.add_argument("--name", default="cells", help="cells, show: the name the cells' runs are kept under (a round "
+                                                    "with other rates beside an earlier one)")
     a = ap.parse_args()
     if a.step in ("subset", "cells") and not a.angles or a.step == "cells" and not a.subset:
         ap.error(f"{a.step} needs --angles" + (" and --subset" if a.step == "cells" else ""))

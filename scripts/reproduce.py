@@ -192,7 +192,7 @@ def fixture(results: Path, run_ids: list[str]) -> None:
                     or job["seed"] != suite.seed or job["hyper"]["epochs"] != (suite.hyper.get("epochs") or job["hyper"]["epochs"]):
                 continue
             method = MethodChoice(job["method"], job["bp_layers"])
-            given = suite.hyper_for(method, job["precision"], job["zo_loss"])
+            given = suite.hyper_for(method, job["precision"], job["zo_loss"], job["workload"]["dataset"])
             planned = {**dataclasses.asdict(Hyper()), **given}
             del planned["warmup_steps"]     # resolved per device in the job's spec
             if any(job["hyper"].get(k) != v for k, v in planned.items()):

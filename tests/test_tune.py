@@ -83,11 +83,38 @@ def test_scoped_hyperparameters_resolve_most_specific_last_and_name_the_key(tmp_
     assert any("lr_zo=0.0001" in k for k in keys) and len(keys) == 2
 
 
+def test_a_data_sets_table_goes_over_the_suites_for_its_jobs_alone_and_tune_prints_it(tiny_mnist, tmp_path):
+    """The paper tunes "for each model and dataset": one suite of two data sets holds each one's
+    rates, and a tune run on one of them prints the table its value goes in."""
+    text = SCOPED.replace('dataset = "fashion-mnist"', '').replace(
+        'methods = [', 'datasets = ["fashion-mnist", "mnist"]\nmethods = [').replace("test_samples = 64", "test_samples = 50")
+    text += '[hyper.mnist]\nlr_bp = 0.02\n[hyper.mnist."full-zo".fp32]\nlr_zo = 2e-4\n[hyper.mnist.int8-integer]\nzo_scale = 9\n'
+    h = _jobs(tmp_path, text)
+    assert h["local.cpp.full-zo.fp32.mnist.r0"]["lr_zo"] == 2e-4            # the data set's, over the method's
+    assert h["local.cpp.full-zo.fp32.fashion-mnist.r0"]["lr_zo"] == 1e-4     # the other data set's: as before
+    assert h["local.cpp.elastic-zo-k2.fp32.mnist.r0"]["lr_bp"] == 0.02       # over the method's name's
+    assert h["local.cpp.elastic-zo-k2.fp32.fashion-mnist.r0"]["lr_bp"] == 0.01
+    assert h["local.cpp.elastic-zo-k1.int8-integer.mnist.r0"]["zo_scale"] == 9    # over the method's precision's
+    assert h["local.cpp.elastic-zo-k1.int8-integer.fashion-mnist.r0"]["zo_scale"] == 2
+    record = {"method": "elastic-zo:1", "precision": "int8", "zo_loss": "float", "epochs": 2, "validation": 40,
+              "dataset": "mnist", "trials": [], "data_scope": "mnist.",
+              "best": {"number": 0, "values": {"zo_scale": 5}, "score": 0.5}}
+    lines = tune.toml_lines("20261128-000000-abcd", record)
+    assert lines[1] == '[hyper.mnist."elastic-zo:1".int8-float]'
+    h = _jobs(tmp_path, text + "\n".join(lines) + "\n")      # read back: mnist's INT8 job alone takes it
+    assert h["local.cpp.elastic-zo-k1.int8-float.mnist.r0"]["zo_scale"] == 5
+    assert h["local.cpp.elastic-zo-k1.int8-float.fashion-mnist.r0"]["zo_scale"] == 2
+
+
 @pytest.mark.parametrize("table, expected", [
     ('[hyper."full-z"]\nlr_zo = 1', 'hyper.full-z: expected a hyperparameter, a precision'),
     ('[hyper."full-zo".int4]\nlr_zo = 1', 'hyper.full-zo.int4: expected a precision of the suite'),
     ('[hyper."elastic-zo:1"]\nlr_zoo = 1', 'hyper."elastic-zo:1".lr_zoo: unknown key'),
     ('[hyper."full-zo".fp32]\nlr_zo = "x"', 'hyper.full-zo.fp32.lr_zo: expected a number'),
+    ('[hyper.mnist."full-zo"]\nlr_zo = 1', 'hyper.mnist: expected a hyperparameter, a precision (fp32), a method of '
+                                          'the suite (full-zo, elastic-zo:1, elastic-zo:2, full-bp, elastic-zo) or one of its data '
+                                          'sets (fashion-mnist)'),
+    ('[hyper.fashion-mnist."full-z"]\nlr_zo = 1', 'hyper.fashion-mnist.full-z: expected a hyperparameter'),
 ])
 def test_a_misspelt_scope_is_refused_with_its_file_and_key(tmp_path, capsys, table, expected):
     path = tmp_path / "bad.toml"

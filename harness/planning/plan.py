@@ -258,7 +258,7 @@ def make(suite: Suite, targets: list[Target], *, methods=(), runtimes=(), precis
                             if m.method == "full-bp" and zo_loss != zo_losses[0]:
                                 continue    # full-bp computes no ZO loss: one job per precision, not per zo_loss
                             model = model_of[str(m)]
-                            hyper = {**suite.hyper_for(m, precision, zo_loss), **opt_hyper, **overrides}
+                            hyper = {**suite.hyper_for(m, precision, zo_loss, dataset), **opt_hyper, **overrides}
                             why = unsupported(runtime, m.method, precision, dataset, target.device, model,
                                               Hyper(**hyper), m.bp_layers)
                             if why:

@@ -115,13 +115,16 @@ class Suite:
             out.update(table.get(scope, {}))
         return out
 
-    def hyper_for(self, method: MethodChoice, precision: str, zo_loss: str = "float") -> dict:
+    def hyper_for(self, method: MethodChoice, precision: str, zo_loss: str = "float", dataset: str = "") -> dict:
         """A job's hyperparameters from the suite: [hyper], then its precision's table (int8
         before int8-float), then its method's (the name before the name with :K), each with
-        its precision's table inside, the more specific one winning (--set goes over all)."""
+        its precision's table inside, the more specific one winning; then the same tables inside
+        its data set's ([hyper.mnist."full-zo".fp32]: the paper tunes "for each model and
+        dataset"), over all of those (--set goes over all)."""
         precisions = dict.fromkeys([precision, vocab.precision_key(precision, zo_loss, method.method)])
-        scopes = [*precisions, *(scope for m in dict.fromkeys([method.method, str(method)])
-                                 for scope in (m, *(f"{m}.{p}" for p in precisions)))]
+        general = [*precisions, *(scope for m in dict.fromkeys([method.method, str(method)])
+                                  for scope in (m, *(f"{m}.{p}" for p in precisions)))]
+        scopes = general + ([dataset, *(f"{dataset}.{scope}" for scope in general)] if dataset else [])
         out = dict(self.hyper)
         for scope in scopes:
             out.update(self.scoped.get(scope, {}))
@@ -240,37 +243,44 @@ def load(name_or_path: str) -> Suite:
 PRECISION_SCOPES = (*vocab.PRECISIONS, *(f"int8-{z}" for z in vocab.ZO_LOSSES))
 
 
-def _scopes(tables: dict) -> dict:
-    """[hyper]'s tables flattened to scope -> hyper: "fp32", "full-zo", "elastic-zo:1.int8"."""
+def _scopes(tables: dict, prefix: str = "") -> dict:
+    """[hyper]'s tables flattened to scope -> hyper: "fp32", "full-zo", "elastic-zo:1.int8",
+    "mnist.full-zo.fp32"."""
     out = {}
     for name, table in tables.items():
-        out[name] = {k: v for k, v in table.items() if not isinstance(v, dict)}
-        for inner, sub in table.items():
-            if isinstance(sub, dict):
-                out[f"{name}.{inner}"] = sub
+        out[prefix + name] = {k: v for k, v in table.items() if not isinstance(v, dict)}
+        out.update(_scopes({k: v for k, v in table.items() if isinstance(v, dict)}, f"{prefix}{name}."))
     return out
 
 
 def scope_name(scope: str) -> str:
-    """A scope as TOML writes its table's name: hyper."elastic-zo:1".fp32."""
-    head, _, tail = scope.partition(".")
-    return (head if re.fullmatch(r"[A-Za-z0-9_-]+", head) else f'"{head}"') + (f".{tail}" if tail else "")
+    """A scope as TOML writes its table's name: hyper.mnist."elastic-zo:1".fp32 (a name that is
+    not a bare key quoted)."""
+    return ".".join(part if re.fullmatch(r"[A-Za-z0-9_-]+", part) else f'"{part}"' for part in scope.split("."))
 
 
 def _check_scopes(s: Suite, t: tomlfile.Table) -> None:
     """Every scope names a precision or a method of the suite, and a method's inner table one of
-    the suite's precisions: a misspelt scope would otherwise set nothing, silently."""
+    the suite's precisions, each maybe inside one of its data sets' tables: a misspelt scope
+    would otherwise set nothing, silently."""
     methods = [str(m) for m in s.methods] + [m.method for m in s.methods]
     precisions = [p for p in PRECISION_SCOPES if p.split("-")[0] in s.precisions]
+    data = list(dict.fromkeys(d for d, _ in s.data_sets()))
     for scope in s.scoped:
-        head, _, tail = scope.partition(".")
+        parts = scope.split(".")
+        inside = parts[0] in data       # a data set's table: the same tables inside it
+        head, tail = parts[inside] if len(parts) > inside else "", ".".join(parts[inside + 1:])
+        at = ".".join(parts[:inside + 1])
+        if not head:
+            continue
         if not tail and head in PRECISION_SCOPES:
             if head not in precisions:
-                raise t.error(f"hyper.{head}", f"the suite trains {', '.join(s.precisions)} only")
+                raise t.error(f"hyper.{scope_name(at)}", f"the suite trains {', '.join(s.precisions)} only")
             continue
         if head not in methods:
-            raise t.error(f"hyper.{scope_name(head)}", "expected a hyperparameter, a precision "
-                          f"({', '.join(precisions)}) or a method of the suite ({', '.join(dict.fromkeys(methods))})")
+            raise t.error(f"hyper.{scope_name(at)}", "expected a hyperparameter, a precision "
+                          f"({', '.join(precisions)}), a method of the suite ({', '.join(dict.fromkeys(methods))})"
+                          + ("" if inside else f" or one of its data sets ({', '.join(data)})"))
         if tail and tail not in precisions:
             raise t.error(f"hyper.{scope_name(scope)}", f"expected a precision of the suite ({', '.join(precisions)}) "
                           "or a hyperparameter")

@@ -167,7 +167,7 @@ class Outcome:
 def trial_suite(suite: Suite, opts: Options, dataset: str, rotate: float) -> Suite:
     """The in-memory suite of the trials: the method's job of the suite (its hyper as hyper_for
     gives it, --set over it), at the tuning epochs, on the validation split of one data set."""
-    hyper = {**suite.hyper_for(opts.method, opts.precision, opts.zo_loss), **suite.optimizer_hyper(opts.optimizer, opts.method),
+    hyper = {**suite.hyper_for(opts.method, opts.precision, opts.zo_loss, dataset), **suite.optimizer_hyper(opts.optimizer, opts.method),
              **opts.overrides, "epochs": opts.epochs}
     workload = {**{k: v for k, v in suite.workload.items() if k not in ("dataset", "rotate")},
                 "dataset": dataset, "rotate": rotate, "validation": opts.validation}
@@ -262,7 +262,7 @@ def toml_lines(run_id: str, record: dict) -> list[str]:
     lines = [f"# zobench tune run {run_id}: validation accuracy {best['score']:.4f}{over} after "
              f"{record['epochs']} epochs on {record['validation']} held-out samples of {record['dataset']}, "
              f"{len(record['trials'])} trials ({sum(t['state'] == 'pruned' for t in record['trials'])} pruned)",
-             f"[hyper.{scope_name(record['method'])}.{precision}]"]
+             f"[hyper.{scope_name(record.get('data_scope', '') + record['method'])}.{precision}]"]
     if record.get("optimizer"):     # a suite's optimizer: its inline table takes the values
         lines[-1] = (f"# in [optimizers], {record['optimizer']}'s table (tuned on {record['method']}; another "
                      f"method's value goes in its table there, {scope_name(record['method'])} = {{ ... }}):")
@@ -353,7 +353,9 @@ def run(store: Store, suite: Suite, target: Target, opts: Options, stop: Stop | 
               "runtime": opts.runtime, "target": target.name, "dataset": datasets.data_name(dataset, rotate),
               "validation": opts.validation, "epochs": opts.epochs, "params": [dataclasses.asdict(p) for p in opts.params],
               "sampler": opts.sampler, "pruner": opts.pruner, "seed": opts.seed,
-              "objective": objective(opts), "score_epochs": opts.score_epochs, "trials": []}
+              "objective": objective(opts), "score_epochs": opts.score_epochs, "trials": [],
+              # a suite of several data sets takes the values in the data set's table (hyper_for)
+              "data_scope": f"{dataset}." if len({d for d, _ in suite.data_sets()}) > 1 else ""}
     pretrain_target = pretrain_target or target
     targets = {t.name: t for t in (target, pretrain_target)}
     # the plan checked before anything runs
