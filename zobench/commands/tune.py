@@ -27,7 +27,8 @@ def add(sub) -> None:
     p.add_argument("--runtime", choices=vocab.RUNTIMES, default="cpp", help="where trials train (default cpp)")
     p.add_argument("--target", default="local", help="where trials run (default: this machine)")
     p.add_argument("--inventory", type=Path)
-    p.add_argument("--dataset", default="", help="which of the suite's data sets (default: its first)")
+    p.add_argument("--dataset", default="", help="which of the suite's data sets, or one angle of it "
+                                                 "(mnist-rot45; default: its first, at its first angle)")
     p.add_argument("--param", action="append", default=[], metavar="NAME=LOW:HIGH[:log|linear]",
                    help="a hyperparameter and its range (default: the paper's knobs for the method and precision)")
     p.add_argument("--trials", type=options.number(int, Bounds(1, 10_000)), default=12, help="trials at most (default 12)")
