@@ -97,7 +97,7 @@ def test_a_data_sets_table_goes_over_the_suites_for_its_jobs_alone_and_tune_prin
     assert h["local.cpp.elastic-zo-k1.int8-integer.mnist.r0"]["zo_scale"] == 9    # over the method's precision's
     assert h["local.cpp.elastic-zo-k1.int8-integer.fashion-mnist.r0"]["zo_scale"] == 2
     record = {"method": "elastic-zo:1", "precision": "int8", "zo_loss": "float", "epochs": 2, "validation": 40,
-              "dataset": "mnist", "trials": [], "data_scope": "mnist.",
+              "dataset": "mnist", "trials": [], "data_scope": "mnist",
               "best": {"number": 0, "values": {"zo_scale": 5}, "score": 0.5}}
     lines = tune.toml_lines("20261128-000000-abcd", record)
     assert lines[1] == '[hyper.mnist."elastic-zo:1".int8-float]'

@@ -155,6 +155,15 @@ class _Stopped(Exception):
         self.signum = signum
 
 
+def pretrain_target(suite: suites.Suite, chosen: list, inventory_path: Path | None):
+    """The target a suite's [pretrain] stage runs on (one of chosen where it names one), or None
+    for a suite without one: zobench run's and zobench tune's alike."""
+    if suite.pretrain is None:
+        return None
+    name = suite.pretrain.target
+    return next((t for t in chosen if t.name == name), None) or inventory.resolve([name], inventory_path)[0]
+
+
 def _planned(store: Store, req: Request, say) -> tuple[list[Job], dict, dict]:
     """A new run of req.suite: its jobs planned (an equal-memory suite's models fitted first),
     their targets, and the run's record (run.json), to be written once they are prepared."""
@@ -162,8 +171,7 @@ def _planned(store: Store, req: Request, say) -> tuple[list[Job], dict, dict]:
     if req.seed is not None:
         suite = dataclasses.replace(suite, seed=req.seed)
     chosen = inventory.resolve(req.targets or suite.targets, req.inventory)
-    pretrain = suite.pretrain and (next((t for t in chosen if t.name == suite.pretrain.target), None)
-                                   or inventory.resolve([suite.pretrain.target], req.inventory)[0])
+    pretrain = pretrain_target(suite, chosen, req.inventory)
     overrides, study, fitted, methods = plan.parse_set(req.overrides), {}, [], req.methods
     if suite.equal_memory is not None:
         if len(chosen) != 1:

@@ -102,14 +102,12 @@ def check_sizes(name: str, data_dir: str, hyper: Hyper, model, validation: int, 
         if subset > min(size.values()):
             raise UserError(f"{at}workload.subset: expected at most the {min(size.values())} samples of {name}'s "
                             f"smaller split, got {subset}")
-        if validation:  # held out of the training samples outside the subset (artifacts.validation_idx)
-            if subset + validation > size["train"]:
-                raise UserError(f"{at}workload.validation: expected at most the {size['train'] - subset} training "
-                                f"samples of {name} outside its subset of {subset}, got {validation}")
-            validation, size = 0, {"train": subset, "test": validation}
-        else:
-            size = {"train": subset, "test": subset}
-    if validation:     # the split's train files are the rest, its test files the held-out samples
+        # a validation split of a subset is held out of the training samples outside it (artifacts.validation_idx)
+        if subset + validation > size["train"]:
+            raise UserError(f"{at}workload.validation: expected at most the {size['train'] - subset} training "
+                            f"samples of {name} outside its subset of {subset}, got {validation}")
+        size = {"train": subset, "test": validation or subset}
+    elif validation:   # the split's train files are the rest, its test files the held-out samples
         if validation >= size["train"]:
             raise UserError(f"{at}workload.validation: expected fewer than the {size['train']} training "
                             f"samples of {name}, got {validation}")

@@ -267,12 +267,12 @@ def _check_scopes(s: Suite, t: tomlfile.Table) -> None:
     precisions = [p for p in PRECISION_SCOPES if p.split("-")[0] in s.precisions]
     data = list(dict.fromkeys(d for d, _ in s.data_sets()))
     for scope in s.scoped:
-        parts = scope.split(".")
-        inside = parts[0] in data       # a data set's table: the same tables inside it
-        head, tail = parts[inside] if len(parts) > inside else "", ".".join(parts[inside + 1:])
-        at = ".".join(parts[:inside + 1])
-        if not head:
+        outer, _, rest = scope.partition(".")
+        inside = outer in data          # a data set's table: the same tables inside it
+        if inside and not rest:
             continue
+        head, _, tail = (rest if inside else scope).partition(".")
+        at = f"{outer}.{head}" if inside else head
         if not tail and head in PRECISION_SCOPES:
             if head not in precisions:
                 raise t.error(f"hyper.{scope_name(at)}", f"the suite trains {', '.join(s.precisions)} only")

@@ -277,7 +277,7 @@ def validation_idx(name: str, data_dir: str, rotate: float, held: int, subset: i
     ones are drawn from the rest of the training set (_subset_held)."""
     if not held:
         return subset_idx(name, data_dir, rotate, subset)
-    datasets.check_splittable(name, held)
+    datasets.check_splittable(name, held, subset)
     if subset:
         return _turned(name, _subset_held(name, data_dir, held, subset), rotate, subset, held)
     source = rotated_idx(name, data_dir, rotate)
@@ -299,7 +299,6 @@ def _subset_held(name: str, data_dir: str, held: int, subset: int) -> DataFiles:
     subset's). A trial of `zobench tune` then fine-tunes on exactly the images the job it tunes
     does, at its steps per epoch, and is scored on images it never trained on; holding them out
     of the subset would have trained it on fewer."""
-    datasets.check_splittable(name, held, subset)
     source = raw_idx(name, data_dir)
     n = datasets.split_size(name, "train", str(source.dir))
     if subset + held > n:

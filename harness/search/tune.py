@@ -262,7 +262,7 @@ def toml_lines(run_id: str, record: dict) -> list[str]:
     lines = [f"# zobench tune run {run_id}: validation accuracy {best['score']:.4f}{over} after "
              f"{record['epochs']} epochs on {record['validation']} held-out samples of {record['dataset']}, "
              f"{len(record['trials'])} trials ({sum(t['state'] == 'pruned' for t in record['trials'])} pruned)",
-             f"[hyper.{scope_name(record.get('data_scope', '') + record['method'])}.{precision}]"]
+             f"[hyper.{scope_name('.'.join(filter(None, (record.get('data_scope'), record['method']))))}.{precision}]"]
     if record.get("optimizer"):     # a suite's optimizer: its inline table takes the values
         lines[-1] = (f"# in [optimizers], {record['optimizer']}'s table (tuned on {record['method']}; another "
                      f"method's value goes in its table there, {scope_name(record['method'])} = {{ ... }}):")
@@ -355,7 +355,7 @@ def run(store: Store, suite: Suite, target: Target, opts: Options, stop: Stop | 
               "sampler": opts.sampler, "pruner": opts.pruner, "seed": opts.seed,
               "objective": objective(opts), "score_epochs": opts.score_epochs, "trials": [],
               # a suite of several data sets takes the values in the data set's table (hyper_for)
-              "data_scope": f"{dataset}." if len({d for d, _ in suite.data_sets()}) > 1 else ""}
+              "data_scope": dataset if len({d for d, _ in suite.data_sets()}) > 1 else ""}
     pretrain_target = pretrain_target or target
     targets = {t.name: t for t in (target, pretrain_target)}
     # the plan checked before anything runs

@@ -57,8 +57,7 @@ def main(args) -> int:
     except ValueError as e:
         raise UserError(f"tune --method {args.method!r}: {e}") from None
     (target,) = inventory.resolve([args.target], args.inventory)
-    pre = suite.pretrain and suite.pretrain.target      # where the suite pretrains, as zobench run does
-    pretrain = inventory.resolve([pre], args.inventory)[0] if pre and pre != target.name else None
+    pretrain = running.pretrain_target(suite, [target], args.inventory)
     params = [tune.Param.parse(p) for p in args.param] or tune.default_params(choice, args.precision)
     overrides = plan.parse_set(args.set)
     if (both := sorted({p.name for p in params} & set(overrides))):
