@@ -6,6 +6,7 @@ and N, A and B were lost from the text. Every job is paper-finetune's (its pretr
     python scripts/calibrate_table2.py angles  [--grid -90:90:5]    # A, B from the w/o cells
     python scripts/calibrate_table2.py subset  --angles A,B [--sizes 250,500,...]   # N from Full BP FP32
     python scripts/calibrate_table2.py cells   --angles A,B --subset N [--seeds 0,1,2] [--name cells]   # every cell
+        [--method M --precisions P]     # or one method's cells again, at a new rate
     python scripts/calibrate_table2.py show                          # the fits and tables, from what ran
 
 Each step's runs are kept under --results (default results/calibration) with what they are in
@@ -139,10 +140,16 @@ def subset_step(a, results: Path) -> None:
 
 
 def cells_step(a, results: Path) -> None:
+    run_all(results, cell_runs(a, results))
+
+
+def cell_runs(a, results: Path) -> list[tuple[str, Path, list[str]]]:
+    """A run per seed and precision, of every method or of those --method names."""
     angles = [float(x) for x in a.angles.split(",")]
+    methods = [arg for m in a.method for arg in ("--method", m)]
     runs = [(f"{a.name}-{p}-s{seed}", suite_file(results / "suites", f"{a.name}-{p}-s{seed}", angles, a.subset, seed),
-             ["--precision", p]) for seed in (int(x) for x in a.seeds.split(",")) for p in PRECISIONS]
-    run_all(results, runs)
+             ["--precision", p, *methods]) for seed in (int(x) for x in a.seeds.split(",")) for p in a.precisions.split(",")]
+    return runs
 
 
 def show(a, results: Path) -> None:
@@ -213,6 +220,9 @@ def main() -> int:
     ap.add_argument("--subset", type=int, help="cells: N")
     ap.add_argument("--seed", type=int, default=0, help="angles, subset: the suite's seed")
     ap.add_argument("--seeds", default="0,1,2", help="cells: the seeds of every cell")
+    ap.add_argument("--method", action="append", default=[], help="cells: only this method (repeatable; default every "
+                                                                   "method of the suite), as zobench run --method")
+    ap.add_argument("--precisions", default=",".join(PRECISIONS), help="cells: the precisions (default %(default)s)")
     ap.add_argument("--name", default="cells", help="cells, show: the name the cells' runs are kept under (a round "
                                                     "with other rates beside an earlier one)")
     a = ap.parse_args()

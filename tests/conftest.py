@@ -15,14 +15,15 @@ from testkit.runners import idx_data_dir
 from testkit.tools import require
 
 
-# The files that take longest on a fresh clone (`pytest --durations=0`, summed per file; the
-# first three build binaries), longest first. make test hands out whole files in this order
+# The files that take longest in make test (`pytest --durations=0` summed per file, after make
+# test's set-up has built the binaries; 2026-11-29, 1,245 worker-seconds in all), longest first. make test hands out whole files in this order
 # (--dist loadfile --no-loadscope-reorder): a long file started last would run alone at the end.
-LONGEST_FIRST = ("test_kernel_paths.py", "test_int8.py", "test_shared_store.py", "test_gpu_scale.py", "test_ort.py",
-                 "test_lease.py", "test_cpp.py", "test_report.py", "test_guards.py", "test_report_transformers.py",
-                 "test_finetune.py", "test_warmup.py", "test_ssh.py", "test_compare.py", "test_labgrid.py",
-                 "test_equal_memory.py", "test_adam.py", "test_runner.py", "test_build_cpu.py", "test_tune.py",
-                 "test_signals.py", "test_faults.py", "test_validity.py", "test_store.py", "test_ort_transformer.py")
+LONGEST_FIRST = ("test_ssh.py", "test_shared_store.py", "test_lease.py", "test_report_transformers.py",
+                 "test_finetune.py", "test_faults.py", "test_zo_optimizers.py", "test_report.py", "test_labgrid.py",
+                 "test_adam.py", "test_validity.py", "test_gpu_scale.py", "test_cpp.py", "test_compare.py",
+                 "test_signals.py", "test_memory_model.py", "test_int8.py", "test_equal_memory.py", "test_ort.py",
+                 "test_weights_file.py", "test_ort_transformer.py", "test_store.py", "test_half.py", "test_training.py",
+                 "test_fit.py")
 
 
 # Hypothesis's examples are drawn the same way every run (derandomize): a fuzz test in make test

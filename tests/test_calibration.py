@@ -1,6 +1,7 @@
 """Table 2's calibration (reports/calibration.py, scripts/calibrate_table2.py): the fits choose the
 grid points a made-up truth says, the seeds' spread is the sample standard deviation, and the
 suites the script runs are paper-finetune with only the calibrated settings changed."""
+import argparse
 import tomllib
 
 import pytest
@@ -61,3 +62,23 @@ def test_the_calibration_suites_are_paper_finetune_with_only_what_is_calibrated_
             MethodChoice.parse(m), "fp32")
         assert h == {**h0, "epochs": 1, "train_samples": 32}
     assert s.pretrain.hyper == suites.load("paper-finetune").pretrain.hyper     # the pretraining untouched
+
+
+def test_the_cells_step_runs_every_method_or_only_those_named(tmp_path):
+    """`cells --method full-bp --precisions fp32`: one method's cells again at a new rate, beside
+    the round of every cell; each seed's suite is paper-finetune at that seed."""
+    s = script()
+
+    def runs(method=(), precisions="fp32,int8"):
+        return s.cell_runs(argparse.Namespace(angles="30,45", subset=1000, seeds="0,2", name="r", method=list(method),
+                                              precisions=precisions), tmp_path)
+
+    every = runs()
+    assert [(n, extra) for n, _, extra in every] == [
+        ("r-fp32-s0", ["--precision", "fp32"]), ("r-int8-s0", ["--precision", "int8"]),
+        ("r-fp32-s2", ["--precision", "fp32"]), ("r-int8-s2", ["--precision", "int8"])]
+    one = runs(method=["full-bp"], precisions="fp32")
+    assert [(n, extra) for n, _, extra in one] == [("r-fp32-s0", ["--precision", "fp32", "--method", "full-bp"]),
+                                                   ("r-fp32-s2", ["--precision", "fp32", "--method", "full-bp"])]
+    made = tomllib.loads(one[1][1].read_text())
+    assert made["seed"] == 2 and made["rotations"] == [30.0, 45.0] and made["workload"]["subset"] == 1000
