@@ -147,9 +147,9 @@ def cell_runs(a, results: Path) -> list[tuple[str, Path, list[str]]]:
     """A run per seed and precision, of every method or of those --method names."""
     angles = [float(x) for x in a.angles.split(",")]
     methods = [arg for m in a.method for arg in ("--method", m)]
-    runs = [(f"{a.name}-{p}-s{seed}", suite_file(results / "suites", f"{a.name}-{p}-s{seed}", angles, a.subset, seed),
-             ["--precision", p, *methods]) for seed in (int(x) for x in a.seeds.split(",")) for p in a.precisions.split(",")]
-    return runs
+    return [(f"{a.name}-{p}-s{seed}", suite_file(results / "suites", f"{a.name}-{p}-s{seed}", angles, a.subset, seed),
+             ["--precision", p, *methods])
+            for seed in (int(x) for x in a.seeds.split(",")) for p in a.precisions.split(",")]
 
 
 def show(a, results: Path) -> None:

@@ -533,8 +533,8 @@ def test_fuzzed_store_rows_are_named_never_a_traceback(capsys, tmp_path, server,
         assume("\\u0000" not in damaged and "NaN" not in damaged and "Infinity" not in damaged)   # jsonb holds neither
         c.execute(f"UPDATE {table} SET {column} = %s::jsonb WHERE ctid = (SELECT ctid FROM {table} LIMIT 1)",
                   (damaged,))
-    for command in (["pull", run_id, "--results", tmp_path / "b"], ["results", "--store", db, "--run", run_id, "--results", tmp_path / "c"],
-                    ["history", "--store", db]):      # --results: never the checkout's own ./results
+    for command in (["pull", run_id, "--results", tmp_path / "b"],      # --results: never the checkout's ./results
+                    ["results", "--store", db, "--run", run_id, "--results", tmp_path / "c"], ["history", "--store", db]):
         r = cli(capsys, *command, *(["--store", db] if command[0] == "pull" else []))
         assert "Traceback" not in r.stderr and "unexpected error" not in r.stderr, (command, r.stderr)
         assert r.returncode in (0, 2), (command, r.stderr)

@@ -172,7 +172,8 @@ def test_tune_fetches_mnist_on_first_use_as_run_does(home, tmp_path, monkeypatch
     try:
         p = in_process("tune", "--suite", tmp_path / "mnist.toml", "--method", "full-zo", "--precision", "fp32",
                        "--runtime", "torch", "--target", "local-1t", "--trials", "1", "--epochs", "1",
-                       "--pruner", "none", "--set", "train_samples=48", "--set", "test_samples=0", "--results", tmp_path / "res")
+                       "--pruner", "none", "--set", "train_samples=48", "--set", "test_samples=0",
+                       "--results", tmp_path / "res")
     finally:
         index.close()
     assert p.returncode == 0, p.stdout + p.stderr
