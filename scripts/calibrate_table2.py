@@ -210,7 +210,7 @@ def show(a, results: Path) -> None:
                     print(f"| {d} | {p.upper()} | {label} | " + " | ".join(row) + " |")
 
 
-def main() -> int:
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("step", choices=("angles", "subset", "cells", "show"))
     ap.add_argument("--results", type=Path, default=REPO / "results" / "calibration")
@@ -225,6 +225,11 @@ def main() -> int:
     ap.add_argument("--precisions", default=",".join(PRECISIONS), help="cells: the precisions (default %(default)s)")
     ap.add_argument("--name", default="cells", help="cells, show: the name the cells' runs are kept under (a round "
                                                     "with other rates beside an earlier one)")
+    return ap
+
+
+def main() -> int:
+    ap = parser()
     a = ap.parse_args()
     if a.step in ("subset", "cells") and not a.angles or a.step == "cells" and not a.subset:
         ap.error(f"{a.step} needs --angles" + (" and --subset" if a.step == "cells" else ""))

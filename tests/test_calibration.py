@@ -1,7 +1,6 @@
 """Table 2's calibration (reports/calibration.py, scripts/calibrate_table2.py): the fits choose the
 grid points a made-up truth says, the seeds' spread is the sample standard deviation, and the
 suites the script runs are paper-finetune with only the calibrated settings changed."""
-import argparse
 import tomllib
 
 import pytest
@@ -69,15 +68,15 @@ def test_the_cells_step_runs_every_method_or_only_those_named(tmp_path):
     the round of every cell; each seed's suite is paper-finetune at that seed."""
     s = script()
 
-    def runs(method=(), precisions="fp32,int8"):
-        return s.cell_runs(argparse.Namespace(angles="30,45", subset=1000, seeds="0,2", name="r", method=list(method),
-                                              precisions=precisions), tmp_path)
+    def runs(*only: str):
+        return s.cell_runs(s.parser().parse_args(["cells", "--angles", "30,45", "--subset", "1000", "--seeds", "0,2",
+                                                  "--name", "r", *only]), tmp_path)
 
     every = runs()
     assert [(n, extra) for n, _, extra in every] == [
         ("r-fp32-s0", ["--precision", "fp32"]), ("r-int8-s0", ["--precision", "int8"]),
         ("r-fp32-s2", ["--precision", "fp32"]), ("r-int8-s2", ["--precision", "int8"])]
-    one = runs(method=["full-bp"], precisions="fp32")
+    one = runs("--method", "full-bp", "--precisions", "fp32")
     assert [(n, extra) for n, _, extra in one] == [("r-fp32-s0", ["--precision", "fp32", "--method", "full-bp"]),
                                                    ("r-fp32-s2", ["--precision", "fp32", "--method", "full-bp"])]
     made = tomllib.loads(one[1][1].read_text())
