@@ -1,6 +1,7 @@
 """Progress bars: per target, one bar over its jobs (with the run's ETA on that
 board) and one over the steps of the job running now (with that job's ETA), or whom the job
-waits for while another run holds the board's lease.
+waits for while another run holds the board's lease. A pool has one bar over its jobs and one
+steps bar per member (a lane), since its members run jobs at once.
 Finished jobs are printed as lines, so a log without a terminal still shows them; names and
 error texts are printed literally (escaped), never read as rich markup."""
 from __future__ import annotations
@@ -34,6 +35,23 @@ class ProgressView:
             jobs = self.progress.add_task(f"[bold]{escape(target)}[/] jobs", total=n)
             steps = self.progress.add_task(f"  {escape(target)}: waiting", total=None)
             self.tasks[target] = (jobs, steps)
+
+    def lane(self, pool: str, member: str) -> str:
+        """The key a pool's member reports its job under: its own steps bar, the pool's jobs bar."""
+        key = f"{pool}/{member}"
+        with self.lock:
+            if key not in self.tasks:
+                jobs, steps = self.tasks[pool]
+                if steps is not None:       # the pool's own steps bar gives way to its members'
+                    self.progress.remove_task(steps)
+                    self.tasks[pool] = (jobs, None)
+                self.tasks[key] = (jobs, self.progress.add_task(f"  {escape(key)}: waiting", total=None))
+        return key
+
+    def say(self, line: str) -> None:
+        """A line of the run's own (a pool's member left out or dropped), printed literally."""
+        with self.lock:
+            self.console.print(escape(line), highlight=False, markup=True, soft_wrap=True)
 
     def __enter__(self):
         self.progress.start()

@@ -4,43 +4,25 @@ lease, harness/boards/lease.py), every result stored as soon as it exists.
 
 Whatever goes wrong on one board -- an unreachable host, a probe or deploy that fails or
 raises, a harness bug in one job -- ends only that board's jobs (status failed, lost or
-timeout, with the reason in one line); the other boards run on. A Stop (a signal) starts
+timeout, with the reason in one line); the other boards run on. A pool's jobs are spread over
+its members (harness/execution/pool.py), where a lost member costs only its attempt. A Stop (a signal) starts
 no more jobs anywhere and kills the running ones (status interrupted); jobs that never
 started get no result, so --resume runs them."""
 from __future__ import annotations
 
-import traceback
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor, wait
-from contextlib import closing, nullcontext
 
 from harness.boards import lease
-from harness.execution import stages
-from harness.preparation.bundle import Prepared, open_site
-from harness.execution.job import reason, run_job
+from harness.execution import pool, stages
+from harness.execution.board import connected
+from harness.preparation.bundle import Prepared
+from harness.execution.job import reason
 from harness.planning.inventory import Target
 from harness.planning.runs import Job, failure
-from harness.boards.probe import probe
 from harness.execution.progress import ProgressView
 from harness.stores.store import Store
-from harness.boards.transport import POLL_S, LocalTransport, Stop, TransportError
-
-
-def transport_for(target: Target, stop: Stop | None = None):
-    if target.transport == "local":
-        return LocalTransport(stop)
-    from harness.boards.ssh import SshTransport   # paramiko and fabric take ~0.2 s to import: only a board pays it
-    return SshTransport(target, stop=stop)
-
-
-def reach(target: Target, stop: Stop, on_wait=None):
-    """The target to connect to for the block: a labgrid target's place reserved, acquired and
-    released around it (harness/boards/labgrid_place.py); any other, as it is."""
-    if not target.labgrid:
-        return nullcontext(target)
-    from harness.boards import labgrid_place      # labgrid is optional: only a labgrid target imports it
-
-    return labgrid_place.place(target, stop, on_wait)
+from harness.boards.transport import POLL_S, Stop
 
 
 def execute(store: Store, run_id: str, jobs: list[Job], targets: dict[str, Target],
@@ -76,7 +58,7 @@ def execute(store: Store, run_id: str, jobs: list[Job], targets: dict[str, Targe
 
 def _wave(store: Store, run_id: str, jobs: list[Job], targets: dict[str, Target], prepared: dict[str, Prepared],
           view: ProgressView, stop: Stop, results: dict, finish, terms: lease.Terms) -> None:
-    """Boards in parallel, each running its jobs of this wave in turn."""
+    """Boards (and pools) in parallel, each board running its jobs of this wave in turn."""
     by_target = defaultdict(list)
     for job in jobs:
         by_target[job.target].append(job)
@@ -85,40 +67,20 @@ def _wave(store: Store, run_id: str, jobs: list[Job], targets: dict[str, Target]
         target, todo, prep = targets[name], by_target[name], prepared[name]
         if not todo or stop.is_set():
             return
-        with reach(target, stop, lambda line: view.waiting(name, line)) as target, \
-                closing(transport_for(target, stop)) as transport:     # closed however the board ends
-            facts = probe(transport, target)
-            store.save_probe(run_id, name, facts)
-            # the binary for the CPU the probe found (built once a run per CPU, whichever board asks first)
-            binary = prep.binary(target, facts, stop) if prep.binaries else None
-            if stop.is_set():       # stopped while it built (Ctrl-C ends the compiler too): --resume runs its jobs
+        with connected(name, target, prep, store, run_id, view, stop) as ready:
+            if ready is None:
                 return
-            if binary and binary.error:     # no binary: its cpp jobs say why, the others still run
-                for job in todo:
-                    if job.spec["runtime"] == "cpp":
-                        finish(name, failure(job, "failed", binary.error))
-                todo, binary = [j for j in todo if j.spec["runtime"] != "cpp"], None
-                if not todo:
-                    return
-            site = open_site(target, transport, prep, binary, store.runs / run_id / "work", run_id)
+            _, board = ready
             for job in todo:
                 if stop.is_set():
                     return
                 view.job_started(name, job.job_id)
-                try:
-                    result = run_job(job, target, site, store.work_dir(run_id, job.job_id),
-                                     on_event=lambda ev: view.event(name, ev), terms=terms)
-                except TransportError as e:
-                    result = failure(job, "lost", reason(e))
-                except OSError as e:    # this machine's files (a full disk): said once, by finish(), below
-                    result = failure(job, "failed", f"on this machine: {e.strerror or e}: {e.filename or ''}")
-                except Exception as e:  # a harness bug in one job: the board's next jobs still run
-                    traceback.print_exc()
-                    result = failure(job, "failed", f"harness error: {reason(e)}")
-                result["env"]["probe"] = facts
-                finish(name, result)
+                finish(name, board.run(job, store, run_id, lambda ev: view.event(name, ev), terms))
 
     def board(name: str) -> None:
+        if targets[name].pool:
+            return pool.run(targets[name], by_target[name], prepared[name], store, run_id, view, stop, finish,
+                            terms)
         try:
             run_board(name)
         except Exception as e:  # the board is unusable (probe, deploy, ...): its jobs say why, the others run on
@@ -127,8 +89,8 @@ def _wave(store: Store, run_id: str, jobs: list[Job], targets: dict[str, Target]
                 if job.job_id not in results and not stop.is_set():
                     finish(name, failure(job, "failed", why))
 
-    with ThreadPoolExecutor(max_workers=len(by_target) or 1) as pool:
-        futures = [pool.submit(board, name) for name in by_target]
+    with ThreadPoolExecutor(max_workers=len(by_target) or 1) as threads:
+        futures = [threads.submit(board, name) for name in by_target]
         # in short waits: Python runs a signal handler only when the main thread runs bytecode, and
         # a signal the kernel gave to a board's thread does not wake a main thread blocked for good
         while wait(futures, timeout=POLL_S).not_done:

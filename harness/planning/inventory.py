@@ -8,9 +8,15 @@ needs no host (targets/local.toml) is a target by itself.
 Every target names the file its jobs lease on the board (harness/boards/lease.py); targets that are
 one board (this machine's profiles; SSH targets of one host, port and user) lease one file,
 so two runs through two names still never share the board.
+
+A target may be a pool of interchangeable boards (`members`): named targets of the inventory, or
+as many places at once as a labgrid `tags` filter matches. Its jobs are planned once, under the
+pool's name, and the scheduler spreads them over the members that are free
+(harness/execution/pool.py), so a pool's results are one target's.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import platform
 import posixpath
@@ -34,6 +40,13 @@ ARCHES = tuple(cpus.NAMES)
 PORT = Bounds(1, 65535)
 COOL_C = Bounds(0, 150, open_lo=True)               # degrees C a board must be below before a job
 COOL_WAIT_S = Bounds(0, 3600, open_lo=True)         # and the longest a job waits for it
+SLOTS = Bounds(1, 256)                              # the labgrid places a tags pool holds at once
+ATTEMPTS = Bounds(1, 20)                            # a pool job's tries, on as many members
+DROP_AFTER = Bounds(1, 20)                          # failures in a row that drop a member from a run
+# What a pool's members must share, read off the inventory: the fields a job's plan and its
+# runner take from its target. What is read off the board (the CPU, the runtimes' versions) is
+# checked when each member is probed (harness/execution/pool.py).
+POOL_SHARED = ("transport", "arch", "runtimes", "device", "threads", "mem_limit", "cpu", "omp_wait_policy")
 
 
 @dataclass
@@ -60,6 +73,13 @@ class Target:
     labgrid: dict | None = None       # {"coordinator", "place" or "tags"}: the board is a labgrid place's
     omp_wait_policy: str = vocab.OMP_WAIT_POLICY   # how idle OpenMP threads wait (docs/targets.md)
     source: str = ""                  # the file it was defined in
+    members: list = field(default_factory=list)    # a pool's boards (Targets); [] for one board
+    attempts: int = 3                 # a pool: how many members a job may be tried on
+    drop_after: int = 2               # a pool: a member failing this many times in a row leaves the run
+
+    @property
+    def pool(self) -> bool:
+        return bool(self.members)
 
     def board(self) -> tuple:
         """What makes two targets one board: this machine, or one SSH host, port and user."""
@@ -156,12 +176,17 @@ def load(inventory: Path | None = None) -> dict[str, Target]:
     top = tomlfile.Table(data, path)
     boards = top.take("targets", dict, default={})
     top.done()
+    named_pools = {}
     for name, table in boards.items():
         where = f"targets.{name}."
         if not re.fullmatch(NAME, name):    # it names job ids and folders
             raise UserError(f"{path}: targets: expected a board name of {NAME_TEXT}, got {name!r}")
         if not isinstance(table, dict):
             raise UserError(f"{path}: targets.{name}: expected a table, got {table!r}")
+        if isinstance(table.get("members"), list):      # a pool of the inventory's boards: made once they all are
+            named_pools[name] = table
+            continue
+        table, pool = _pool_terms(table, path, where)
         base = {}
         if "profile" in table:
             if not isinstance(table["profile"], str):
@@ -170,7 +195,69 @@ def load(inventory: Path | None = None) -> dict[str, Target]:
         values = _fields(tomlfile.Table(table, path, where), {**base, "source": str(path)})
         values.setdefault("transport", "ssh")
         targets[name] = _finish(name, values)
+        if pool:
+            targets[name] = _slots(targets[name], pool, path, where)
+    for name, table in named_pools.items():
+        targets[name] = _named_pool(name, table, targets, path)
     return _shared_leases(targets)
+
+
+def _pool_terms(table: dict, path: Path, where: str) -> tuple[dict, dict | None]:
+    """A board's table less a pool's own keys, and those keys checked (None: not a pool). Only
+    a labgrid target that names tags can be a pool of a number of places."""
+    if "members" not in table:
+        for key in ("attempts", "drop_after"):
+            if key in table:
+                raise UserError(f"{path}: {where}{key}: only a pool (a target with members) takes it")
+        return table, None
+    t = tomlfile.Table({k: table[k] for k in ("members", "attempts", "drop_after") if k in table}, path, where)
+    pool = {"members": t.take("members", int, bounds=SLOTS), "attempts": t.take("attempts", int, 3, bounds=ATTEMPTS),
+            "drop_after": t.take("drop_after", int, 2, bounds=DROP_AFTER)}
+    t.done()
+    lab = table.get("labgrid")
+    if not (isinstance(lab, dict) and lab.get("tags") and not lab.get("place")):
+        raise UserError(f"{path}: {where}members: a number of members is a labgrid pool: expected labgrid.tags "
+                        "(the places it may take), or a list of the inventory's target names")
+    return {k: v for k, v in table.items() if k not in pool}, pool
+
+
+def _slots(template: Target, pool: dict, path: Path, where: str) -> Target:
+    """A labgrid pool: `members` slots, each reserving any free place its tags match, as
+    `labgrid-client reserve` does; the place a slot got names the member in its results."""
+    members = [dataclasses.replace(template, name=f"{template.name}.{i + 1}", lease=None)
+               for i in range(pool["members"])]
+    return dataclasses.replace(template, members=members, attempts=pool["attempts"], drop_after=pool["drop_after"])
+
+
+def _named_pool(name: str, table: dict, targets: dict[str, Target], path: Path) -> Target:
+    """A pool of the inventory's boards, named in `members`. They must agree on what a job's plan
+    and runner read of a target (POOL_SHARED), so the pool plans as any one of them."""
+    where = f"targets.{name}."
+    t = tomlfile.Table(table, path, where)
+    names = t.take("members", list, item=str)
+    attempts = t.take("attempts", int, 3, bounds=ATTEMPTS)
+    drop_after = t.take("drop_after", int, 2, bounds=DROP_AFTER)
+    description = t.take("description", str, "")
+    t.done()
+    if not names:
+        raise t.error("members", "an empty pool: expected the names of one or more targets")
+    members = []
+    for i, m in enumerate(names):
+        if m in names[:i]:
+            raise t.error("members", f"{m!r} is named twice")
+        if m not in targets or m == name:
+            raise t.error("members", f"unknown target {m!r}; known targets: {', '.join(sorted(set(targets) - {name}))}")
+        if targets[m].pool:
+            raise t.error("members", f"{m!r} is a pool itself; name its boards")
+        members.append(targets[m])
+    first = members[0]
+    for m in members[1:]:
+        for key in POOL_SHARED:
+            if getattr(m, key) != getattr(first, key):
+                raise t.error("members", f"{m.name!r} has {key} = {getattr(m, key)!r} but {first.name!r} has "
+                                         f"{getattr(first, key)!r}: a pool's members are interchangeable boards")
+    return dataclasses.replace(first, name=name, description=description, source=str(path), host="", labgrid=None,
+                               lease="", members=members, attempts=attempts, drop_after=drop_after)
 
 
 def lease_problem(path: str) -> str | None:
@@ -193,7 +280,7 @@ def _shared_leases(targets: dict[str, Target]) -> dict[str, Target]:
     """Each target without its own `lease` gets its board's: the first such target's
     `<workdir>/lease` ($ZOBENCH_LOCAL_LEASE for this machine, where set)."""
     first = {}
-    for t in targets.values():
+    for t in [m for t in targets.values() for m in (t.members or [t])]:
         if t.lease is None:
             local = os.environ.get("ZOBENCH_LOCAL_LEASE") if t.transport == "local" else None
             t.lease = first.setdefault(t.board(), local or f"{t.workdir.rstrip('/')}/lease")
@@ -212,7 +299,8 @@ def resolve(names: list[str], inventory: Path | None) -> list[Target]:
         if n in names[:i]:      # its jobs would be planned twice, under the same ids
             raise UserError(f"target {n!r} is named twice")
         t = targets[n]
-        if t.key and not Path(t.key).expanduser().is_file():
-            raise UserError(f"{t.source}: targets.{n}.key: no such file {t.key!r}")
+        for board in t.members or [t]:
+            if board.key and not Path(board.key).expanduser().is_file():
+                raise UserError(f"{board.source}: targets.{board.name}.key: no such file {board.key!r}")
         out.append(t)
     return out

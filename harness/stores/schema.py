@@ -47,7 +47,7 @@ VERSION = vocab.RESULT_SCHEMA
 NO_ENERGY = "its result records no energy (written before zobench measured it)"
 # The records the harness adds to a runner's result as the job ends (job.py); absent in one
 # stored before each existed.
-HARNESS_RECORDS = ("load", "lease", "validity", "convergence", "spec_sha256")
+HARNESS_RECORDS = ("load", "lease", "validity", "convergence", "spec_sha256", "pool")
 # The records of a result in this version's shape: a runner's (workloads/result.py's skeleton;
 # cpu_seconds is a figure, unknown where a result lacks it) and the harness's, and the memory
 # figures a runner writes. A result that has them all is upgraded already.
@@ -140,7 +140,7 @@ def problems(r) -> list[str]:
         out += _amount(e.get("joules"), f"epochs[{i}].joules", NUMBER)
     out += _warmup(r.get("warmup")) + _energy(r.get("energy")) + _start_eval(r.get("start_eval"))
     out += _convergence(r.get("convergence")) + _validity(r.get("validity"))
-    out += _timed_loop_load(r.get("timed_loop_load"))
+    out += _timed_loop_load(r.get("timed_loop_load")) + _pool(r.get("pool"))
     h = r.get("spec_sha256")
     if h is not None and not (isinstance(h, str) and re.fullmatch(r"[0-9a-f]{64}", h)):
         out.append("spec_sha256 must be null or a sha256 in hex")
@@ -189,6 +189,20 @@ def _timed_loop_load(t) -> list[str]:
         return ["timed_loop_load needs cores (an integer >= 1)"]
     return [problem for key in ("wall_seconds", "cpu_seconds_other", "steal_seconds")
             for problem in _amount(t.get(key), f"timed_loop_load.{key}", NUMBER)]
+
+
+def _pool(p) -> list[str]:
+    """A pool job's member and the attempts its members ended before (harness/execution/pool.py):
+    null for a lone board's job, absent in a result stored before there were pools."""
+    if p is None:
+        return []
+    attempt = {"member": str, "status": str, "error": (str, type(None)), "started_at": str, "wall_seconds": NUMBER}
+    if not isinstance(p, dict) or not isinstance(p.get("member"), str) or not isinstance(p.get("attempts"), list):
+        return ["pool needs member (a string) and attempts (a list)"]
+    if not all(isinstance(a, dict) and all(isinstance(a.get(k), kind) for k, kind in attempt.items())
+               for a in p["attempts"]):
+        return [f"pool.attempts: each needs {', '.join(attempt)}"]
+    return []
 
 
 def _validity(v) -> list[str]:

@@ -8,7 +8,7 @@ from harness.planning import inventory
 from harness.preparation.artifacts import sha256
 from harness.preparation.build import BuildStopped, build, cpu_choice
 from harness.boards.probe import probe
-from harness.execution.scheduler import transport_for
+from harness.execution.board import transport_for
 from harness.boards.transport import TransportError
 
 from . import options

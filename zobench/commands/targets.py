@@ -10,7 +10,7 @@ from workloads import jsonfile
 from harness.planning import inventory
 from harness.errors import UserError
 from harness.boards.probe import probe
-from harness.execution.scheduler import reach, transport_for
+from harness.execution.board import reach, transport_for
 from harness.boards.transport import Stop, TransportError
 
 from . import options

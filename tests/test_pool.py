@@ -1,0 +1,148 @@
+"""A pool of interchangeable boards as one target, against real sshd boards on loopback: its jobs
+spread over the members that are free, a member that differs left out, a member that dies
+mid-job costing only that attempt (harness/execution/pool.py)."""
+import json
+import os
+import signal
+import stat
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from harness.stores import measurements, schema
+from harness.stores.store import Store
+from testkit.runners import SHORT, cli, zobench
+from testkit.sshd import board_toml
+
+METHODS = ["--method", "full-bp", "--method", "full-zo", "--method", "elastic-zo:1"]
+
+
+def wrapper(path: Path, on_launch: str) -> str:
+    """A board's `python` that runs on_launch (shell) before a job's launcher, and is the real
+    interpreter for everything else (the probe, deploy's checks): a board whose jobs can be held
+    until the test has seen what it waits for, with no sleep in the test."""
+    path.write_text(f"#!/bin/sh\nif [ \"$1\" = -m ] && [ \"$2\" = workloads.launch ]; then\n{on_launch}\nfi\n"
+                    f"exec {sys.executable} \"$@\"\n")
+    path.chmod(path.stat().st_mode | stat.S_IEXEC)
+    return str(path)
+
+
+def until(what: str, check, deadline_s: float = 300) -> None:
+    end = time.monotonic() + deadline_s
+    while not check():
+        assert time.monotonic() < end, f"never happened: {what}"
+        time.sleep(0.1)
+
+
+def inventory(farm, d: Path, pool: str, members: dict[str, dict], **terms) -> Path:
+    key = farm["key"]
+    text = "".join(board_toml(n, farm["boards"][n], key, d / n / "work", **extra) for n, extra in members.items())
+    extra = "".join(f"{k} = {json.dumps(v)}\n" for k, v in terms.items())
+    text += f"[targets.{pool}]\nmembers = {json.dumps(list(members))}\n{extra}"
+    path = d / "inventory.toml"
+    path.write_text(text)
+    return path
+
+
+def test_a_pool_spreads_its_jobs_over_its_members_and_its_results_are_one_targets(farm, tmp_path):
+    # each board's first job waits until the other has started one: both members must run jobs
+    marks = {n: tmp_path / f"{n}.started" for n in ("board-a", "board-b")}
+    hold = {n: f"touch {marks[n]}; i=0; while [ ! -e {marks[o]} ] && [ $i -lt 1200 ]; do sleep 0.1; i=$((i+1)); done"
+            for n, o in (("board-a", "board-b"), ("board-b", "board-a"))}
+    inv = inventory(farm, tmp_path, "lab", {n: {"python": wrapper(tmp_path / f"{n}.py", hold[n])} for n in hold})
+    r = zobench("run", "--results", tmp_path / "r", "--inventory", inv, "--no-report", "--target", "lab",
+                "--runtime", "torch", *SHORT, *METHODS, env=farm["env"])
+    assert r.returncode == 0, r.stderr
+    store = Store(tmp_path / "r")
+    results = store.results(store.latest())
+    assert len(results) == 3 and all(x["status"] == "ok" and schema.problems(x) == [] for x in results)
+    assert {x["job"]["target"] for x in results} == {"lab"}
+    assert {x["pool"]["member"] for x in results} == {"board-a", "board-b"}
+    assert all(x["pool"]["attempts"] == [] for x in results)
+    # one target for compare and history: the job keys name the pool, not the member
+    keys = measurements.from_results([(store.latest(), x) for x in results])
+    assert {m.facts["target"] for m in keys.values()} == {"lab"} and len(keys) == 3
+    assert {p.stem for p in (store.runs / store.latest() / "probes").glob("*.json")} == {"board-a", "board-b"}
+
+
+def test_a_member_that_differs_from_its_siblings_is_left_out_with_the_field_named(farm, tmp_path):
+    # board-c's interpreter is the system's, without the venv's packages: its runtime versions differ
+    inv = inventory(farm, tmp_path, "lab", {"board-a": {}, "board-b": {}, "board-c": {"python": "/usr/bin/python3"}})
+    r = zobench("run", "--results", tmp_path / "r", "--inventory", inv, "--no-report", "--target", "lab",
+                "--runtime", "torch", *SHORT, *METHODS, env=farm["env"])
+    assert r.returncode == 0, r.stderr
+    left = [line for line in r.stderr.splitlines() if "left out" in line]
+    assert len(left) == 1 and "member board-c left out of this run: versions" in left[0], r.stderr
+    store = Store(tmp_path / "r")
+    results = store.results(store.latest())
+    assert len(results) == 3 and all(x["status"] == "ok" for x in results)
+    assert {x["pool"]["member"] for x in results} <= {"board-a", "board-b"}
+
+
+def test_a_member_lost_mid_job_costs_only_that_attempt_and_is_dropped(farm, tmp_path):
+    """board-c's first job hangs until its sshd is killed under it (a board dropping off the
+    network); board-a waits for that before it runs anything, so the lost job must come to it."""
+    hung = tmp_path / "hung.pid"
+    inv = inventory(farm, tmp_path, "lab", {
+        "board-c": {"python": wrapper(tmp_path / "c.py", f"echo $$ > {hung}; while :; do sleep 1; done")},
+        "board-a": {"python": wrapper(tmp_path / "a.py", f"while [ ! -s {hung} ]; do sleep 0.1; done")}},
+        attempts=2)
+    out = {}
+    run = threading.Thread(target=lambda: out.update(r=zobench(
+        "run", "--results", tmp_path / "r", "--inventory", inv, "--no-report", "--target", "lab",
+        "--runtime", "torch", *SHORT, *METHODS, env=farm["env"])))
+    run.start()
+    board_c = farm["boards"]["board-c"]
+    try:
+        until("board-c's job started", lambda: hung.is_file() and hung.read_text().strip())
+        board_c.stop()
+        run.join(600)
+    finally:
+        board_c.start()
+        if hung.is_file() and hung.read_text().strip():
+            try:
+                os.kill(int(hung.read_text()), signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    r = out["r"]
+    assert r.returncode == 0, r.stderr
+    store = Store(tmp_path / "r")
+    results = store.results(store.latest())
+    assert len(results) == 3 and all(x["status"] == "ok" for x in results), [x["error"] for x in results]
+    assert {x["pool"]["member"] for x in results} == {"board-a"}
+    retried = [x for x in results if x["pool"]["attempts"]]
+    assert len(retried) == 1
+    (tried,) = retried[0]["pool"]["attempts"]
+    assert tried["member"] == "board-c" and tried["status"] == "lost" and tried["error"]
+    dropped = [line for line in r.stderr.splitlines() if "dropped" in line]
+    assert len(dropped) == 1 and "member board-c dropped for the rest of this run after 2 failures" in dropped[0]
+
+
+@pytest.mark.parametrize("pool, why", [
+    ("members = []", "targets.lab.members: an empty pool"),
+    ('members = ["board-a", "nope"]', "targets.lab.members: unknown target 'nope'"),
+    ('members = ["board-a", "board-a"]', "targets.lab.members: 'board-a' is named twice"),
+    ('members = ["board-a", "board-b"]\nattempts = 0', "targets.lab.attempts: expected"),
+    ('members = 2', "targets.lab.members: a number of members is a labgrid pool"),
+])
+def test_a_pool_the_inventory_gets_wrong_is_one_line(capsys, farm, tmp_path, pool, why):
+    key = farm["key"]
+    text = "".join(board_toml(n, farm["boards"][n], key, tmp_path / n) for n in ("board-a", "board-b"))
+    inv = tmp_path / "inv.toml"
+    inv.write_text(text + f"[targets.lab]\n{pool}\n")
+    r = cli(capsys, "run", "--inventory", inv, "--target", "lab", "--results", tmp_path / "r", *SHORT)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and why in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_members_that_disagree_on_what_a_job_reads_of_its_target_are_refused(capsys, farm, tmp_path):
+    key = farm["key"]
+    text = board_toml("board-a", farm["boards"]["board-a"], key, tmp_path / "a") + \
+        board_toml("board-b", farm["boards"]["board-b"], key, tmp_path / "b", threads=2)
+    inv = tmp_path / "inv.toml"
+    inv.write_text(text + '[targets.lab]\nmembers = ["board-a", "board-b"]\n')
+    r = cli(capsys, "run", "--inventory", inv, "--target", "lab", "--results", tmp_path / "r", *SHORT)
+    assert r.returncode == 2 and "'board-b' has threads = 2 but 'board-a' has 1" in r.stderr, r.stderr
