@@ -219,6 +219,16 @@ esac
     return wrapper, log, go
 
 
+def hooked_python(path: Path, before_launch: str) -> Path:
+    """A board's `python` that runs the shell lines before_launch ahead of each job's launcher, and
+    is the real interpreter for everything else (the probe, deploy's checks): a board whose jobs
+    a test holds until it has seen what it waits for, with no sleep in the test."""
+    path.write_text(f"#!/bin/sh\nif [ \"$1 $2\" = \"-m workloads.launch\" ]; then\n{before_launch}\nfi\n"
+                    f"exec {sys.executable} \"$@\"\n")
+    path.chmod(0o755)
+    return path
+
+
 def until(what: str, check, proc: subprocess.Popen | None = None, log: Path | None = None, timeout: float = 300):
     """check()'s first true value, polled until `timeout` (a process that ends first fails the test)."""
     deadline = time.monotonic() + timeout

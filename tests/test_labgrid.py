@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from harness.stores.store import Store
-from testkit.runners import REPO, TINY, held_python, until
+from testkit.runners import REPO, TINY, held_python, hooked_python, until
 from testkit.sshd import free_port
 from testkit.tools import require
 
@@ -31,17 +31,22 @@ def lab(farm, tmp_path):
     (tmp_path / "coordinator").mkdir()
     coordinator = subprocess.Popen([BIN / "labgrid-coordinator", "--listen", address], cwd=tmp_path / "coordinator",
                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    (tmp_path / "exporter.yaml").write_text(f"pi-group:\n  NetworkService:\n    address: 127.0.0.1\n"
-                                            f"    username: {getpass.getuser()}\n    port: {farm['boards']['board-a'].port}\n")
+    # board-a is pi-lab-1; board-b and board-c are pi-lab-2 and -3, a pool's (tagged farm=pool)
+    (tmp_path / "exporter.yaml").write_text("".join(
+        f"{group}:\n  NetworkService:\n    address: 127.0.0.1\n    username: {getpass.getuser()}\n"
+        f"    port: {farm['boards'][board].port}\n"
+        for group, board in (("pi-group", "board-a"), ("pool-b", "board-b"), ("pool-c", "board-c"))))
     exporter = None
     try:
         until("the coordinator answers", lambda: client(address, "places").returncode == 0, timeout=60)
         exporter = subprocess.Popen([BIN / "labgrid-exporter", "--coordinator", address, "--name", "exp",
                                      str(tmp_path / "exporter.yaml")], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        until("the exporter's resource", lambda: "exp/pi-group/NetworkService" in client(address, "resources").stdout,
+        until("the exporter's resources", lambda: "exp/pool-c/NetworkService" in client(address, "resources").stdout,
               timeout=60)
-        for step in (["create"], ["add-match", "exp/pi-group/NetworkService"], ["set-tags", "board=pi-zero2"]):
-            assert client(address, "-p", "pi-lab-1", *step).returncode == 0
+        for place, group, tags in (("pi-lab-1", "pi-group", "board=pi-zero2"), ("pi-lab-2", "pool-b", "farm=pool"),
+                                   ("pi-lab-3", "pool-c", "farm=pool")):
+            for step in (["create"], ["add-match", f"exp/{group}/NetworkService"], ["set-tags", tags]):
+                assert client(address, "-p", place, *step).returncode == 0
         wrapper, log, go = held_python(tmp_path)
         common = {"key": str(farm["key"]), "python": str(wrapper), "runtimes": ["torch"], "threads": 1}
         inv = tmp_path / "targets.toml"
@@ -49,7 +54,8 @@ def lab(farm, tmp_path):
             f"[targets.{name}]\nlabgrid = {{ coordinator = \"{address}\", {where} }}\nworkdir = \"{tmp_path / name}\"\n"
             + "".join(f"{k} = {json.dumps(v)}\n" for k, v in common.items())
             for name, where in (("by-place", 'place = "pi-lab-1"'), ("by-tags", 'tags = { board = "pi-zero2" }'))))
-        yield {"address": address, "inventory": inv, "log": log, "go": go, "env": farm["env"], "tmp": tmp_path}
+        yield {"address": address, "inventory": inv, "log": log, "go": go, "env": farm["env"], "tmp": tmp_path,
+               "key": farm["key"]}
     finally:
         for p in (exporter, coordinator):
             if p is not None:
@@ -61,9 +67,9 @@ def client(address: str, *args) -> subprocess.CompletedProcess:
     return subprocess.run([BIN / "labgrid-client", "-x", address, *args], capture_output=True, text=True, timeout=60)
 
 
-def acquired(lab) -> str:
-    """Who holds pi-lab-1 now, as labgrid says it ("None" when no one)."""
-    shown = client(lab["address"], "-p", "pi-lab-1", "show").stdout
+def acquired(lab, place: str = "pi-lab-1") -> str:
+    """Who holds the place now, as labgrid says it ("None" when no one)."""
+    shown = client(lab["address"], "-p", place, "show").stdout
     return next(line.split(":", 1)[1].strip() for line in shown.splitlines() if line.strip().startswith("acquired:"))
 
 
@@ -110,3 +116,28 @@ def test_a_labgrid_target_with_neither_place_nor_tags_is_one_line(tmp_path):
     assert p.returncode == 2 and p.stderr.strip() == (
         f"zobench: error: {inv}: targets.lab.labgrid.place: expected a place or tags "
         "(a table like { board = \"pi-zero2\" }), one of them")
+
+
+def test_a_labgrid_pool_takes_as_many_matching_places_as_it_has_members_and_releases_them(lab):
+    """Two slots of a pool tagged farm=pool: the lab's coordinator hands out pi-lab-2 and pi-lab-3.
+    Each slot's first job waits at a rendezvous for the other's, so both places run jobs (the
+    loopback boards share this machine's files, hence no lease and the rendezvous by mkdir)."""
+    tmp = lab["tmp"]
+    meet = tmp / "meet"
+    hook = hooked_python(tmp / "pool-python", f"if mkdir {meet}-1 2>/dev/null; then i=0; while [ ! -d {meet}-2 ] && "
+                                              f"[ $i -lt 1200 ]; do sleep 0.1; i=$((i+1)); done; else mkdir -p {meet}-2; fi")
+    with open(lab["inventory"], "a") as f:
+        f.write(f'[targets.pool]\nlabgrid = {{ coordinator = "{lab["address"]}", tags = {{ farm = "pool" }} }}\n'
+                f'members = 2\nworkdir = "{tmp / "pool"}"\nlease = false\nkey = "{lab["key"]}"\n'
+                f'python = "{hook}"\nruntimes = ["torch"]\nthreads = 1\n')
+    p = subprocess.run([sys.executable, "-m", "zobench", "run", "--results", str(tmp / "rp"), "--no-report",
+                        "--inventory", str(lab["inventory"]), "--target", "pool", *TINY,
+                        "--method", "full-zo", "--method", "full-bp", "--method", "elastic-zo:1"],
+                       cwd=REPO, capture_output=True, text=True, timeout=600, env={**os.environ, **lab["env"]})
+    assert p.returncode == 0, p.stderr
+    store = Store(tmp / "rp")
+    results = store.results(store.latest())
+    assert len(results) == 3 and all(r["status"] == "ok" and r["job"]["target"] == "pool" for r in results)
+    assert {r["pool"]["member"] for r in results} == {"pi-lab-2", "pi-lab-3"}, p.stderr
+    assert client(lab["address"], "reservations").stdout.strip() == ""
+    assert acquired(lab, "pi-lab-2") == acquired(lab, "pi-lab-3") == "None"

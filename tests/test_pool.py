@@ -4,37 +4,17 @@ mid-job costing only that attempt (harness/execution/pool.py)."""
 import json
 import os
 import signal
-import stat
-import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
 
 from harness.stores import measurements, schema
 from harness.stores.store import Store
-from testkit.runners import SHORT, cli, zobench
+from testkit.runners import SHORT, cli, hooked_python, until, zobench
 from testkit.sshd import board_toml
 
 METHODS = ["--method", "full-bp", "--method", "full-zo", "--method", "elastic-zo:1"]
-
-
-def wrapper(path: Path, on_launch: str) -> str:
-    """A board's `python` that runs on_launch (shell) before a job's launcher, and is the real
-    interpreter for everything else (the probe, deploy's checks): a board whose jobs can be held
-    until the test has seen what it waits for, with no sleep in the test."""
-    path.write_text(f"#!/bin/sh\nif [ \"$1\" = -m ] && [ \"$2\" = workloads.launch ]; then\n{on_launch}\nfi\n"
-                    f"exec {sys.executable} \"$@\"\n")
-    path.chmod(path.stat().st_mode | stat.S_IEXEC)
-    return str(path)
-
-
-def until(what: str, check, deadline_s: float = 300) -> None:
-    end = time.monotonic() + deadline_s
-    while not check():
-        assert time.monotonic() < end, f"never happened: {what}"
-        time.sleep(0.1)
 
 
 def inventory(farm, d: Path, pool: str, members: dict[str, dict], **terms) -> Path:
@@ -52,7 +32,7 @@ def test_a_pool_spreads_its_jobs_over_its_members_and_its_results_are_one_target
     marks = {n: tmp_path / f"{n}.started" for n in ("board-a", "board-b")}
     hold = {n: f"touch {marks[n]}; i=0; while [ ! -e {marks[o]} ] && [ $i -lt 1200 ]; do sleep 0.1; i=$((i+1)); done"
             for n, o in (("board-a", "board-b"), ("board-b", "board-a"))}
-    inv = inventory(farm, tmp_path, "lab", {n: {"python": wrapper(tmp_path / f"{n}.py", hold[n])} for n in hold})
+    inv = inventory(farm, tmp_path, "lab", {n: {"python": str(hooked_python(tmp_path / f"{n}.py", hold[n]))} for n in hold})
     r = zobench("run", "--results", tmp_path / "r", "--inventory", inv, "--no-report", "--target", "lab",
                 "--runtime", "torch", *SHORT, *METHODS, env=farm["env"])
     assert r.returncode == 0, r.stderr
@@ -87,8 +67,8 @@ def test_a_member_lost_mid_job_costs_only_that_attempt_and_is_dropped(farm, tmp_
     network); board-a waits for that before it runs anything, so the lost job must come to it."""
     hung = tmp_path / "hung.pid"
     inv = inventory(farm, tmp_path, "lab", {
-        "board-c": {"python": wrapper(tmp_path / "c.py", f"echo $$ > {hung}; while :; do sleep 1; done")},
-        "board-a": {"python": wrapper(tmp_path / "a.py", f"while [ ! -s {hung} ]; do sleep 0.1; done")}},
+        "board-c": {"python": str(hooked_python(tmp_path / "c.py", f"echo $$ > {hung}; while :; do sleep 1; done"))},
+        "board-a": {"python": str(hooked_python(tmp_path / "a.py", f"while [ ! -s {hung} ]; do sleep 0.1; done"))}},
         attempts=2)
     out = {}
     run = threading.Thread(target=lambda: out.update(r=zobench(
@@ -97,7 +77,7 @@ def test_a_member_lost_mid_job_costs_only_that_attempt_and_is_dropped(farm, tmp_
     run.start()
     board_c = farm["boards"]["board-c"]
     try:
-        until("board-c's job started", lambda: hung.is_file() and hung.read_text().strip())
+        until("board-c's job started", lambda: hung.is_file() and hung.read_text().strip(), timeout=300)
         board_c.stop()
         run.join(600)
     finally:
