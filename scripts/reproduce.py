@@ -199,14 +199,14 @@ def written(text: str) -> dict[str, list[str]]:
     """The generated part of a doc's text, by section: its lines under each `### ` title."""
     _, _, rest = text.partition(BEGIN)
     part, _, _ = rest.partition(END)
-    out, title = {}, None
+    out, title = {"": []}, ""        # "": what stands before the first title (nothing, as generated)
     for line in part.strip("\n").split("\n"):
         if line.startswith("### "):
             title = line[4:]
             out[title] = []
-        elif title is not None:
+        else:
             out[title].append(line)
-    return {t: _trimmed(lines) for t, lines in out.items()}
+    return {t: trimmed for t, lines in out.items() if (trimmed := _trimmed(lines)) or t}
 
 
 def _trimmed(lines: list[str]) -> list[str]:
@@ -232,6 +232,16 @@ def generated(found: dict[str, list[str] | None], text: str) -> str:
     return "\n".join(lines) + "\n\n" + END
 
 
+def stale(text: str, recs: list[dict]) -> list[str]:
+    """The titles of the sections of a doc's generated part that are not what the records give
+    (where they give nothing, a section is kept only if it is marked LOST): none when every number
+    there is a record's or stands in a section that says its records were lost."""
+    with recorded(recs) as (store, run_ids):
+        want = written(generated(sections(store, run_ids), text))
+    have = written(text)
+    return [t for t in dict.fromkeys([*have, *want]) if have.get(t) != want.get(t)]
+
+
 def with_part(text: str, part: str) -> str:
     head, _, rest = text.partition(BEGIN)
     _, _, tail = rest.partition(END)
@@ -247,9 +257,9 @@ def doc(recs: list[dict], path: Path, out: Path = DOC) -> None:
     """The generated part of out (docs/reproduction.md) from records (of the records file path),
     and its charts beside it (docs/reproduction/): from the records alone, no results folder."""
     with recorded(recs) as (store, run_ids):
-        text = out.read_text()
-        out.write_text(with_part(text, generated(sections(store, run_ids), text)))
-        if run_ids:
+        text, found = out.read_text(), sections(store, run_ids)
+        out.write_text(with_part(text, generated(found, text)))
+        if found[SECTIONS[-1]] is not None:
             figures(store, run_ids, out.parent / FIGURES.name)
     print(f"{out}: regenerated from {len(recs)} records of {len({r['run_id'] for r in recs})} runs "
           f"({path})")
