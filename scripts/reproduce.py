@@ -354,6 +354,16 @@ def source(args):
         yield Store(args.results)
 
 
+def kept(args, recs: list[dict]) -> list[dict]:
+    """The runs' records written to the records file, in place of its records or (--add) beside
+    them: what the file holds then, every table's source."""
+    if args.add:
+        recs = records.merged(records.read(args.records) if args.records.is_file() else [], recs)
+    records.write(args.records, recs)
+    print(f"{args.records}: {len(recs)} records of {len({r['run_id'] for r in recs})} runs")
+    return recs
+
+
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="reproduce.py", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -367,8 +377,8 @@ def parser() -> argparse.ArgumentParser:
                                                           "docs/reproduction.md); its charts go beside it")
     ap.add_argument("--store", metavar="URL", help="run: push each run to this shared store as it ends, as zobench "
                                                    "run --store does; records, doc RUN_ID...: read the runs from it")
-    ap.add_argument("--add", action="store_true", help="records: add the runs' records to the file's (a run's "
-                                                       "records replaced whole), not in place of them")
+    ap.add_argument("--add", action="store_true", help="run, records, doc RUN_ID...: add the runs' records to the "
+                                                       "file's (a run's replaced whole), not in place of them")
     ap.add_argument("--seeds", default=",".join(map(str, SEEDS)), help="run: every cell's seeds (default %(default)s)")
     ap.add_argument("--target", default=TARGET, help="run: the target every job runs on (default %(default)s)")
     ap.add_argument("--inventory", type=Path, help="run: the inventory the target is in (as zobench run's)")
@@ -392,8 +402,8 @@ def main(argv=None) -> int:
         ap.error(f"--{given[0]} is run's option, not {args.command}'s")
     if args.command == "run" and args.runs:
         ap.error("run takes no run ids (records and doc do)")
-    if args.add and args.command != "records":
-        ap.error("--add is records' option")
+    if (args.add or args.store) and args.command == "doc" and not args.runs:
+        ap.error(f"--{'add' if args.add else 'store'} takes runs: doc without run ids reads the records file as it is")
     if not re.fullmatch(r"\d+(,\d+)*", args.seeds):
         ap.error(f"--seeds: expected seeds as 0,1,2, got {args.seeds!r}")
     try:
@@ -414,8 +424,7 @@ def step(args) -> int:
         ids, ok = run(args.results, [int(x) for x in args.seeds.split(",")], common, args.suite or SUITES,
                       args.precision)
         store = Store(args.results)
-        recs = records.of_runs(store, ids)
-        records.write(args.records, recs)
+        recs = kept(args, records.of_runs(store, ids))
         doc(recs, args.records, args.doc)
         fixture(store, ids)
         return 0 if ok else 1
@@ -424,13 +433,9 @@ def step(args) -> int:
         return 0
     with source(args) as store:
         ids = runs_of(args)
-        recs = records.of_runs(store, ids)
+        recs = kept(args, records.of_runs(store, ids))
         if args.command == "doc":
             fixture(store, ids)
-    if args.add:
-        recs = records.merged(records.read(args.records) if args.records.is_file() else [], recs)
-    records.write(args.records, recs)
-    print(f"{args.records}: {len(recs)} records of {len({r['run_id'] for r in recs})} runs")
     if args.command == "doc":
         doc(recs, args.records, args.doc)
     return 0

@@ -67,6 +67,21 @@ def test_records_read_back_as_the_run_they_came_from(run, tmp_path):
     assert "rotate" not in rec["cell"]      # a drift only where one is set
 
 
+def test_records_of_a_run_added_again_replace_its_own(run, tmp_path):
+    """reproduce.py records RUN --add: another run's records are kept beside, and the same run's
+    replaced whole (never twice in the file)."""
+    from testkit.runners import script
+
+    store, run_id, recs = run
+    path = tmp_path / "r.jsonl.gz"
+    other = [{**r, "run_id": "20250101-120000-ab12"} for r in recs]
+    records.write(path, other)
+    for _ in range(2):
+        assert script("reproduce.py").main(["records", run_id, "--add", "--results", str(store.root),
+                                            "--records", str(path)]) == 0
+        assert sorted(records.read(path), key=records.key) == sorted(other + recs, key=records.key)
+
+
 def damaged(recs: list[dict], how: str) -> bytes:
     """A records file of recs with its second record damaged as `how` says."""
     lines = [records.line(r) for r in sorted(recs, key=records.key)]
@@ -119,7 +134,8 @@ def test_a_damaged_or_newer_records_file_is_one_error_naming_its_file_and_line(r
     (["doc", "--target", "pi"], "--target is run's option, not doc's"),
     (["run", "20250101-120000-ab12"], "run takes no run ids"),
     (["run", "--seeds", "0,x"], "--seeds: expected seeds as 0,1,2"),
-    (["doc", "--add"], "--add is records' option"),
+    (["doc", "--add"], "--add takes runs"),
+    (["doc", "--store", "postgresql://x@y/z"], "--store takes runs"),
     (["records", "not-a-run"], "unknown run 'not-a-run'"),
     (["run", "--store", "postgresql://nobody@127.0.0.1:1/zobench"], "127.0.0.1"),
     (["run", "--store", "mysql://x"], "expected a PostgreSQL URL"),
