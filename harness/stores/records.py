@@ -60,7 +60,9 @@ def cell(job: dict, suite: str | None) -> dict:
 
 
 def record(run_id: str, plan: dict, result: dict) -> dict:
-    """The record of one stored result (as Store.results reads it) of run_id, whose plan is plan."""
+    """The record of one stored result (as Store.results reads it) of run_id, whose plan is plan. Its
+    job is the spec as planned, the one its spec_sha256 is of, not as the machine filled it in (the
+    paths of its data and weights there): a record says what ran, not where."""
     job = next((j["spec"] for j in plan["jobs"] if j["job_id"] == result["job"]["job_id"]), result["job"])
     return {
         "schema": VERSION, "run_id": run_id, "job_id": result["job"]["job_id"], "status": result["status"],
