@@ -61,9 +61,12 @@ bench: setup-bench
 	$(BIN)/python benchmarks/memory_fit.py --models gpt2-4m gpt2-29m --contexts 256
 	$(BIN)/python benchmarks/store_scale.py
 
-# the suites named for the ElasticZO paper, as tuned, and docs/reproduction.md regenerated (hours)
+# the suites named for the ElasticZO paper, as tuned, their records written to
+# docs/reproduction/records.jsonl.gz and docs/reproduction.md regenerated from them (hours);
+# ARGS="--target T --store postgresql://USER@HOST/DB": on a target of the inventory, each run pushed
+# to the shared store as it ends (scripts/reproduce.py --help)
 reproduce: setup
-	$(BIN)/python scripts/reproduce.py run
+	$(BIN)/python scripts/reproduce.py run $(ARGS)
 
 clean:
 	rm -rf $(VENV) results .pytest_cache

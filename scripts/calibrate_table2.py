@@ -8,9 +8,13 @@ and N, A and B were lost from the text. Every job is paper-finetune's (its pretr
     python scripts/calibrate_table2.py cells   --angles A,B --subset N [--seeds 0,1,2] [--name cells]   # every cell
         [--method M --precisions P]     # or one method's cells again, at a new rate
     python scripts/calibrate_table2.py show                          # the fits and tables, from what ran
+    python scripts/calibrate_table2.py records [--records PATH]      # the runs' records, to commit
+    python scripts/calibrate_table2.py show --records PATH           # ... the same, from the records alone
 
 Each step's runs are kept under --results (default results/calibration) with what they are in
-calibration.json, so `show` can be run again, and a step run again adds to what is there."""
+calibration.json, so `show` can be run again, and a step run again adds to what is there. Their
+records (harness/stores/records.py; default docs/reproduction/calibration.jsonl.gz) keep what
+`show` reads, each run under its step's name (its suite's), so the tables outlive the results folder."""
 from __future__ import annotations
 
 import argparse
@@ -18,6 +22,7 @@ import json
 import re
 import subprocess
 import sys
+import tempfile
 import threading
 import tomllib
 from concurrent.futures import ThreadPoolExecutor
@@ -26,7 +31,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from harness.errors import UserError  # noqa: E402
 from harness.planning import suites  # noqa: E402
+from harness.stores import records  # noqa: E402
 from harness.stores.store import Store  # noqa: E402
 from reports import calibration, paper  # noqa: E402
 from workloads.vocab import method_label, precision_label  # noqa: E402
@@ -35,6 +42,7 @@ DATA_SETS = ("mnist", "fashion-mnist")
 PRECISIONS = ("fp32", "int8")
 RUN = ["run", "--target", "local-1t", "--no-report", "--runtime", "cpp"]
 TEST_IMAGES = 10_000        # MNIST's and Fashion-MNIST's test sets
+RECORDS = REPO / "docs" / "reproduction" / "calibration.jsonl.gz"
 
 
 def toml(table: dict, prefix: tuple = ()) -> str:
@@ -94,12 +102,12 @@ def run_all(results: Path, runs: list[tuple[str, Path, list[str]]]) -> None:
         list(pool.map(one, runs))
 
 
-def cells(results: Path, prefix: str) -> dict:
+def cells(ran: tuple[Store, dict], prefix: str) -> dict:
     """(data set, precision as a table names it, method label, angle, subset, seed) -> {"start": w/o
-    fine-tuning %, "final": %} of every ok job of the runs recorded under names starting with
-    prefix."""
-    kept = json.loads((results / "calibration.json").read_text())
-    store, out = Store(results / "runs"), {}
+    fine-tuning %, "final": %} of every ok job of the runs ran (a store, and its run ids by name)
+    keeps under names starting with prefix."""
+    store, kept = ran
+    out = {}
     for name, ids in kept.items():
         if not name.startswith(prefix):
             continue
@@ -152,10 +160,43 @@ def cell_runs(a, results: Path) -> list[tuple[str, Path, list[str]]]:
             for seed in (int(x) for x in a.seeds.split(",")) for p in a.precisions.split(",")]
 
 
+def ran_in(results: Path) -> tuple[Store, dict]:
+    """The calibration's runs in a results folder: its store, and its run ids by step name."""
+    record = results / "calibration.json"
+    if not record.is_file():
+        raise UserError(f"{record}: no such file: no calibration step has run in {results}")
+    return Store(results / "runs"), json.loads(record.read_text())
+
+
+def named(store: Store, run_ids: list[str]) -> dict:
+    """Run ids by their step's name (the name of the suite each ran)."""
+    kept = {}
+    for run_id in run_ids:
+        kept.setdefault(store.run_plan(run_id)["suite"], []).append(run_id)
+    return kept
+
+
+def records_step(a, results: Path) -> None:
+    store, kept = ran_in(results)
+    recs = records.of_runs(store, [i for ids in kept.values() for i in ids])
+    records.write(a.records, recs)
+    print(f"{a.records}: {len(recs)} records of {len({r['run_id'] for r in recs})} runs")
+
+
 def show(a, results: Path) -> None:
-    """The fits and every cell against the paper's, as docs/reproduction.md shows them."""
+    """The fits and every cell against the paper's, as docs/reproduction.md shows them: from the
+    runs in results, or (--records given) from the records alone."""
+    if a.records_given:
+        with tempfile.TemporaryDirectory() as tmp:
+            store, run_ids = records.store(records.read(a.records), Path(tmp))
+            tables((store, named(store, run_ids)), a.name)
+    else:
+        tables(ran_in(results), a.name)
+
+
+def tables(ran: tuple[Store, dict], name: str) -> None:
     before = {(d, p): {} for d in DATA_SETS for p in PRECISIONS}
-    for (d, p, label, angle, _, _), v in cells(results, "angles-").items():
+    for (d, p, label, angle, _, _), v in cells(ran, "angles-").items():
         if label == paper.METHODS[-1]:
             before[d, p][angle] = v["start"]
     curves = {g: c for g, c in before.items() if c}
@@ -171,7 +212,7 @@ def show(a, results: Path) -> None:
         for (g, angle), r in fit.residuals.items():
             print(f"  {g[0]} {g[1]} at {angle:g}: {r:+.2f} points")
     bp = {}
-    for (d, p, label, angle, n, _), v in cells(results, "subset-").items():
+    for (d, p, label, angle, n, _), v in cells(ran, "subset-").items():
         bp.setdefault(n, {})[d, angle] = v["final"]
     if bp:
         angles = sorted({angle for cells_ in bp.values() for _, angle in cells_})
@@ -183,7 +224,7 @@ def show(a, results: Path) -> None:
         fit = calibration.fit_subset(bp, {k: v for k, v in target.items() if all(k in c for c in bp.values())})
         print(f"\nN = {fit.value[0]} (residual sum of squares {fit.sse:.1f})")
     every = {}
-    for (d, p, label, angle, n, seed), v in cells(results, f"{a.name}-").items():
+    for (d, p, label, angle, n, seed), v in cells(ran, f"{name}-").items():
         every.setdefault((d, p), {}).setdefault(angle, {}).setdefault(label, []).append(v)
     if every:
         angles = sorted({angle for by_angle in every.values() for angle in by_angle})
@@ -211,9 +252,13 @@ def show(a, results: Path) -> None:
 
 
 def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("step", choices=("angles", "subset", "cells", "show"))
+    ap = argparse.ArgumentParser(prog="calibrate_table2.py", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("step", choices=("angles", "subset", "cells", "show", "records"))
     ap.add_argument("--results", type=Path, default=REPO / "results" / "calibration")
+    ap.add_argument("--records", type=Path, help="records: the file the runs' records are written to (default "
+                                                 "docs/reproduction/calibration.jsonl.gz); show: read the runs' "
+                                                 "records from it, not the results folder")
     ap.add_argument("--grid", default="-90:90:5", help="angles: first:last:step, degrees (both signs: which way the paper turned)")
     ap.add_argument("--angles", help="subset, cells: A,B")
     ap.add_argument("--sizes", default="250,500,1000,2000,5000,10000", help="subset: the N to try")
@@ -228,13 +273,22 @@ def parser() -> argparse.ArgumentParser:
     return ap
 
 
-def main() -> int:
+def main(argv=None) -> int:
     ap = parser()
-    a = ap.parse_args()
+    a = ap.parse_args(argv)
     if a.step in ("subset", "cells") and not a.angles or a.step == "cells" and not a.subset:
         ap.error(f"{a.step} needs --angles" + (" and --subset" if a.step == "cells" else ""))
-    a.results.mkdir(parents=True, exist_ok=True)
-    {"angles": angles_step, "subset": subset_step, "cells": cells_step, "show": show}[a.step](a, a.results)
+    if a.records and a.step not in ("show", "records"):
+        ap.error(f"--records is show's and records' option, not {a.step}'s")
+    a.records_given, a.records = a.records is not None, a.records or RECORDS
+    if a.step not in ("show", "records"):
+        a.results.mkdir(parents=True, exist_ok=True)
+    try:
+        {"angles": angles_step, "subset": subset_step, "cells": cells_step, "show": show,
+         "records": records_step}[a.step](a, a.results)
+    except UserError as e:
+        print(f"calibrate_table2.py: error: {e}", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -8,7 +8,9 @@ import pytest
 from harness.planning import suites
 from harness.planning.suites import MethodChoice
 from reports import calibration
+from harness.stores.store import Store
 from testkit import runners
+from testkit.runners import REPO
 
 
 def script():
@@ -81,3 +83,32 @@ def test_the_cells_step_runs_every_method_or_only_those_named(tmp_path):
                                                    ("r-fp32-s2", ["--precision", "fp32", "--method", "full-bp"])]
     made = tomllib.loads(one[1][1].read_text())
     assert made["seed"] == 2 and made["rotations"] == [30.0, 45.0] and made["workload"]["subset"] == 1000
+
+
+def test_show_gives_the_same_tables_from_the_calibrations_records_alone(tmp_path, capsys, native):
+    """A real round of the cells step in small (quick-finetune as the suite of step `cells-fp32-s0`,
+    one epoch on 64 images, at 30 and 45 degrees), kept as calibration.json keeps it: `show` prints
+    the same table from its records (`records`, then `show --records`) as from its runs."""
+    import json
+    from testkit.runners import cli
+
+    s = script()
+    results = tmp_path / "calibration"
+    text = (REPO / "workloads" / "suites" / "quick-finetune.toml").read_text().replace("rotations = [30, 60]",
+                                                                                       "rotations = [30, 45]")
+    (tmp_path / "cells-fp32-s0.toml").write_text(text)
+    r = cli(capsys, "run", "--suite", tmp_path / "cells-fp32-s0.toml", "--runtime", "cpp", "--precision", "fp32",
+            "--target", "local-1t", "--no-report", "--set", "epochs=1", "--set", "train_samples=64",
+            "--set", "test_samples=32", "--results", results / "runs")
+    assert r.returncode == 0, r.stderr
+    results.joinpath("calibration.json").write_text(json.dumps({"cells-fp32-s0": [Store(results / "runs").latest()]}))
+    assert s.main(["show", "--results", str(results)]) == 0
+    from_runs = capsys.readouterr().out
+    assert "| fashion-mnist | FP32 | Full ZO | " in from_runs and "(1) | 61.33 |" in from_runs
+    path = tmp_path / "calibration.jsonl.gz"
+    assert s.main(["records", "--results", str(results), "--records", str(path)]) == 0
+    capsys.readouterr()
+    assert s.main(["show", "--records", str(path), "--results", str(tmp_path / "none")]) == 0
+    assert capsys.readouterr().out == from_runs
+    assert s.main(["show", "--results", str(tmp_path / "none")]) == 2
+    assert "calibration.json: no such file" in capsys.readouterr().err

@@ -125,3 +125,76 @@ def test_torch_is_set_beside_the_cpp_run_of_its_own_data_set(tmp_path):
     rows = reproduce.agreement(store, [made_up_run(store, results)])
     assert rows[["method", "data", "cpp test %", "torch test %"]].values.tolist() == \
         [["Full ZO", "fashion-mnist", "30.00", "31.00"]]
+
+
+# -- records: every number of the generated part is a committed record's, or says it has none --
+
+reproduce = script("reproduce.py")
+
+
+def test_every_generated_section_of_the_doc_is_what_the_committed_records_give_or_says_its_records_were_lost():
+    """docs/reproduction.md's generated part, section by section, against what the committed
+    records (docs/reproduction/records.jsonl.gz) build, no run needed: a section the records do not
+    give stands only where it is marked LOST and names the command that makes its runs again."""
+    text = reproduce.DOC.read_text()
+    assert reproduce.stale(text, reproduce.committed()) == [], \
+        "regenerate it from the committed records: python scripts/reproduce.py doc"
+    for title, lines in reproduce.written(text).items():
+        if lines[0] == reproduce.LOST:
+            assert "scripts/reproduce.py" in "\n".join(lines[:2]), title
+
+
+def test_a_number_without_its_record_makes_the_doc_stale():
+    """The check above on the doc with a number added to a section the records build (Table 2's),
+    one before the first section, and Table 1 unmarked: each is named."""
+    text = reproduce.DOC.read_text()
+    table2 = reproduce.NOT_RUN["Table 2"]
+    edited = text.replace(table2, table2 + "\n\n| Full BP | mnist | 96.17 |") \
+        .replace(reproduce.BEGIN + "\n", reproduce.BEGIN + "\nFull ZO: 73.70%\n", 1)
+    lost_table1 = edited.index(reproduce.LOST, edited.index("### Table 1"))
+    edited = edited[:lost_table1] + edited[lost_table1 + len(reproduce.LOST) + 1:]
+    assert reproduce.stale(edited, reproduce.committed()) == ["", "Table 1", "Table 2"]
+
+
+def test_a_reproduction_rebuilds_its_tables_from_its_records_alone(tmp_path, capsys, native):
+    """A real reproduction in small (paper-fmnist's Full ZO FP32 on 256 images, its 100 epochs: the
+    C++ run and torch's), through the script: its records written, then the doc rebuilt in a fresh
+    folder from the records file alone gives every table the runs give, and the records made again
+    from the runs are the same bytes."""
+    doc = tmp_path / "a" / "reproduction.md"
+    doc.parent.mkdir()
+    doc.write_text(reproduce.DOC.read_text())
+    fixture = FIXTURE.read_bytes()
+    records_file = tmp_path / "records.jsonl.gz"
+    rc = reproduce.main(["run", "--suite", "paper-fmnist", "--method", "full-zo", "--precision", "fp32", "--seeds", "0",
+                         "--set", "train_samples=256", "--set", "test_samples=100", "--results", str(tmp_path / "r"),
+                         "--records", str(records_file), "--doc", str(doc)])
+    assert rc == 0, capsys.readouterr().err
+    store = Store(tmp_path / "r")
+    run_ids = json.loads((tmp_path / "r" / "reproduce.json").read_text())["runs"]
+    assert sorted(store.results(i)[0]["job"]["runtime"] for i in run_ids) == ["cpp", "torch"]
+    from harness.stores import records
+    recs = records.read(records_file)
+    for rec in recs:
+        (r,) = store.results(rec["run_id"])
+        assert rec["spec_sha256"] == r["spec_sha256"] and len(rec["epochs"]) == 100
+        assert [e["test_accuracy"] for e in rec["epochs"]] == [e["test_accuracy"] for e in r["epochs"]]
+        assert rec["cell"]["dataset"] == "fashion-mnist" and rec["cell"]["seed"] == 0
+    from_runs = reproduce.sections(store, sorted(run_ids))
+    assert from_runs["Table 1"] and from_runs[reproduce.SECTIONS[3]]      # the two runs make both tables
+    assert reproduce.written(doc.read_text()) == reproduce.written(
+        reproduce.generated(from_runs, reproduce.DOC.read_text()))
+    assert (doc.parent / "reproduction" / "loss.png").is_file()
+    # a fresh folder: the records and the doc, no results
+    fresh = tmp_path / "b" / "reproduction.md"
+    fresh.parent.mkdir()
+    fresh.write_text(reproduce.DOC.read_text())
+    assert reproduce.main(["doc", "--records", str(records_file), "--doc", str(fresh),
+                           "--results", str(tmp_path / "none")]) == 0
+    assert fresh.read_text() == doc.read_text() and not (tmp_path / "none").exists()
+    assert reproduce.stale(fresh.read_text(), recs) == []
+    # the records step made again from the runs: the same bytes
+    again = tmp_path / "again.jsonl.gz"
+    assert reproduce.main(["records", *run_ids, "--results", str(tmp_path / "r"), "--records", str(again)]) == 0
+    assert again.read_bytes() == records_file.read_bytes()
+    assert FIXTURE.read_bytes() == fixture      # a run not at the suite's tuning leaves the slow test's entries

@@ -540,3 +540,27 @@ def test_fuzzed_store_rows_are_named_never_a_traceback(capsys, tmp_path, server,
         assert r.returncode in (0, 2), (command, r.stderr)
         if r.returncode == 2:
             assert r.stderr.strip().splitlines()[-1].startswith("zobench: error: "), (command, r.stderr)
+
+
+def test_a_reproduction_pushes_each_run_as_it_ends_and_its_records_come_back_from_the_store(capsys, tmp_path, url,
+                                                                                           native):
+    """scripts/reproduce.py run --store: every zobench run of it pushed to the store as it ends (as
+    `zobench run --store` does); the records made from the store alone, in a fresh folder, are the
+    bytes of those made from the local runs."""
+    reproduce = script("reproduce.py")
+    doc = tmp_path / "reproduction.md"
+    doc.write_text((REPO / "docs" / "reproduction.md").read_text())
+    local = tmp_path / "local.jsonl.gz"
+    rc = reproduce.main(["run", "--suite", "paper-fmnist", "--method", "full-zo", "--precision", "int8", "--seeds", "0,1",
+                         "--set", "epochs=2", "--set", "train_samples=256", "--set", "test_samples=100",
+                         "--results", str(tmp_path / "r"), "--records", str(local), "--doc", str(doc), "--store", url])
+    err = capsys.readouterr().err
+    assert rc == 0, err
+    run_ids = json.loads((tmp_path / "r" / "reproduce.json").read_text())["runs"]
+    assert len(run_ids) == 2 and all(f"run {i} -> store" in err for i in run_ids)     # seed 0's, seed 1's
+    with pgstore.SharedStore(url) as shared:
+        assert sorted(shared.run_ids()) == sorted(run_ids)
+    pulled = tmp_path / "pulled.jsonl.gz"
+    assert reproduce.main(["records", *run_ids, "--store", url, "--results", str(tmp_path / "fresh"),
+                           "--records", str(pulled)]) == 0
+    assert pulled.read_bytes() == local.read_bytes() and not (tmp_path / "fresh").exists()
