@@ -217,6 +217,9 @@ def _load(store, run_ids: list[str], plans: list[dict]) -> pd.DataFrame:
                 "epochs": [{**e, **{k: _nan(e.get(k)) for k in ("train_loss", "test_loss", "joules")},
                             "test_acc": 100 * _nan(e.get("test_accuracy"))} for e in r["epochs"]],
                 "env": r["env"],
+                # a pool's job: the member that ran it, and the attempts its members lost before (harness/execution/pool.py)
+                "member": (r.get("pool") or {}).get("member") or "",
+                "lost_attempts": len((r.get("pool") or {}).get("attempts") or []),
                 "hyperparameters": shown_hyper(changed_hyper(job.get("hyper") or {}, job.get("device", "cpu"))),
                 "hyper_values": job.get("hyper") or {},
             })
@@ -352,7 +355,7 @@ def _blocks(run_ids: list[str], plans: list[dict], df: pd.DataFrame, ok: pd.Data
                     "ended above its first epoch's, or was not finite) or unstable (it ended far above its lowest, or "
                     "the accuracy far below its best epoch's, in brackets) is not what the method reaches: that run "
                     "did not converge (docs/results.md, \"Convergence\")."),
-              ("table", _results_table(df)),
+              ("table", _results_table(df)), *_pool_blocks(df),
               ("h2", "Hyperparameters"),
               ("p", "The values each method trained with where they differ from zobench's defaults "
                     "(workloads/spec.py Hyper): a suite sets them per method and precision (its [hyper.METHOD.PRECISION] "
@@ -520,6 +523,37 @@ def _machine(df: pd.DataFrame) -> tuple[str, object]:
         cols.append("kernels")
     return ("table", m[cols].astype(str).drop_duplicates().rename(columns={"cpu_model": "cpu",
                                                                             "build_cpu": "built for"}))
+
+
+# a member this much slower than its siblings on the same job groups is named so
+SLOWER_MEMBER = 1.10
+
+
+def _pool_blocks(df: pd.DataFrame) -> list[tuple[str, object]]:
+    """Per pool, its members: the jobs each ran, the attempts each lost, and its speed against its
+    siblings on the job groups that ran on more than one member (a board slower than its
+    siblings is what a lab wants to see); nothing for a run without pools."""
+    pooled = df[df["member"] != ""]
+    if not len(pooled):
+        return []
+    ok = pooled[pooled.status == "ok"].copy()
+    group = ok.groupby(["target", "label", "panel"])
+    ok["spread"] = ok["ms_step"] / group["ms_step"].transform("median")
+    ok["members_in_group"] = group["member"].transform("nunique")
+    rows = []
+    for (target, member), jobs in pooled.groupby(["target", "member"], sort=True):
+        mine = ok[(ok.target == target) & (ok.member == member) & (ok.members_in_group > 1)]
+        ratio = mine["spread"].median() if len(mine) else math.nan
+        rows.append({"pool": target, "member": member, "jobs": len(jobs), "ok": int((jobs.status == "ok").sum()),
+                     "ms/step against its siblings": "-" if math.isnan(ratio) else
+                     f"{ratio:.2f}x over {len(mine)} jobs" + (" (slower)" if ratio > SLOWER_MEMBER else "")})
+    lost = pooled.groupby("target")["lost_attempts"].sum()
+    return [("h2", "Pool members"),
+            ("p", "Each pool's jobs by the member that ran them, and each member's step time over the median of the "
+                  "same job group's on every member (- where no group of its jobs ran on a sibling too: repeats, or "
+                  f"another run, show it). Attempts lost to a member and run again elsewhere: "
+                  + ", ".join(f"{t} {n}" for t, n in lost.items()) + "."),
+            ("table", pd.DataFrame(rows))]
 
 
 def _results_table(df: pd.DataFrame) -> pd.DataFrame:

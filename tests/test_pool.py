@@ -11,7 +11,7 @@ import pytest
 
 from harness.stores import measurements, schema
 from harness.stores.store import Store
-from testkit.runners import SHORT, cli, hooked_python, until, zobench
+from testkit.runners import SHORT, cli, held_python, hooked_python, start, until, zobench
 from testkit.sshd import board_toml
 
 METHODS = ["--method", "full-bp", "--method", "full-zo", "--method", "elastic-zo:1"]
@@ -28,13 +28,19 @@ def inventory(farm, d: Path, pool: str, members: dict[str, dict], **terms) -> Pa
 
 
 def test_a_pool_spreads_its_jobs_over_its_members_and_its_results_are_one_targets(farm, tmp_path):
-    # each board's first job waits until the other has started one: both members must run jobs
+    """Three repeats of one job on two members: each board's first job waits until the other has
+    started one, so both run jobs, and the key's repeats pool across them as one target's."""
     marks = {n: tmp_path / f"{n}.started" for n in ("board-a", "board-b")}
     hold = {n: f"touch {marks[n]}; i=0; while [ ! -e {marks[o]} ] && [ $i -lt 1200 ]; do sleep 0.1; i=$((i+1)); done"
             for n, o in (("board-a", "board-b"), ("board-b", "board-a"))}
-    inv = inventory(farm, tmp_path, "lab", {n: {"python": str(hooked_python(tmp_path / f"{n}.py", hold[n]))} for n in hold})
-    r = zobench("run", "--results", tmp_path / "r", "--inventory", inv, "--no-report", "--target", "lab",
-                "--runtime", "torch", *SHORT, *METHODS, env=farm["env"])
+    inv = inventory(farm, tmp_path, "lab", {n: {"python": str(hooked_python(tmp_path / f"{n}.py", hold[n]))}
+                                            for n in hold})
+    suite = tmp_path / "three.toml"
+    suite.write_text('methods = ["full-zo"]\nruntimes = ["torch"]\nprecisions = ["fp32"]\nrepeats = 3\n'
+                     '[workload]\nmodel = "lenet5"\ndataset = "fashion-mnist"\n'
+                     '[hyper]\nepochs = 1\ntrain_samples = 320\ntest_samples = 64\n')
+    r = zobench("run", "--suite", suite, "--results", tmp_path / "r", "--inventory", inv, "--target", "lab",
+                env=farm["env"])
     assert r.returncode == 0, r.stderr
     store = Store(tmp_path / "r")
     results = store.results(store.latest())
@@ -42,10 +48,16 @@ def test_a_pool_spreads_its_jobs_over_its_members_and_its_results_are_one_target
     assert {x["job"]["target"] for x in results} == {"lab"}
     assert {x["pool"]["member"] for x in results} == {"board-a", "board-b"}
     assert all(x["pool"]["attempts"] == [] for x in results)
-    # one target for compare and history: the job keys name the pool, not the member
-    keys = measurements.from_results([(store.latest(), x) for x in results])
-    assert {m.facts["target"] for m in keys.values()} == {"lab"} and len(keys) == 3
+    # one target for compare and history: one key, its three repeats pooled with no disagreement
+    (m,) = measurements.from_results([(store.latest(), x) for x in results]).values()
+    assert m.facts["target"] == "lab" and len(m.step_s) == 3 and m.disagreement == ""
     assert {p.stem for p in (store.runs / store.latest() / "probes").glob("*.json")} == {"board-a", "board-b"}
+    # the report shows each member's jobs and its speed against its sibling on the same key
+    md = next((store.runs / store.latest()).glob("**/report.md")).read_text()
+    rows = [line for line in md.split("## Pool members", 1)[1].splitlines() if line.startswith("| lab ")]
+    assert sorted(row.split("|")[2].strip() for row in rows) == ["board-a", "board-b"], md
+    assert sum(int(row.split("|")[3]) for row in rows) == 3
+    assert all("x over" in row.split("|")[5] for row in rows), rows
 
 
 def test_a_member_that_differs_from_its_siblings_is_left_out_with_the_field_named(farm, tmp_path):
@@ -126,3 +138,44 @@ def test_members_that_disagree_on_what_a_job_reads_of_its_target_are_refused(cap
     inv.write_text(text + '[targets.lab]\nmembers = ["board-a", "board-b"]\n')
     r = cli(capsys, "run", "--inventory", inv, "--target", "lab", "--results", tmp_path / "r", *SHORT)
     assert r.returncode == 2 and "'board-b' has threads = 2 but 'board-a' has 1" in r.stderr, r.stderr
+
+
+def test_two_runs_on_one_pool_share_its_members_through_the_leases_and_neither_waits_forever(farm, tmp_path):
+    """Run A's two jobs hold both members' leases until GO; run B, started then, waits on them, and
+    once A ends takes the members in turn: every job of both runs ends ok, none busy."""
+    python, log, go = held_python(tmp_path)
+    inv = inventory(farm, tmp_path, "lab", {n: {"python": str(python)} for n in ("board-a", "board-b")})
+    run = ["run", "--inventory", inv, "--target", "lab", "--no-report", "--runtime", "torch", *SHORT]
+    a = start(*run, "--results", tmp_path / "ra", "--method", "full-zo", "--method", "full-bp", env=farm["env"])
+    until("both of run A's jobs hold a member", lambda: log.is_file() and log.read_text().count("start") == 2, a)
+    b = start(*run, "--results", tmp_path / "rb", "--method", "elastic-zo:1", "--method", "elastic-zo:2",
+              env=farm["env"])
+    err = []
+    until("run B waits for a member's lease", lambda: "leased by run" in (err.append(b.stderr.readline()) or
+                                                                          "".join(err)), b)
+    go.touch()
+    assert a.wait(600) == 0 and b.wait(600) == 0, a.stderr.read() + b.stderr.read()
+    for results in ("ra", "rb"):
+        store = Store(tmp_path / results)
+        got = store.results(store.latest())
+        assert len(got) == 2 and all(x["status"] == "ok" for x in got), [x["error"] for x in got]
+
+
+def test_ctrl_c_on_a_pool_keeps_what_ended_and_resume_finishes_the_rest(farm, tmp_path):
+    python, log, go = held_python(tmp_path)
+    inv = inventory(farm, tmp_path, "lab", {n: {"python": str(python)} for n in ("board-a", "board-b")})
+    p = start("run", "--inventory", inv, "--target", "lab", "--no-report", "--runtime", "torch", *SHORT, *METHODS,
+              "--results", tmp_path / "r", env=farm["env"])
+    until("two jobs run", lambda: log.is_file() and log.read_text().count("start") == 2, p)
+    p.send_signal(signal.SIGINT)
+    assert p.wait(120) == 130
+    assert "Traceback" not in p.stderr.read()
+    store = Store(tmp_path / "r")
+    run_id = store.latest()
+    assert sorted(x["status"] for x in store.results(run_id)) == ["interrupted", "interrupted"]
+    go.touch()
+    r = zobench("run", "--resume", run_id, "--results", tmp_path / "r", "--inventory", inv, "--no-report",
+                env=farm["env"])
+    assert r.returncode == 0, r.stderr
+    got = store.results(run_id)
+    assert len(got) == 3 and all(x["status"] == "ok" and x["pool"]["member"] in ("board-a", "board-b") for x in got)
