@@ -179,3 +179,16 @@ def test_ctrl_c_on_a_pool_keeps_what_ended_and_resume_finishes_the_rest(farm, tm
     assert r.returncode == 0, r.stderr
     got = store.results(run_id)
     assert len(got) == 3 and all(x["status"] == "ok" and x["pool"]["member"] in ("board-a", "board-b") for x in got)
+
+
+def test_a_simulated_farm_where_a_quarter_of_the_members_die_mid_job_loses_no_job_and_runs_none_twice(monkeypatch):
+    """The real scheduler over 16 stand-in boards (benchmarks/pool_scale.py): four lose their first
+    job halfway and then cannot be reached (tried again at once, so each is dropped while work is
+    left); every job ends ok, once."""
+    from benchmarks.pool_scale import simulate
+    from harness.execution import pool
+
+    monkeypatch.setattr(pool, "RETRY_S", 0.0)
+    r = simulate(16, 3, 0.05, dying=0.25)
+    assert r["jobs"] == 48 and r["ok"] == 48 and r["missing"] == 0 and r["twice"] == 0
+    assert r["lost_attempts"] == 4 and r["dropped"] == 4

@@ -77,6 +77,15 @@ class Queue:
                 self.todo.appendleft(job)     # next, so a put-back job does not wait behind the rest
             self.cond.notify_all()
 
+    def pause(self, seconds: float, stop: Stop) -> bool:
+        """Wait up to `seconds` (a member before it tries its board again); True, at once, where
+        there is nothing left to wait for: the run stopped, or every job is done."""
+        end = time.monotonic() + seconds
+        with self.cond:
+            while time.monotonic() < end and not stop.is_set() and (self.todo or self.running):
+                self.cond.wait(min(POLL_S, max(0.0, end - time.monotonic())))
+            return stop.is_set() or not (self.todo or self.running)
+
     def left(self) -> list[Job]:
         with self.cond:
             out, self.todo = list(self.todo), collections.deque()
@@ -192,7 +201,7 @@ def run(pool: Target, jobs: list[Job], prep: Prepared, store: Store, run_id: str
                 view.say(f"pool {pool.name}: member {m.name} dropped for the rest of this run after {failures} "
                          f"failures in a row; the last: {last}")
                 return
-            if failures and _pause(stop, RETRY_S):
+            if failures and queue.pause(RETRY_S, stop):
                 return
 
     with ThreadPoolExecutor(max_workers=len(members)) as threads:
@@ -223,13 +232,3 @@ def _waited_out(tried: Tries, terms: lease.Terms, job: Job) -> bool:
     if tried.busy_since is None:
         tried.busy_since = now - LEASE_TRY_S
     return now - tried.busy_since >= terms.wait_s(job.timeout_s)
-
-
-def _pause(stop: Stop, seconds: float) -> bool:
-    """Sleep, in short waits; True where the run was stopped meanwhile."""
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        if stop.is_set():
-            return True
-        time.sleep(POLL_S)
-    return stop.is_set()

@@ -1,0 +1,131 @@
+"""A pool's scheduler at farm scale, simulated: N boards whose jobs take a fixed time.
+
+harness/execution/pool.py runs here as it runs a real farm (its queue, its member threads, the
+fingerprint judge, every result written to a real store as it ends); only the board is a
+stand-in: reaching one costs nothing, and its job sleeps JOB_S and returns a valid result. So
+the controller's CPU per job and the wall time over the ideal (jobs x JOB_S / N), per job, are
+the scheduler's own cost, which this prints for each farm size, and for a run where a quarter of the members die mid-job (each
+dies in its first job, then cannot be reached): no job may be lost, and none may finish twice.
+
+    python benchmarks/pool_scale.py [--boards 1,4,16,64,256] [--jobs-per-board 4] [--job-s 0.2]
+
+Prints a table; asserts nothing but the faults' bookkeeping (every job once).
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import statistics
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from rich.console import Console  # noqa: E402
+
+from harness.boards import lease  # noqa: E402
+from harness.boards.transport import Stop, TransportError  # noqa: E402
+from harness.execution import pool  # noqa: E402
+from harness.execution.progress import ProgressView  # noqa: E402
+from harness.planning.inventory import Target  # noqa: E402
+from harness.planning.runs import Job  # noqa: E402
+from harness.stores.store import Store  # noqa: E402
+from workloads.envinfo import probe  # noqa: E402
+from workloads.result import skeleton  # noqa: E402
+from workloads.spec import JobSpec  # noqa: E402
+
+
+class SleepingBoard:
+    """A board whose every job sleeps job_s and ends ok; a dying one loses its first job halfway."""
+
+    def __init__(self, target: Target, facts: dict, job_s: float, dies: bool):
+        self.target, self.facts, self.job_s, self.dies = target, facts, job_s, dies
+
+    def run(self, job: Job, store, run_id, on_event, terms) -> dict:
+        if self.dies:
+            time.sleep(self.job_s / 2)
+            self.dies = False
+            return skeleton(job.spec, {}, "lost", f"{self.target.name}: the connection went away mid-job")
+        time.sleep(self.job_s)
+        r = skeleton(job.spec, {}, "ok", None)
+        return {**r, "steps": 10, "train_seconds": self.job_s, "wall_seconds": self.job_s, "model": {}}
+
+
+def simulate(boards: int, jobs_per_board: int, job_s: float, dying: float = 0.0) -> dict:
+    """One pool run of boards x jobs_per_board jobs; its wall time, the ideal, and the bookkeeping."""
+    facts = probe(".")
+    dead: set[str] = set()
+    members = [Target(name=f"b{i}", host="sim") for i in range(boards)]
+    doomed = {m.name for m in members[:int(boards * dying)]}
+
+    @contextlib.contextmanager
+    def connected(name, target, prep, store, run_id, view, stop, judge=None):
+        if target.name in dead:
+            raise TransportError(f"{target.name}: cannot connect: connection refused")
+        judge(target, facts)
+        yield target, SleepingBoard(target, facts, job_s, target.name in doomed)
+        if target.name in doomed:
+            dead.add(target.name)
+
+    jobs = [Job(f"sim.{i}", "farm", 3600, JobSpec(job_id=f"sim.{i}", method="full-zo", target="farm").to_dict())
+            for i in range(boards * jobs_per_board)]
+    finished: Counter = Counter()
+    with tempfile.TemporaryDirectory() as tmp:
+        store = Store(Path(tmp))
+        run_id = store.new_run({"jobs": [j.to_dict() for j in jobs]})
+        view = ProgressView({"farm": len(jobs)}, Console(file=io.StringIO()))
+
+        def finish(name: str, result: dict) -> None:
+            store.add_result(run_id, result)
+            finished[result["job"]["job_id"]] += 1
+
+        farm = Target(name="farm", host="", members=members, attempts=3, drop_after=2)
+        before, pool.connected = pool.connected, connected
+        try:
+            t0, cpu0 = time.perf_counter(), time.process_time()
+            pool.run(farm, jobs, None, store, run_id, view, Stop(), finish, lease.Terms(run_id))
+            wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+        finally:
+            pool.connected = before
+        results = store.results(run_id)
+        ok = sum(r["status"] == "ok" for r in results)
+        lost = sum(len(r["pool"]["attempts"]) for r in results)
+        dropped = view.console.file.getvalue().count("dropped for the rest of this run")
+    # every job on the members that live (the dying ones' lost halves overlap the others' work)
+    ideal = len(jobs) * job_s / (boards - len(doomed))
+    return {"boards": boards, "jobs": len(jobs), "wall": wall, "cpu": cpu, "ideal": ideal, "ok": ok,
+            "lost_attempts": lost, "dropped": dropped, "twice": sum(n > 1 for n in finished.values()), "missing": len(jobs) - len(finished)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--boards", default="1,4,16,64,256")
+    ap.add_argument("--jobs-per-board", type=int, default=4)
+    ap.add_argument("--job-s", type=float, default=0.2)
+    ap.add_argument("--repeats", type=int, default=3)
+    args = ap.parse_args()
+    sizes = [int(x) for x in args.boards.split(",")]
+    print(f"{'boards':>6} {'jobs':>5} {'wall s':>8} {'ideal s':>8} {'speed-up':>9} {'CPU ms/job':>10} "
+          f"{'over ideal ms/job':>17}  faults")
+    for n in sizes:
+        for dying in (0.0, 0.25) if n >= 4 else (0.0,):
+            runs = [simulate(n, args.jobs_per_board, args.job_s, dying) for _ in range(args.repeats)]
+            wall = statistics.median(r["wall"] for r in runs)
+            r = runs[0]
+            # the scheduler's own cost: the controller's CPU per job (its threads, queue, judge and
+            # every result written), and the wall time past the ideal over all jobs
+            cpu = 1000 * statistics.median(x["cpu"] for x in runs) / r["jobs"]
+            over = 1000 * (wall - r["ideal"]) / r["jobs"]
+            serial = r["jobs"] * args.job_s
+            bad = [x for x in runs if x["ok"] != x["jobs"] or x["twice"] or x["missing"]]
+            print(f"{n:>6} {r['jobs']:>5} {wall:8.3f} {r['ideal']:8.3f} {serial / wall:8.1f}x {cpu:10.2f} {over:17.2f}  "
+                  + (f"a quarter die mid-job: {'every job once, ok' if not bad else 'LOST OR DOUBLED: ' + str(bad[0])}"
+                     if dying else "-"))
+
+
+if __name__ == "__main__":
+    main()
