@@ -8,6 +8,12 @@ the scheduler's own cost, which this prints for each farm size, and for a run wh
 dies in its first job, then cannot be reached): no job may be lost, and none may finish twice.
 
     python benchmarks/pool_scale.py [--boards 1,4,16,64,256] [--jobs-per-board 4] [--job-s 0.2]
+    python benchmarks/pool_scale.py --real [--epochs 2] [--train-samples 2000]
+
+--real measures the real thing instead: two sshd boards on loopback, each pinned to one core of
+this machine, as one pool against one such board alone: every Table 1 cell of paper-fmnist on the
+C++ binary for a few epochs, each side's wall time, and whether the two sides trained the same
+weights (INT8 bit for bit; FP32 too, on one thread a job).
 
 Prints a table; asserts nothing but the faults' bookkeeping (every job once).
 """
@@ -101,13 +107,63 @@ def simulate(boards: int, jobs_per_board: int, job_s: float, dying: float = 0.0)
             "lost_attempts": lost, "dropped": dropped, "twice": sum(n > 1 for n in finished.values()), "missing": len(jobs) - len(finished)}
 
 
+def real(epochs: int, train_samples: int) -> None:
+    """The shortened reproduction on a pool of one pinned board and of two, side by side."""
+    import os
+    import subprocess
+
+    from testkit.sshd import board_toml, client_home, make_farm
+
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        boards, key = make_farm(root / "sshd", ["p1", "p2"])
+        env = {**os.environ, "HOME": str(client_home(root / "home", boards))}
+        for core, b in enumerate(boards):       # the board's sessions are sshd's children: they keep its core
+            os.sched_setaffinity(b.proc.pid, {core % os.cpu_count()})
+        inv = root / "inventory.toml"
+        inv.write_text("".join(board_toml(b.name, b, key, root / b.name, runtimes=["cpp", "torch"],
+                                                arch=os.uname().machine) for b in boards)
+                       + '[targets.one]\nmembers = ["p1"]\n[targets.two]\nmembers = ["p1", "p2"]\n')
+        cmd = [sys.executable, "-m", "zobench", "run", "--suite", "paper-fmnist", "--runtime", "cpp", "--no-report",
+               "--inventory", str(inv), "--set", f"epochs={epochs}", "--set", f"train_samples={train_samples}",
+               "--set", "test_samples=1000"]
+        walls, weights = {}, {}
+        try:
+            for name in ("two", "one", "two"):  # the first deploys and builds: the second "two" is timed
+                results = root / f"r-{name}"
+                t0 = time.perf_counter()
+                p = subprocess.run([*cmd, "--target", name, "--results", str(results)], env=env,
+                                   capture_output=True, text=True)
+                if p.returncode != 0:
+                    raise SystemExit(p.stderr[-2000:])
+                walls[name] = time.perf_counter() - t0
+                store = Store(results)
+                weights[name] = {r["job"]["job_id"].split(".", 1)[1]: (r["model"] or {}).get("weights_sha256")
+                                 for r in store.results(store.latest())}
+                members = Counter(r["pool"]["member"] for r in store.results(store.latest()))
+        finally:
+            for b in boards:
+                b.stop()
+    same = sum(weights["one"][k] == weights["two"].get(k) for k in weights["one"])
+    print(f"paper-fmnist on cpp, {len(weights['one'])} cells, {epochs} epochs of {train_samples} samples:")
+    print(f"  1 board:  {walls['one']:7.1f} s")
+    print(f"  2 boards: {walls['two']:7.1f} s  ({walls['two'] / walls['one']:.2f}x; jobs per member: "
+          f"{', '.join(f'{m} {n}' for m, n in sorted(members.items()))})")
+    print(f"  the same weights on both sides: {same} of {len(weights['one'])} cells")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--boards", default="1,4,16,64,256")
     ap.add_argument("--jobs-per-board", type=int, default=4)
     ap.add_argument("--job-s", type=float, default=0.2)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--real", action="store_true", help="two pinned loopback boards against one (minutes)")
+    ap.add_argument("--epochs", type=int, default=2)
+    ap.add_argument("--train-samples", type=int, default=2000)
     args = ap.parse_args()
+    if args.real:
+        return real(args.epochs, args.train_samples)
     sizes = [int(x) for x in args.boards.split(",")]
     print(f"{'boards':>6} {'jobs':>5} {'wall s':>8} {'ideal s':>8} {'speed-up':>9} {'CPU ms/job':>10} "
           f"{'over ideal ms/job':>17}  faults")

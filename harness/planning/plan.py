@@ -246,7 +246,9 @@ def make(suite: Suite, targets: list[Target], *, methods=(), runtimes=(), precis
                     notes.append(f"{target.name}: has no {runtime} runtime (it has {', '.join(target.runtimes)})")
                     continue
                 if runtime == "cpp" and target.transport != "local" and not target.arch:
-                    raise UserError(f"{target.source}: targets.{target.name}.arch: missing; the cpp runtime is "
+                    where = f"targets.{target.members[0].name}.arch (pool {target.name}'s members)" if target.pool \
+                        else f"targets.{target.name}.arch"
+                    raise UserError(f"{target.source}: {where}: missing; the cpp runtime is "
                                     f"built for the board's arch, one of {', '.join(ARCHES)}")
                 for precision in precision_list:
                     zo_losses = loss_list if precision == "int8" else ["float"]
