@@ -1,9 +1,11 @@
 """zobench tune processes sharing one Optuna study through a real PostgreSQL server (the
-session's, testkit/postgres.py): each on this machine under a lease file of its own, as two
-hosts' boards. What the test needs to happen at once it makes happen, never waits for: both
-processes queue on the study's ask lock, which the test holds until both wait there, so each
-asks a trial before either can ask a second; the interrupted process's trial waits for a board
-lease the test holds, so the signal always lands mid-trial."""
+session's, testkit/postgres.py), each on this machine as a board of its own (local-1t, which
+takes no lease; or `local` under a lease file the test names). What the test needs to happen
+at once it makes happen, never waits for: both processes queue on the study's ask lock, which
+the test holds until both wait there, so each asks a trial before either can ask a second; an
+interrupted or killed process's trial waits for a board lease the test holds, so the signal
+always lands mid-trial; and a killed process's heartbeat is made as old as the grace period
+in the database, where waiting would have made it so."""
 import fcntl
 import signal
 import statistics
@@ -13,7 +15,7 @@ import pytest
 
 from harness.search import study as shared
 from harness.stores.store import Store
-from testkit.runners import cli, in_process, start, until
+from testkit.runners import cli, in_process, processes_mentioning, start, until
 from testkit.sshd import free_port
 
 SECRET = "s3cret-tune"
@@ -35,10 +37,11 @@ def storage(server):
         yield url.replace("zobench@", f"zobench:{SECRET}@"), conn
 
 
-def tune(tmp_path, name: str, url: str, study: str, trials: int, *extra):
-    """A zobench tune process as a user starts it, with results and a lease file of its own."""
+def tune(tmp_path, name: str, url: str, study: str, trials: int, *extra, board: str = ""):
+    """A zobench tune process as a user starts it, with results of its own, on a board (a lease
+    file) of its own or board's."""
     return start(*SEARCH, "--results", tmp_path / name, "--storage", url, "--study", study, "--trials", trials,
-                 *extra, env={"ZOBENCH_LOCAL_LEASE": str(tmp_path / f"lease-{name}")})
+                 *extra, env={"ZOBENCH_LOCAL_LEASE": str(tmp_path / f"lease-{board or name}")})
 
 
 def ended(proc) -> tuple[str, str]:
@@ -109,26 +112,42 @@ def test_two_processes_share_one_study_each_trial_once_pruned_on_both_and_the_sa
     assert Store(tmp_path / "d").run_ids() == []      # refused before any run
 
 
-def test_an_interrupted_process_fails_its_trial_and_another_runs_its_values_again(tmp_path, storage, native):
-    url, _ = storage
+def running_trial_beats(conn) -> bool:
+    """Whether a trial runs, its values suggested and its first heartbeat recorded (Optuna's
+    tables: what a process that dies now leaves behind)."""
+    return conn.execute("SELECT count(*) FROM trials t JOIN trial_heartbeats USING (trial_id) JOIN trial_params "
+                        "USING (trial_id) WHERE t.state = 'RUNNING'").fetchone()[0] > 0
+
+
+def test_an_interrupted_or_killed_process_fails_its_trial_and_another_runs_its_values_again(tmp_path, storage, native):
+    url, conn = storage
     lease = tmp_path / "lease-a"
     leased = ["--pruner", "none", "--target", "local"]     # local-1t takes no lease; this machine does
     ended(tune(tmp_path, "a", url, "first", 1, *leased))    # its lease file, made by the launcher: the board's
     with open(lease) as held:
-        fcntl.flock(held, fcntl.LOCK_EX)                     # the board is busy: the trial's job waits for it
+        fcntl.flock(held, fcntl.LOCK_EX)                     # the board is busy: a trial's job waits for it
         a = tune(tmp_path, "a", url, "again", 2, *leased)
-        until("a trial runs", lambda: any(t.state.name == "RUNNING" for t in trials_of(url, "again")), a)
+        until("a trial runs", lambda: running_trial_beats(conn), a)
         a.send_signal(signal.SIGINT)
-        out, err = a.communicate(timeout=300)
-    assert a.returncode == 128 + signal.SIGINT and "interrupted by SIGINT" in err
-    (lost,) = record(tmp_path, "a")["tune"]["trials"]
-    assert lost["state"] == "interrupted"
+        _, err = a.communicate(timeout=300)
+        assert a.returncode == 128 + signal.SIGINT and "interrupted by SIGINT" in err
+        (lost,) = record(tmp_path, "a")["tune"]["trials"]
+        assert lost["state"] == "interrupted"
+        # the next process takes its values again, and dies without a word: its heartbeat stops
+        k = tune(tmp_path, "k", url, "again", 2, *leased, board="a")
+        until("the retry runs", lambda: running_trial_beats(conn), k)
+        k.kill()
+        k.wait()
+    # its last beat as the grace period ago (Optuna's table): what waiting GRACE_S would make
+    conn.execute("UPDATE trial_heartbeats SET heartbeat = heartbeat - make_interval(secs => %s)", (shared.GRACE_S + 1,))
     out, _ = ended(tune(tmp_path, "b", url, "again", 2, *leased))
+    until("the killed process's job, orphaned, ends", lambda: not processes_mentioning(str(tmp_path / "k") + "/"))
     states = {t.number: (t.state.name, t.params["lr_zo"]) for t in trials_of(url, "again")}
     retry = next(t for t in record(tmp_path, "b")["tune"]["trials"] if t.get("retry_of") == lost["number"])
-    assert states[lost["number"]] == ("FAIL", lost["values"]["lr_zo"])
+    assert states[lost["number"]] == ("FAIL", lost["values"]["lr_zo"]) and len(states) == 4
+    assert [v for s, v in states.values() if s == "FAIL"] == [lost["values"]["lr_zo"]] * 2    # a's, then k's
     assert states[retry["number"]] == ("COMPLETE", lost["values"]["lr_zo"]) and retry["state"] == "complete"
-    assert sorted(s for s, _ in states.values()) == ["COMPLETE", "COMPLETE", "FAIL"]     # 2 trials count, as asked
+    assert sorted(s for s, _ in states.values()) == ["COMPLETE", "COMPLETE", "FAIL", "FAIL"]     # 2 count, as asked
 
 
 def test_bad_storage_and_study_options_are_one_line_and_never_the_password(tmp_path, capsys):

@@ -151,9 +151,9 @@ class Study:
                 if counted(trials) < budget and self._queue(trials, grid):
                     with _quiet():      # Optuna expects a heartbeat in study.optimize alone
                         trial = self.optuna.ask()
+                    self._start_beat(trial)
                     trial.set_user_attr("run", owner)
                     values = suggest(trial)
-                    self._start_beat(trial)
                     return trial, values, self._frozen(trial).system_attrs.get("failed_trial")
                 running = sum(t.state == optuna.trial.TrialState.RUNNING for t in trials)
             if not running:
@@ -235,8 +235,13 @@ class Study:
                 optuna.storages.fail_stale_trials(self.optuna)
 
     def _start_beat(self, trial) -> None:
-        from optuna.storages._heartbeat import get_heartbeat_thread     # what study.optimize runs
+        """The trial's heartbeat: its first beat recorded before the ASK lock is let go (a
+        running trial that never beat is never judged stale, so the others would wait for it
+        for ever), then one every HEARTBEAT_S from a thread, as study.optimize's."""
+        from optuna.storages._heartbeat import get_heartbeat_thread, is_heartbeat_enabled
 
+        if is_heartbeat_enabled(self.optuna._storage):
+            self.optuna._storage.record_heartbeat(trial._trial_id)
         self.beat = get_heartbeat_thread(trial._trial_id, self.optuna._storage)
         self.beat.start()
 
