@@ -74,7 +74,8 @@ def test_two_processes_share_one_study_each_trial_once_pruned_on_both_and_the_sa
     url, conn = storage
     conn.execute("SELECT pg_advisory_lock(%s, %s)", (shared.KEY, shared.ASK))
     a, b = tune(tmp_path, "a", url, "lr", 3), tune(tmp_path, "b", url, "lr", 3)
-    until("both processes wait to ask", lambda: waiting_to_ask(conn) == 2 or a.poll() is not None or b.poll() is not None)
+    until("both processes wait to ask",
+          lambda: waiting_to_ask(conn) == 2 or a.poll() is not None or b.poll() is not None)
     assert a.poll() is None and b.poll() is None, a.communicate() + b.communicate()
     conn.execute("SELECT pg_advisory_unlock(%s, %s)", (shared.KEY, shared.ASK))
     (out_a, err_a), (out_b, err_b) = ended(a), ended(b)

@@ -13,6 +13,11 @@ trial whose loss diverged or was unstable ranks after every one that converged (
 study (each trial's values, validation accuracy and training loss per epoch, how it ended) is
 the run's run.json "tune" record, which the report charts.
 
+With --storage and --study, the study lives in a PostgreSQL database and is shared by tune
+processes on several hosts, each on a board of its own (harness/search/study.py): --trials is
+then the study's total, each trial runs once, the pruner judges on every process's epochs, and
+each process's run records its own trials and prints the study's best.
+
 A suite with a [pretrain] stage (paper-finetune) is tuned for fine-tuning: its pretraining job
 runs once, first, as in the suite's own runs, and every trial fine-tunes from its weights on the
 suite's subset, scored on as many other training images, rotated alike (artifacts.validation_idx).
@@ -23,9 +28,9 @@ import dataclasses
 import itertools
 import math
 import random
+import os
 import shutil
 import socket
-import os
 import zlib
 from dataclasses import dataclass
 
