@@ -72,6 +72,15 @@ def storage_url(url: str) -> str:
     return made.render_as_string(hide_password=False).replace("{", "{{").replace("}", "}}")
 
 
+def retried():
+    """Optuna's callback that queues a failed trial's values again, at most RETRIES times: the
+    storage's, for a trial whose heartbeat stopped, and the study's, for one interrupted."""
+    import optuna
+
+    with _quiet():
+        return optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=RETRIES)
+
+
 def differences(theirs: dict, mine: dict) -> list[str]:
     """What two descriptions of a search disagree on, each as 'KEY X in the study, Y here'."""
     return [f"{k} {json.dumps(theirs.get(k))} in the study, {json.dumps(mine.get(k))} here"
@@ -82,15 +91,12 @@ class Study:
     """One search's Optuna study, and the rules every process of it keeps (the module's text).
     shared names it for messages and run.json ("" for one in memory)."""
 
-    def __init__(self, study, lock=None, shared: dict | None = None, engine=None):
-        from optuna.storages import RetryHeartbeatStaleTrialCallback
-
+    def __init__(self, study, lock=None, shared: dict | None = None, engine=None, retry=None):
         self.optuna = study
         self.lock = lock            # the database connection that takes the advisory locks; None in memory
         self.engine = engine        # the storage's SQLAlchemy engine; None in memory
         self.shared = shared or {}  # {"name": ..., "storage": the URL shown()}
-        with _quiet():
-            self.retry = RetryHeartbeatStaleTrialCallback(max_retry=RETRIES)
+        self.retry = retry or retried()     # what queues a failed trial's values again
         self.beat = None            # the running trial's heartbeat thread
 
     @classmethod
@@ -111,21 +117,21 @@ class Study:
         where = f"tune --storage {shown(url)}"
         lock = pgstore.connect(url, "tune --storage", autocommit=True)
         try:
+            retry = retried()
             with _locked(lock, JOIN), _quiet():
                 storage = optuna.storages.RDBStorage(
                     storage_url(url), engine_kwargs={"connect_args": {"connect_timeout": 10}},
-                    heartbeat_interval=HEARTBEAT_S, grace_period=GRACE_S,
-                    heartbeat_stale_trial_callback=optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=RETRIES))
+                    heartbeat_interval=HEARTBEAT_S, grace_period=GRACE_S, heartbeat_stale_trial_callback=retry)
                 study = optuna.create_study(storage=storage, study_name=name, load_if_exists=True,
                                             direction="maximize", sampler=sampler, pruner=pruner)
                 _claim(study, json.loads(json.dumps(description)), f"{where} --study {name}")
-        except sqlalchemy.exc.SQLAlchemyError as e:
+        except (sqlalchemy.exc.SQLAlchemyError, RuntimeError) as e:     # RuntimeError: another Optuna's schema
             lock.close()
             raise UserError(f"{where}: {said(e)}") from None
         except BaseException:
             lock.close()
             raise
-        return cls(study, lock, {"name": name, "storage": shown(url)}, storage.engine)
+        return cls(study, lock, {"name": name, "storage": shown(url)}, storage.engine, retry)
 
     def close(self) -> None:
         """Hang up on the database (nothing to do in memory)."""
