@@ -140,13 +140,14 @@ class Study:
             self.lock.close()
 
     def locked(self, which: int):
+        """One of the database's advisory locks for the block; in memory, nothing to lock."""
         return _locked(self.lock, which) if self.lock is not None else contextlib.nullcontext()
 
     def ask(self, budget: int, grid: list[dict] | None, suggest, owner: dict, stop, show=lambda line: None):
         """(trial, its values from suggest(trial), the number of the trial it runs again or None)
-        for this process to run next, or None when the
-        study holds budget trials that count (or its grid is taken) and none runs elsewhere, or
-        stop is set. Asked, queued and suggested under ASK, so no other process takes it."""
+        for this process to run next; None once the study holds budget trials that count (or its
+        grid is taken) and none runs elsewhere, or once stop is set. Asked, queued and suggested
+        under ASK, so that no other process takes it."""
         import optuna
 
         told = False
