@@ -83,6 +83,18 @@ def quick_run(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def server():
+    """A real PostgreSQL server (testkit/postgres.py), one for the session: each test takes a
+    database of its own (server.new_database())."""
+    require("initdb")
+    from testkit.postgres import Postgres
+
+    pg = Postgres()
+    yield pg
+    pg.stop()
+
+
+@pytest.fixture(scope="session")
 def farm(tmp_path_factory):
     """Four real sshd 'boards' on loopback, a client key, and an isolated HOME whose
     ~/.ssh/known_hosts knows their host keys (env: that HOME, for zobench(..., env=)).

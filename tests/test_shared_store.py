@@ -13,7 +13,6 @@ from harness.stores import pgstore
 from harness.stores import validity
 from harness.stores.store import Store
 from testkit import compare_runs
-from testkit.postgres import Postgres
 from testkit.runners import REPO, TINY_CPP, cli, script, start
 from testkit.sshd import free_port
 from testkit.tools import require
@@ -22,14 +21,6 @@ from testkit.tools import require
 ci_local = script("ci-local.py")
 
 ONE = [*TINY_CPP, "--method", "full-zo"]     # one job of a second
-
-
-@pytest.fixture(scope="module")
-def server():
-    require("initdb")
-    pg = Postgres()
-    yield pg
-    pg.stop()
 
 
 @pytest.fixture

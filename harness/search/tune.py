@@ -13,6 +13,11 @@ trial whose loss diverged or was unstable ranks after every one that converged (
 study (each trial's values, validation accuracy and training loss per epoch, how it ended) is
 the run's run.json "tune" record, which the report charts.
 
+With --storage and --study, the study lives in a PostgreSQL database and is shared by tune
+processes on several hosts, each on a board of its own (harness/search/study.py): --trials is
+then the study's total, each trial runs once, the pruner judges on every process's epochs, and
+each process's run records its own trials and prints the study's best.
+
 A suite with a [pretrain] stage (paper-finetune) is tuned for fine-tuning: its pretraining job
 runs once, first, as in the suite's own runs, and every trial fine-tunes from its weights on the
 suite's subset, scored on as many other training images, rotated alike (artifacts.validation_idx).
@@ -23,7 +28,10 @@ import dataclasses
 import itertools
 import math
 import random
+import os
 import shutil
+import socket
+import zlib
 from dataclasses import dataclass
 
 from workloads import datasets, vocab
@@ -42,6 +50,7 @@ from harness.execution.scheduler import execute
 from harness.stores.store import Store
 from harness.planning.suites import MethodChoice, Suite, scope_name
 from harness.boards.transport import Stop
+from harness.search.study import Study
 
 SAMPLERS = ("tpe", "grid")
 # a trial is pruned only up to this share of its epochs: past it, what is left costs little and its
@@ -156,6 +165,10 @@ class Options:
     # a trial's score: the mean of its last N epochs' validation accuracy (1: the last one's). A
     # ZO run's accuracy swings by points from epoch to epoch, so one epoch's is a noisy score
     score_epochs: int = 1
+    # Optuna's storage, a PostgreSQL database, and the study in it that several processes share
+    # (harness/search/study.py); "" = this process's own study, in memory
+    storage: str = ""
+    study: str = ""
 
 
 @dataclass
@@ -217,21 +230,28 @@ def default_validation(dataset: str, data_dir: str, subset: int = 0) -> int:
     return max(1, round(n * VALIDATION_SHARE))
 
 
-def _study(opts: Options):
-    """TPE, seeded; or every point of the grid queued in an order drawn from the seed (Optuna's
-    GridSampler ends a study it runs outside study.optimize with an error, so the grid is queued)."""
+def sampler(opts: Options, salt: str = ""):
+    """TPE, seeded (with a study shared between processes, from the seed and salt, the process's
+    own: two processes seeded alike would propose the same values in step, and TPE's constant
+    liar keeps each off the values the others are running); or, for a grid, random values that
+    are never drawn: each trial is a grid point queued (grid()), as Optuna's GridSampler ends a
+    study it runs outside study.optimize with an error."""
     import optuna
-    grid = opts.sampler == "grid"
-    sampler = optuna.samplers.RandomSampler(seed=opts.seed) if grid else \
-        optuna.samplers.TPESampler(seed=opts.seed, n_startup_trials=min(5, opts.trials))
-    study = optuna.create_study(direction="maximize", pruner=_pruner(opts), sampler=sampler)
-    if not grid:
-        return study
+
+    if opts.sampler == "grid":
+        return optuna.samplers.RandomSampler(seed=opts.seed)
+    seed = opts.seed if not salt else zlib.crc32(f"{opts.seed}:{salt}".encode())
+    return optuna.samplers.TPESampler(seed=seed, n_startup_trials=min(5, opts.trials), constant_liar=bool(salt))
+
+
+def grid(opts: Options) -> list[dict] | None:
+    """Every point of the grid in an order drawn from the seed (None for TPE): the study takes
+    them in turn, each once (harness/search/study.py)."""
+    if opts.sampler != "grid":
+        return None
     points = list(itertools.product(*(p.grid(opts.grid_points) for p in opts.params)))
     random.Random(opts.seed).shuffle(points)
-    for point in points[:trials_of(opts)]:
-        study.enqueue_trial(dict(zip((p.name for p in opts.params), point)))
-    return study
+    return [dict(zip((p.name for p in opts.params), point)) for point in points]
 
 
 def _pruner(opts: Options):
@@ -263,7 +283,7 @@ def toml_lines(run_id: str, record: dict) -> list[str]:
     over = f" (the mean of its last {record['score_epochs']})" if record.get("score_epochs", 1) > 1 else ""
     lines = [f"# zobench tune run {run_id}: validation accuracy {best['score']:.4f}{over} after "
              f"{record['epochs']} epochs on {record['validation']} held-out samples of {record['dataset']}, "
-             f"{len(record['trials'])} trials ({sum(t['state'] == 'pruned' for t in record['trials'])} pruned)",
+             f"{_trials_line(record)}",
              f"[hyper.{scope_name('.'.join(filter(None, (record.get('data_scope'), record['method']))))}.{precision}]"]
     if record.get("optimizer"):     # a suite's optimizer: its inline table takes the values
         lines[-1] = (f"# in [optimizers], {record['optimizer']}'s table (tuned on {record['method']}; another "
@@ -271,28 +291,42 @@ def toml_lines(run_id: str, record: dict) -> list[str]:
     return lines + [f"{k} = {shown_value(v)}" for k, v in best["values"].items()]
 
 
-def search(opts: Options, train, stop: Stop | None = None, on_trial=lambda entry: None) -> list[dict]:
+def _trials_line(record: dict) -> str:
+    """How many trials chose the values: this run's, or a shared study's, of which this run's."""
+    mine = f"{len(record['trials'])} trials ({sum(t['state'] == 'pruned' for t in record['trials'])} pruned)"
+    if "study" not in record:
+        return mine
+    n = record["study"].get("trials", {})
+    return (f"{sum(n.get(s, 0) for s in ('complete', 'pruned', 'fail'))} trials of study {record['study']['name']} "
+            f"({n.get('pruned', 0)} pruned; this run's: {mine})")
+
+
+def search(opts: Options, train, stop: Stop | None = None, on_trial=lambda entry: None, study: Study | None = None,
+           owner: dict | None = None, show=lambda line: None) -> list[dict]:
     """The study: Optuna proposes each trial's values and its pruner judges it after every epoch.
     train(record, report) runs the trial of record["values"] and returns its (status, flags,
     error); it calls
     report(epoch, validation accuracy, train loss) after each epoch, which answers True when the
     pruner stops the trial there (never in the last tenth of its epochs: LAST_PRUNED). train may
-    add to the trial's record (its job id). Returns the trials' records, each as on_trial saw it
-    once it ended."""
+    add to the trial's record (its job id). study: a shared one (Study.join), whose trials this
+    process adds to, each marked with owner; by default one of its own, in memory. Returns this
+    process's trials' records, each as on_trial saw it once it ended."""
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study = _study(opts)
-    records = []
-    for n in range(trials_of(opts)):
-        if stop is not None and stop.is_set():
-            break
-        trial = study.ask()
-        entry = {"number": n, "values": {p.name: p.suggest(trial) for p in opts.params}, "state": "running",
+    stop = stop or Stop()
+    study = study or Study.in_memory(sampler(opts), _pruner(opts))
+    points, records = grid(opts), []
+    suggest = lambda trial: {p.name: p.suggest(trial) for p in opts.params}     # noqa: E731
+    while (asked := study.ask(trials_of(opts), points, suggest, owner or {}, stop, show)) is not None:
+        trial, values, retry_of = asked
+        entry = {"number": trial.number, "values": values, "state": "running",
                  "validation_accuracy": [], "train_loss": [], "score": None}
+        if retry_of is not None:
+            entry["retry_of"] = retry_of    # the trial whose process was interrupted or died
         records.append(entry)
 
-        def report(epoch: int, accuracy, train_loss) -> bool:
+        def report(epoch: int, accuracy, train_loss, trial=trial, entry=entry) -> bool:
             entry["validation_accuracy"].append(accuracy)
             entry["train_loss"].append(train_loss)
             trial.report(accuracy if accuracy is not None else 0.0, epoch)     # a diverged loss scores nothing
@@ -301,17 +335,36 @@ def search(opts: Options, train, stop: Stop | None = None, on_trial=lambda entry
                 return True
             return False
 
-        status, flags, error = train(entry, report)
-        if entry["state"] == "pruned":
-            study.tell(trial, state=optuna.trial.TrialState.PRUNED)
-        elif status == "ok" and entry["validation_accuracy"] and entry["validation_accuracy"][-1] is not None:
-            entry.update(state="complete", score=score(entry["validation_accuracy"], opts.score_epochs), flags=flags)
-            study.tell(trial, rank(entry))
-        else:
-            entry.update(state="interrupted" if stop is not None and stop.is_set() else "failed", error=error)
-            study.tell(trial, state=optuna.trial.TrialState.FAIL)
+        try:
+            status, flags, error = train(entry, report)
+        except BaseException:       # an error of zobench's own: the trial is no one's to finish
+            study.tell(trial, optuna.trial.TrialState.FAIL)
+            raise
+        _tell(study, trial, entry, status, flags, error, stop, opts)
         on_trial(entry)
     return records
+
+
+def _tell(study: Study, trial, entry: dict, status: str, flags: list, error, stop: Stop, opts: Options) -> None:
+    """End a trial in the study and in its record: pruned, complete (its score and flags kept in
+    the study, so every process reads the best alike), interrupted (failed, and queued again for
+    another process) or failed."""
+    import optuna
+
+    states = optuna.trial.TrialState
+    if entry["state"] == "pruned":
+        why = study.tell(trial, states.PRUNED)
+    elif status == "ok" and entry["validation_accuracy"] and entry["validation_accuracy"][-1] is not None:
+        entry.update(state="complete", score=score(entry["validation_accuracy"], opts.score_epochs), flags=flags)
+        why = study.tell(trial, states.COMPLETE, rank(entry), {"score": entry["score"], "flags": flags})
+    elif stop.is_set():
+        entry.update(state="interrupted", error=error)
+        why = study.interrupted(trial)
+    else:
+        entry.update(state="failed", error=error)
+        why = study.tell(trial, states.FAIL)
+    if why:
+        entry.update(state="failed", error=why)
 
 
 def score(accuracies: list, epochs: int) -> float:
@@ -339,6 +392,21 @@ def best_of(records: list[dict]) -> dict | None:
     return max(done, key=rank) if done else None
 
 
+# what makes one search: the record's keys that processes sharing a study must agree on (the
+# target, seed and --trials are each process's own)
+DESCRIBED = ("suite", "method", "optimizer", "precision", "zo_loss", "runtime", "dataset", "validation", "epochs",
+             "params", "set", "sampler", "grid_points", "pruner", "objective", "direction")
+
+
+def open_study(opts: Options, record: dict) -> Study:
+    """This process's own study in memory, or the shared one of --storage and --study, whose
+    description must be this record's (DESCRIBED)."""
+    if not opts.storage:
+        return Study.in_memory(sampler(opts), _pruner(opts))
+    return Study.join(opts.storage, opts.study, {k: record[k] for k in DESCRIBED},
+                      sampler(opts, f"{socket.gethostname()}:{os.getpid()}"), _pruner(opts))
+
+
 def run(store: Store, suite: Suite, target: Target, opts: Options, stop: Stop | None = None,
         show=lambda line: None, pretrain_target: Target | None = None) -> Outcome:
     """Run the search on target, each trial a job of one run; stop (a signal) ends the trial in
@@ -354,14 +422,28 @@ def run(store: Store, suite: Suite, target: Target, opts: Options, stop: Stop | 
               "precision": opts.precision, "zo_loss": opts.zo_loss,
               "runtime": opts.runtime, "target": target.name, "dataset": datasets.data_name(dataset, rotate),
               "validation": opts.validation, "epochs": opts.epochs, "params": [dataclasses.asdict(p) for p in opts.params],
-              "sampler": opts.sampler, "pruner": opts.pruner, "seed": opts.seed,
-              "objective": objective(opts), "score_epochs": opts.score_epochs, "trials": [],
+              "set": opts.overrides, "sampler": opts.sampler,
+              "grid_points": opts.grid_points if opts.sampler == "grid" else None, "pruner": opts.pruner,
+              "seed": opts.seed, "objective": objective(opts), "direction": "maximize",
+              "score_epochs": opts.score_epochs, "trials": [],
               # a suite of several data sets takes the values in the data set's table (hyper_for)
               "data_scope": dataset if len({d for d, _ in suite.data_sets()}) > 1 else ""}
     pretrain_target = pretrain_target or target
-    targets = {t.name: t for t in (target, pretrain_target)}
-    # the plan checked before anything runs
+    # the plan checked before anything runs, and the study joined (refused where it searches another thing)
     jobs, _ = plan.make(base, [target], timeout_s=opts.timeout_s, pretrain_target=pretrain_target)
+    study = open_study(opts, record)
+    try:
+        if study.shared:
+            record["study"] = dict(study.shared)
+        return _run(store, suite, base, target, pretrain_target, jobs, opts, record, study, stop, show)
+    finally:
+        study.close()
+
+
+def _run(store: Store, suite: Suite, base: Suite, target: Target, pretrain_target: Target, jobs, opts: Options,
+         record: dict, study: Study, stop: Stop, show) -> Outcome:
+    """run()'s trials, in a run of the store, on the study opened for them; its best, the study's."""
+    targets = {t.name: t for t in (target, pretrain_target)}
     prepared = prepare(jobs, targets)
     run_id = store.new_run(runs.record(suite=suite.name, suite_path=str(suite.path), tune=record, jobs=[]))
     if suite.pretrain is not None and (failed := _pretrain(store, run_id, jobs[0], targets, prepared, stop, record)):
@@ -382,11 +464,23 @@ def run(store: Store, suite: Suite, target: Target, opts: Options, stop: Stop | 
         store.set_in_plan(run_id, "tune", record)
         show(_line(entry))
 
-    search(opts, train, stop, on_trial)
-    best = best_of(record["trials"])
-    record["best"] = best and {"number": best["number"], "values": best["values"], "score": best["score"]}
+    search(opts, train, stop, on_trial, study, {"run": run_id, "target": target.name, "host": socket.gethostname()},
+           show)
+    record["best"] = best_record(study, opts)
+    if study.shared:
+        record["study"]["trials"] = study.totals()
     store.set_in_plan(run_id, "tune", record)
     return Outcome(run_id, record, stop.reason)
+
+
+def best_record(study: Study, opts: Options) -> dict | None:
+    """The study's best trial as run.json's "tune" record keeps it: its number, values, score and
+    (where the study is shared) the run, target and host that ran it."""
+    best = study.best()
+    if best is None:
+        return None
+    return {"number": best.number, "values": {p.name: best.params[p.name] for p in opts.params},
+            "score": best.user_attrs["score"], **({"ran": best.user_attrs["run"]} if study.shared else {})}
 
 
 def _pretrain(store: Store, run_id: str, job, targets: dict[str, Target], prepared, stop: Stop, record: dict) -> str:
@@ -450,8 +544,9 @@ def _trial(store: Store, run_id: str, job, target: Target, prepared, report, run
                             f"{acc if acc is not None else math.nan:.4f})")
 
     with View({target.name: 1}) as view:
-        (result,) = execute(store, run_id, [job], {target.name: target}, prepared, view, own)
-    return result
+        results = execute(store, run_id, [job], {target.name: target}, prepared, view, own)
+    # a signal before the job started: it never ran, and ends as an interrupted one does
+    return results[0] if results else {"status": "interrupted", "error": own.reason}
 
 
 class _TrialStop(Stop):

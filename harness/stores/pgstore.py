@@ -172,18 +172,26 @@ def history_row(r: dict, run_id: str, commit: str) -> tuple:
             starved(of_steps(r), r["job"]["threads"]), validity.flags_of(r))
 
 
+def connect(url: str, what: str, connect_timeout: int = 10, **kw):
+    """A psycopg connection to url (kw: psycopg.connect's); one that cannot be made is a
+    UserError naming what it was for, the password in no form in it. The store and zobench
+    tune's storage (harness/search/study.py) connect here."""
+    import psycopg    # noqa: PLC0415
+
+    known(url)
+    try:
+        return psycopg.connect(url, connect_timeout=connect_timeout, application_name="zobench", **kw)
+    except psycopg.Error as e:
+        raise UserError(f"{what} {shown(url)}: cannot connect: {said(e)}") from None
+
+
 class SharedStore:
     """One connection to the shared store, its schema brought up to date on connect."""
 
     def __init__(self, url: str, connect_timeout: int = 10):
-        import psycopg    # noqa: PLC0415 (only the commands that use a shared store load the driver)
-
-        self.url = known(url)
+        self.url = url
         self.damaged: list[str] = []    # the rows results() left out, named ("run R job J: why")
-        try:
-            self.conn = psycopg.connect(url, connect_timeout=connect_timeout, application_name="zobench")
-        except psycopg.Error as e:
-            raise UserError(f"store {shown(url)}: cannot connect: {said(e)}") from None
+        self.conn = connect(url, "store", connect_timeout)
         self.migrate()
 
     def close(self) -> None:

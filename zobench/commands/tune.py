@@ -10,10 +10,14 @@ from workloads.spec import Bounds, Hyper
 from harness.planning import inventory, plan, suites
 from harness.search import tune
 from harness.errors import UserError
+from harness.stores import pgstore
 from harness.stores.store import Store
 
 from .. import running
 from . import options
+
+# the longest study name Optuna's storage keeps
+STUDY_NAME_MAX = 512
 
 
 def add(sub) -> None:
@@ -44,10 +48,30 @@ def add(sub) -> None:
                                                    "over which the trials search")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a hyperparameter")
     p.add_argument("--timeout", type=options.number(float, suites.TIMEOUT_S), metavar="S", help="seconds a trial may take")
+    p.add_argument("--storage", metavar="URL", default="",
+                   help="share the search with other zobench tune processes, on any host, through this PostgreSQL "
+                        "database (postgresql://USER@HOST[:PORT]/DB; the password in ~/.pgpass or $PGPASSWORD): "
+                        "Optuna's storage (default: this process's own study, in memory)")
+    p.add_argument("--study", metavar="NAME", default="",
+                   help="with --storage: the study to create, or to join where it exists (the same search's options); "
+                        "--trials is then the study's total")
     p.add_argument("--score-epochs", type=options.number(int, Bounds(1, Hyper.BOUNDS["epochs"].hi)), default=1,
                    metavar="N", help="score a trial by its last N epochs' mean validation accuracy (default 1: "
                                      "the last epoch's)")
     p.set_defaults(main=main)
+
+
+def shared_study(args) -> tuple[str, str]:
+    """(--storage as the store's URLs are taken, --study): both or neither, a name Optuna keeps."""
+    if args.study and not args.storage:
+        raise UserError(f"tune --study {args.study}: a study is shared through a database; give --storage "
+                        "postgresql://USER@HOST/DB too (without either, the search's study is its own, in memory)")
+    if args.storage and not args.study:
+        raise UserError("tune --storage: name the study to create or join with --study NAME")
+    if len(args.study) > STUDY_NAME_MAX or args.study != args.study.strip():
+        raise UserError(f"tune --study {args.study!r}: expected a name of at most {STUDY_NAME_MAX} characters, "
+                        "without leading or trailing spaces")
+    return (pgstore.url_from(args.storage, "--storage") or "") if args.storage else "", args.study
 
 
 def main(args) -> int:
@@ -62,11 +86,12 @@ def main(args) -> int:
     overrides = plan.parse_set(args.set)
     if (both := sorted({p.name for p in params} & set(overrides))):
         raise UserError(f"tune --set {both[0]}: it is the parameter searched; leave it out of --set")
+    storage, study = shared_study(args)
     opts = tune.Options(choice, args.precision, args.zo_loss if args.precision == "int8" else "float", args.runtime,
                         args.dataset, params, args.trials, args.epochs or tune.default_epochs(suite, args.precision),
                         args.validation or 0, args.sampler,
                         args.grid_points, args.pruner, args.seed, overrides, args.timeout, args.optimizer,
-                        args.score_epochs)
+                        args.score_epochs, storage, study)
     with running.signals_stop() as (stop, caught):     # the trial in progress is stopped, and no other starts
         outcome = tune.run(Store(args.results), suite, target, opts, stop,
                            show=options.say, pretrain_target=pretrain)
