@@ -192,3 +192,40 @@ def test_a_simulated_farm_where_a_quarter_of_the_members_die_mid_job_loses_no_jo
     r = simulate(16, 3, 0.05, dying=0.25)
     assert r["jobs"] == 48 and r["ok"] == 48 and r["missing"] == 0 and r["twice"] == 0
     assert r["lost_attempts"] == 4 and r["dropped"] == 4
+
+
+def test_tune_on_a_pool_runs_as_many_trials_at_once_as_it_has_members(farm, tmp_path):
+    """A grid of four on two members: each member's first trial waits until the other's has
+    started (so two ran at once), every point runs once, and each trial's job names its member."""
+    marks = {n: tmp_path / f"{n}.started" for n in ("board-a", "board-b")}
+    hold = {n: f"touch {marks[n]}; i=0; while [ ! -e {marks[o]} ] && [ $i -lt 1200 ]; do sleep 0.1; i=$((i+1)); done"
+            for n, o in (("board-a", "board-b"), ("board-b", "board-a"))}
+    inv = inventory(farm, tmp_path, "lab", {n: {"python": str(hooked_python(tmp_path / f"{n}.py", hold[n]))}
+                                            for n in hold})
+    r = zobench("tune", "--suite", "quick", "--method", "full-zo", "--runtime", "torch", "--sampler", "grid",
+                "--grid-points", "4", "--trials", "4", "--pruner", "none", "--epochs", "1", "--validation", "200",
+                "--set", "train_samples=320", "--set", "test_samples=100", "--results", tmp_path / "r",
+                "--inventory", inv, "--target", "lab", env=farm["env"])
+    assert r.returncode == 0, r.stderr
+    store = Store(tmp_path / "r")
+    run_id = store.latest()
+    study = store.run_plan(run_id)["tune"]
+    assert len(study["trials"]) == 4 and all(t["state"] == "complete" for t in study["trials"])
+    assert len({t["values"]["lr_zo"] for t in study["trials"]}) == 4
+    results = store.results(run_id)
+    assert {x["pool"]["member"] for x in results} == {"board-a", "board-b"}
+    assert {x["job"]["target"] for x in results} == {"lab"}
+    best = max(study["trials"], key=lambda t: t["score"])
+    assert study["best"]["values"] == best["values"]
+
+
+def test_a_pool_whose_members_all_differ_runs_nothing_and_says_so_once(farm, tmp_path):
+    inv = inventory(farm, tmp_path, "lab", {"board-a": {}, "board-b": {"python": "/usr/bin/python3"}})
+    r = zobench("run", "--results", tmp_path / "r", "--inventory", inv, "--no-report", "--target", "lab",
+                "--runtime", "torch", *SHORT, "--method", "full-zo", env=farm["env"])
+    assert r.returncode == 1
+    said = [line for line in r.stderr.splitlines() if line.startswith("pool lab:")]
+    assert len(said) == 1 and "no two of its members agree" in said[0] and "differ in versions" in said[0], r.stderr
+    store = Store(tmp_path / "r")
+    (x,) = store.results(store.latest())
+    assert x["status"] == "failed" and "no two of its members agree" in x["error"]

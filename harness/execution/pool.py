@@ -7,7 +7,8 @@ A member must be what its siblings are: the fingerprint `compare` pools results 
 (harness/stores/measurements.py), read off its probe; one that differs is left out of the run,
 with one line naming the field, before it runs anything. Members are judged against the
 fingerprint most of them share (a named pool; ties go to the first in the inventory's order),
-or the first place a labgrid pool got.
+or the first place a labgrid pool got; where no two members agree, none is the pool's, and the
+jobs fail saying so.
 
 A member that cannot be reached, or goes away mid-job, loses only that attempt: the job is put
 back for another member, at most `attempts` tries in all (each recorded in its result); a
@@ -100,6 +101,7 @@ class Reference:
         self.expected, self.order = expected, order
         self.seen: dict[str, dict | None] = {}
         self.chosen: dict | None = None
+        self.conflict = ""          # why no member is the pool's, where no two agree
         self.cond = threading.Condition()
 
     def absent(self, member: str) -> None:
@@ -120,12 +122,23 @@ class Reference:
                 probed = [(m, f) for m, f in self.seen.items() if f is not None]
                 counts = collections.Counter(repr(sorted(f.items())) for _, f in probed)
                 rank = {m: i for i, m in enumerate(self.order)}
-                self.chosen = max(probed, key=lambda mf: (counts[repr(sorted(mf[1].items()))],
-                                                           -rank.get(mf[0], len(rank))))[1]
+                first, self.chosen = max(probed, key=lambda mf: (counts[repr(sorted(mf[1].items()))],
+                                                                  -rank.get(mf[0], len(rank))))
+                if len(probed) > 1 and max(counts.values()) == 1:     # no two agree: none is the pool's
+                    other, theirs = next((m, f) for m, f in probed if m != first)
+                    self.conflict = (f"no two of its members agree on the fingerprint results are pooled by ({first} "
+                                     f"and {other} differ in {', '.join(differing(self.chosen, theirs))})")
             ref = self.chosen
-        diff = [k for k in sorted({**ref, **fp}) if ref.get(k) != fp.get(k)]
+        if self.conflict:
+            raise LeftOut(self.conflict)
+        diff = differing(ref, fp)
         if diff:
             raise LeftOut("; ".join(f"{k} {fp.get(k)!r}, its siblings' {ref.get(k)!r}" for k in diff))
+
+
+def differing(a: dict, b: dict) -> list[str]:
+    """The fingerprint's fields two members differ in."""
+    return [k for k in sorted({**a, **b}) if a.get(k) != b.get(k)]
 
 
 @dataclass
@@ -190,6 +203,9 @@ def run(pool: Target, jobs: list[Job], prep: Prepared, store: Store, run_id: str
                         return
             except LeftOut as e:
                 reference.absent(m.name)
+                if reference.conflict:      # said once, for the pool, by its jobs' errors below
+                    gone[:] = [reference.conflict]
+                    return
                 gone.append(f"{m.name}: left out: {e}")
                 view.say(f"pool {pool.name}: member {m.name} left out of this run: {e}")
                 return
@@ -213,6 +229,8 @@ def run(pool: Target, jobs: list[Job], prep: Prepared, store: Store, run_id: str
     if stop.is_set():
         return
     why = "; ".join(gone) or "no member could take it"
+    if reference.conflict:
+        view.say(f"pool {pool.name}: {reference.conflict}: none of them runs this run's jobs")
     for job in queue.left():        # every member left: the jobs say why
         finish(pool.name, record(failure(job, "lost" if tries[job.job_id].attempts else "failed",
                                          f"no member of pool {pool.name} left to run it ({why})"), "", job))

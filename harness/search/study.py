@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import threading
 import time
 import warnings
 
@@ -97,7 +98,10 @@ class Study:
         self.engine = engine        # the storage's SQLAlchemy engine; None in memory
         self.shared = shared or {}  # {"name": ..., "storage": the URL shown()}
         self.retry = retry or retried()     # what queues a failed trial's values again
-        self.beat = None            # the running trial's heartbeat thread
+        self.beats = {}             # each running trial's heartbeat thread, by its number
+        # this process's threads (a pool's members, a trial each) ask one at a time: the database's
+        # advisory lock is the connection's, which every thread of the process shares
+        self.mutex = threading.Lock()
 
     @classmethod
     def in_memory(cls, sampler, pruner) -> "Study":
@@ -152,7 +156,7 @@ class Study:
 
         told = False
         while not stop.is_set():
-            with self.locked(ASK):
+            with self.mutex, self.locked(ASK):
                 self._fail_stale()
                 trials = self.optuna.get_trials(deepcopy=False)
                 if counted(trials) < budget and self._queue(trials, grid):
@@ -178,7 +182,7 @@ class Study:
         queued its values again."""
         import optuna
 
-        self._stop_beat()
+        self._stop_beat(trial)
         try:
             for k, v in (attrs or {}).items():
                 trial.set_user_attr(k, v)
@@ -249,13 +253,13 @@ class Study:
 
         if is_heartbeat_enabled(self.optuna._storage):
             self.optuna._storage.record_heartbeat(trial._trial_id)
-        self.beat = get_heartbeat_thread(trial._trial_id, self.optuna._storage)
-        self.beat.start()
+        beat = self.beats[trial.number] = get_heartbeat_thread(trial._trial_id, self.optuna._storage)
+        beat.start()
 
-    def _stop_beat(self) -> None:
-        if self.beat is not None:
-            self.beat.join()
-            self.beat = None
+    def _stop_beat(self, trial) -> None:
+        beat = self.beats.pop(trial.number, None)
+        if beat is not None:
+            beat.join()
 
 
 def _claim(study, description: dict, where: str) -> None:

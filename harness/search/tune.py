@@ -27,12 +27,16 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
-import random
 import os
+import random
 import shutil
 import socket
+import threading
 import zlib
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
+
+from rich.console import Console
 
 from workloads import datasets, vocab
 from workloads.spec import Hyper
@@ -451,21 +455,37 @@ def _run(store: Store, suite: Suite, base: Suite, target: Target, pretrain_targe
         store.set_in_plan(run_id, "tune", record)
         return Outcome(run_id, record, failed)
 
-    def train(entry: dict, report) -> tuple[str, list, str | None]:
-        (*_, job), _ = plan.make(dataclasses.replace(base, hyper={**base.hyper, **entry["values"]}), [target],
-                                 timeout_s=opts.timeout_s, pretrain_target=pretrain_target)
-        job.job_id = job.spec["job_id"] = entry["job_id"] = runs.safe_name(f"trial{entry['number']:03d}.{job.job_id}")
-        store.extend_plan(run_id, [job.to_dict()])
-        result = _trial(store, run_id, job, target, prepared, report, stop)
-        return result["status"], (convergence.of(result) or {}).get("flags", []), result.get("error")
+    boards = target.members or [target]
+    plan_lock = threading.Lock()        # run.json is written by every member's thread
+
+    def train_on(board: Target):
+        """Trials on one board: a pool's member (its pool of one, so the result records it), or the target."""
+        runs_on = dataclasses.replace(target, members=[board]) if target.pool else target
+
+        def train(entry: dict, report) -> tuple[str, list, str | None]:
+            (*_, job), _ = plan.make(dataclasses.replace(base, hyper={**base.hyper, **entry["values"]}), [target],
+                                     timeout_s=opts.timeout_s, pretrain_target=pretrain_target)
+            job.job_id = job.spec["job_id"] = entry["job_id"] = runs.safe_name(f"trial{entry['number']:03d}.{job.job_id}")
+            with plan_lock:
+                store.extend_plan(run_id, [job.to_dict()])
+            result = _trial(store, run_id, job, runs_on, prepared, report, stop, live=len(boards) == 1)
+            return result["status"], (convergence.of(result) or {}).get("flags", []), result.get("error")
+        return train
 
     def on_trial(entry: dict) -> None:
-        record["trials"].append(entry)
-        store.set_in_plan(run_id, "tune", record)
-        show(_line(entry))
+        with plan_lock:
+            record["trials"].append(entry)
+            store.set_in_plan(run_id, "tune", record)
+            show(_line(entry))
 
-    search(opts, train, stop, on_trial, study, {"run": run_id, "target": target.name, "host": socket.gethostname()},
-           show)
+    owner = {"run": run_id, "target": target.name, "host": socket.gethostname()}
+    # as many trials at once as the target has boards: a pool's members each search from the study in turn
+    with ThreadPoolExecutor(max_workers=len(boards)) as threads:
+        futures = [threads.submit(search, opts, train_on(b), stop, on_trial, study, owner, show) for b in boards]
+        while wait(futures, timeout=0.2).not_done:      # short waits: the main thread takes the signals
+            pass
+        for f in futures:
+            f.result()
     record["best"] = best_record(study, opts)
     if study.shared:
         record["study"]["trials"] = study.totals()
@@ -529,9 +549,10 @@ def _earlier_pretraining(store: Store, run_id: str, job) -> tuple[str, dict] | N
     return None
 
 
-def _trial(store: Store, run_id: str, job, target: Target, prepared, report, run_stop: Stop) -> dict:
+def _trial(store: Store, run_id: str, job, target: Target, prepared, report, run_stop: Stop, live: bool = True) -> dict:
     """One trial's job, each epoch's validation accuracy reported as it ends; a pruned one is
-    stopped as an interrupted job is (by its own Stop, so the search goes on)."""
+    stopped as an interrupted job is (by its own Stop, so the search goes on). live: its progress
+    bars on a terminal (not where a pool's members run trials at once: one live display at a time)."""
     own = _TrialStop(run_stop)
 
     class View(ProgressView):
@@ -543,7 +564,7 @@ def _trial(store: Store, run_id: str, job, target: Target, prepared, report, run
                 own.request(f"pruned by zobench tune after epoch {ev['epoch']} (validation accuracy "
                             f"{acc if acc is not None else math.nan:.4f})")
 
-    with View({target.name: 1}) as view:
+    with View({target.name: 1}, None if live else Console(stderr=True, force_terminal=False)) as view:
         results = execute(store, run_id, [job], {target.name: target}, prepared, view, own)
     # a signal before the job started: it never ran, and ends as an interrupted one does
     return results[0] if results else {"status": "interrupted", "error": own.reason}
