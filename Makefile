@@ -55,6 +55,8 @@ bench: setup-bench
 	$(BIN)/python benchmarks/zo_optimizers.py
 	$(BIN)/python benchmarks/a53_estimate.py
 	$(BIN)/python benchmarks/farm_parallel.py
+	$(BIN)/python benchmarks/pool_scale.py
+	$(BIN)/python benchmarks/pool_scale.py --real
 	$(BIN)/python benchmarks/compare_noise.py
 	$(BIN)/python benchmarks/gpu.py
 	$(BIN)/python benchmarks/memory_fit.py --malloc fixed

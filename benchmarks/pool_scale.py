@@ -8,12 +8,15 @@ the scheduler's own cost, which this prints for each farm size, and for a run wh
 dies in its first job, then cannot be reached): no job may be lost, and none may finish twice.
 
     python benchmarks/pool_scale.py [--boards 1,4,16,64,256] [--jobs-per-board 4] [--job-s 0.2]
-    python benchmarks/pool_scale.py --real [--epochs 2] [--train-samples 2000]
+    python benchmarks/pool_scale.py --real [--epochs 2] [--train-samples 30000]
+    python benchmarks/pool_scale.py ... --json docs/targets/pool_scale.json   # the docs' record
+    python benchmarks/pool_scale.py --doc docs/targets/pool_scale.json        # its tables
 
 --real measures the real thing instead: two sshd boards on loopback, each pinned to one core of
 this machine, as one pool against one such board alone: every Table 1 cell of paper-fmnist on the
-C++ binary for a few epochs, each side's wall time, and whether the two sides trained the same
-weights (INT8 bit for bit; FP32 too, on one thread a job).
+C++ binary for a few epochs, and a grid tune of 8 trials; each side's wall time, and whether the
+two sides trained the same (the cells' weights, INT8 bit for bit and FP32 too, on one thread a
+job; the trials' validation accuracies).
 
 Prints a table; asserts nothing but the faults' bookkeeping (every job once).
 """
@@ -22,6 +25,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
+import json
+import platform
 import statistics
 import sys
 import tempfile
@@ -107,7 +112,7 @@ def simulate(boards: int, jobs_per_board: int, job_s: float, dying: float = 0.0)
             "lost_attempts": lost, "dropped": dropped, "twice": sum(n > 1 for n in finished.values()), "missing": len(jobs) - len(finished)}
 
 
-def real(epochs: int, train_samples: int) -> None:
+def real(epochs: int, train_samples: int) -> dict:
     """The shortened reproduction on a pool of one pinned board and of two, side by side."""
     import os
     import subprocess
@@ -127,29 +132,86 @@ def real(epochs: int, train_samples: int) -> None:
         cmd = [sys.executable, "-m", "zobench", "run", "--suite", "paper-fmnist", "--runtime", "cpp", "--no-report",
                "--inventory", str(inv), "--set", f"epochs={epochs}", "--set", f"train_samples={train_samples}",
                "--set", "test_samples=1000"]
-        walls, weights = {}, {}
+        tune = [sys.executable, "-m", "zobench", "tune", "--suite", "paper-fmnist", "--method", "full-zo",
+                "--precision", "fp32", "--runtime", "cpp", "--sampler", "grid", "--grid-points", "8", "--trials", "8",
+                "--pruner", "none", "--epochs", str(epochs), "--set", f"train_samples={train_samples}",
+                "--inventory", str(inv)]
+        walls, outcome = {}, {}
+
+        def timed(what: str, name: str, argv: list[str]) -> None:
+            results = root / f"r-{what}-{name}"
+            t0 = time.perf_counter()
+            p = subprocess.run([*argv, "--target", name, "--results", str(results)], env=env, capture_output=True,
+                               text=True)
+            if p.returncode != 0:
+                raise SystemExit(p.stderr[-2000:])
+            walls[what, name] = time.perf_counter() - t0
+            store = Store(results)
+            run_id = store.latest()
+            got = store.results(run_id)
+            members = Counter(r["pool"]["member"] for r in got)
+            if what == "tune":      # each trial's values and validation accuracies
+                same = {tuple(t["values"].items()): t["validation_accuracy"] for t in store.run_plan(run_id)["tune"]["trials"]}
+            else:                   # each cell's final weights
+                same = {r["job"]["job_id"].split(".", 1)[1]: (r["model"] or {}).get("weights_sha256") for r in got}
+            outcome[what, name] = (same, members)
+
         try:
-            for name in ("two", "one", "two"):  # the first deploys and builds: the second "two" is timed
-                results = root / f"r-{name}"
-                t0 = time.perf_counter()
-                p = subprocess.run([*cmd, "--target", name, "--results", str(results)], env=env,
-                                   capture_output=True, text=True)
-                if p.returncode != 0:
-                    raise SystemExit(p.stderr[-2000:])
-                walls[name] = time.perf_counter() - t0
-                store = Store(results)
-                weights[name] = {r["job"]["job_id"].split(".", 1)[1]: (r["model"] or {}).get("weights_sha256")
-                                 for r in store.results(store.latest())}
-                members = Counter(r["pool"]["member"] for r in store.results(store.latest()))
+            timed("run", "two", cmd)        # deploys and builds once: not timed
+            for what, argv in (("run", cmd), ("tune", tune)):
+                for name in ("one", "two"):
+                    timed(what, name, argv)
         finally:
             for b in boards:
                 b.stop()
-    same = sum(weights["one"][k] == weights["two"].get(k) for k in weights["one"])
-    print(f"paper-fmnist on cpp, {len(weights['one'])} cells, {epochs} epochs of {train_samples} samples:")
-    print(f"  1 board:  {walls['one']:7.1f} s")
-    print(f"  2 boards: {walls['two']:7.1f} s  ({walls['two'] / walls['one']:.2f}x; jobs per member: "
-          f"{', '.join(f'{m} {n}' for m, n in sorted(members.items()))})")
-    print(f"  the same weights on both sides: {same} of {len(weights['one'])} cells")
+    out = {"epochs": epochs, "train_samples": train_samples, "cores": os.cpu_count()}
+    for what in ("run", "tune"):
+        (a, _), (b, members) = outcome[what, "one"], outcome[what, "two"]
+        out[what] = {"one_s": walls[what, "one"], "two_s": walls[what, "two"], "members": dict(sorted(members.items())),
+                     "identical": sum(a[k] == b.get(k) for k in a), "of": len(a)}
+    return out
+
+
+def farm(sizes: list[int], jobs_per_board: int, job_s: float, repeats: int) -> list[dict]:
+    """simulate() at each farm size, whole and with a quarter of the members dying: medians."""
+    rows = []
+    for n in sizes:
+        for dying in (0.0, 0.25) if n >= 4 else (0.0,):
+            runs = [simulate(n, jobs_per_board, job_s, dying) for _ in range(repeats)]
+            r = runs[0]
+            rows.append({"boards": n, "dying": dying, "jobs": r["jobs"], "job_s": job_s, "ideal_s": r["ideal"],
+                         "wall_s": statistics.median(x["wall"] for x in runs),
+                         "cpu_s": statistics.median(x["cpu"] for x in runs),
+                         "every_job_once": all(x["ok"] == x["jobs"] and not x["twice"] and not x["missing"]
+                                               for x in runs)})
+    return rows
+
+
+def markdown(record: dict) -> str:
+    """The tables docs/targets.md shows, from a record this script wrote (--json)."""
+    lines = []
+    if record.get("farm"):
+        lines += ["| boards | jobs | wall s | ideal s | speed-up | controller CPU ms/job | over ideal ms/job | "
+                  "a quarter die mid-job |", "|---|---|---|---|---|---|---|---|"]
+        for r in record["farm"]:
+            serial = r["jobs"] * r["job_s"]
+            lines.append(f"| {r['boards']} | {r['jobs']} | {r['wall_s']:.3f} | {r['ideal_s']:.3f} | "
+                         f"{serial / r['wall_s']:.1f}x | {1000 * r['cpu_s'] / r['jobs']:.2f} | "
+                         f"{1000 * (r['wall_s'] - r['ideal_s']) / r['jobs']:.2f} | "
+                         + ("-" if not r["dying"] else "every job once, ok" if r["every_job_once"] else "LOST OR DOUBLED")
+                         + " |")
+    if record.get("real"):
+        r = record["real"]
+        if lines:
+            lines.append("")
+        lines += [f"| two boards, a core each, against one ({r['epochs']} epochs of {r['train_samples']} samples a "
+                  "job) | 1 board s | 2 boards s | ratio | jobs per member | identical on both sides |",
+                  "|---|---|---|---|---|---|"]
+        for what, title in (("run", "paper-fmnist's Table 1 cells on cpp"), ("tune", "a grid tune of 8 trials")):
+            x = r[what]
+            lines.append(f"| {title} | {x['one_s']:.1f} | {x['two_s']:.1f} | {x['two_s'] / x['one_s']:.2f}x | "
+                         f"{', '.join(f'{m} {n}' for m, n in x['members'].items())} | {x['identical']} of {x['of']} |")
+    return "\n".join(lines) + "\n"
 
 
 def main() -> None:
@@ -160,27 +222,19 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--real", action="store_true", help="two pinned loopback boards against one (minutes)")
     ap.add_argument("--epochs", type=int, default=2)
-    ap.add_argument("--train-samples", type=int, default=2000)
+    ap.add_argument("--train-samples", type=int, default=30000)
+    ap.add_argument("--json", type=Path, help="add this run's figures to a record (docs/targets/pool_scale.json)")
+    ap.add_argument("--doc", type=Path, help="print the tables of a record, as docs/targets.md shows them")
     args = ap.parse_args()
-    if args.real:
-        return real(args.epochs, args.train_samples)
-    sizes = [int(x) for x in args.boards.split(",")]
-    print(f"{'boards':>6} {'jobs':>5} {'wall s':>8} {'ideal s':>8} {'speed-up':>9} {'CPU ms/job':>10} "
-          f"{'over ideal ms/job':>17}  faults")
-    for n in sizes:
-        for dying in (0.0, 0.25) if n >= 4 else (0.0,):
-            runs = [simulate(n, args.jobs_per_board, args.job_s, dying) for _ in range(args.repeats)]
-            wall = statistics.median(r["wall"] for r in runs)
-            r = runs[0]
-            # the scheduler's own cost: the controller's CPU per job (its threads, queue, judge and
-            # every result written), and the wall time past the ideal over all jobs
-            cpu = 1000 * statistics.median(x["cpu"] for x in runs) / r["jobs"]
-            over = 1000 * (wall - r["ideal"]) / r["jobs"]
-            serial = r["jobs"] * args.job_s
-            bad = [x for x in runs if x["ok"] != x["jobs"] or x["twice"] or x["missing"]]
-            print(f"{n:>6} {r['jobs']:>5} {wall:8.3f} {r['ideal']:8.3f} {serial / wall:8.1f}x {cpu:10.2f} {over:17.2f}  "
-                  + (f"a quarter die mid-job: {'every job once, ok' if not bad else 'LOST OR DOUBLED: ' + str(bad[0])}"
-                     if dying else "-"))
+    if args.doc:
+        return print(markdown(json.loads(args.doc.read_text())), end="")
+    record = {"real": real(args.epochs, args.train_samples)} if args.real else \
+        {"farm": farm([int(x) for x in args.boards.split(",")], args.jobs_per_board, args.job_s, args.repeats)}
+    print(markdown(record), end="")
+    if args.json:           # kept beside the docs: their tables are this record's (tests/test_pool.py)
+        kept = json.loads(args.json.read_text()) if args.json.is_file() else {}
+        args.json.write_text(json.dumps({**kept, **record, "machine": platform.processor() or platform.machine(),
+                                         "cpu_model": probe(".").get("cpu_model")}, indent=1) + "\n")
 
 
 if __name__ == "__main__":

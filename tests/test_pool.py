@@ -229,3 +229,16 @@ def test_a_pool_whose_members_all_differ_runs_nothing_and_says_so_once(farm, tmp
     store = Store(tmp_path / "r")
     (x,) = store.results(store.latest())
     assert x["status"] == "failed" and "no two of its members agree" in x["error"]
+
+
+def test_the_docs_pool_figures_are_their_committed_records_tables():
+    """docs/targets.md's measured tables are what benchmarks/pool_scale.py renders from the record
+    it wrote (docs/targets/pool_scale.json): no number there without its record."""
+    from benchmarks.pool_scale import markdown
+
+    repo = Path(__file__).resolve().parent.parent
+    record = json.loads((repo / "docs" / "targets" / "pool_scale.json").read_text())
+    doc = (repo / "docs" / "targets.md").read_text()
+    shown = doc.split("<!-- pool_scale: begin -->\n", 1)[1].split("<!-- pool_scale: end -->", 1)[0]
+    assert shown == markdown(record)
+    assert record["farm"] and record["real"]
