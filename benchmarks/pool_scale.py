@@ -14,9 +14,10 @@ dies in its first job, then cannot be reached): no job may be lost, and none may
 
 --real measures the real thing instead: two sshd boards on loopback, each pinned to one core of
 this machine, as one pool against one such board alone: every Table 1 cell of paper-fmnist on the
-C++ binary for a few epochs, and a grid tune of 8 trials; each side's wall time, and whether the
-two sides trained the same (the cells' weights, INT8 bit for bit and FP32 too, on one thread a
-job; the trials' validation accuracies).
+C++ binary for a few epochs, and a grid tune of 8 trials (also as two tune processes, one a board,
+sharing one study in a real PostgreSQL); each side's wall time, and whether the two sides trained
+the same (the cells' weights, INT8 bit for bit and FP32 too, on one thread a job; the trials'
+validation accuracies).
 
 Prints a table; asserts nothing but the faults' bookkeeping (every job once).
 """
@@ -161,15 +162,45 @@ def real(epochs: int, train_samples: int) -> dict:
             for what, argv in (("run", cmd), ("tune", tune)):
                 for name in ("one", "two"):
                     timed(what, name, argv)
+            shared = shared_study(tune, env, root)
         finally:
             for b in boards:
                 b.stop()
-    out = {"epochs": epochs, "train_samples": train_samples, "cores": os.cpu_count()}
+    out = {"epochs": epochs, "train_samples": train_samples, "cores": os.cpu_count(), "shared": shared}
     for what in ("run", "tune"):
         (a, _), (b, members) = outcome[what, "one"], outcome[what, "two"]
         out[what] = {"one_s": walls[what, "one"], "two_s": walls[what, "two"], "members": dict(sorted(members.items())),
                      "identical": sum(a[k] == b.get(k) for k in a), "of": len(a)}
     return out
+
+
+def shared_study(tune: list[str], env: dict, root: Path) -> dict:
+    """The same grid tune as two `zobench tune` processes at once, one on each board, sharing one
+    study in a real PostgreSQL (testkit/postgres.py; Optuna's RDB storage): their wall time, and
+    whether each point ran once and both processes took trials."""
+    import subprocess
+
+    from harness.stores.store import Store
+    from testkit.postgres import Postgres
+
+    pg = Postgres()
+    try:
+        url = pg.new_database()
+        t0 = time.perf_counter()
+        procs = [subprocess.Popen([*tune, "--storage", url, "--study", "bench", "--target", board, "--results",
+                                   str(root / f"r-shared-{board}")], env=env, stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.PIPE, text=True) for board in ("p1", "p2")]
+        errs = [p.communicate()[1] for p in procs]
+        wall = time.perf_counter() - t0
+        if any(p.returncode for p in procs):
+            raise SystemExit("\n".join(e[-2000:] for e in errs))
+    finally:
+        pg.stop()
+    trials = {board: Store(root / f"r-shared-{board}").run_plan(Store(root / f"r-shared-{board}").latest())["tune"]["trials"]
+              for board in ("p1", "p2")}
+    values = [tuple(t["values"].items()) for ts in trials.values() for t in ts]
+    return {"wall_s": wall, "trials": {b: len(ts) for b, ts in trials.items()},
+            "each_point_once": len(values) == len(set(values))}
 
 
 def farm(sizes: list[int], jobs_per_board: int, job_s: float, repeats: int) -> list[dict]:
@@ -211,6 +242,12 @@ def markdown(record: dict) -> str:
             x = r[what]
             lines.append(f"| {title} | {x['one_s']:.1f} | {x['two_s']:.1f} | {x['two_s'] / x['one_s']:.2f}x | "
                          f"{', '.join(f'{m} {n}' for m, n in x['members'].items())} | {x['identical']} of {x['of']} |")
+        if r.get("shared"):
+            x, one = r["shared"], r["tune"]["one_s"]
+            lines.append(f"| the same tune as two `zobench tune` processes, one a board, on one PostgreSQL study | "
+                         f"{one:.1f} | {x['wall_s']:.1f} | {x['wall_s'] / one:.2f}x | "
+                         f"{', '.join(f'{m} {n}' for m, n in x['trials'].items())} | "
+                         f"{'each grid point once' if x['each_point_once'] else 'A POINT RAN TWICE'} |")
     return "\n".join(lines) + "\n"
 
 

@@ -19,7 +19,7 @@ from testkit.tools import require
 # test's set-up has built the binaries; 2026-11-29, 1,245 worker-seconds in all), longest first.
 # make test hands out whole files in this order (--dist loadfile --no-loadscope-reorder): a long
 # file started last would run alone at the end.
-LONGEST_FIRST = ("test_ssh.py", "test_shared_store.py", "test_lease.py", "test_report_transformers.py",
+LONGEST_FIRST = ("test_ssh.py", "test_pool.py", "test_shared_store.py", "test_lease.py", "test_report_transformers.py",
                  "test_finetune.py", "test_faults.py", "test_zo_optimizers.py", "test_report.py", "test_labgrid.py",
                  "test_adam.py", "test_validity.py", "test_gpu_scale.py", "test_cpp.py", "test_compare.py",
                  "test_signals.py", "test_memory_model.py", "test_int8.py", "test_equal_memory.py", "test_ort.py",

@@ -111,6 +111,9 @@ def test_a_member_lost_mid_job_costs_only_that_attempt_and_is_dropped(farm, tmp_
     assert tried["member"] == "board-c" and tried["status"] == "lost" and tried["error"]
     dropped = [line for line in r.stderr.splitlines() if "dropped" in line]
     assert len(dropped) == 1 and "member board-c dropped for the rest of this run after 2 failures" in dropped[0]
+    # zobench results names each job's member, and the attempt lost before
+    shown = zobench("results", "--results", tmp_path / "r").stdout
+    assert "member" in shown and shown.count("board-a") == 3 and "(1 lost before)" in shown, shown
 
 
 @pytest.mark.parametrize("pool, why", [

@@ -82,6 +82,8 @@ def summary(run_id: str, r: dict) -> dict:
         "init_sha256": model.get("init_sha256"), "weights_sha256": model.get("weights_sha256"),
         "start_accuracy": (r["start_eval"] or {}).get("test_accuracy"),
         "started_at": r["started_at"],
+        # a pool's job: the member that ran it, and the attempts its members lost before (harness/execution/pool.py)
+        "member": (r["pool"] or {}).get("member") or None, "lost_attempts": len((r["pool"] or {}).get("attempts") or []),
     }
 
 

@@ -40,11 +40,14 @@ def main(args) -> int:
         from rich.table import Table
 
         t = Table(title=f"run {run_id}")
-        for col in ("job", "status", "steps", "ms/step", "train s", "peak RSS MiB", "test acc", "train loss"):
-            t.add_column(col, justify="left" if col in ("job", "status") else "right")
+        pooled = any(r["member"] for r in rows)     # a pool's run: which member ran each job
+        for col in ("job", *(("member",) if pooled else ()), "status", "steps", "ms/step", "train s", "peak RSS MiB",
+                    "test acc", "train loss"):
+            t.add_column(col, justify="left" if col in ("job", "member", "status") else "right")
         for r in rows:
             fmt = lambda v, f: "-" if v is None else format(v, f)
-            t.add_row(r["job_id"], f"{r['status']}: {r['error']}" if r["error"] else
+            member = [(r["member"] or "-") + (f" ({r['lost_attempts']} lost before)" if r["lost_attempts"] else "")]
+            t.add_row(r["job_id"], *(member if pooled else []), f"{r['status']}: {r['error']}" if r["error"] else
                       f"{r['status']}; not finite: {r['nonfinite']}" if r["nonfinite"] else r["status"],
                       str(r["steps"]), fmt(r["step_seconds"] and 1000 * r["step_seconds"], ".2f")
                       + (f" ({validity.shown(r['validity'].split(','))})" if r["validity"] else ""),
