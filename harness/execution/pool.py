@@ -42,6 +42,9 @@ MEMBER_FAULTS = ("lost",)
 LEASE_TRY_S = 10.0
 # how long a member that could not be reached waits before it tries again
 RETRY_S = 2.0
+# how long the first members probed wait for their siblings' probes before the fingerprint is
+# chosen among those in (a member held in labgrid's queue is judged when it comes)
+JUDGE_WAIT_S = 120.0
 
 
 class LeftOut(Exception):
@@ -95,7 +98,8 @@ class Queue:
 
 class Reference:
     """The fingerprint a pool's members are judged by: the one most members share, once every
-    member has probed or failed to (`expected` of them); the first one where that number is 1."""
+    member has probed or failed to (`expected` of them; at most JUDGE_WAIT_S after the first
+    probe); the first one where that number is 1."""
 
     def __init__(self, expected: int, order: list[str]):
         self.expected, self.order = expected, order
@@ -116,7 +120,9 @@ class Reference:
         with self.cond:
             self.seen[member] = fp
             self.cond.notify_all()
-            while self.chosen is None and len(self.seen) < self.expected and not stop.is_set():
+            end = time.monotonic() + JUDGE_WAIT_S
+            while self.chosen is None and len(self.seen) < self.expected and not stop.is_set() \
+                    and time.monotonic() < end:
                 self.cond.wait(POLL_S)
             if self.chosen is None:
                 probed = [(m, f) for m, f in self.seen.items() if f is not None]
