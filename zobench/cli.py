@@ -6,7 +6,10 @@ and here is what every command shares: the one-line answer to a user's error, an
 boundary, which turns anything unexpected into one line and a log file (unexpected)."""
 from __future__ import annotations
 
+import errno
 import os
+import secrets
+import stat
 import sys
 import time
 import traceback
@@ -64,13 +67,27 @@ def unexpected(command: str, e: BaseException) -> str:
     where = f" in {frames[-1].name} ({_short(frames[-1].filename)}:{frames[-1].lineno})" if frames else ""
     line = f"zobench {command or ''}".rstrip() + f": unexpected error{where}: {type(e).__name__}: {said(e)}"
     try:
-        logs = Path(LOGS).expanduser()
-        logs.mkdir(parents=True, exist_ok=True)
-        log = logs / f"zobench-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"
-        log.write_text(scrub(f"zobench {' '.join(sys.argv[1:])}\n" + "".join(traceback.format_exception(e))))
+        log = write_log(scrub(f"zobench {' '.join(sys.argv[1:])}\n" + "".join(traceback.format_exception(e))))
         return f"{line}; the traceback is in {log}"
     except OSError as why:
         return f"{line}; its traceback could not be logged ({type(why).__name__}: {said(why)})"
+
+
+def write_log(text: str) -> Path:
+    """text in a new log file of LOGS: a folder only this user can write (made 0700; one that is
+    a symlink, another's or writable by others is refused), a name nobody can guess (the time,
+    the pid and random hex), opened O_CREAT | O_EXCL | O_NOFOLLOW, 0600. So a file or symlink
+    planted where the log goes is never written through: the open fails instead."""
+    logs = Path(LOGS).expanduser()
+    logs.mkdir(mode=0o700, parents=True, exist_ok=True)
+    st = os.lstat(logs)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
+        raise PermissionError(errno.EPERM, "not a folder only this user can write", str(logs))
+    log = logs / f"zobench-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}-{secrets.token_hex(4)}.log"
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    return log
 
 
 def _ours(filename: str) -> bool:
