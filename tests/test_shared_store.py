@@ -13,7 +13,7 @@ from harness.stores import pgstore
 from harness.stores import validity
 from harness.stores.store import Store
 from testkit import compare_runs
-from testkit.runners import REPO, TINY_CPP, cli, script, start
+from testkit.runners import REPO, TINY_CPP, cli, script, start, zobench
 from testkit.sshd import free_port
 from testkit.tools import require
 
@@ -220,6 +220,31 @@ def test_a_password_is_never_printed_written_nor_pushed_in_any_form_libpq_takes(
     argv = " ".join(Store(tmp_path / "res").run_plan(Store(tmp_path / "res").latest())["argv"])
     assert {"url": f"postgresql://zobench@{host_port}/{db}", "store=": f"--store=postgresql://zobench@{host_port}/{db}",
             "keyword": f"host={host} port={port} user=zobench dbname={db}"}.get(form, "--store") in argv
+
+
+@pytest.mark.parametrize("char", ["?", "#", "/", "@"])
+def test_a_password_holding_a_url_delimiter_is_in_no_line_file_nor_row(tmp_path, url, char):
+    """A password holding '?' or '#' (libpq reads the user info to the last '@' and connects),
+    '/' (it cannot connect) or an unescaped '@' (the part after it is read as the host): a real
+    run to a real store, as a separate process, and a push to a port nobody listens on. No part
+    of the password is printed, written to the results folder or to the store's rows, and
+    run.json's command line names the store without it."""
+    host_port, db = url.split("@")[1].split("/")
+    secret = f"p{char}TailSecret9"
+    given = f"postgresql://zobench:{secret}@{host_port}/{db}"
+    run = zobench("run", "--results", tmp_path / "res", "--no-report", "--store", given, *ONE)
+    assert run.returncode == (0 if char in "?#" else 2), run.stderr
+    store = Store(tmp_path / "res")
+    unreachable = given.replace(host_port.split(":")[1], str(free_port()))
+    push = zobench("push", store.latest(), "--results", tmp_path / "res", "--store", unreachable)
+    assert push.returncode == 2 and "cannot connect" in push.stderr, push.stderr
+    said = run.stdout + run.stderr + push.stdout + push.stderr
+    written = [f for f in (tmp_path / "res").rglob("*") if f.is_file() and b"TailSecret" in f.read_bytes()]
+    pushed = char in "?#"       # where libpq connects (elsewhere the store's tables were never made)
+    stored = rows(url, "SELECT plan::text FROM runs") + rows(url, "SELECT result::text FROM results") if pushed else []
+    assert "TailSecret" not in said and written == [] and not any("TailSecret" in t for (t,) in stored), said
+    assert len(stored) == (2 if pushed else 0)
+    assert f"postgresql://zobench@{host_port}/{db}" in store.run_plan(store.latest())["argv"]
 
 
 def test_the_schema_is_migrated_once_and_a_newer_one_is_refused(url):
