@@ -24,7 +24,7 @@ from .commands.options import Parser
 # where an unexpected error's traceback goes, a file an error (as pip keeps its log)
 LOGS = "~/.cache/zobench/logs"
 # the packages whose frames say what zobench was doing, in the checkout they are in
-OURS = ("zobench", "harness", "workloads", "reports", "testkit")
+OURS = ("zobench", "harness", "workloads", "reports", "testkit", "scripts")
 CHECKOUT = Path(__file__).resolve().parent.parent
 
 
@@ -39,35 +39,55 @@ def build_parser() -> Parser:
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     command = next((a for a in argv if not a.startswith("-")), "")
-    try:
+
+    def call() -> int:
         args = build_parser().parse_args(argv)
         return args.main(args)
+    return guarded("zobench", command, call)
+
+
+def guarded(prog: str, command: str, call) -> int:
+    """call() inside the one error boundary of every command line zobench has (zobench itself and
+    the scripts in scripts/, prog their name): a user's error one line `PROG: error: ...` and exit
+    2; anything unexpected one line naming where it happened, its traceback logged, and exit 1."""
+    try:
+        return call()
     except UserError as e:
-        print(f"zobench: error: {scrub(str(e))}", file=sys.stderr)
+        print(f"{prog}: error: {scrub(str(e))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:   # `zobench run` handles its own (zobench/running.py); elsewhere nothing is left running
-        print("zobench: interrupted", file=sys.stderr)
+        print(f"{prog}: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:     # `zobench results | head`: the reader has all it wanted
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())   # no second error at exit
         return 0
     except Exception as e:      # noqa: BLE001 (the boundary: every other error ends here, once)
         if type(e).__module__.split(".")[0] == "psycopg":   # the shared store's driver: a table dropped or changed by hand
-            print(f"zobench: error: the shared store: {type(e).__name__}: {said(e)}", file=sys.stderr)
+            print(f"{prog}: error: the shared store: {type(e).__name__}: {said(e)}", file=sys.stderr)
             return 2
-        print(unexpected(command, e), file=sys.stderr)
+        print(unexpected(command, e, prog), file=sys.stderr)
         return 1
 
 
-def unexpected(command: str, e: BaseException) -> str:
+def runs_exit(prog: str, codes: list[int]) -> int:
+    """The exit of a script that started zobench runs, from theirs: 0 when every run ended ok; 2
+    (and a line saying so) when every one was refused as bad usage or configuration, so nothing
+    ran; else 1, as zobench's own exit for a job that did not end ok."""
+    if codes and all(c == 2 for c in codes):
+        print(f"{prog}: error: every run it started was refused ({len(codes)}; each said why above)", file=sys.stderr)
+        return 2
+    return 0 if all(c == 0 for c in codes) else 1
+
+
+def unexpected(command: str, e: BaseException, prog: str = "zobench") -> str:
     """The one line for an error zobench did not expect: the command, the function of ours it
     was in (what it was doing), the exception, scrubbed; the traceback, scrubbed too, in a log
     file the line names. Where the log cannot be written (a full disk), the line says so."""
     frames = [f for f in traceback.extract_tb(e.__traceback__) if _ours(f.filename)]
     where = f" in {frames[-1].name} ({_short(frames[-1].filename)}:{frames[-1].lineno})" if frames else ""
-    line = f"zobench {command or ''}".rstrip() + f": unexpected error{where}: {type(e).__name__}: {said(e)}"
+    line = f"{prog} {command or ''}".rstrip() + f": unexpected error{where}: {type(e).__name__}: {said(e)}"
     try:
-        log = write_log(scrub(f"zobench {' '.join(sys.argv[1:])}\n" + "".join(traceback.format_exception(e))))
+        log = write_log(scrub(f"{prog} {' '.join(sys.argv[1:])}\n" + "".join(traceback.format_exception(e))))
         return f"{line}; the traceback is in {log}"
     except OSError as why:
         return f"{line}; its traceback could not be logged ({type(why).__name__}: {said(why)})"
