@@ -7,11 +7,13 @@ boundary, which turns anything unexpected into one line and a log file (unexpect
 from __future__ import annotations
 
 import errno
+import importlib.metadata
 import os
 import secrets
 import stat
 import sys
 import time
+import tomllib
 import traceback
 from pathlib import Path
 
@@ -30,6 +32,7 @@ CHECKOUT = Path(__file__).resolve().parent.parent
 
 def build_parser() -> Parser:
     ap = Parser(prog="zobench", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--version", action="version", version=f"zobench {version()}")
     sub = ap.add_subparsers(dest="command", required=True, parser_class=Parser)
     for command in COMMANDS:
         command.add(sub)
@@ -41,9 +44,21 @@ def main(argv=None) -> int:
     command = next((a for a in argv if not a.startswith("-")), "")
 
     def call() -> int:
-        args = build_parser().parse_args(argv)
+        parser = build_parser()
+        if not argv:        # a bare `zobench`: what it takes, not an error about it
+            parser.print_usage(sys.stderr)
+            return 2
+        args = parser.parse_args(argv)
         return args.main(args)
     return guarded("zobench", command, call)
+
+
+def version() -> str:
+    """zobench's version as its package metadata has it (pyproject.toml's), else the checkout's."""
+    try:
+        return importlib.metadata.version("zobench")
+    except importlib.metadata.PackageNotFoundError:
+        return tomllib.loads((CHECKOUT / "pyproject.toml").read_text())["project"]["version"]
 
 
 def guarded(prog: str, command: str, call) -> int:

@@ -14,7 +14,8 @@ def add(sub) -> None:
     p = sub.add_parser("export", help="a run's measurements as pytest-benchmark JSON or CSV")
     options.add_results(p)
     options.add_store(p)
-    p.add_argument("--format", choices=("pytest-benchmark", "csv"), required=True)
+    p.add_argument("--format", choices=("pytest-benchmark", "csv"), required=True,
+                   help="pytest-benchmark (its JSON, for CI dashboards that read it) or csv")
     p.add_argument("--run", help="run id (default: the latest)")
     p.add_argument("--out", type=Path, help="write here instead of stdout")
     p.set_defaults(main=main)

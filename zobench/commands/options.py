@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+from pathlib import Path
 
 from workloads.spec import Bounds
 
@@ -106,6 +107,19 @@ def say(line: str) -> None:
     """What the library has to tell the user (notes, progress lines, warnings): on stderr, through
     the scrubber every printed message goes through (a store's password never reaches a log)."""
     print(scrub(line), file=sys.stderr)
+
+
+def add_inventory(p):
+    p.add_argument("--inventory", type=Path, help="inventory TOML of the targets (default "
+                                                  "~/.config/zobench/targets.toml)")
+
+
+def add_estimator(p):
+    """--estimator, as compare, history and publish read it (harness/analysis/compare.py)."""
+    from harness.analysis.compare import ESTIMATOR, ESTIMATORS
+    p.add_argument("--estimator", choices=tuple(ESTIMATORS), default=ESTIMATOR,
+                   help="each side's estimates the threshold applies to (default both: the fastest repeat and the "
+                        "median must both move past it)")
 
 
 def add_results(p):
