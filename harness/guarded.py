@@ -22,6 +22,34 @@ def system_tree(path: str) -> str | None:
     return next((t for t in SYSTEM_TREES if path == t or path.startswith(t + "/")), None)
 
 
+def own_file(path: Path, what: str, where: str, ours) -> Path:
+    """The file `path` resolved, for zobench to write its `what` to: refused (UserError) where it
+    is a folder, in a system tree, or a file ours(path) does not recognise as one zobench wrote
+    (a file has no room for a marker beside it: its content is the mark). The rule of own_folder,
+    for an --out that is a file: a user's file is never replaced."""
+    p = Path(os.path.abspath(path)).resolve()
+    if system_tree(str(p)):
+        raise UserError(f"{where}: {p} is in a system folder; give a file of your own for the {what}")
+    if p.is_dir():
+        raise UserError(f"{where}: {p} is a folder, not a file")
+    if p.exists() and not ours(p):
+        raise UserError(f"{where}: {p} exists and zobench did not write it; give a new file, or one zobench wrote "
+                        f"the {what} into (it replaces only its own)")
+    return p
+
+
+def write_file(path: Path, text: str, where: str) -> None:
+    """text into path whole or not at all (a temporary file beside it, renamed over it): a full
+    disk leaves the old file as it was and no half-written one; a UserError names the file."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        raise UserError(f"{where}: cannot write {path}: {e.strerror}") from None
+
+
 def own_folder(path: Path, marker: str, what: str, where: str, legacy=None) -> Path:
     """Make `path` zobench's for `what` (its marker file named `marker` inside, written now) and
     return it resolved; UserError where it is a system folder, the home folder, a file, or a
