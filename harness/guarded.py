@@ -50,11 +50,11 @@ def write_file(path: Path, text: str, where: str) -> None:
         raise UserError(f"{where}: cannot write {path}: {e.strerror}") from None
 
 
-def own_folder(path: Path, marker: str, what: str, where: str, legacy=None) -> Path:
+def own_folder(path: Path, marker: str, what: str, where: str) -> Path:
     """Make `path` zobench's for `what` (its marker file named `marker` inside, written now) and
     return it resolved; UserError where it is a system folder, the home folder, a file, or a
-    folder holding something without the marker. legacy(folder) -> True accepts a folder an
-    older zobench wrote before markers existed (it gets the marker)."""
+    folder holding something without the marker. Only the marker makes a folder zobench's: what
+    merely looks like its output (a site's data/overview.json) may sit beside a user's files."""
     p = Path(os.path.abspath(path)).resolve()
     if str(p) in SYSTEM or p == Path.home().resolve() or system_tree(str(p)):
         raise UserError(f"{where}: {p} is {'the home folder' if p == Path.home().resolve() else 'a system folder'}; "
@@ -64,7 +64,7 @@ def own_folder(path: Path, marker: str, what: str, where: str, legacy=None) -> P
     mark = p / marker
     if p.is_dir() and not mark.is_file():
         there = sorted(os.listdir(p))
-        if there and not (legacy and legacy(p)):
+        if there:
             shown = ", ".join(n + ("/" if (p / n).is_dir() else "") for n in there[:4]) + (", …" if len(there) > 4 else "")
             raise UserError(f"{where}: {p} holds {len(there)} entr{'y' if len(there) == 1 else 'ies'} zobench did not "
                             f"write ({shown}); give an empty folder, or one zobench wrote the {what} into (it keeps "
