@@ -17,7 +17,7 @@ import tomllib
 import traceback
 from pathlib import Path
 
-from harness.errors import UserError
+from harness.errors import UserError, one_line
 from harness.store_url import said, scrub
 
 from .commands import COMMANDS
@@ -68,7 +68,7 @@ def guarded(prog: str, command: str, call) -> int:
     try:
         return call()
     except UserError as e:
-        print(f"{prog}: error: {scrub(str(e))}", file=sys.stderr)
+        print(f"{prog}: error: {one_line(scrub(str(e)))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:   # `zobench run` handles its own (zobench/running.py); elsewhere nothing is left running
         print(f"{prog}: interrupted", file=sys.stderr)
