@@ -500,6 +500,31 @@ def test_a_store_damaged_by_hand_is_one_line_and_loses_nothing_local(capsys, tmp
     assert sorted((f.name, f.read_bytes()) for f in (store.runs / run_id).rglob("*") if f.is_file()) == before
 
 
+@pytest.mark.parametrize("whole", [True, False])
+def test_a_row_under_a_job_the_run_never_planned_is_named_by_every_reader(capsys, tmp_path, url, whole):
+    """A row added by hand under a job id the run's plan does not hold (a whole result of its own
+    job id, or one whose result is no result): pull writes the planned results and exits 2 naming
+    it, history and publish refuse in one line naming it; none counts it as a result."""
+    store = Store(tmp_path / "a")
+    run_id = compare_runs.made_up_run(store, [compare_runs.made_up_result(10.0)])
+    assert cli(capsys, "push", run_id, "--store", url, "--results", tmp_path / "a").returncode == 0
+    import psycopg
+    with psycopg.connect(url) as c:
+        c.execute("CREATE TEMP TABLE t AS SELECT * FROM results")
+        c.execute("UPDATE t SET job_id = 'ghost.job', result = " + (
+            "jsonb_set(result, '{job,job_id}', '\"ghost.job\"')" if whole else "'[1]'::jsonb"))
+        c.execute("INSERT INTO results SELECT * FROM t")
+    named = f"run {run_id} job ghost.job: " + (pgstore.UNPLANNED if whole else "")
+    r = cli(capsys, "pull", run_id, "--store", url, "--results", tmp_path / "b")
+    assert r.returncode == 2 and "1 results written" in r.stderr and named in r.stderr.strip().splitlines()[-1], r.stderr
+    assert [x["job"]["job_id"] for x in Store(tmp_path / "b").results(run_id)] == \
+        [x["job"]["job_id"] for x in store.results(run_id)]
+    for command in (["history"], ["publish", "--out", tmp_path / "site", "--reports", "0"]):
+        r = cli(capsys, *command, "--store", url)
+        (line,) = r.stderr.strip().splitlines()
+        assert r.returncode == 2 and named in line and "damaged" in line, (command, r.stderr)
+
+
 def test_history_tracks_a_gpu_jobs_device_memory_as_the_gate_judges_it(capsys, tmp_path, server):
     """A made-up cuda series whose GPU allocation grows 30% from the fourth commit while its
     host RSS (mostly CUDA's libraries) stays: history finds the change in peak memory, from the

@@ -38,11 +38,7 @@ def main(args) -> int:
 
     with pgstore.SharedStore(pgstore.required(args.store, "history")) as shared:
         rows, facts = shared.history(args.keys, args.target, args.since, args.branch)
-        damaged = shared.damaged_rows(args.keys, args.target)
-    if damaged:
-        raise UserError(f"history: {len(damaged)} row{'s' if len(damaged) > 1 else ''} of the store {'are' if len(damaged) > 1 else 'is'} "
-                        f"damaged, their results no results ({damaged[0]}{', …' if len(damaged) > 1 else ''}): "
-                        "push those runs again from a results folder that holds them, or delete the rows")
+        shared.refuse_damaged("history", args.keys, args.target)
     found = history.series(rows, facts, args.threshold / 100, args.estimator)
     if not found:
         raise UserError("history: no ok result in the store matches" + (f" {' '.join(args.keys)}" if args.keys else ""))
