@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 
 from harness.errors import UserError
+from workloads import jsonfile
 
 # folders whose every file is the system's: nothing of zobench's is made inside them (leases
 # included: harness/planning/inventory.py lease_problem)
@@ -41,12 +42,10 @@ def own_file(path: Path, what: str, where: str, ours) -> Path:
 def write_file(path: Path, text: str, where: str) -> None:
     """text into path whole or not at all (a temporary file beside it, renamed over it): a full
     disk leaves the old file as it was and no half-written one; a UserError names the file."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        tmp.write_text(text)
-        os.replace(tmp, path)
+        with jsonfile.atomic(path) as tmp:
+            Path(tmp).write_text(text)
     except OSError as e:
-        tmp.unlink(missing_ok=True)
         raise UserError(f"{where}: cannot write {path}: {e.strerror}") from None
 
 
