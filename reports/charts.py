@@ -16,6 +16,7 @@ from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
 
 from harness.search import memory_model
+from workloads.jsonfile import atomic
 from workloads.vocab import PAPER_CONFIGS, PRECISION_LABELS, TRAIN_PHASES, method_label
 
 MIB, KIB = 2 ** 20, 2 ** 10
@@ -24,10 +25,12 @@ PART_COLORS = dict(zip(memory_model.PARTS, sns.color_palette("Pastel1", len(memo
 
 
 def save(fig, out, name: str) -> None:
-    """A chart as out/name.png and out/name.svg, laid out."""
+    """A chart as out/name.png and out/name.svg, laid out; each whole or not at all (a full disk
+    leaves no truncated image, and its error names the file)."""
     fig.tight_layout()
     for ext in ("png", "svg"):
-        fig.savefig(out / f"{name}.{ext}", dpi=120, bbox_inches="tight")
+        with atomic(out / f"{name}.{ext}") as tmp:
+            fig.savefig(tmp, format=ext, dpi=120, bbox_inches="tight")
 
 
 def figure(ncols: int, nrows: int = 1, width: float = 5.0, height: float = 4.2, sharey=False):

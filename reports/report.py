@@ -27,6 +27,7 @@ from harness.errors import UserError
 from harness.stores.schema import joules_per_step, step_seconds
 from workloads import methods
 from workloads.datasets import data_name
+from workloads.jsonfile import atomic
 from workloads.spec import JobSpec
 from workloads.vocab import METHODS, PAPER_CONFIGS, PRECISION_LABELS, TRAIN_PHASES, method_label, precision_label
 
@@ -123,8 +124,10 @@ def build(store, run_ids: list[str], out: Path | None = None, targets=(), method
         for name, make in draw.items():
             charts.save(make() if len(ok) else _nothing_to_chart(), out, name)
     blocks = _blocks(run_ids, plans, df, ok, ratios, accuracy) + [("img", name) for name in draw]
-    (out / "report.md").write_text(_markdown(blocks))
-    (out / "report.html").write_text(_html(blocks, out, f"zobench report: {', '.join(run_ids)}"))
+    for name, text in (("report.md", _markdown(blocks)),
+                       ("report.html", _html(blocks, out, f"zobench report: {', '.join(run_ids)}"))):
+        with atomic(out / name) as tmp:
+            Path(tmp).write_text(text)
     return out / "report.html"
 
 

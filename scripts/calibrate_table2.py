@@ -36,7 +36,10 @@ from harness.planning import suites  # noqa: E402
 from harness.stores import records  # noqa: E402
 from harness.stores.store import Store  # noqa: E402
 from reports import calibration, paper  # noqa: E402
+from workloads.spec import JobSpec, Workload  # noqa: E402
 from workloads.vocab import method_label, precision_label  # noqa: E402
+from zobench.cli import guarded, runs_exit  # noqa: E402
+from zobench.commands import options  # noqa: E402
 
 DATA_SETS = ("mnist", "fashion-mnist")
 PRECISIONS = ("fp32", "int8")
@@ -75,15 +78,18 @@ def suite_file(folder: Path, name: str, rotations: list[float], subset: int, see
     t["workload"] = {**t.get("workload", {}), "subset": subset}
     for m in t["methods"] if finetune_hyper else ():      # each method's table, over the suite's and
         t["hyper"].setdefault(m, {}).update(finetune_hyper)   # under its precisions' (none sets these)
-    folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{name}.toml"
+    if not path.resolve().is_relative_to(folder.resolve()):     # --name is a plain name (parser()); and here
+        raise UserError(f"{name!r}: a step's name makes a file in {folder}, not elsewhere")
+    folder.mkdir(parents=True, exist_ok=True)
     path.write_text(toml(t) + "\n")
     return path
 
 
-def run_all(results: Path, runs: list[tuple[str, Path, list[str]]]) -> None:
+def run_all(results: Path, runs: list[tuple[str, Path, list[str]]]) -> int:
     """Each (name, suite, extra args) as a zobench run, two at a time; calibration.json records
-    which run id is which as each run ends, so a step cut short keeps what finished."""
+    which run id is which as each run ends, so a step cut short keeps what finished. The step's
+    exit, from the runs' (runs_exit: 2 when every run was refused)."""
     record, lock = results / "calibration.json", threading.Lock()
 
     def one(item):
@@ -97,9 +103,10 @@ def run_all(results: Path, runs: list[tuple[str, Path, list[str]]]) -> None:
                 kept = json.loads(record.read_text()) if record.is_file() else {}
                 kept.setdefault(name, []).append(found[1])
                 record.write_text(json.dumps(kept, indent=1) + "\n")
+        return p.returncode
 
     with ThreadPoolExecutor(2) as pool:
-        list(pool.map(one, runs))
+        return runs_exit("calibrate_table2.py", list(pool.map(one, runs)))
 
 
 def cells(ran: tuple[Store, dict], prefix: str) -> dict:
@@ -129,35 +136,32 @@ def paper_before(data_set: str, precision: str) -> tuple[float, float]:
     return tuple(paper.TABLE2[precision][data_set][i][0] for i in range(2))
 
 
-def angles_step(a, results: Path) -> None:
-    lo, hi, step = (float(x) for x in a.grid.split(":"))
-    grid = [lo + i * step for i in range(int((hi - lo) / step) + 1)]
+def angles_step(a, results: Path) -> int:
+    grid = a.grid
     # w/o fine-tuning is each job's start: one Full BP step of fine-tuning is enough to get it, on
     # the whole test set (a subset of all 10,000 test images: only 2 x 10,000 images are turned)
     runs = [(f"angles-{p}", suite_file(results / "suites", f"angles-{p}", grid, TEST_IMAGES, a.seed,
                                        {"epochs": 1, "train_samples": 32}),
              ["--method", "full-bp", "--precision", p]) for p in PRECISIONS]
-    run_all(results, runs)
+    return run_all(results, runs)
 
 
-def subset_step(a, results: Path) -> None:
-    angles = [float(x) for x in a.angles.split(",")]
-    runs = [(f"subset-{n}", suite_file(results / "suites", f"subset-{n}", angles, n, a.seed),
-             ["--method", "full-bp", "--precision", "fp32"]) for n in (int(x) for x in a.sizes.split(","))]
-    run_all(results, runs)
+def subset_step(a, results: Path) -> int:
+    runs = [(f"subset-{n}", suite_file(results / "suites", f"subset-{n}", a.angles, n, a.seed),
+             ["--method", "full-bp", "--precision", "fp32"]) for n in a.sizes]
+    return run_all(results, runs)
 
 
-def cells_step(a, results: Path) -> None:
-    run_all(results, cell_runs(a, results))
+def cells_step(a, results: Path) -> int:
+    return run_all(results, cell_runs(a, results))
 
 
 def cell_runs(a, results: Path) -> list[tuple[str, Path, list[str]]]:
     """A run per seed and precision, of every method or of those --method names."""
-    angles = [float(x) for x in a.angles.split(",")]
     methods = [arg for m in a.method for arg in ("--method", m)]
-    return [(f"{a.name}-{p}-s{seed}", suite_file(results / "suites", f"{a.name}-{p}-s{seed}", angles, a.subset, seed),
+    return [(f"{a.name}-{p}-s{seed}", suite_file(results / "suites", f"{a.name}-{p}-s{seed}", a.angles, a.subset, seed),
              ["--precision", p, *methods])
-            for seed in (int(x) for x in a.seeds.split(",")) for p in a.precisions.split(",")]
+            for seed in a.seeds for p in a.precisions.split(",")]
 
 
 def ran_in(results: Path) -> tuple[Store, dict]:
@@ -176,14 +180,15 @@ def named(store: Store, run_ids: list[str]) -> dict:
     return kept
 
 
-def records_step(a, results: Path) -> None:
+def records_step(a, results: Path) -> int:
     store, kept = ran_in(results)
     recs = records.of_runs(store, [i for ids in kept.values() for i in ids])
     records.write(a.records, recs)
     print(f"{a.records}: {len(recs)} records of {len({r['run_id'] for r in recs})} runs")
+    return 0
 
 
-def show(a, results: Path) -> None:
+def show(a, results: Path) -> int:
     """The fits and every cell against the paper's, as docs/reproduction.md shows them: from the
     runs in results, or (--records given) from the records alone."""
     if a.records_given:
@@ -192,6 +197,7 @@ def show(a, results: Path) -> None:
             tables((store, named(store, run_ids)), a.name)
     else:
         tables(ran_in(results), a.name)
+    return 0
 
 
 def tables(ran: tuple[Store, dict], name: str) -> None:
@@ -251,45 +257,56 @@ def tables(ran: tuple[Store, dict], name: str) -> None:
                     print(f"| {d} | {p.upper()} | {label} | " + " | ".join(row) + " |")
 
 
-def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="calibrate_table2.py", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+# the bounds of what the options name, the suites' own
+ANGLE, SUBSET, SEED = Workload.BOUNDS["rotate"], Workload.BOUNDS["subset"], JobSpec.BOUNDS["seed"]
+
+
+def parser() -> options.Parser:
+    """zobench's parser and option types (zobench/commands/options.py): a bad value is one line."""
+    ap = options.Parser(prog="calibrate_table2.py", description=__doc__,
+                        formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("step", choices=("angles", "subset", "cells", "show", "records"))
     ap.add_argument("--results", type=Path, default=REPO / "results" / "calibration")
     ap.add_argument("--records", type=Path, help="records: the file the runs' records are written to (default "
                                                  "docs/reproduction/calibration.jsonl.gz); show: read the runs' "
                                                  "records from it, not the results folder")
-    ap.add_argument("--grid", default="-90:90:5", help="angles: first:last:step, degrees (both signs: which way the paper turned)")
-    ap.add_argument("--angles", help="subset, cells: A,B")
-    ap.add_argument("--sizes", default="250,500,1000,2000,5000,10000", help="subset: the N to try")
-    ap.add_argument("--subset", type=int, help="cells: N")
-    ap.add_argument("--seed", type=int, default=0, help="angles, subset: the suite's seed")
-    ap.add_argument("--seeds", default="0,1,2", help="cells: the seeds of every cell")
+    ap.add_argument("--grid", type=options.grid(ANGLE), default="-90:90:5",
+                    help="angles: first:last:step, degrees (both signs: which way the paper turned)")
+    ap.add_argument("--angles", type=options.numbers(float, ANGLE, 2), help="subset, cells: A,B")
+    ap.add_argument("--sizes", type=options.numbers(int, SUBSET), default="250,500,1000,2000,5000,10000",
+                    help="subset: the N to try")
+    ap.add_argument("--subset", type=options.number(int, SUBSET), help="cells: N")
+    ap.add_argument("--seed", type=options.number(int, SEED), default=0, help="angles, subset: the suite's seed")
+    ap.add_argument("--seeds", type=options.numbers(int, SEED), default="0,1,2", help="cells: the seeds of every cell")
     ap.add_argument("--method", action="append", default=[], help="cells: only this method (repeatable; default every "
                                                                    "method of the suite), as zobench run --method")
     ap.add_argument("--precisions", default=",".join(PRECISIONS), help="cells: the precisions (default %(default)s)")
-    ap.add_argument("--name", default="cells", help="cells, show: the name the cells' runs are kept under (a round "
-                                                    "with other rates beside an earlier one)")
+    ap.add_argument("--name", type=options.plain_name, default="cells",
+                    help="cells, show: the name the cells' runs are kept under (a round with other rates beside an "
+                         "earlier one); one path component, no '/' nor '..'")
     return ap
 
 
 def main(argv=None) -> int:
+    """The step, inside zobench's error boundary: a bad value or a missing file is one line and
+    exit 2, a step whose runs were all refused exits 2, one with a job not ok 1."""
+    return guarded("calibrate_table2.py", "", lambda: step(argv))
+
+
+def step(argv) -> int:
     ap = parser()
     a = ap.parse_args(argv)
-    if a.step in ("subset", "cells") and not a.angles or a.step == "cells" and not a.subset:
+    if a.step in ("subset", "cells") and not a.angles or a.step == "cells" and a.subset is None:
         ap.error(f"{a.step} needs --angles" + (" and --subset" if a.step == "cells" else ""))
     if a.records and a.step not in ("show", "records"):
         ap.error(f"--records is show's and records' option, not {a.step}'s")
+    if other := sorted(set(a.precisions.split(",")) - set(PRECISIONS)):
+        ap.error(f"--precisions: expected some of {', '.join(PRECISIONS)}, got {other[0]!r}")
     a.records_given, a.records = a.records is not None, a.records or RECORDS
     if a.step not in ("show", "records"):
         a.results.mkdir(parents=True, exist_ok=True)
-    try:
-        {"angles": angles_step, "subset": subset_step, "cells": cells_step, "show": show,
-         "records": records_step}[a.step](a, a.results)
-    except UserError as e:
-        print(f"calibrate_table2.py: error: {e}", file=sys.stderr)
-        return 2
-    return 0
+    return {"angles": angles_step, "subset": subset_step, "cells": cells_step, "show": show,
+            "records": records_step}[a.step](a, a.results)
 
 
 if __name__ == "__main__":

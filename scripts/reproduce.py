@@ -39,11 +39,13 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from harness.errors import UserError  # noqa: E402
-from harness.store_url import scrub  # noqa: E402
 from harness.stores import pgstore, records  # noqa: E402
 from harness.stores.store import Store  # noqa: E402
 from harness import wheel_data  # noqa: E402
 from workloads import datasets  # noqa: E402
+from workloads.spec import JobSpec  # noqa: E402
+from zobench.cli import guarded, runs_exit  # noqa: E402
+from zobench.commands import options  # noqa: E402
 
 DOC = REPO / "docs" / "reproduction.md"
 FIXTURE = REPO / "tests" / "fixtures" / "reproduction.json"
@@ -113,17 +115,18 @@ def run_queue(queue: list[list[str]], results: Path, common: list[str]) -> list[
 
 
 def run(results: Path, seeds=SEEDS, common: list[str] = ("--target", TARGET), suites=SUITES,
-        precisions=()) -> tuple[list[str], bool]:
+        precisions=()) -> tuple[list[str], list[int]]:
     """The reproduction's runs, two queues at once; common: what every zobench run gets besides its
     queue's arguments (the target, the store, filters, --set). The ids of the runs that started,
-    and whether every run ended with each job ok (and pushed, with a store)."""
+    and every run's exit code (0: each job ok, and pushed with a store; 2: refused)."""
     with ThreadPoolExecutor(len(QUEUES)) as pool:
         ran = [x for q in pool.map(lambda q: run_queue(q, results, list(common)), queues(seeds, suites, precisions))
                for x in q]
     ids = [i for i, _ in ran if i]
-    results.mkdir(parents=True, exist_ok=True)
-    (results / "reproduce.json").write_text(json.dumps({"runs": ids}, indent=1) + "\n")
-    return ids, all(rc == 0 for _, rc in ran)
+    if ids:     # none started: the last reproduction's runs stay the ones `records` reads
+        results.mkdir(parents=True, exist_ok=True)
+        (results / "reproduce.json").write_text(json.dumps({"runs": ids}, indent=1) + "\n")
+    return ids, [rc for _, rc in ran]
 
 
 @contextlib.contextmanager
@@ -364,9 +367,9 @@ def kept(args, recs: list[dict]) -> list[dict]:
     return recs
 
 
-def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="reproduce.py", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+def parser() -> options.Parser:
+    """zobench's parser and option types (zobench/commands/options.py): a bad value is one line."""
+    ap = options.Parser(prog="reproduce.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("command", choices=("run", "records", "doc"))
     ap.add_argument("runs", nargs="*", help="records: the runs (default: those in results/reproduce.json); "
                                             "doc: the runs (default: the committed records)")
@@ -379,7 +382,8 @@ def parser() -> argparse.ArgumentParser:
                                                    "run --store does; records, doc RUN_ID...: read the runs from it")
     ap.add_argument("--add", action="store_true", help="run, records, doc RUN_ID...: add the runs' records to the "
                                                        "file's (a run's replaced whole), not in place of them")
-    ap.add_argument("--seeds", default=",".join(map(str, SEEDS)), help="run: every cell's seeds (default %(default)s)")
+    ap.add_argument("--seeds", type=options.numbers(int, JobSpec.BOUNDS["seed"]), default=",".join(map(str, SEEDS)),
+                    help="run: every cell's seeds (default %(default)s)")
     ap.add_argument("--target", default=TARGET, help="run: the target every job runs on (default %(default)s)")
     ap.add_argument("--inventory", type=Path, help="run: the inventory the target is in (as zobench run's)")
     ap.add_argument("--suite", action="append", default=[], choices=SUITES, help="run: only these suites")
@@ -395,22 +399,23 @@ RUN_ONLY = ("seeds", "target", "inventory", "suite", "method", "precision", "set
 
 
 def main(argv=None) -> int:
+    """The command, inside zobench's error boundary: a bad value or an unknown run is one line
+    and exit 2, a run whose every zobench run was refused exits 2, one with a job not ok 1."""
+    return guarded("reproduce.py", "", lambda: step(checked(argv)))
+
+
+def checked(argv):
+    """The parsed arguments, the combinations no option type can refuse refused."""
     ap = parser()
     args = ap.parse_args(argv)
-    given = [k for k in RUN_ONLY if getattr(args, k) != ap.get_default(k)]
+    given = [k for k in RUN_ONLY if getattr(args, k) != ap.parse_args([args.command]).__dict__[k]]
     if args.command != "run" and given:
         ap.error(f"--{given[0]} is run's option, not {args.command}'s")
     if args.command == "run" and args.runs:
         ap.error("run takes no run ids (records and doc do)")
     if (args.add or args.store) and args.command == "doc" and not args.runs:
         ap.error(f"--{'add' if args.add else 'store'} takes runs: doc without run ids reads the records file as it is")
-    if not re.fullmatch(r"\d+(,\d+)*", args.seeds):
-        ap.error(f"--seeds: expected seeds as 0,1,2, got {args.seeds!r}")
-    try:
-        return step(args)
-    except UserError as e:
-        print(f"reproduce.py: error: {scrub(str(e))}", file=sys.stderr)
-        return 2
+    return args
 
 
 def step(args) -> int:
@@ -421,13 +426,14 @@ def step(args) -> int:
             url = pgstore.url_from(args.store)
             pgstore.SharedStore(url).close()
             common += ["--store", url]
-        ids, ok = run(args.results, [int(x) for x in args.seeds.split(",")], common, args.suite or SUITES,
-                      args.precision)
+        ids, codes = run(args.results, args.seeds, common, args.suite or SUITES, args.precision)
+        if not ids:     # nothing ran: the records file and the doc are left as they are
+            return runs_exit("reproduce.py", codes) or 1
         store = Store(args.results)
         recs = kept(args, records.of_runs(store, ids))
         doc(recs, args.records, args.doc)
         fixture(store, ids)
-        return 0 if ok else 1
+        return runs_exit("reproduce.py", codes)
     if args.command == "doc" and not args.runs:
         doc(committed() if args.records == RECORDS else records.read(args.records), args.records, args.doc)
         return 0

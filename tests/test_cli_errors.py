@@ -217,3 +217,62 @@ def test_a_data_set_the_binary_cannot_read_is_left_out_with_a_note(tmp_path):
     (run,) = os.listdir(tmp_path / "res" / "runs")
     assert sorted(f for f in os.listdir(tmp_path / "res" / "runs" / run) if f.startswith("local.")) == [
         "local.torch.full-zo.fp32.r0.json"]
+
+
+def every_option():
+    """(command, option strings, its help) of every option of every subcommand, targets' too."""
+    import argparse
+    from zobench.cli import build_parser
+
+    def walk(parser, name):
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for sub, p in action.choices.items():
+                    yield from walk(p, f"{name} {sub}".strip())
+            elif action.option_strings and action.dest != "help":
+                yield name, action.option_strings, action.help
+    return list(walk(build_parser(), ""))
+
+
+def test_every_option_of_every_command_says_what_it_is():
+    bare = [(command, opts) for command, opts, help_text in every_option() if not help_text]
+    assert bare == []
+
+
+def test_bare_zobench_prints_its_usage_and_version_is_the_packages():
+    bare = zobench()
+    assert bare.returncode == 2 and bare.stderr.startswith("usage: zobench") and "error" not in bare.stderr
+    import importlib.metadata
+    v = zobench("--version")
+    assert v.returncode == 0 and v.stdout.strip() == f"zobench {importlib.metadata.version('zobench')}"
+
+
+def test_memory_takes_a_method_as_run_tune_and_fit_do(capsys):
+    """--method elastic-zo:K is elastic-zo with --bp-layers K; a K that contradicts --bp-layers,
+    or a malformed one, is one line."""
+    import json
+    k2 = cli(capsys, "memory", "--batch", "8", "--method", "elastic-zo:2", "--json")
+    assert k2.returncode == 0, k2.stderr
+    same = cli(capsys, "memory", "--batch", "8", "--method", "elastic-zo", "--bp-layers", "2", "--json")
+    assert json.loads(k2.stdout) == json.loads(same.stdout) and len(json.loads(k2.stdout)) == 1
+    for args, needle in ([["--method", "elastic-zo:2", "--bp-layers", "1"], "--method elastic-zo:2 says 2"],
+                         [["--method", "elastic-zo:0"], "K >= 1"], [["--method", "full-zo:1"], "only elastic-zo"]):
+        r = cli(capsys, "memory", "--batch", "8", *args)
+        assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and needle in r.stderr, r.stderr
+
+
+def test_a_trials_progress_line_says_validation_accuracy():
+    """A job with a validation split (a tune trial) scores on held-out training samples: its
+    line says "validation acc"; a job of a run says "test acc"."""
+    import io
+    from rich.console import Console
+    from harness.execution.progress import ProgressView
+
+    out = io.StringIO()
+    with ProgressView({"local": 2}, Console(file=out, force_terminal=False, width=200)) as view:
+        for job_id, validation in (("trial", 1000), ("job", 0)):
+            view.job_finished("local", {"status": "ok", "steps": 10, "train_seconds": 1.0,
+                                        "epochs": [{"test_accuracy": 0.5}],
+                                        "job": {"job_id": job_id, "workload": {"validation": validation}}})
+    lines = out.getvalue().splitlines()
+    assert "trial  100.00 ms/step, validation acc 0.500" in lines[0] and "job  100.00 ms/step, test acc 0.500" in lines[1]

@@ -234,13 +234,44 @@ def test_a_run_resumed_after_an_upgrade_is_not_exported(tmp_path):
     mixed = made_up_run(store, [made_up_result(10.0, repeat=i, kernel="6.1.0" if i < 3 else "6.8.0")
                                 for i in range(5)])
     out = tmp_path / "baseline.json"
-    out.write_text("the baseline CI keeps")
+    kept = json.dumps({"commit_info": {"project": "zobench"}, "benchmarks": []})    # an earlier export, as CI keeps it
+    out.write_text(kept)
     p = zobench("export", "--results", tmp_path, "--run", mixed, "--format", "pytest-benchmark", "--out", out)
     assert p.returncode == 2 and p.stdout == ""
     assert one_line(p) == (f"zobench: error: export: {mixed}: the repeats of 'lenet5/fashion-mnist full-zo fp32 cpp "
                            f"solo threads=2 epochs=1 train_samples=1600' disagree: kernel '6.1.0' "
                            f"({mixed}/solo.cpp.full-zo.fp32.r0) vs '6.8.0' ({mixed}/solo.cpp.full-zo.fp32.r3)")
-    assert out.read_text() == "the baseline CI keeps"
+    assert out.read_text() == kept
+
+
+@pytest.mark.parametrize("fmt", ["pytest-benchmark", "csv"])
+def test_export_out_replaces_only_a_file_export_wrote(tmp_path, fmt):
+    """--out's one rule (docs/compare.md): a new file, or one zobench wrote. A user's file (JSON
+    of another tool, a CSV of other columns, text) is refused in one line and left as it was; a
+    folder too; the export's own earlier file is replaced, whole."""
+    store = Store(tmp_path / "results")
+    run_id = made_up_run(store, [made_up_result(10.0 + 0.1 * i, repeat=i) for i in range(3)])
+    out = tmp_path / "out.file"
+
+    def export(target):
+        return zobench("export", "--results", store.root, "--run", run_id, "--format", fmt, "--out", target)
+
+    for theirs in ('{"commit_info": {"project": "mine"}}', "a,b\n1,2\n", "notes"):
+        out.write_text(theirs)
+        p = export(out)
+        assert p.returncode == 2 and "exists and zobench did not write it" in one_line(p)
+        assert out.read_text() == theirs
+    p = export(tmp_path)
+    assert p.returncode == 2 and "is a folder" in one_line(p)
+    out.unlink()
+    assert export(out).returncode == 0
+    first = out.read_text()
+    out.write_text(first.replace("10.", "11.", 1))
+    p = export(out)
+    assert p.returncode == 0 and one_line(p) == f"{out}: 1 job keys of run {run_id}"
+    assert (json.loads(out.read_text())["benchmarks"] == json.loads(first)["benchmarks"]) if fmt != "csv" \
+        else out.read_text() == first
+    assert sorted(f.name for f in tmp_path.iterdir()) == ["out.file", "results"]    # no temporary file left
 
 
 @pytest.fixture

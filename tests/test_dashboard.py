@@ -258,6 +258,24 @@ def test_a_commit_alone_opens_its_newest_published_comparison(site, browser):
     assert console_errors(b) == []
 
 
+def test_only_zobenchs_marker_makes_a_folder_a_site_publish_may_write_into(store, tmp_path):
+    """Folders that look like an older site (data/overview.json) beside a user's files, at the top
+    or inside data/: refused in one line, nothing changed; a marker of another output (a report's)
+    does not make a folder a site either."""
+    results = str(store[1].root)
+    looks = {"csv": {"data/overview.json": "{}", "data/important.csv": "thesis numbers\n"},
+             "page": {"data/overview.json": "{}", "index.html": "my page\n"},
+             "report": {".zobench-report": "", "report.md": "my notes\n"}}
+    for name, files in looks.items():
+        out = tmp_path / name
+        for rel, text in files.items():
+            (out / rel).parent.mkdir(parents=True, exist_ok=True)
+            (out / rel).write_text(text)
+        r = in_process("publish", "--results", results, "--out", out, "--reports", "0")
+        assert r.returncode == 2 and "zobench did not write" in r.stderr and len(r.stderr.splitlines()) == 1, r.stderr
+        assert {str(p.relative_to(out)): p.read_text() for p in out.rglob("*") if p.is_file()} == files
+
+
 def test_publish_writes_only_where_no_user_file_would_be_lost(store, tmp_path, monkeypatch):
     """Into a folder holding a user's files, its home or a system folder, publish refuses in one
     line naming what is there and changes nothing; into a new folder it writes the site and its

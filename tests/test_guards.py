@@ -8,8 +8,10 @@ import json
 import io
 import os
 import re
+import shutil
 import subprocess
 import threading
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -95,6 +97,43 @@ def test_an_error_that_cannot_be_logged_is_still_one_line(monkeypatch, tmp_path)
     code, _, err = run_main(parsed_argv(COMMANDS[5].__name__.rsplit(".", 1)[1]))
     (line,) = err.strip().splitlines()
     assert code == 1 and "ZeroDivisionError: division by zero" in line and "could not be logged" in line
+
+
+def test_the_error_log_never_writes_through_a_planted_file_and_is_the_users_alone(monkeypatch, tmp_path):
+    """Symlinks planted at every name the log could take by date and pid (this second and the
+    next minute), pointing at a file of the user's: after an unexpected error that file is
+    untouched, the log is a new regular file of mode 0600 in a folder of mode 0700. A log folder
+    that is a symlink, or writable by others, is refused: the line says the traceback could not
+    be logged, and nothing is written there."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    logs = tmp_path / ".cache" / "zobench" / "logs"
+    logs.mkdir(parents=True, mode=0o700)
+    victim = tmp_path / "victim"
+    victim.write_text("mine")
+    now = time.time()
+    for t in range(int(now) - 1, int(now) + 60):
+        (logs / f"zobench-{time.strftime('%Y%m%d-%H%M%S', time.localtime(t))}-{os.getpid()}.log").symlink_to(victim)
+    monkeypatch.setattr(COMMANDS[5], "main", lambda args: 1 / 0)
+    argv = parsed_argv(COMMANDS[5].__name__.rsplit(".", 1)[1])
+    code, _, err = run_main(argv)
+    log = Path(err.strip().rsplit("the traceback is in ", 1)[1])
+    assert code == 1 and victim.read_text() == "mine"
+    assert not log.is_symlink() and log.stat().st_mode & 0o777 == 0o600 and logs.stat().st_mode & 0o777 == 0o700
+    assert "ZeroDivisionError" in log.read_text()
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    shutil.rmtree(logs)
+    for bad in ("symlink", "group-writable"):
+        if bad == "symlink":
+            logs.symlink_to(elsewhere)
+        else:
+            logs.mkdir()
+            logs.chmod(0o775)
+        code, _, err = run_main(argv)
+        (line,) = err.strip().splitlines()
+        assert code == 1 and "could not be logged" in line and list(elsewhere.iterdir()) == list(logs.iterdir()) == []
+        logs.unlink() if bad == "symlink" else None
 
 
 # Malformed store URLs, each holding the password: the shapes the issue found (a bad IPv6 host,

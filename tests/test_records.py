@@ -133,7 +133,7 @@ def test_a_damaged_or_newer_records_file_is_one_error_naming_its_file_and_line(r
 @pytest.mark.parametrize("args, said", [
     (["doc", "--target", "pi"], "--target is run's option, not doc's"),
     (["run", "20250101-120000-ab12"], "run takes no run ids"),
-    (["run", "--seeds", "0,x"], "--seeds: expected seeds as 0,1,2"),
+    (["run", "--seeds", "0,x"], "argument --seeds: expected an integer, got 'x'"),
     (["doc", "--add"], "--add takes runs"),
     (["doc", "--store", "postgresql://x@y/z"], "--store takes runs"),
     (["records", "not-a-run"], "unknown run 'not-a-run'"),

@@ -192,3 +192,43 @@ def test_a_report_of_two_models_never_puts_one_models_bars_beside_the_others(nat
         assert {w for w in workloads if any(w in t for t in titles)} == set(workloads)
     titles = [ax.get_title() for ax in charts.loss_curves(ok, palette).axes if ax.get_title()]
     assert sorted(titles) == sorted(f"{w}, fp32: {s} loss" for w in workloads for s in ("train", "test"))
+
+
+def test_a_full_disk_leaves_no_part_of_a_report_names_the_file_and_the_run_says_a_command_that_works(tmp_path):
+    """`zobench report` whose files may not pass 20 kB (RLIMIT_FSIZE, the kernel's own "File too
+    large", as a full disk refuses a write): one line naming the file it could not write, that
+    file not there and no temporary file left; every image there is whole. The command a run
+    suggests for making its report again (running.report_again) then makes it."""
+    import os
+    import resource
+    import shlex
+    import subprocess
+    import sys
+    from pathlib import Path
+    from testkit.compare_runs import made_up_result, made_up_run
+    from testkit.runners import REPO
+    from zobench.running import report_again
+
+    store = Store(tmp_path / "res")
+    run_id = made_up_run(store, [made_up_result(10.0 + i, repeat=i) for i in range(3)])
+    out = tmp_path / "rep"
+
+    def small_files():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (20_000, 20_000))
+
+    p = subprocess.run([sys.executable, "-m", "zobench", "report", "--run", run_id, "--results", store.root,
+                        "--out", out], cwd=REPO, capture_output=True, text=True, timeout=300, preexec_fn=small_files,
+                       env={**os.environ, "PYTHONWARNINGS": "ignore::UserWarning"})   # matplotlib's on made-up data
+    assert p.returncode == 2, p.stderr
+    (line,) = p.stderr.strip().splitlines()
+    found = re.fullmatch(rf"zobench: error: report: cannot write ({re.escape(str(out))}/\S+): File too large", line)
+    assert found, line
+    assert not Path(found[1]).exists() and [f.name for f in out.iterdir() if ".part-" in f.name] == []
+    for f in out.glob("*.png"):
+        assert f.read_bytes().endswith(b"IEND\xaeB`\x82"), f      # a PNG's last chunk: whole
+    for f in out.glob("*.svg"):
+        assert f.read_text().rstrip().endswith("</svg>"), f
+    again = report_again(run_id, store)
+    assert again.startswith("zobench report --run ")
+    r = subprocess.run([sys.executable, "-m", *shlex.split(again)], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and (store.runs / run_id / "report" / "report.html").is_file(), r.stderr

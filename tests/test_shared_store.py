@@ -13,7 +13,7 @@ from harness.stores import pgstore
 from harness.stores import validity
 from harness.stores.store import Store
 from testkit import compare_runs
-from testkit.runners import REPO, TINY_CPP, cli, script, start
+from testkit.runners import REPO, TINY_CPP, cli, script, start, zobench
 from testkit.sshd import free_port
 from testkit.tools import require
 
@@ -220,6 +220,31 @@ def test_a_password_is_never_printed_written_nor_pushed_in_any_form_libpq_takes(
     argv = " ".join(Store(tmp_path / "res").run_plan(Store(tmp_path / "res").latest())["argv"])
     assert {"url": f"postgresql://zobench@{host_port}/{db}", "store=": f"--store=postgresql://zobench@{host_port}/{db}",
             "keyword": f"host={host} port={port} user=zobench dbname={db}"}.get(form, "--store") in argv
+
+
+@pytest.mark.parametrize("char", ["?", "#", "/", "@"])
+def test_a_password_holding_a_url_delimiter_is_in_no_line_file_nor_row(tmp_path, url, char):
+    """A password holding '?' or '#' (libpq reads the user info to the last '@' and connects),
+    '/' (it cannot connect) or an unescaped '@' (the part after it is read as the host): a real
+    run to a real store, as a separate process, and a push to a port nobody listens on. No part
+    of the password is printed, written to the results folder or to the store's rows, and
+    run.json's command line names the store without it."""
+    host_port, db = url.split("@")[1].split("/")
+    secret = f"p{char}TailSecret9"
+    given = f"postgresql://zobench:{secret}@{host_port}/{db}"
+    run = zobench("run", "--results", tmp_path / "res", "--no-report", "--store", given, *ONE)
+    assert run.returncode == (0 if char in "?#" else 2), run.stderr
+    store = Store(tmp_path / "res")
+    unreachable = given.replace(host_port.split(":")[1], str(free_port()))
+    push = zobench("push", store.latest(), "--results", tmp_path / "res", "--store", unreachable)
+    assert push.returncode == 2 and "cannot connect" in push.stderr, push.stderr
+    said = run.stdout + run.stderr + push.stdout + push.stderr
+    written = [f for f in (tmp_path / "res").rglob("*") if f.is_file() and b"TailSecret" in f.read_bytes()]
+    pushed = char in "?#"       # where libpq connects (elsewhere the store's tables were never made)
+    stored = rows(url, "SELECT plan::text FROM runs") + rows(url, "SELECT result::text FROM results") if pushed else []
+    assert "TailSecret" not in said and written == [] and not any("TailSecret" in t for (t,) in stored), said
+    assert len(stored) == (2 if pushed else 0)
+    assert f"postgresql://zobench@{host_port}/{db}" in store.run_plan(store.latest())["argv"]
 
 
 def test_the_schema_is_migrated_once_and_a_newer_one_is_refused(url):
@@ -473,6 +498,31 @@ def test_a_store_damaged_by_hand_is_one_line_and_loses_nothing_local(capsys, tmp
         r = cli(capsys, *command, "--store", url)
         assert r.returncode == 2 and said in r.stderr and len(r.stderr.strip().splitlines()) == 1, (command, r.stderr)
     assert sorted((f.name, f.read_bytes()) for f in (store.runs / run_id).rglob("*") if f.is_file()) == before
+
+
+@pytest.mark.parametrize("whole", [True, False])
+def test_a_row_under_a_job_the_run_never_planned_is_named_by_every_reader(capsys, tmp_path, url, whole):
+    """A row added by hand under a job id the run's plan does not hold (a whole result of its own
+    job id, or one whose result is no result): pull writes the planned results and exits 2 naming
+    it, history and publish refuse in one line naming it; none counts it as a result."""
+    store = Store(tmp_path / "a")
+    run_id = compare_runs.made_up_run(store, [compare_runs.made_up_result(10.0)])
+    assert cli(capsys, "push", run_id, "--store", url, "--results", tmp_path / "a").returncode == 0
+    import psycopg
+    with psycopg.connect(url) as c:
+        c.execute("CREATE TEMP TABLE t AS SELECT * FROM results")
+        c.execute("UPDATE t SET job_id = 'ghost.job', result = " + (
+            "jsonb_set(result, '{job,job_id}', '\"ghost.job\"')" if whole else "'[1]'::jsonb"))
+        c.execute("INSERT INTO results SELECT * FROM t")
+    named = f"run {run_id} job ghost.job: " + (pgstore.UNPLANNED if whole else "")
+    r = cli(capsys, "pull", run_id, "--store", url, "--results", tmp_path / "b")
+    assert r.returncode == 2 and "1 results written" in r.stderr and named in r.stderr.strip().splitlines()[-1], r.stderr
+    assert [x["job"]["job_id"] for x in Store(tmp_path / "b").results(run_id)] == \
+        [x["job"]["job_id"] for x in store.results(run_id)]
+    for command in (["history"], ["publish", "--out", tmp_path / "site", "--reports", "0"]):
+        r = cli(capsys, *command, "--store", url)
+        (line,) = r.stderr.strip().splitlines()
+        assert r.returncode == 2 and named in line and "damaged" in line, (command, r.stderr)
 
 
 def test_history_tracks_a_gpu_jobs_device_memory_as_the_gate_judges_it(capsys, tmp_path, server):

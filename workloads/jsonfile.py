@@ -9,6 +9,7 @@ Standard library only: the runners ship it to boards, and the store writes with 
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -58,16 +59,26 @@ def temp_name(path) -> str:
     return f"{path}.part-{os.getpid()}-{secrets.token_hex(6)}"
 
 
-def write_atomic(path, obj: dict) -> None:
-    """Write obj to path through a temporary file in the same folder, then rename: a reader
-    sees the old file or the whole new one, never a part."""
+@contextlib.contextmanager
+def atomic(path):
+    """A temporary name beside path to write it under (yielded), renamed over path when the
+    block ends well and removed when it does not: a reader, and a full disk, see the old file or
+    the whole new one, never a part. An OSError names path, whatever the writer said (a
+    library writing through a file object raises one with no file name)."""
     tmp = temp_name(path)
     try:
-        with open(tmp, "w") as f:
-            f.write(dumps(obj))
-            f.flush()
-            os.fsync(f.fileno())
+        yield tmp
         os.replace(tmp, path)
+    except OSError as e:
+        raise OSError(e.errno, e.strerror or str(e), str(path)) from None
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+
+
+def write_atomic(path, obj: dict) -> None:
+    """Write obj to path through a temporary file in the same folder, then rename (atomic())."""
+    with atomic(path) as tmp, open(tmp, "w") as f:
+        f.write(dumps(obj))
+        f.flush()
+        os.fsync(f.fileno())

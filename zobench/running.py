@@ -98,6 +98,12 @@ def push(url: str, store: Store, run_ids: list[str], branch: str | None, say: Ca
     return True
 
 
+def report_again(run_id: str, store: Store) -> str:
+    """The command that makes a run's report again, as the user types it (tests run it)."""
+    return f"zobench report --run {run_id}" + (
+        f" --results {shlex.quote(str(store.root))}" if store.root.resolve() != paths.DEFAULT_RESULTS.resolve() else "")
+
+
 def history_of(url: str | None, store: Store, run_ids: list[str], say: Callable[[str], None]) -> list | None:
     """The shared store's series of the runs' job keys, for their report; None without a store,
     or when it cannot be reached (said: a report never fails for its history)."""
@@ -271,8 +277,7 @@ def run(store: Store, req: Request, say: Callable[[str], None]) -> Outcome:
             report = build_report(store, [run_id], history=history).resolve()
         except OSError as e:    # a full disk: the results are stored; the report can be made again
             say(f"zobench: error: run {run_id}: its results are stored, but its report could not be written "
-                f"({e.filename or ''}: {e.strerror or e}); make room, then: zobench report {run_id}"
-                + (f" --results {shlex.quote(str(store.root))}" if store.root.resolve() != paths.DEFAULT_RESULTS.resolve() else ""))
+                f"({e.filename or 'a report file'}: {e.strerror or e}); make room, then: {report_again(run_id, store)}")
             return Outcome(run_id, UNSAVED)
     say(f"run {run_id}: {len(results)} jobs run, {len(bad)} not ok" + (f"; finish them with: {resume}" if bad else ""))
     return Outcome(run_id, UNSAVED if not pushed else NOT_OK if bad else OK, report)

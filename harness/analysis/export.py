@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import platform
 import statistics
 from datetime import datetime, timezone
+from pathlib import Path
 
 from workloads import jsonfile
 
@@ -83,13 +85,36 @@ def pytest_benchmark(source: str, measurements: dict[str, Measurement]) -> str:
     return jsonfile.dumps(doc)
 
 
+# the CSV's header: its first line, by which a file is known as one export wrote (exported())
+CSV_HEADER = ["workload", "method", "precision", "runtime", "target", "threads", "hyper", "repeats", "median_ms_per_step",
+              "min_ms_per_step", "max_ms_per_step", "median_peak_rss_mib", "median_device_peak_mib",
+              "median_joules_per_step", "cpu_model", "harness_commit"]
+
+
+def exported(path: Path) -> bool:
+    """Whether a file is one export wrote, which export --out may replace: a pytest-benchmark JSON
+    whose commit_info names zobench as its project, or a CSV whose first line is CSV_HEADER.
+    Anything unreadable is not."""
+    try:
+        with open(path, newline="") as f:
+            text = f.read(1 << 26)
+    except (OSError, UnicodeDecodeError):
+        return False
+    if text.lstrip().startswith("{"):
+        try:
+            doc = json.loads(text)
+        except ValueError:
+            return False
+        return isinstance(doc, dict) and isinstance(doc.get("commit_info"), dict) \
+            and doc["commit_info"].get("project") == "zobench"
+    return next(csv.reader(io.StringIO(text)), None) == CSV_HEADER
+
+
 def csv_text(source: str, measurements: dict[str, Measurement]) -> str:
     check(source, measurements)
     out = io.StringIO()
     w = csv.writer(out)
-    w.writerow(["workload", "method", "precision", "runtime", "target", "threads", "hyper", "repeats", "median_ms_per_step",
-                "min_ms_per_step", "max_ms_per_step", "median_peak_rss_mib", "median_device_peak_mib",
-                "median_joules_per_step", "cpu_model", "harness_commit"])
+    w.writerow(CSV_HEADER)
     for m in measurements.values():
         f = m.facts
         w.writerow([f["workload"], f["method"], f["precision"], f["runtime"], f["target"], f["threads"], f["hyper"],

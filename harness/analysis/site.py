@@ -55,6 +55,7 @@ class SharedSource:
             "SELECT run_id, created_at, git_commit, branch FROM runs ORDER BY created_at, run_id")]
 
     def history(self) -> tuple[list[tuple], dict]:
+        self.shared.refuse_damaged("publish", [], None)     # as history: no damaged row counted as a result
         return self.shared.history([], None, None, None)
 
     def results(self, run_id: str) -> list[dict]:
@@ -127,13 +128,6 @@ def machine_label(facts: dict) -> str:
 SITE_MARKER = ".zobench-site"
 
 
-def older_site(folder: Path) -> bool:
-    """A site published before sites had their marker: its data/overview.json, and nothing at the
-    top but what publish writes."""
-    names = {*PAGES, "plotly.min.js", "data", "runs", ".data-new", ".data-old"}
-    return (folder / "data" / "overview.json").is_file() and {p.name for p in folder.iterdir()} <= names
-
-
 def publish(source, out: Path, threshold: float, estimator: str, reports: int, compare_last: int,
             say=lambda line: None, track=lambda items, what: items) -> dict:
     """Write the site into out; what it wrote (counts and bytes), for the command to print.
@@ -141,7 +135,7 @@ def publish(source, out: Path, threshold: float, estimator: str, reports: int, c
     swapped in at the end: a publish that fails leaves the last site whole. It writes only into a
     new or empty folder or a site it published (guarded.own_folder): a user's files are never
     replaced."""
-    out = guarded.own_folder(out, SITE_MARKER, "site", "publish --out", older_site)
+    out = guarded.own_folder(out, SITE_MARKER, "site", "publish --out")
     new = out / ".data-new"
     shutil.rmtree(new, ignore_errors=True)
     for sub in ("keys", "compare"):

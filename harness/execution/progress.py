@@ -21,6 +21,12 @@ STYLE = {"ok": "green", "failed": "red", "timeout": "yellow", "oom": "magenta", 
 WIDTH = max(map(len, STYLE))
 
 
+def accuracy_name(job: dict) -> str:
+    """What a job's test_accuracy measures, as a progress line says it: a job with a validation
+    split (a tune trial) scores on held-out training samples, not the test set."""
+    return "validation acc" if (job.get("workload") or {}).get("validation") else "test acc"
+
+
 class ProgressView:
     def __init__(self, jobs_per_target: dict[str, int], console: Console | None = None):
         self.console = console or Console(stderr=True)
@@ -104,7 +110,7 @@ class ProgressView:
         step = step_seconds(result)
         detail = f"{1000 * step:.2f} ms/step" if step and status == "ok" else ""
         if acc is not None and status == "ok":
-            detail += f", test acc {acc:.3f}"
+            detail += f", {accuracy_name(result['job'])} {acc:.3f}"
         if result.get("error"):
             detail = result["error"]
         with self.lock:

@@ -209,6 +209,10 @@ def resolve(suite: Suite, opts: Options) -> tuple[str, float]:
                         f"tune with --optimizer ({', '.join(suite.optimizers)})")
     if opts.precision not in suite.precisions:
         raise UserError(f"tune --precision {opts.precision}: the suite trains {', '.join(suite.precisions)}")
+    if opts.score_epochs > opts.epochs:     # its score would be the mean of epochs a trial never trains
+        raise UserError(f"tune --score-epochs {opts.score_epochs}: a trial trains {opts.epochs} epochs (--epochs, "
+                        f"default {TRIAL_EPOCHS.get(opts.precision, TRIAL_EPOCHS['fp32'])} for {opts.precision} at "
+                        f"most the suite's); score by at most its last {opts.epochs}")
     if not opts.params:
         raise UserError(f"tune: {opts.method} {opts.precision} has nothing the paper tunes (INT8 Full BP learns at "
                         "NITI's scheduled bitwidth); name what to search with --param NAME=LOW:HIGH")

@@ -94,6 +94,8 @@ MIGRATIONS = (
     """,
 )
 
+# why a row under a job id its run's plan does not hold is left out and named
+UNPLANNED = "a job the run never planned"
 # the results columns of the metrics (harness/stores/metrics.py), in its order: what history reads
 COLUMNS = ", ".join(m.column for m in METRICS)
 
@@ -303,6 +305,9 @@ class SharedStore:
         got = {job_id: r for job_id, r in self.conn.execute(
             "SELECT job_id, result FROM results WHERE run_id = %s", (run_id,))}
         out = []
+        planned = {j["job_id"] for j in plan["jobs"]}
+        for job_id in sorted(set(got) - planned):      # a row no job of the run wrote: named, never read
+            self._damaged(run_id, job_id, UNPLANNED)
         for j in plan["jobs"]:
             if j["job_id"] not in got:
                 continue
@@ -324,10 +329,22 @@ class SharedStore:
         history still reads no result document."""
         query, args = self.history_query(keys, target, None, None)
         rows = self.conn.execute(
-            f"WITH h AS ({query}) SELECT DISTINCT r.run_id, r.job_id FROM results r JOIN h USING (run_id, job_key) "
-            "WHERE jsonb_typeof(r.result) <> 'object' OR NOT r.result ?& array['schema', 'status', 'job', 'epochs', "
-            "'phases', 'memory'] OR r.result->'job'->>'job_id' IS DISTINCT FROM r.job_id", args).fetchall()
-        return [f"run {run_id} job {job_id}: its stored result is not one" for run_id, job_id in rows]
+            f"WITH h AS ({query}) SELECT DISTINCT r.run_id, r.job_id, NOT (u.plan->'jobs' @> jsonb_build_array("
+            "jsonb_build_object('job_id', r.job_id))) FROM results r JOIN h USING (run_id, job_key) JOIN runs u "
+            "USING (run_id) WHERE jsonb_typeof(r.result) <> 'object' OR NOT r.result ?& array['schema', 'status', "
+            "'job', 'epochs', 'phases', 'memory'] OR r.result->'job'->>'job_id' IS DISTINCT FROM r.job_id "
+            "OR NOT (u.plan->'jobs' @> jsonb_build_array(jsonb_build_object('job_id', r.job_id)))", args).fetchall()
+        return [f"run {run_id} job {job_id}: {UNPLANNED if unplanned else 'its stored result is not one'}"
+                for run_id, job_id, unplanned in rows]
+
+    def refuse_damaged(self, command: str, keys: list[str], target: str | None) -> None:
+        """A UserError naming the damaged rows (damaged_rows) a reading of the store's columns
+        would count (history, publish): they are no results, so nothing is read past them."""
+        if damaged := self.damaged_rows(keys, target):
+            raise UserError(f"{command}: {len(damaged)} row{'s' if len(damaged) > 1 else ''} of the store "
+                            f"{'are' if len(damaged) > 1 else 'is'} damaged, their results no results ({damaged[0]}"
+                            f"{', …' if len(damaged) > 1 else ''}): push those runs again from a results folder that "
+                            "holds them, or delete the rows")
 
     def pull(self, run_id: str, store: Store) -> tuple[int, list[str]]:
         """Copy run_id into the local store: its plan, and every result the local copy lacks or

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 from harness.planning import inventory
 from harness.preparation.artifacts import sha256
@@ -18,8 +17,8 @@ def add(sub) -> None:
     p = sub.add_parser("build", help="build zobench-train for a target's CPU: its pin, else this machine's "
                                      "(local) or the one probing the board finds")
     options.add_results(p)
-    p.add_argument("--target", required=True)
-    p.add_argument("--inventory", type=Path)
+    p.add_argument("--target", required=True, help="the target to build for (a name in the inventory, or local)")
+    options.add_inventory(p)
     p.set_defaults(main=main)
 
 

@@ -7,7 +7,7 @@ import sys
 from workloads.spec import Bounds
 
 from harness.stores import pgstore
-from harness.analysis.compare import ESTIMATOR, ESTIMATORS, EXIT_CODES, THRESHOLD
+from harness.analysis.compare import EXIT_CODES, THRESHOLD
 from harness.errors import UserError
 
 from . import options
@@ -30,12 +30,11 @@ def add(sub) -> None:
                    help="--baseline-from pools the last N runs of each key (default 5)")
     p.add_argument("--threshold", type=options.number(float, Bounds(0, 1000.0)), default=100 * THRESHOLD, metavar="PCT",
                    help="smallest relative change that counts, in percent (default 5)")
-    p.add_argument("--estimator", choices=tuple(ESTIMATORS), default=ESTIMATOR,
-                   help="each side's estimates the threshold applies to (default both: the fastest repeat and the "
-                        "median must both move past it)")
+    options.add_estimator(p)
     p.add_argument("--fail-on-change", action="store_true",
                    help="also exit 1 on a significant improvement (time to update the baseline)")
-    p.add_argument("--format", choices=("text", "markdown", "json"), default="text")
+    p.add_argument("--format", choices=("text", "markdown", "json"), default="text",
+                   help="text (default), markdown (a CI comment) or json (for a program)")
     p.set_defaults(main=main)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from harness.errors import UserError
+from harness import guarded
 from harness.stores.store import Store
 
 from . import options
@@ -14,9 +14,11 @@ def add(sub) -> None:
     p = sub.add_parser("export", help="a run's measurements as pytest-benchmark JSON or CSV")
     options.add_results(p)
     options.add_store(p)
-    p.add_argument("--format", choices=("pytest-benchmark", "csv"), required=True)
+    p.add_argument("--format", choices=("pytest-benchmark", "csv"), required=True,
+                   help="pytest-benchmark (its JSON, for CI dashboards that read it) or csv")
     p.add_argument("--run", help="run id (default: the latest)")
-    p.add_argument("--out", type=Path, help="write here instead of stdout")
+    p.add_argument("--out", type=Path, help="write here instead of stdout: a new file, or one export wrote (a file "
+                                            "zobench did not write is refused)")
     p.set_defaults(main=main)
 
 
@@ -27,13 +29,11 @@ def main(args) -> int:
     store = Store(args.results)
     run_id = options.one_run(args, store)
     store.run_plan(run_id)      # a run of this store, not an exported file that measurements.load also reads
+    out = args.out and guarded.own_file(args.out, "export", "export --out", export.exported)   # refused before the work
     _, found = measurements.load(run_id, args.results)
     text = export.pytest_benchmark(run_id, found) if args.format == "pytest-benchmark" else export.csv_text(run_id, found)
-    if args.out:
-        try:
-            args.out.write_text(text)
-        except OSError as e:
-            raise UserError(f"export --out {args.out}: {e.strerror}") from None
+    if out:
+        guarded.write_file(out, text, "export --out")
         print(f"{args.out}: {len(found)} job keys of run {run_id}", file=sys.stderr)
     else:
         sys.stdout.write(text if text.endswith("\n") else text + "\n")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 from workloads import vocab
 from workloads.spec import Bounds, Hyper
@@ -23,12 +22,12 @@ def add(sub) -> None:
     options.add_results(p)
     options.add_store(p, "push the fit run (its probes) to this shared store when it ends")
     p.add_argument("--target", default="local", help="where the probes run (default: this machine)")
-    p.add_argument("--inventory", type=Path)
+    options.add_inventory(p)
     p.add_argument("--budget", help="memory budget, like 512M or 2G (default: the target's mem_limit)")
     p.add_argument("--model-family", default="gpt2", help="the ladder to climb (workloads/models.py)")
     p.add_argument("--model", help="--vary batch|context: the model whose batch or context grows")
     p.add_argument("--method", default="full-bp", help="full-bp, full-zo or elastic-zo:K")
-    p.add_argument("--optimizer", choices=Hyper.CHOICES["optimizer"], default="sgd")
+    p.add_argument("--optimizer", choices=Hyper.CHOICES["optimizer"], default="sgd", help="BP optimizer (default sgd)")
     p.add_argument("--checkpointing", action="store_true", help="full-bp, elastic-zo: per-block checkpointing")
     options.add_zo_parts(p)
     p.add_argument("--context", type=options.number(int, Bounds(1, 1 << 20)),
@@ -36,7 +35,7 @@ def add(sub) -> None:
     p.add_argument("--batch", type=options.number(int, Bounds(1, 1 << 20)), default=8, help="batch size (default 8)")
     p.add_argument("--vary", choices=fit.VARY, default="model", help="what grows (default: the model)")
     p.add_argument("--dataset", default="fortunes", help="the text the probes train on (default fortunes)")
-    p.add_argument("--runtime", choices=("torch",), default="torch")
+    p.add_argument("--runtime", choices=("torch",), default="torch", help="where the probes train (torch only)")
     p.add_argument("--precision", choices=[p for p in vocab.PRECISIONS if p != "int8"], default="fp32",
                    help="the transformer's type: fp32, bf16 or fp16 (default fp32)")
     p.add_argument("--timeout", type=options.number(float, suites.TIMEOUT_S), default=900.0, metavar="S",

@@ -10,7 +10,7 @@ from workloads import jsonfile
 from workloads.spec import Bounds
 
 from harness.stores import pgstore
-from harness.analysis.compare import ESTIMATOR, ESTIMATORS, THRESHOLD
+from harness.analysis.compare import THRESHOLD
 from harness.errors import UserError
 
 from . import options
@@ -26,8 +26,9 @@ def add(sub) -> None:
     p.add_argument("--branch", help="only runs of this branch")
     p.add_argument("--threshold", type=options.number(float, Bounds(0, 1000.0)), default=100 * THRESHOLD, metavar="PCT",
                    help="smallest relative change that counts, in percent (default 5, as compare)")
-    p.add_argument("--estimator", choices=tuple(ESTIMATORS), default=ESTIMATOR)
-    p.add_argument("--format", choices=("text", "markdown", "json"), default="text")
+    options.add_estimator(p)
+    p.add_argument("--format", choices=("text", "markdown", "json"), default="text",
+                   help="text (default), markdown (a CI comment) or json (for a program)")
     p.add_argument("--out", type=Path, help="also write the chart here (history.png and .svg)")
     p.set_defaults(main=main)
 
@@ -37,11 +38,7 @@ def main(args) -> int:
 
     with pgstore.SharedStore(pgstore.required(args.store, "history")) as shared:
         rows, facts = shared.history(args.keys, args.target, args.since, args.branch)
-        damaged = shared.damaged_rows(args.keys, args.target)
-    if damaged:
-        raise UserError(f"history: {len(damaged)} row{'s' if len(damaged) > 1 else ''} of the store {'are' if len(damaged) > 1 else 'is'} "
-                        f"damaged, their results no results ({damaged[0]}{', …' if len(damaged) > 1 else ''}): "
-                        "push those runs again from a results folder that holds them, or delete the rows")
+        shared.refuse_damaged("history", args.keys, args.target)
     found = history.series(rows, facts, args.threshold / 100, args.estimator)
     if not found:
         raise UserError("history: no ok result in the store matches" + (f" {' '.join(args.keys)}" if args.keys else ""))

@@ -4,7 +4,9 @@ bounded numbers, the --results and --store options, and the runs a reading comma
 from __future__ import annotations
 
 import argparse
+import re
 import sys
+from pathlib import Path
 
 from workloads.spec import Bounds
 
@@ -17,7 +19,9 @@ from harness.stores.store import Store, results_dir
 
 class Parser(argparse.ArgumentParser):
     def error(self, message):  # argparse's own errors: one line, exit 2
-        raise UserError(f"{self.prog}: {message}")
+        """A subcommand's error names it (`zobench: error: zobench run: ...`); the program's own
+        does not say its name twice (the boundary's `PROG: error:` says it)."""
+        raise UserError(f"{self.prog}: {message}" if " " in self.prog else message)
 
 
 def add_zo_parts(p) -> None:
@@ -53,10 +57,69 @@ def number(kind, bounds: Bounds):
     return parse
 
 
+# a name zobench makes a file or a folder of (a calibration step's suite): one path component,
+# never '..', so nothing named leaves the folder it is made in
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+
+
+def plain_name(text: str) -> str:
+    """An option's type: a name that is one path component (NAME)."""
+    if not NAME.fullmatch(text) or ".." in text:
+        raise argparse.ArgumentTypeError(f"expected a name of up to 64 letters, digits, '.', '-' and '_' (it names "
+                                         f"files; no '/' nor '..'), got {text!r}")
+    return text
+
+
+def numbers(kind, bounds: Bounds, count: int | None = None):
+    """An option's type: numbers separated by commas, each as number() takes it; count: exactly
+    that many, all different (two angles A,B)."""
+    one = number(kind, bounds)
+
+    def parse(text: str) -> list:
+        values = [one(x.strip()) for x in text.split(",")]
+        if count and (len(values) != count or len(set(values)) != count):
+            raise argparse.ArgumentTypeError(f"expected {count} different values separated by commas, got {text!r}")
+        return values
+    return parse
+
+
+def grid(bounds: Bounds, least: int = 2):
+    """An option's type: first:last:step, the values from first up to last (last included where
+    a step lands on it); step > 0, first <= last and at least `least` values, so a grid never
+    runs backwards, divides by zero or is a single point."""
+    ends, step = number(float, bounds), number(float, Bounds(0.0, open_lo=True))
+
+    def parse(text: str) -> list[float]:
+        parts = text.split(":")
+        if len(parts) != 3:
+            raise argparse.ArgumentTypeError(f"expected first:last:step, got {text!r}")
+        lo, hi, by = ends(parts[0]), ends(parts[1]), step(parts[2])
+        if hi < lo:
+            raise argparse.ArgumentTypeError(f"expected first <= last, got {text!r}")
+        values = [lo + i * by for i in range(int((hi - lo) / by + 1e-9) + 1)]
+        if len(values) < least:
+            raise argparse.ArgumentTypeError(f"expected a grid of {least} values or more, got {text!r} ({len(values)})")
+        return values
+    return parse
+
+
 def say(line: str) -> None:
     """What the library has to tell the user (notes, progress lines, warnings): on stderr, through
     the scrubber every printed message goes through (a store's password never reaches a log)."""
     print(scrub(line), file=sys.stderr)
+
+
+def add_inventory(p):
+    p.add_argument("--inventory", type=Path, help="inventory TOML of the targets (default "
+                                                  "~/.config/zobench/targets.toml)")
+
+
+def add_estimator(p):
+    """--estimator, as compare, history and publish read it (harness/analysis/compare.py)."""
+    from harness.analysis.compare import ESTIMATOR, ESTIMATORS
+    p.add_argument("--estimator", choices=tuple(ESTIMATORS), default=ESTIMATOR,
+                   help="each side's estimates the threshold applies to (default both: the fastest repeat and the "
+                        "median must both move past it)")
 
 
 def add_results(p):

@@ -13,7 +13,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from workloads.spec import Bounds
 
-from harness.analysis.compare import ESTIMATOR, ESTIMATORS, THRESHOLD
+from harness.analysis.compare import THRESHOLD
 from harness import paths
 from harness.errors import UserError
 from harness.stores import pgstore
@@ -31,7 +31,7 @@ def add(sub) -> None:
     p.add_argument("--out", type=Path, required=True, metavar="DIR", help="the site's folder (written in place)")
     p.add_argument("--threshold", type=options.number(float, Bounds(0, 1000.0)), default=100 * THRESHOLD, metavar="PCT",
                    help="smallest relative change that counts, in percent (default 5, as compare and history)")
-    p.add_argument("--estimator", choices=tuple(ESTIMATORS), default=ESTIMATOR)
+    options.add_estimator(p)
     p.add_argument("--reports", type=options.number(int, Bounds(0, 100000)), default=10, metavar="N",
                    help="the report of each of the last N runs (default 10; kept from an earlier publish)")
     p.add_argument("--compare-last", type=options.number(int, Bounds(0, 100000)), default=20, metavar="N",

@@ -41,5 +41,5 @@ def main(args) -> int:
                                                       options.say),
                            accuracy=args.energy_accuracy))
     except OSError as e:    # a read-only results folder or --out: the first write fails, nothing is half-made
-        raise UserError(f"report: cannot write {e.filename}: {e.strerror}") from None
+        raise UserError(f"report: cannot write {e.filename or 'a report file'}: {e.strerror or e}") from None
     return 0

@@ -16,7 +16,8 @@ def add(sub) -> None:
     options.add_results(p)
     options.add_store(p)
     p.add_argument("--run", help="run id (default: the latest)")
-    p.add_argument("--format", choices=("table", "csv", "json"), default="table")
+    p.add_argument("--format", choices=("table", "csv", "json"), default="table",
+                   help="table (default), csv or json (one object a result)")
     p.set_defaults(main=main)
 
 

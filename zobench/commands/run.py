@@ -2,7 +2,6 @@
 work itself is zobench/running.py's."""
 from __future__ import annotations
 
-from pathlib import Path
 
 from harness.planning import suites
 from harness.stores.store import Store
@@ -17,7 +16,7 @@ def add(sub) -> None:
     options.add_results(p)
     p.add_argument("--suite", default="quick", help="suite name (workloads/suites) or .toml path")
     p.add_argument("--target", action="append", default=[], help="run on these targets instead of the suite's")
-    p.add_argument("--inventory", type=Path, help="inventory TOML (default ~/.config/zobench/targets.toml)")
+    options.add_inventory(p)
     p.add_argument("--method", action="append", default=[], help="only these methods (full-zo, elastic-zo:1, ...)")
     p.add_argument("--runtime", action="append", default=[], help="only these runtimes")
     p.add_argument("--precision", action="append", default=[], help="only these precisions")

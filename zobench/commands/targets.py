@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from pathlib import Path
 
 from workloads import jsonfile
 
@@ -19,7 +18,7 @@ from . import options
 def add(sub) -> None:
     p = sub.add_parser("targets", help="the targets zobench knows")
     options.add_results(p)
-    p.add_argument("--inventory", type=Path)
+    options.add_inventory(p)
     p.add_argument("--json", action="store_true", help="probe: print the facts as JSON")
     p.add_argument("action", choices=("list", "probe"))
     p.add_argument("name", nargs="?", help="probe: the target to probe")

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 from workloads import vocab
 from workloads.spec import Bounds, Hyper
@@ -26,11 +25,11 @@ def add(sub) -> None:
     options.add_results(p)
     p.add_argument("--suite", default="paper-fmnist", help="the suite whose job is tuned (default paper-fmnist)")
     p.add_argument("--method", required=True, help="one of the suite's methods: full-bp, full-zo, elastic-zo:K")
-    p.add_argument("--precision", choices=vocab.PRECISIONS, default="fp32")
+    p.add_argument("--precision", choices=vocab.PRECISIONS, default="fp32", help="the precision tuned (default fp32)")
     p.add_argument("--zo-loss", choices=vocab.ZO_LOSSES, default="float", help="int8: float (INT8) or integer (INT8*)")
     p.add_argument("--runtime", choices=vocab.RUNTIMES, default="cpp", help="where trials train (default cpp)")
     p.add_argument("--target", default="local", help="where trials run (default: this machine)")
-    p.add_argument("--inventory", type=Path)
+    options.add_inventory(p)
     p.add_argument("--dataset", default="", help="which of the suite's data sets, or one angle of it "
                                                  "(mnist-rot45; default: its first, at its first angle)")
     p.add_argument("--param", action="append", default=[], metavar="NAME=LOW:HIGH[:log|linear]",
