@@ -238,7 +238,7 @@ def series_json(s: history.Series, by_run: dict, published: set, estimator: str)
 def overview_row(s: history.Series, sj: dict, kid: str) -> dict:
     """The overview's row of a series: its last SPARK step times, the latest, and the verdict of
     its latest change point, or noisy where the latest commit's times were all left out (loaded
-    or throttled), or unchanged."""
+    or throttled), not judged where one commit leaves nothing to compare, or unchanged."""
     points = sj["points"]
     times = [float(f"{t:.4g}") if (t := p["values"].get("step_time", [None])[0]) else None for p in points]
     last = points[-1]
@@ -247,6 +247,8 @@ def overview_row(s: history.Series, sj: dict, kid: str) -> dict:
         verdict, at = "noisy", last["commit"]
     elif latest:
         verdict, at = latest["verdict"], latest["commit"]
+    elif len(points) < 2:
+        verdict, at = "not judged (one commit)", ""
     else:
         verdict, at = "unchanged", ""
     return {"id": kid, "key": s.key, **key_parts(s.key, s.target), "fingerprint": s.fingerprint[:16],
@@ -288,7 +290,7 @@ def compare_json(a: str, b: str, side, commits: dict, machines: dict, threshold:
             verdicts.append(v)
             rows.append((fp, v))
     shown = [m for m in METRICS if any(m.name in v.metrics for v in verdicts)]
-    code, why = compare.exit_code(verdicts, False)
+    code, why = compare.gate(verdicts)
     return {"a": a, "b": b, "a_runs": commits.get(a, []), "b_runs": commits.get(b, []),
             "title": compare.title_of(verdicts, short(a), short(b), threshold, estimator),
             "summary": compare.counts(verdicts), "exit_code": code, "why": why,
@@ -296,7 +298,8 @@ def compare_json(a: str, b: str, side, commits: dict, machines: dict, threshold:
                          for fp in [*before, *after] if (fp in before) != (fp in after)],
             "columns": ["job key", "machine", "status", *(m.title for m in shown), "note"],
             "rows": [{"key": v.key, "id": key_id(v.key), "fingerprint": fp, "machine": machines.get(fp, ""),
-                      "status": v.status, "cells": compare.cells(v, shown), "note": v.reason} for fp, v in rows]}
+                      "status": v.status, "label": compare.label(v.status), "cells": compare.cells(v, shown),
+                      "note": v.reason} for fp, v in rows]}
 
 
 def machines_json(found: list[history.Series], by_run: dict) -> list[dict]:
