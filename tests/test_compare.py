@@ -535,6 +535,30 @@ def test_pytest_benchmark_reads_the_export(runs, tmp_path):
     assert p.returncode == 0 and "full-zo" in p.stdout, p.stdout + p.stderr
 
 
+def test_a_pytest_benchmark_export_describes_the_run_and_the_target_that_ran_it(tmp_path):
+    """Issue 60: commit_info comes from the run's git facts (its branch was always null) and
+    machine_info from the target's recorded env (a board's hostname, arch and Python, not the
+    exporting machine's); a run recorded without a Python version says none."""
+    store = Store(tmp_path)
+    results = [made_up_result(10.0 + 0.1 * i, repeat=i) for i in range(3)]
+    for r in results:
+        r["env"].update(hostname="board-7", arch="riscv64", versions={"zobench-train": "1", "python": "3.9.2"})
+    git = {"commit": "c0ffee" * 6 + "abcd", "branch": "feature/faster-zo", "dirty": False}
+    run_id = made_up_run(store, results, git=git)
+    p = zobench("export", "--results", tmp_path, "--run", run_id, "--format", "pytest-benchmark")
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(p.stdout)
+    assert doc["commit_info"] | {} == {"id": git["commit"], "time": None, "author_time": None, "dirty": False,
+                                       "project": "zobench", "branch": "feature/faster-zo"}
+    assert {k: doc["machine_info"][k] for k in ("node", "machine", "processor", "python_version", "release")} == \
+        {"node": "board-7", "machine": "riscv64", "processor": "riscv64", "python_version": "3.9.2", "release": "6.1.0"}
+    assert doc["machine_info"]["cpu"] == {"brand_raw": "Made-up CPU", "count": 2}
+    bare = made_up_run(store, [made_up_result(10.0, repeat=0)])          # no git facts, no Python recorded
+    doc = json.loads(zobench("export", "--results", tmp_path, "--run", bare, "--format", "pytest-benchmark").stdout)
+    assert doc["commit_info"]["branch"] is None and doc["commit_info"]["id"] == "0123456789ab"
+    assert (doc["machine_info"]["node"], doc["machine_info"]["python_version"]) == ("made-up", "")
+
+
 def test_csv_export_has_one_row_per_job_key(runs):
     p = zobench("export", "--results", runs["root"], "--run", runs["base"].split(",")[0], "--format", "csv")
     lines = p.stdout.strip().splitlines()
