@@ -559,6 +559,24 @@ def test_a_pytest_benchmark_export_describes_the_run_and_the_target_that_ran_it(
     assert (doc["machine_info"]["node"], doc["machine_info"]["python_version"]) == ("made-up", "")
 
 
+def test_results_show_each_step_time_with_the_share_of_the_cpu_other_work_took(tmp_path):
+    """Issue 60: `zobench results` shows a step time measured while other work took 70% of the
+    CPU the job wanted marked so, and a quiet one with its share, never a bare number; CSV and
+    JSON carry the share as load_other."""
+    store = Store(tmp_path)
+    run_id = made_up_run(store, [made_up_result(10.0, repeat=0, load=load_at(0.02)),
+                                 made_up_result(14.0, repeat=1, load=load_at(0.7)),
+                                 made_up_result(10.0, repeat=2, load=None)])
+    p = zobench("results", "--results", tmp_path, "--run", run_id)
+    assert p.returncode == 0, p.stderr
+    cells = {line.split("│")[1].strip(): line.split("│")[4].strip() for line in p.stdout.splitlines()
+             if line.count("│") > 4 and "solo." in line}
+    assert cells == {"solo.cpp.full-zo.fp32.r0": "10.00 (2% other)", "solo.cpp.full-zo.fp32.r1": "14.00 (⚠ 70% other)",
+                     "solo.cpp.full-zo.fp32.r2": "10.00"}, p.stdout
+    rows = json.loads(zobench("results", "--results", tmp_path, "--run", run_id, "--format", "json").stdout)
+    assert [r["load_other"] for r in rows] == [0.02, 0.7, None]
+
+
 def test_csv_export_has_one_row_per_job_key(runs):
     p = zobench("export", "--results", runs["root"], "--run", runs["base"].split(",")[0], "--format", "csv")
     lines = p.stdout.strip().splitlines()

@@ -299,8 +299,8 @@ def test_a_run_with_a_test_only_setting_is_marked_and_never_pooled_into_a_baseli
     assert r.returncode == 0, r.stderr
     (s,) = json.loads(r.stdout)
     assert [p["first_run"] for p in s["points"]] == mains
-    assert r.stderr == (f"zobench: history: note: left out 2 runs with a test-only setting, never a point of a "
-                        f"series: {faked} (inject_slowdown), {crashed} (fault)\n")
+    assert r.stderr == ("zobench: history: note: left out 2 runs with a test-only setting, never a point of a "
+                        "series: " + ", ".join(sorted([f"{faked} (inject_slowdown)", f"{crashed} (fault)"])) + "\n")
     import psycopg
     with psycopg.connect(url) as c:          # the store as the version before the mark left it
         c.execute("ALTER TABLE results DROP COLUMN test_only")
@@ -497,6 +497,11 @@ def test_results_that_ran_beside_other_work_or_throttled_are_left_out_of_the_cha
     assert busy["changes"] == [] and [p[why] if why == "loaded" else p["flagged"] for p in busy["points"]] == [0, 0, 0, 5, 5, 5]
     assert "step_time" not in busy["points"][3]["samples"] and len(busy["points"][3]["samples"]["peak_memory"]) == 5
     assert f"5 (5 {why})" in text
+    # the time left out is shown with why, never a blank (issue 60); a quiet point's with its share
+    points = [line for line in text.splitlines() if line.startswith("  20")]      # a run id for a commit
+    assert len(points) == 6 and all("10.04 (10-10.08) [0% other]" in line for line in points[:3]), text
+    assert all(("13.05 [⚠ 90% other: left out]" if why == "loaded" else "13.05 [⚠ throttled: left out]") in line
+               for line in points[3:]), text
 
 
 @pytest.mark.parametrize("damage, said", [

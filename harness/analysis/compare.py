@@ -50,7 +50,7 @@ from dataclasses import asdict, dataclass, field
 from workloads import jsonfile
 
 from harness.stores import validity
-from harness.stores.machine_load import contention, starved, wanted
+from harness.stores.machine_load import LOADED, contention, starved, wanted
 from harness.stores.metrics import LOADED_METRICS, METRICS, Metric
 from harness.stores.measurements import FINGERPRINT, Measurement, differs
 
@@ -63,14 +63,13 @@ ESTIMATOR = "both"    # the default (--estimator): compare, history and the benc
 STATUSES = ("regressed", "improved", "noisy", "too few repeats", "unchanged", "not comparable", "missing")
 COMPARED = ("regressed", "improved", "unchanged")
 UNJUDGED = ("noisy", "too few repeats")     # the test could not tell: shown as "not judged (...)"
-# what --allow-unjudged waives: the runner's noise and repeats, never a changed machine
 OUT_OF_SCOPE = ("missing",)                  # a key on one side only: added or dropped, nothing to judge
 # Load excuses only what it can explain (docs/compare.md): a counted change is judged unless the
 # slower side's load could have made it on its own, and "unchanged" stands unless the busier
 # side's could have hidden a change of the threshold. Where one side's load is unknown (an export
 # from an older zobench), the other side's is judged alone: more than LOADED of the CPU its jobs
 # wanted, and no repeat of it measured the code.
-LOADED = 0.25
+# LOADED (machine_load.py, which the results table's load flag reads too)
 EXIT_REGRESSED, EXIT_NOT_JUDGED = 1, 3
 EXIT_CODES = ("exit codes: 0 every key on both sides judged and none regressed; 1 a key regressed "
               "(--fail-on-change: or improved); 2 bad input; 3 a key could not be judged (noisy, too few "
