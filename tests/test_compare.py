@@ -201,7 +201,8 @@ def test_a_key_judged_beside_one_too_few_to_judge_exits_3_unless_allowed(tmp_pat
     p = zobench("compare", "--results", tmp_path, a, b)
     assert p.returncode == 3 and "1 unchanged, " not in p.stdout
     assert one_line(p) == ("zobench: compare: not judged: 1 of 2 job keys could not be judged (1 too few repeats "
-                           "(the test cannot find a change in so few: run more repeats, --repeats)); "
+                           "(the test cannot find a change in so few: more repeats (a suite's `repeats`) or more runs "
+                           "joined by commas)); "
                            "none of the 1 judged regressed")
     p = zobench("compare", "--results", tmp_path, a, b, "--allow-unjudged", "--format", "markdown")
     assert p.returncode == 0 and p.stdout.startswith("**✅ pass (--allow-unjudged): none of the 1 judged job keys "

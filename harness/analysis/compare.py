@@ -332,7 +332,8 @@ def why_unjudged(verdicts: list[Verdict]) -> str:
                               if any(seen in r for r in reasons))
             why = f": {why} while they ran" if why else ""
         elif status == "too few repeats":
-            why = " (the test cannot find a change in so few: run more repeats, --repeats)"
+            why = (" (the test cannot find a change in so few: more repeats (a suite's `repeats`) "
+                   "or more runs joined by commas)")
         elif status == "not comparable":
             why = " (the machine or build changed)"
         parts.append(f"{n[status]} {status}{why}")
