@@ -27,7 +27,7 @@ from pathlib import Path
 
 from harness import guarded
 from harness.analysis import compare, history
-from harness.stores import measurements, pgstore
+from harness.stores import machine_load, measurements, pgstore
 from harness.stores.metrics import BY_NAME, METRICS
 from harness.stores.store import Store
 
@@ -225,6 +225,10 @@ def series_json(s: history.Series, by_run: dict, published: set, estimator: str)
             "flagged": p.flagged, "report": p.first_run in published,
             "values": {m.name: [estimate(v) * m.scale, min(v) * m.scale, max(v) * m.scale]
                        for m in METRICS if (v := p.samples.get(m.name))},
+            # what the loaded or throttled results measured, left out of the values, and the busiest one's load
+            "left_out": {m.name: [estimate(v) * m.scale, min(v) * m.scale, max(v) * m.scale]
+                         for m in METRICS if (v := p.left_out.get(m.name))},
+            "load": max(p.shares) if p.shares else None,
             "accuracy": 100 * sum(p.accuracy) / len(p.accuracy) if p.accuracy else None})
     changes = [{"metric": c.metric, "commit": c.commit, "before_commit": s.points[c.at - 1].commit, "at": c.at,
                 "before": c.before * (scale := BY_NAME[c.metric].scale), "after": c.after * scale,
@@ -236,7 +240,8 @@ def series_json(s: history.Series, by_run: dict, published: set, estimator: str)
 
 
 def overview_row(s: history.Series, sj: dict, kid: str) -> dict:
-    """The overview's row of a series: its last SPARK step times, the latest, and the verdict of
+    """The overview's row of a series: its last SPARK step times, the latest judged one, the last
+    commit's as measured with its load flag (issue 60: never a bare blank), and the verdict of
     its latest change point, or noisy where the latest commit's times were all left out (loaded
     or throttled), not judged where one commit leaves nothing to compare, or unchanged."""
     points = sj["points"]
@@ -251,8 +256,13 @@ def overview_row(s: history.Series, sj: dict, kid: str) -> dict:
         verdict, at = "not judged (one commit)", ""
     else:
         verdict, at = "unchanged", ""
+    measured = (last["values"].get("step_time") or last["left_out"].get("step_time") or [None])[0]
     return {"id": kid, "key": s.key, **key_parts(s.key, s.target), "fingerprint": s.fingerprint[:16],
             "machine": sj["machine"], "spark": times[-SPARK:], "latest": next((t for t in reversed(times) if t), None),
+            # the last commit's time however it was measured, with its load flag (a loaded one is not judged)
+            "measured": float(f"{measured:.4g}") if measured else None,
+            "measured_flag": "⚠ throttled" if "step_time" not in last["values"] and last["flagged"] and
+                             not last["loaded"] else machine_load.flag(last["load"]),
             "latest_commit": short(last["commit"]), "commits": len(points), "verdict": verdict,
             "verdict_commit": short(at),
             "verdict_metric": latest["metric"] if latest and verdict != "noisy" else ""}
