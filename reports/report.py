@@ -21,7 +21,7 @@ from matplotlib.figure import Figure
 
 from harness.stores import convergence
 from harness.search import memory_model
-from harness.stores import validity
+from harness.stores import machine_load, validity
 from harness.stores.measurements import KEY_IGNORES, changed_hyper, shown_hyper
 from harness.errors import UserError
 from harness.stores.schema import joules_per_step, step_seconds
@@ -198,6 +198,8 @@ def _load(store, run_ids: list[str], plans: list[dict]) -> pd.DataFrame:
                 "train_s": r["train_seconds"] or math.nan,
                 # A runner that never trained reports 0 s and 0 bytes: unknown, not free.
                 "ms_step": 1000 * step if (step := step_seconds(r)) else math.nan,
+                # the share of the CPU it wanted that other work took while its steps ran (machine_load.flag)
+                "load": _nan(machine_load.lost_share(r)),
                 "peak_mib": (mem.get("peak_rss_bytes") or math.nan) / MIB,
                 "baseline_mib": (mem.get("baseline_rss_bytes") or math.nan) / MIB,
                 "loaded_mib": (mem.get("loaded_rss_bytes") or math.nan) / MIB,
@@ -564,12 +566,15 @@ def _results_table(df: pd.DataFrame) -> pd.DataFrame:
          .agg(n=("job_id", "size"), steps=("steps", "mean"), ms_step=("ms_step", "mean"), train_s=("train_s", "mean"),
               peak_mib=("peak_mib", "mean"), device_peak_mib=("device_peak_mib", "mean"), j_step=("j_step", "mean"),
               train_loss=("train_loss", "mean"), test_loss=("test_loss", "mean"), test_acc=("test_acc", "mean"),
-              best_acc=("best_acc", "mean"), flag=("flag", worst_flag),
+              best_acc=("best_acc", "mean"), flag=("flag", worst_flag), load=("load", "max"),
               validity=("validity", lambda v: "; ".join(x for x in v if x)))
          .reset_index())
     t["test_acc"] = [accuracy_cell(a, f, b) for a, f, b in zip(t.pop("test_acc"), t.pop("flag"), t.pop("best_acc"))]
     # the time of a group one of whose repeats ran throttled is not the code's alone: said beside it
-    t["ms_step"] = [v if not flags else f"{v:.2f} ({flags})" for v, flags in zip(t["ms_step"], t.pop("validity"))]
+    # and so is one whose repeats ran beside other work: the busiest repeat's load flag beside it
+    t["ms_step"] = [v if pd.isna(v) or not (said := "; ".join(filter(None, [
+                        "" if pd.isna(load) else machine_load.flag(load), flags]))) else f"{v:.2f} ({said})"
+                    for v, load, flags in zip(t["ms_step"], t.pop("load"), t.pop("validity"))]
     # a GPU's memory and the energy only where some job measured them, a stage or a transformer's
     # setup only where some job has one: a CPU-only report of layer models keeps its shape
     t = t.drop(columns=[c for c in ("device_peak_mib", "j_step") if t[c].isna().all()]

@@ -5,7 +5,12 @@
 #   scripts/bench-ci.sh main   run the ci suite; the run is pushed to $ZOBENCH_STORE as a run of main
 #   scripts/bench-ci.sh pr     run it (pushed under its own branch), compare it with the last runs of
 #                              main in the store, write the Markdown verdicts to $GITHUB_STEP_SUMMARY
-#                              (stdout without it); exit 1 on a regression, as `zobench compare` does
+#                              (stdout without it, its first line the gate's verdict); exits as
+#                              `zobench compare` does: 0 every key judged and none regressed, 1 a
+#                              regression, 3 keys it could not judge (noisy, too few repeats, not
+#                              comparable). A runner that is shared and must keep passing sets
+#                              ZOBENCH_COMPARE_ARGS=--allow-unjudged: 3 then only when no key was
+#                              judged or one is not comparable; the summary still names the keys
 # $ZOBENCH_CI_ARGS: more `zobench run` arguments (e.g. "--runtime cpp" for a board without torch);
 # $ZOBENCH_COMPARE_ARGS: more `zobench compare` arguments (e.g. "--threshold 10").
 # $ZOBENCH_SITE: publish the store's dashboard into this folder after the run (docs/dashboard.md),

@@ -69,7 +69,7 @@ def test_real_runs_reach_the_gate_as_their_stored_samples_and_its_exit_code_foll
     if v["status"] == "noisy":
         assert " ran beside other work: other processes or steal took " in v["reason"], p.stdout
     if v["status"] == "regressed":
-        assert one_line(p) == "zobench: compare: 1 of 1 job keys regressed"
+        assert one_line(p) == "zobench: compare: fail: 1 of 1 job keys regressed"
 
 
 def test_fail_on_change_also_fails_on_an_improvement(tmp_path):
@@ -77,8 +77,10 @@ def test_fail_on_change_also_fails_on_an_improvement(tmp_path):
     slow = made_up_run(store, [made_up_result(t, repeat=i, load=load_at(0.02)) for i, t in enumerate([12.0] * 5)])
     fast = made_up_run(store, [made_up_result(t, repeat=i, load=load_at(0.02)) for i, t in enumerate([10.0] * 5)])
     p = compare(tmp_path, slow, fast, "--fail-on-change", "--format", "markdown")
-    assert p.returncode == 1 and "🟢 improved" in p.stdout and p.stdout.startswith("### zobench compare")
-    assert one_line(p) == ("zobench: compare: 1 of 1 job keys improved (--fail-on-change): "
+    assert p.returncode == 1 and "🟢 improved" in p.stdout
+    assert p.stdout.startswith("**❌ fail: 1 of 1 job keys improved (--fail-on-change): time to update the "
+                               "baseline (exit 1)**\n\n### zobench compare")
+    assert one_line(p) == ("zobench: compare: fail: 1 of 1 job keys improved (--fail-on-change): "
                            "time to update the baseline")
     p = compare(tmp_path, slow, fast)
     assert p.returncode == 0 and p.stderr == "" and "1 improved" in p.stdout
@@ -160,6 +162,53 @@ def test_the_load_of_a_board_is_sampled_over_its_ssh_connection(farm, tmp_path):
     assert load["cpu_seconds_other"] >= 0.5 * load["wall_seconds"]
 
 
+def test_a_doubling_in_one_repeat_a_side_is_not_judged_never_unchanged(tmp_path):
+    """Issue 60's case: one repeat a side, the step time doubled. No order of 1 and 1 (or of 1
+    and 5, 2 and 2, 3 and 3) samples is significant at 0.05, so the gate cannot tell: every
+    format says "not judged" with why, the exit code is 3, and the markdown summary's first
+    line is the gate's verdict. Five repeats a side judge it. The gate runs as CI runs it."""
+    store = Store(tmp_path)
+    sides = {n: (made_up_run(store, [made_up_result(t, repeat=i, load=load_at(0.02)) for i, t in enumerate([2.6] * n)]),
+                 made_up_run(store, [made_up_result(t, repeat=i, load=load_at(0.02)) for i, t in enumerate([5.6] * n)]))
+             for n in (1, 3)}
+    for n, (a, b) in sides.items():
+        p = zobench("compare", "--results", tmp_path, a, b)
+        assert p.returncode == 3 and "unchanged" not in p.stdout + p.stderr, p.stdout + p.stderr
+        assert f"1 not judged (too few repeats)" in p.stdout.splitlines()[0]
+        assert f"{n} and {n} samples: too few for the test to find a change" in p.stdout
+        assert one_line(p).startswith("zobench: compare: not judged: no job key was judged (")
+        (v,) = json.loads(zobench("compare", "--results", tmp_path, a, b, "--format", "json").stdout)["verdicts"]
+        assert (v["status"], v["judged"]) == ("too few repeats", False)
+        md = zobench("compare", "--results", tmp_path, a, b, "--format", "markdown").stdout
+        assert md.startswith("**⚠️ not judged: no job key was judged (") and "| 🟡 not judged (too few repeats) |" in md
+        assert zobench("compare", "--results", tmp_path, a, b, "--allow-unjudged").returncode == 3   # it judged nothing
+    a5, b5 = (made_up_run(store, [made_up_result(t + 0.01 * i, repeat=i, load=load_at(0.02)) for i in range(5)])
+              for t in (2.6, 5.6))
+    md = zobench("compare", "--results", tmp_path, a5, b5, "--format", "markdown")
+    assert md.returncode == 1 and md.stdout.startswith("**❌ fail: 1 of 1 job keys regressed (exit 1)**")
+    p = zobench("compare", "--results", tmp_path, a5, a5, "--format", "markdown")
+    assert p.returncode == 0 and p.stdout.startswith("**✅ pass: all 1 job keys judged, none regressed (exit 0)**")
+
+
+def test_a_key_judged_beside_one_too_few_to_judge_exits_3_unless_allowed(tmp_path):
+    """Of two keys, one has five repeats a side (judged unchanged), the other one repeat a side:
+    exit 3 naming the one not judged; --allow-unjudged passes and says so."""
+    store = Store(tmp_path)
+    def side(t):
+        return made_up_run(store, [made_up_result(10.0 + 0.1 * i, repeat=i, method="full-bp", load=load_at(0.02))
+                                   for i in range(5)] + [made_up_result(t, repeat=0, load=load_at(0.02))])
+    a, b = side(2.6), side(5.6)
+    p = zobench("compare", "--results", tmp_path, a, b)
+    assert p.returncode == 3 and "1 unchanged, " not in p.stdout
+    assert one_line(p) == ("zobench: compare: not judged: 1 of 2 job keys could not be judged (1 too few repeats "
+                           "(the test cannot find a change in so few: more repeats (a suite's `repeats`) or more runs "
+                           "joined by commas)); "
+                           "none of the 1 judged regressed")
+    p = zobench("compare", "--results", tmp_path, a, b, "--allow-unjudged", "--format", "markdown")
+    assert p.returncode == 0 and p.stdout.startswith("**✅ pass (--allow-unjudged): none of the 1 judged job keys "
+                                                     "regressed; 1 of 2 not judged (1 too few repeats")
+
+
 def test_a_batch_size_change_is_a_new_key_and_a_gate_that_compared_nothing_exits_3(runs, tmp_path):
     """The issue's case: the same job at batch 64 is twice the work per step. With the batch
     size in the key it is a new key, never a "regression"; and a gate whose every key is missing
@@ -169,8 +218,8 @@ def test_a_batch_size_change_is_a_new_key_and_a_gate_that_compared_nothing_exits
     bigger = run(store, ["--inventory", str(runs["inventory"]), *SOLO, "--set", "batch_size=64"])
     p = compare(runs["root"], base, bigger)
     assert p.returncode == 3, p.stdout + p.stderr
-    assert one_line(p) == ("zobench: compare: no job key was compared (2 missing); "
-                           "a gate that compared nothing does not pass")
+    assert one_line(p) == ("zobench: compare: not judged: no job key was judged (2 missing); "
+                           "a gate that judged nothing does not pass")
     key = "lenet5/fashion-mnist full-zo fp32 cpp solo threads=1 epochs=1 train_samples=3200 test_samples=256"
     rows = {line.split("  ")[0]: line.split() for line in p.stdout.splitlines()[2:]}
     assert rows[key][-4:] == ["missing", "only", "in", "baseline"]
@@ -209,8 +258,8 @@ def test_an_exported_baseline_compares_like_the_run_and_a_changed_fingerprint_is
     exported.write_text(json.dumps(doc))
     p = compare(runs["root"], str(exported), first)
     assert p.returncode == 3, p.stdout + p.stderr
-    assert one_line(p) == ("zobench: compare: no job key was compared (1 not comparable); "
-                           "a gate that compared nothing does not pass")
+    assert one_line(p) == ("zobench: compare: not judged: no job key was judged (1 not comparable "
+                           "(the machine or build changed)); a gate that judged nothing does not pass")
     assert "not comparable" in p.stdout and "governor" in p.stdout and "powersave" in p.stdout
 
 
@@ -222,7 +271,7 @@ def test_pooled_runs_whose_fingerprints_disagree_are_not_compared(tmp_path):
     p = compare(tmp_path, f"{a},{a2}", a)                  # runs that agree pool
     assert p.returncode == 0 and "1 unchanged" in p.stdout
     p = compare(tmp_path, a, f"{a},{newer}")
-    assert p.returncode == 3 and "no job key was compared (1 not comparable)" in one_line(p)
+    assert p.returncode == 3 and "no job key was judged (1 not comparable" in one_line(p)
     job = "solo.cpp.full-zo.fp32.r0"
     assert f"current's repeats disagree: kernel '6.1.0' ({a}/{job}) vs '6.8.0' ({newer}/{job})" in p.stdout
 
@@ -371,9 +420,9 @@ def test_a_slower_side_that_ran_beside_other_work_is_noisy_not_regressed(tmp_pat
     quiet = _two_keys(store, [10.0, 10.1, 10.2, 10.0, 10.1], [0.02, 0.03, 0.02, 0.02, 0.03])
     busy = _two_keys(store, [13.0, 13.2, 13.1, 13.4, 13.0], [0.48, 0.52, 0.45, 0.50, 0.55])
     p = compare(tmp_path, quiet, busy, "--format", "json")
-    assert p.returncode == 0, p.stdout + p.stderr
-    assert one_line(p) == ("zobench: compare: note: 1 of 2 job keys noisy, not judged: "
-                           "other work kept the machine busy while they ran")
+    assert p.returncode == 3, p.stdout + p.stderr
+    assert one_line(p) == ("zobench: compare: not judged: 1 of 2 job keys could not be judged (1 noisy: "
+                           "other work kept the machine busy while they ran); none of the 1 judged regressed")
     verdicts = {v["key"].split()[1]: v for v in json.loads(p.stdout)["verdicts"]}
     assert verdicts["full-bp"]["status"] == "unchanged"
     zo = verdicts["full-zo"]
@@ -381,7 +430,11 @@ def test_a_slower_side_that_ran_beside_other_work_is_noisy_not_regressed(tmp_pat
     assert zo["reason"] == ("current ran beside other work: other processes or steal took 50% of the CPU its jobs "
                             "wanted (2% in baseline: enough to slow its 2 threads by 284%)")
     p = compare(tmp_path, busy, quiet)              # the busy side is the baseline: it is the slower side again
-    assert p.returncode == 0 and "baseline ran beside other work" in p.stdout
+    assert p.returncode == 3 and "baseline ran beside other work" in p.stdout
+    p = compare(tmp_path, quiet, busy, "--allow-unjudged")     # a noisy runner's CI that passes anyway, and says so
+    assert p.returncode == 0 and "not judged (noisy)" in p.stdout
+    assert one_line(p) == ("zobench: compare: pass (--allow-unjudged): none of the 1 judged job keys regressed; "
+                           "1 of 2 not judged (1 noisy: other work kept the machine busy while they ran)")
 
 
 def test_a_gate_whose_only_key_is_noisy_compared_nothing(tmp_path):
@@ -390,8 +443,9 @@ def test_a_gate_whose_only_key_is_noisy_compared_nothing(tmp_path):
     busy = made_up_run(store, [made_up_result(t, repeat=i, load=load_at(0.6)) for i, t in enumerate([14.0] * 5)])
     p = compare(tmp_path, quiet, busy)
     assert p.returncode == 3 and "noisy" in p.stdout
-    assert one_line(p) == ("zobench: compare: no job key was compared (1 noisy); "
-                           "a gate that compared nothing does not pass")
+    assert one_line(p) == ("zobench: compare: not judged: no job key was judged (1 noisy: other work kept the "
+                           "machine busy while they ran); a gate that judged nothing does not pass")
+    assert compare(tmp_path, quiet, busy, "--allow-unjudged").returncode == 3     # it judged nothing
 
 
 def test_equal_times_beside_a_busy_baseline_are_noisy_not_unchanged(tmp_path):
@@ -424,7 +478,7 @@ def test_a_slowdown_on_a_quiet_machine_or_beside_one_busy_repeat_is_still_a_regr
     for load in ([0.03, 0.02, 0.03, 0.02, 0.02], [0.03, 0.70, 0.03, 0.02, 0.02]):
         slow = _two_keys(store, [12.0, 12.1, 12.2, 12.0, 12.3], load)
         p = compare(tmp_path, quiet, slow)
-        assert p.returncode == 1 and one_line(p) == "zobench: compare: 1 of 2 job keys regressed", load
+        assert p.returncode == 1 and one_line(p) == "zobench: compare: fail: 1 of 2 job keys regressed", load
         assert "1 regressed, 1 unchanged" in p.stdout
 
 
@@ -454,7 +508,7 @@ def test_load_excuses_only_the_slowdown_it_can_explain(tmp_path):
         p = compare(tmp_path, base, cur, "--format", "json")
         (zo,) = [v for v in json.loads(p.stdout)["verdicts"] if "full-zo" in v["key"]]
         assert zo["status"] == status, zo
-        assert p.returncode == (1 if status == "regressed" else 0)
+        assert p.returncode == (1 if status == "regressed" else 3)       # a noisy key is not judged
     assert zo["reason"] == ""       # the quieter side is the slower: nothing of the change is the load's
     cur = _two_keys(store, [30.0, 30.2, 30.1, 30.4, 30.0], [0.31] * 5)
     (zo,) = [v for v in json.loads(compare(tmp_path, quiet, cur, "--format", "json").stdout)["verdicts"]
@@ -511,6 +565,48 @@ def test_pytest_benchmark_reads_the_export(runs, tmp_path):
     p = subprocess.run([sys.executable, "-m", "pytest_benchmark", "compare", str(out),
                         "--columns", "min,median,rounds"], capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert p.returncode == 0 and "full-zo" in p.stdout, p.stdout + p.stderr
+
+
+def test_a_pytest_benchmark_export_describes_the_run_and_the_target_that_ran_it(tmp_path):
+    """Issue 60: commit_info comes from the run's git facts (its branch was always null) and
+    machine_info from the target's recorded env (a board's hostname, arch and Python, not the
+    exporting machine's); a run recorded without a Python version says none."""
+    store = Store(tmp_path)
+    results = [made_up_result(10.0 + 0.1 * i, repeat=i) for i in range(3)]
+    for r in results:
+        r["env"].update(hostname="board-7", arch="riscv64", versions={"zobench-train": "1", "python": "3.9.2"})
+    git = {"commit": "c0ffee" * 6 + "abcd", "branch": "feature/faster-zo", "dirty": False}
+    run_id = made_up_run(store, results, git=git)
+    p = zobench("export", "--results", tmp_path, "--run", run_id, "--format", "pytest-benchmark")
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(p.stdout)
+    assert doc["commit_info"] | {} == {"id": git["commit"], "time": None, "author_time": None, "dirty": False,
+                                       "project": "zobench", "branch": "feature/faster-zo"}
+    assert {k: doc["machine_info"][k] for k in ("node", "machine", "processor", "python_version", "release")} == \
+        {"node": "board-7", "machine": "riscv64", "processor": "riscv64", "python_version": "3.9.2", "release": "6.1.0"}
+    assert doc["machine_info"]["cpu"] == {"brand_raw": "Made-up CPU", "count": 2}
+    bare = made_up_run(store, [made_up_result(10.0, repeat=0)])          # no git facts, no Python recorded
+    doc = json.loads(zobench("export", "--results", tmp_path, "--run", bare, "--format", "pytest-benchmark").stdout)
+    assert doc["commit_info"]["branch"] is None and doc["commit_info"]["id"] == "0123456789ab"
+    assert (doc["machine_info"]["node"], doc["machine_info"]["python_version"]) == ("made-up", "")
+
+
+def test_results_show_each_step_time_with_the_share_of_the_cpu_other_work_took(tmp_path):
+    """Issue 60: `zobench results` shows a step time measured while other work took 70% of the
+    CPU the job wanted marked so, and a quiet one with its share, never a bare number; CSV and
+    JSON carry the share as load_other."""
+    store = Store(tmp_path)
+    run_id = made_up_run(store, [made_up_result(10.0, repeat=0, load=load_at(0.02)),
+                                 made_up_result(14.0, repeat=1, load=load_at(0.7)),
+                                 made_up_result(10.0, repeat=2, load=None)])
+    p = zobench("results", "--results", tmp_path, "--run", run_id)
+    assert p.returncode == 0, p.stderr
+    cells = {line.split("│")[1].strip(): line.split("│")[4].strip() for line in p.stdout.splitlines()
+             if line.count("│") > 4 and "solo." in line}
+    assert cells == {"solo.cpp.full-zo.fp32.r0": "10.00 (2% other)", "solo.cpp.full-zo.fp32.r1": "14.00 (⚠ 70% other)",
+                     "solo.cpp.full-zo.fp32.r2": "10.00"}, p.stdout
+    rows = json.loads(zobench("results", "--results", tmp_path, "--run", run_id, "--format", "json").stdout)
+    assert [r["load_other"] for r in rows] == [0.02, 0.7, None]
 
 
 def test_csv_export_has_one_row_per_job_key(runs):

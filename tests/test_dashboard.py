@@ -302,3 +302,26 @@ def test_publish_writes_only_where_no_user_file_would_be_lost(store, tmp_path, m
         r = in_process("publish", "--results", results, "--out", new, "--reports", "0")
         assert r.returncode == 0, r.stderr
     assert (new / ".zobench-site").is_file() and (new / "data" / "overview.json").is_file()
+
+
+def test_the_overview_shows_the_last_judged_time_and_the_last_measured_one_with_its_load(tmp_path):
+    """Issue 60: a series whose last commit ran while other work took 90% of the CPU the job
+    wanted has no judged time at that commit; its overview row still shows what it measured,
+    flagged, beside the last judged time, and a one-commit series says it is not judged."""
+    store = Store(tmp_path / "results")
+    for n, (ms, share) in enumerate(((10.0, 0.02), (13.0, 0.95))):
+        results = [compare_runs.made_up_result(ms * (1 + 0.004 * i), repeat=i, threads=1,
+                                               load=compare_runs.load_at(share)) for i in range(5)]
+        compare_runs.made_up_run(store, results, f"2026-01-01T00:00:{n:02d}+00:00",
+                                 {"commit": COMMITS[n], "branch": "main", "dirty": False})
+    r = in_process("publish", "--results", store.root, "--out", tmp_path / "site", "--reports", "0")
+    assert r.returncode == 0, r.stderr
+    (row,) = json.loads((tmp_path / "site" / "data" / "overview.json").read_text())["rows"]
+    assert (row["latest"], row["measured"], row["measured_flag"]) == (10.08, 13.1, "⚠ 90% other"), row
+    assert row["verdict"] == "noisy"
+    only = Store(tmp_path / "one")
+    compare_runs.made_up_run(only, [compare_runs.made_up_result(10.0, repeat=0, load=compare_runs.load_at(0.02))],
+                             git={"commit": COMMITS[0], "branch": "main", "dirty": False})
+    assert in_process("publish", "--results", only.root, "--out", tmp_path / "one-site", "--reports", "0").returncode == 0
+    (row,) = json.loads((tmp_path / "one-site" / "data" / "overview.json").read_text())["rows"]
+    assert (row["verdict"], row["measured"], row["measured_flag"]) == ("not judged (one commit)", 10.0, "2% other")

@@ -294,6 +294,48 @@ def test_compare_takes_its_baseline_from_the_main_branchs_runs(capsys, tmp_path,
     assert sorted(Store(tmp_path / "elsewhere").run_ids()) == sorted(mains)
 
 
+def test_a_run_with_a_test_only_setting_is_marked_and_never_pooled_into_a_baseline_or_history(capsys, tmp_path, url):
+    """Issue 60: a run made with --set inject_slowdown (the docs' way to fake a slowdown) keeps the
+    real job's key. Pushed to main as its newest run, it is marked in the store, compare
+    --baseline-from pools main's real runs only (the newest of them under --last 1), and history
+    leaves it out of the series and names it apart; a store from before the mark gets it by
+    migration."""
+    store = Store(tmp_path)
+    commits = [f"{i:x}" * 40 for i in range(1, 5)]
+
+    def made(ms: float, n: int, **hyper) -> str:
+        run_id = compare_runs.made_up_run(store, [compare_runs.made_up_result(ms * (1 + 0.002 * i), repeat=i,
+                                                                              hyper=hyper) for i in range(5)],
+                                          f"2026-01-01T00:00:{n:02d}+00:00",
+                                          {"commit": commits[n], "branch": "main", "dirty": False})
+        assert cli(capsys, "push", run_id, "--store", url, "--results", tmp_path, "--branch", "main").returncode == 0
+        return run_id
+
+    mains = [made(10.0, n) for n in range(2)]
+    faked = made(20.0, 2, inject_slowdown=1.0)
+    crashed = made(10.0, 3, fault="crash@full-bp")     # a fault aimed at another method: its numbers look real
+    assert sorted(set(rows(url, "SELECT DISTINCT run_id, array_to_string(test_only, ',') FROM results"))) == sorted(
+        [(m, "") for m in mains] + [(faked, "inject_slowdown"), (crashed, "fault")])
+    same = compare_runs.made_up_run(store, [compare_runs.made_up_result(10.0 * (1 + 0.002 * i), repeat=i)
+                                            for i in range(5)], "2026-01-01T00:00:30+00:00")
+    r = cli(capsys, "compare", "--baseline-from", url, "--branch", "main", "--last", "1", same, "--results", tmp_path)
+    assert r.returncode == 0 and mains[-1] in r.stdout and faked not in r.stdout and crashed not in r.stdout, r.stdout
+    r = cli(capsys, "history", "--store", url, "--format", "json")
+    assert r.returncode == 0, r.stderr
+    (s,) = json.loads(r.stdout)
+    assert [p["first_run"] for p in s["points"]] == mains
+    assert r.stderr == ("zobench: history: note: left out 2 runs with a test-only setting, never a point of a "
+                        "series: " + ", ".join(sorted([f"{faked} (inject_slowdown)", f"{crashed} (fault)"])) + "\n")
+    import psycopg
+    with psycopg.connect(url) as c:          # the store as the version before the mark left it
+        c.execute("ALTER TABLE results DROP COLUMN test_only")
+        c.execute("DELETE FROM zobench_schema WHERE version = 4")
+    with pgstore.SharedStore(url):
+        pass
+    assert sorted(rows(url, "SELECT DISTINCT run_id, array_to_string(test_only, ',') FROM results "
+                            "WHERE test_only <> '{}'")) == sorted([(faked, "inject_slowdown"), (crashed, "fault")])
+
+
 def test_history_finds_a_slowdown_at_its_commit_and_nothing_in_the_same_code(capsys, tmp_path, server):
     """Made-up results over six commits of main, five repeats each spread as a quiet machine's
     are: in one series 50% slower from the fourth commit on, in the other the same throughout.
@@ -480,6 +522,11 @@ def test_results_that_ran_beside_other_work_or_throttled_are_left_out_of_the_cha
     assert busy["changes"] == [] and [p[why] if why == "loaded" else p["flagged"] for p in busy["points"]] == [0, 0, 0, 5, 5, 5]
     assert "step_time" not in busy["points"][3]["samples"] and len(busy["points"][3]["samples"]["peak_memory"]) == 5
     assert f"5 (5 {why})" in text
+    # the time left out is shown with why, never a blank (issue 60); a quiet point's with its share
+    points = [line for line in text.splitlines() if line.startswith("  20")]      # a run id for a commit
+    assert len(points) == 6 and all("10.04 (10-10.08) [0% other]" in line for line in points[:3]), text
+    assert all(("13.05 [⚠ 90% other: left out]" if why == "loaded" else "13.05 [⚠ throttled: left out]") in line
+               for line in points[3:]), text
 
 
 @pytest.mark.parametrize("damage, said", [
@@ -545,13 +592,13 @@ def test_history_tracks_a_gpu_jobs_device_memory_as_the_gate_judges_it(capsys, t
     gate = json.loads(cli(capsys, "compare", "--results", tmp_path, ids[0], ids[5], "--format", "json").stdout)
     (memory,) = [v["metrics"]["peak_memory"] for v in gate["verdicts"]]
     assert memory["measures"] == "device" and memory["change"] == pytest.approx(0.3)
-    version = len(pgstore.MIGRATIONS)
+    version = next(v for v, sql in enumerate(pgstore.MIGRATIONS, 1) if "ADD COLUMN peak_bytes" in sql)
     import psycopg
-    with psycopg.connect(db) as c:      # the store as the version before this column left it
-        c.execute("ALTER TABLE results DROP COLUMN peak_bytes")
-        c.execute("DELETE FROM zobench_schema WHERE version = %s", (version,))
+    with psycopg.connect(db) as c:      # the store as the version before this column left it (and those after)
+        c.execute("ALTER TABLE results DROP COLUMN peak_bytes, DROP COLUMN test_only")
+        c.execute("DELETE FROM zobench_schema WHERE version >= %s", (version,))
     with pgstore.SharedStore(db) as s:
-        assert s.migrate() == version
+        assert s.migrate() == len(pgstore.MIGRATIONS)
     assert set(rows(db, "SELECT peak_bytes FROM results")) == {(100 * 2 ** 20,), (130 * 2 ** 20,)}
 
 

@@ -24,7 +24,10 @@ its own is "noisy" rather than regressed, improved or unchanged; load excuses no
 the device's idle power longer). Each key ends up in one of these states
 (docs/compare.md):
 - improved, regressed or unchanged;
-- noisy: a side ran under load it did not cause, enough to make or hide the change measured;
+- not judged: the test could not tell, so the key is neither passed nor failed, with why:
+  - noisy: a side ran under load it did not cause, enough to make or hide the change measured;
+  - too few repeats: so few samples a side that no order of them is significant (the smallest
+    p the test can give is not below alpha), so "no counted change" would say nothing;
 - not comparable: the target's fingerprint changed between the two sides (CPU, cores,
   governor, kernel, runtime versions, the CPU the C++ binary was built for and its kernel
   paths, or the binary's hash while the harness commit stayed the same, i.e. the build changed
@@ -32,7 +35,10 @@ the device's idle power longer). Each key ends up in one of these states
   pooled, or a run resumed after an upgrade) disagree on it. Numbers from different
   machines are not compared;
 - missing: the key is on one side only.
-A gate that compared no key at all fails: a kernel upgrade on a CI image, or a suite whose
+The gate passes (exit 0) only when it judged every key on both sides and none regressed: a key
+it could not judge (not judged, or not comparable) is exit 3 with how many and why, never a
+silent "unchanged" (--allow-unjudged lets a noisy runner pass on the keys it did judge). A gate
+that judged no key at all fails even then: a kernel upgrade on a CI image, or a suite whose
 keys all changed, must not turn it green.
 """
 from __future__ import annotations
@@ -44,7 +50,7 @@ from dataclasses import asdict, dataclass, field
 from workloads import jsonfile
 
 from harness.stores import validity
-from harness.stores.machine_load import contention, starved, wanted
+from harness.stores.machine_load import LOADED, contention, starved, wanted
 from harness.stores.metrics import LOADED_METRICS, METRICS, Metric
 from harness.stores.measurements import FINGERPRINT, Measurement, differs
 
@@ -54,17 +60,20 @@ THRESHOLD = 0.05     # the smallest relative change that counts, by default (--t
 ESTIMATES = {"min": min, "median": statistics.median}
 ESTIMATORS = {"both": ("min", "median"), "min": ("min",), "median": ("median",)}
 ESTIMATOR = "both"    # the default (--estimator): compare, history and the benchmark read it here
-STATUSES = ("regressed", "improved", "noisy", "unchanged", "not comparable", "missing")
+STATUSES = ("regressed", "improved", "noisy", "too few repeats", "unchanged", "not comparable", "missing")
 COMPARED = ("regressed", "improved", "unchanged")
+UNJUDGED = ("noisy", "too few repeats")     # the test could not tell: shown as "not judged (...)"
+OUT_OF_SCOPE = ("missing",)                  # a key on one side only: added or dropped, nothing to judge
 # Load excuses only what it can explain (docs/compare.md): a counted change is judged unless the
 # slower side's load could have made it on its own, and "unchanged" stands unless the busier
 # side's could have hidden a change of the threshold. Where one side's load is unknown (an export
 # from an older zobench), the other side's is judged alone: more than LOADED of the CPU its jobs
 # wanted, and no repeat of it measured the code.
-LOADED = 0.25
-EXIT_REGRESSED, EXIT_NOTHING_COMPARED = 1, 3
-EXIT_CODES = ("exit codes: 0 no regression; 1 a key regressed (--fail-on-change: or improved); "
-              "2 bad input; 3 no key was compared (every key missing, not comparable or noisy)")
+# LOADED (machine_load.py, which the results table's load flag reads too)
+EXIT_REGRESSED, EXIT_NOT_JUDGED = 1, 3
+EXIT_CODES = ("exit codes: 0 every key on both sides judged and none regressed; 1 a key regressed "
+              "(--fail-on-change: or improved); 2 bad input; 3 a key could not be judged (noisy, too few "
+              "repeats or not comparable; --allow-unjudged: only when no key was judged at all)")
 
 
 
@@ -274,14 +283,24 @@ def compare(base: dict[str, Measurement], cur: dict[str, Measurement], threshold
             v.status = "noisy"
         if noisy or beside:
             notes.append(noisy or beside)
-        n = min(len(b.step_s), len(c.step_s))
         if b.per_epoch or c.per_epoch:
             notes.append("one repeat: epochs used as samples (correlated)")
-        elif n < 4:
-            notes.append(f"only {n} repeats: too few for the test to find a change")
+        if not testable(b, c):
+            notes.append(f"{len(b.step_s)} and {len(c.step_s)} samples: too few for the test to find a change "
+                         f"(its smallest p is {2 / math.comb(len(b.step_s) + len(c.step_s), len(b.step_s)):.3f})")
+            v.status = "too few repeats"     # ties can push the test's approximate p below alpha even so
         v.reason = "; ".join(notes + unjudged)
         out.append(v)
     return out
+
+
+def testable(b: Measurement, c: Measurement) -> bool:
+    """Whether the test could find a change at all between the two sides' step-time samples: the
+    smallest two-sided p of the Mann-Whitney U test, every sample of one side below every one of
+    the other, is 2 / C(nb + nc, nb); at or above alpha no change can count (1 and 5 repeats,
+    2 and 2, 3 and 3), and "unchanged" would pass a doubling (issue 60)."""
+    nb, nc = len(b.step_s), len(c.step_s)
+    return nb > 0 and nc > 0 and 2 / math.comb(nb + nc, nb) < ALPHA
 
 
 def counts(verdicts: list[Verdict]) -> dict[str, int]:
@@ -289,26 +308,67 @@ def counts(verdicts: list[Verdict]) -> dict[str, int]:
 
 
 def summary(verdicts: list[Verdict]) -> str:
-    return ", ".join(f"{n} {s}" for s, n in counts(verdicts).items() if n)
+    return ", ".join(f"{n} {label(s)}" for s, n in counts(verdicts).items() if n)
 
 
-def exit_code(verdicts: list[Verdict], fail_on_change: bool) -> tuple[int, str]:
-    """The gate's exit code, and the one line that says why when it is not 0."""
+def label(status: str) -> str:
+    """A status as every format shows it: a key the test could not tell says so first."""
+    return f"not judged ({status})" if status in UNJUDGED else status
+
+
+def why_unjudged(verdicts: list[Verdict]) -> str:
+    """How many keys were not judged and why, by reason: "2 noisy: other work kept the machine
+    busy while they ran; 1 too few repeats; 1 not comparable"."""
     n = counts(verdicts)
+    parts = []
+    for status in (*UNJUDGED, "not comparable"):
+        if not n[status]:
+            continue
+        reasons = [v.reason for v in verdicts if v.status == status]
+        why = ""
+        if status == "noisy":
+            why = " or ".join(w for w, seen in (("other work kept the machine busy", "beside other work"),
+                                                ("the board throttled", "ran throttled"))
+                              if any(seen in r for r in reasons))
+            why = f": {why} while they ran" if why else ""
+        elif status == "too few repeats":
+            why = (" (the test cannot find a change in so few: more repeats (a suite's `repeats`) "
+                   "or more runs joined by commas)")
+        elif status == "not comparable":
+            why = " (the machine or build changed)"
+        parts.append(f"{n[status]} {status}{why}")
+    return "; ".join(parts)
+
+
+def gate(verdicts: list[Verdict], fail_on_change: bool = False, allow_unjudged: bool = False) -> tuple[int, str]:
+    """The gate's exit code and its one-line verdict (the markdown summary's first line, stderr's
+    line): 0 only when every key on both sides was judged and none regressed."""
+    n = counts(verdicts)
+    scope = len(verdicts) - sum(n[s] for s in OUT_OF_SCOPE)
+    unjudged = sum(n[s] for s in (*UNJUDGED, "not comparable"))
+    judged_n = sum(n[s] for s in COMPARED)
     if n["regressed"]:
-        return EXIT_REGRESSED, f"compare: {n['regressed']} of {len(verdicts)} job keys regressed"
+        line = f"compare: fail: {n['regressed']} of {scope} job keys regressed"
+        return EXIT_REGRESSED, line + (f" ({unjudged} not judged: {why_unjudged(verdicts)})" if unjudged else "")
     if fail_on_change and n["improved"]:
-        return EXIT_REGRESSED, (f"compare: {n['improved']} of {len(verdicts)} job keys improved "
+        return EXIT_REGRESSED, (f"compare: fail: {n['improved']} of {scope} job keys improved "
                                 "(--fail-on-change): time to update the baseline")
-    if not any(n[s] for s in COMPARED):
-        return EXIT_NOTHING_COMPARED, (f"compare: no job key was compared ({summary(verdicts)}); "
-                                       "a gate that compared nothing does not pass")
-    if n["noisy"]:
-        why = " or ".join(w for w, seen in (("other work kept the machine busy", "beside other work"),
-                                            ("the board throttled", "ran throttled"))
-                          if any(seen in v.reason for v in verdicts if v.status == "noisy"))
-        return 0, f"compare: note: {n['noisy']} of {len(verdicts)} job keys noisy, not judged: {why} while they ran"
-    return 0, ""
+    if not judged_n:
+        why = [w for w in (why_unjudged(verdicts), n["missing"] and f"{n['missing']} missing") if w]
+        return EXIT_NOT_JUDGED, f"compare: not judged: no job key was judged ({'; '.join(why)}); a gate that judged nothing does not pass"
+    if unjudged and not (allow_unjudged and not n["not comparable"]):
+        return EXIT_NOT_JUDGED, (f"compare: not judged: {unjudged} of {scope} job keys could not be judged "
+                                 f"({why_unjudged(verdicts)}); none of the {judged_n} judged regressed")
+    if unjudged:
+        return 0, (f"compare: pass (--allow-unjudged): none of the {judged_n} judged job keys regressed; "
+                   f"{unjudged} of {scope} not judged ({why_unjudged(verdicts)})")
+    return 0, f"compare: pass: all {judged_n} job keys judged, none regressed"
+
+
+def exit_code(verdicts: list[Verdict], fail_on_change: bool, allow_unjudged: bool = False) -> tuple[int, str]:
+    """The gate's exit code, and the one line that says why when it is not a plain pass (stderr)."""
+    code, line = gate(verdicts, fail_on_change, allow_unjudged)
+    return code, (line if code or "not judged" in line else "")
 
 
 def cells(v: Verdict, shown: list[Metric]) -> list[str]:
@@ -330,20 +390,25 @@ def title_of(verdicts: list[Verdict], base_name: str, cur_name: str, threshold: 
 
 
 def render(verdicts: list[Verdict], fmt: str, base_name: str, cur_name: str, threshold: float,
-           estimator: str) -> str:
+           estimator: str, fail_on_change: bool = False, allow_unjudged: bool = False) -> str:
+    code, line = gate(verdicts, fail_on_change, allow_unjudged)
     if fmt == "json":
         return jsonfile.dumps({"baseline": base_name, "current": cur_name, "threshold": threshold, "alpha": ALPHA,
-                               "estimator": estimator,
-                               "summary": counts(verdicts), "verdicts": [asdict(v) for v in verdicts]})
+                               "estimator": estimator, "exit_code": code, "gate": line,
+                               "summary": counts(verdicts),
+                               "verdicts": [{**asdict(v), "judged": v.status in COMPARED} for v in verdicts]})
     shown = [m for m in METRICS if any(m.name in v.metrics for v in verdicts)]     # energy: where a meter was
     head = ["job key", "status", *(m.title for m in shown), "note"]
-    rows = [[v.key, v.status, *cells(v, shown), v.reason] for v in verdicts]
+    rows = [[v.key, label(v.status), *cells(v, shown), v.reason] for v in verdicts]
     title = title_of(verdicts, base_name, cur_name, threshold, estimator)
     if fmt == "markdown":
-        icon = {"regressed": "🔴 regressed", "improved": "🟢 improved", "unchanged": "unchanged",
-                "noisy": "🟡 noisy", "not comparable": "⚪ not comparable", "missing": "⚪ missing"}
-        lines = [f"### {title}", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-        lines += ["| " + " | ".join([f"`{r[0]}`", icon[r[1]], *r[2:]]) + " |" for r in rows]
+        icon = {"regressed": "🔴", "improved": "🟢", "noisy": "🟡", "too few repeats": "🟡",
+                "not comparable": "⚪", "missing": "⚪"}
+        mark = {0: "✅", EXIT_REGRESSED: "❌", EXIT_NOT_JUDGED: "⚠️"}[code]
+        lines = [f"**{mark} {line.removeprefix('compare: ')} (exit {code})**", "", f"### {title}", "",
+                 "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        lines += ["| " + " | ".join([f"`{r[0]}`", f"{icon.get(v.status, '')} {r[1]}".lstrip(), *r[2:]]) + " |"
+                  for r, v in zip(rows, verdicts)]
         return "\n".join(lines)
     widths = [max(len(str(x)) for x in col) for col in zip(head, *rows)]
     fmt_row = lambda r: "  ".join(str(x).ljust(w) for x, w in zip(r, widths)).rstrip()  # noqa: E731

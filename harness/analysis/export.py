@@ -17,7 +17,6 @@ from __future__ import annotations
 import csv
 import io
 import json
-import platform
 import statistics
 from datetime import datetime, timezone
 from pathlib import Path
@@ -54,18 +53,36 @@ def check(source: str, measurements: dict[str, Measurement]) -> None:
             raise UserError(f"export: {source}: the repeats of {m.key!r} disagree: {m.disagreement}")
 
 
-def pytest_benchmark(source: str, measurements: dict[str, Measurement]) -> str:
+def machine_info(env: dict) -> dict:
+    """pytest-benchmark's machine_info of the target that ran the jobs (its result's env, as
+    workloads/envinfo.facts recorded it there), never the machine that exports: a baseline made
+    on a laptop from a board's run describes the board. What the target did not record is
+    empty, not this machine's."""
+    python = (env.get("versions") or {}).get("python") or ""
+    return {"node": env.get("hostname") or "", "processor": env.get("arch") or "", "machine": env.get("arch") or "",
+            "python_implementation": "CPython" if python else "", "python_version": python, "python_compiler": "",
+            "release": env.get("kernel") or "", "system": "Linux",
+            "cpu": {"brand_raw": env.get("cpu_model") or "", "count": env.get("cores") or 0}}
+
+
+def commit_info(git: dict, harness_commit: str) -> dict:
+    """pytest-benchmark's commit_info from the run's git facts (run.json's `git`, runs.git_facts):
+    its commit, branch and dirtiness; a run recorded without them falls back to the harness
+    commit its results name, and no branch."""
+    commit = git.get("commit") or harness_commit
+    return {"id": commit, "time": None, "author_time": None,
+            "dirty": bool(git.get("dirty")) if "dirty" in git else commit.endswith("-dirty"),
+            "project": "zobench", "branch": git.get("branch") or None}
+
+
+def pytest_benchmark(source: str, measurements: dict[str, Measurement], env: dict, git: dict) -> str:
+    """The export of a run: env, the env of one of its ok results (the target that ran it); git,
+    its run.json's git facts."""
     check(source, measurements)
     first = next(iter(measurements.values()))     # check() refused a run with none
-    fp, commit = first.fingerprint, first.harness_commit
     doc = {
-        "machine_info": {"node": "", "processor": "", "machine": platform.machine(),
-                         "python_implementation": platform.python_implementation(),
-                         "python_version": platform.python_version(), "python_compiler": "",
-                         "release": fp.get("kernel") or "", "system": "Linux",
-                         "cpu": {"brand_raw": fp.get("cpu_model") or "", "count": fp.get("cores") or 0}},
-        "commit_info": {"id": commit, "time": None, "author_time": None, "dirty": commit.endswith("-dirty"),
-                        "project": "zobench", "branch": None},
+        "machine_info": machine_info(env),
+        "commit_info": commit_info(git, first.harness_commit),
         "benchmarks": [{
             "group": m.facts["workload"], "name": m.key, "fullname": f"zobench::{source}::{m.key}",
             "params": m.facts, "param": m.key,

@@ -30,6 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from harness.analysis.compare import ALPHA, ESTIMATOR, LOADED, mann_whitney_p, point_estimate, shift
+from harness.stores import machine_load
 from harness.stores.metrics import BY_NAME, LOADED_METRICS, METRICS
 
 WINDOW = 3
@@ -44,6 +45,8 @@ class Point:
     results: int = 0
     loaded: int = 0        # of them, those whose time and energy other work moved: left out of both
     flagged: int = 0       # and those that ran throttled (validity flags): left out of both too
+    shares: list = field(default_factory=list)     # each result's lost share where known (machine_load.flag)
+    left_out: dict = field(default_factory=dict)   # metric -> the values of the loaded or throttled results
 
 
 @dataclass
@@ -82,9 +85,12 @@ def build(rows: list[tuple], facts: dict[str, dict]) -> list[Series]:
         p.results += 1
         p.loaded += loaded
         p.flagged += bool(flags) and not loaded
+        if share is not None:
+            p.shares.append(share)
         for m, v in zip(METRICS, values):
-            if v is not None and not ((loaded or flags) and m.name in LOADED_METRICS):
-                p.samples.setdefault(m.name, []).append(v)
+            if v is not None:
+                out = (loaded or flags) and m.name in LOADED_METRICS
+                (p.left_out if out else p.samples).setdefault(m.name, []).append(v)
         if acc is not None:
             p.accuracy.append(acc)
     out = list(series.values())
@@ -134,6 +140,20 @@ def detect(s: Series, threshold: float, estimator: str = ESTIMATOR, window: int 
     return found
 
 
+def cell(p: Point, m, estimate) -> str:
+    """A point's value of a metric with its range and, for one that load moves, the load flag of
+    the busiest result it holds; where every result's was left out (loaded or throttled), their
+    value marked so, never a blank: the reader sees what was measured and why it is not judged."""
+    v, lost, scale = p.samples.get(m.name), p.left_out.get(m.name), m.scale
+    if v:
+        flag = machine_load.flag(max(p.shares)) if p.shares and m.name in LOADED_METRICS else ""
+        return f"{estimate(v) * scale:.4g} ({min(v) * scale:.4g}-{max(v) * scale:.4g})" + (f" [{flag}]" if flag else "")
+    if lost:
+        why = machine_load.flag(max(p.shares)) if p.loaded and p.shares else "⚠ throttled"
+        return f"{estimate(lost) * scale:.4g} [{why}: left out]"
+    return "-"
+
+
 def render(all_series: list[Series], fmt: str, estimator: str = ESTIMATOR) -> str:
     """Per series its points (commit, results, each metric's estimate and spread, accuracy) and
     its change points; Markdown for a CI job summary."""
@@ -144,15 +164,14 @@ def render(all_series: list[Series], fmt: str, estimator: str = ESTIMATOR) -> st
         lines += [f"### {head}" if md else head]
         if s.split_from:
             lines.append(f"new series: the fingerprint changed ({s.split_from})")
-        shown = [m for m in METRICS if any(p.samples.get(m.name) for p in s.points)]
+        shown = [m for m in METRICS if any(p.samples.get(m.name) or p.left_out.get(m.name) for p in s.points)]
         cols = ["commit", "n", *(f"{m.title} {m.unit} ({shown_as}, range)" for m in shown), "accuracy %"]
         rows = []
         for p in s.points:
             left_out = ", ".join(f"{n} {what}" for n, what in ((p.loaded, "loaded"), (p.flagged, "throttled")) if n)
             cells = [p.commit[:12], f"{p.results}" + (f" ({left_out})" if left_out else "")]
             for m in shown:
-                v, scale = p.samples.get(m.name), m.scale
-                cells.append(f"{estimate(v) * scale:.4g} ({min(v) * scale:.4g}-{max(v) * scale:.4g})" if v else "-")
+                cells.append(cell(p, m, estimate))
             cells.append(f"{100 * sum(p.accuracy) / len(p.accuracy):.1f}" if p.accuracy else "-")
             rows.append(cells)
         if md:

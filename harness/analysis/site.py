@@ -27,7 +27,7 @@ from pathlib import Path
 
 from harness import guarded
 from harness.analysis import compare, history
-from harness.stores import measurements, pgstore
+from harness.stores import machine_load, measurements, pgstore
 from harness.stores.metrics import BY_NAME, METRICS
 from harness.stores.store import Store
 
@@ -89,7 +89,7 @@ class FolderSource:
         rows, facts = [], {}
         for run in self._runs:
             for r in self.results(run.run_id):
-                if r["status"] == "ok":
+                if r["status"] == "ok" and not measurements.test_only(r["job"].get("hyper") or {}):    # as the store's history
                     row = pgstore.history_row(r, run.run_id, run.commit if run.commit != run.run_id else "")
                     rows.append(row)
                     if row[2] not in facts:
@@ -219,6 +219,10 @@ def series_json(s: history.Series, by_run: dict, published: set, estimator: str)
             "flagged": p.flagged, "report": p.first_run in published,
             "values": {m.name: [estimate(v) * m.scale, min(v) * m.scale, max(v) * m.scale]
                        for m in METRICS if (v := p.samples.get(m.name))},
+            # what the loaded or throttled results measured, left out of the values, and the busiest one's load
+            "left_out": {m.name: [estimate(v) * m.scale, min(v) * m.scale, max(v) * m.scale]
+                         for m in METRICS if (v := p.left_out.get(m.name))},
+            "load": max(p.shares) if p.shares else None,
             "accuracy": 100 * sum(p.accuracy) / len(p.accuracy) if p.accuracy else None})
     changes = [{"metric": c.metric, "commit": c.commit, "before_commit": s.points[c.at - 1].commit, "at": c.at,
                 "before": c.before * (scale := BY_NAME[c.metric].scale), "after": c.after * scale,
@@ -230,9 +234,10 @@ def series_json(s: history.Series, by_run: dict, published: set, estimator: str)
 
 
 def overview_row(s: history.Series, sj: dict, kid: str) -> dict:
-    """The overview's row of a series: its last SPARK step times, the latest, and the verdict of
+    """The overview's row of a series: its last SPARK step times, the latest judged one, the last
+    commit's as measured with its load flag (issue 60: never a bare blank), and the verdict of
     its latest change point, or noisy where the latest commit's times were all left out (loaded
-    or throttled), or unchanged."""
+    or throttled), not judged where one commit leaves nothing to compare, or unchanged."""
     points = sj["points"]
     times = [float(f"{t:.4g}") if (t := p["values"].get("step_time", [None])[0]) else None for p in points]
     last = points[-1]
@@ -241,10 +246,17 @@ def overview_row(s: history.Series, sj: dict, kid: str) -> dict:
         verdict, at = "noisy", last["commit"]
     elif latest:
         verdict, at = latest["verdict"], latest["commit"]
+    elif len(points) < 2:
+        verdict, at = "not judged (one commit)", ""
     else:
         verdict, at = "unchanged", ""
+    measured = (last["values"].get("step_time") or last["left_out"].get("step_time") or [None])[0]
     return {"id": kid, "key": s.key, **key_parts(s.key, s.target), "fingerprint": s.fingerprint[:16],
             "machine": sj["machine"], "spark": times[-SPARK:], "latest": next((t for t in reversed(times) if t), None),
+            # the last commit's time however it was measured, with its load flag (a loaded one is not judged)
+            "measured": float(f"{measured:.4g}") if measured else None,
+            "measured_flag": "⚠ throttled" if "step_time" not in last["values"] and last["flagged"] and
+                             not last["loaded"] else machine_load.flag(last["load"]),
             "latest_commit": short(last["commit"]), "commits": len(points), "verdict": verdict,
             "verdict_commit": short(at),
             "verdict_metric": latest["metric"] if latest and verdict != "noisy" else ""}
@@ -282,7 +294,7 @@ def compare_json(a: str, b: str, side, commits: dict, machines: dict, threshold:
             verdicts.append(v)
             rows.append((fp, v))
     shown = [m for m in METRICS if any(m.name in v.metrics for v in verdicts)]
-    code, why = compare.exit_code(verdicts, False)
+    code, why = compare.gate(verdicts)
     return {"a": a, "b": b, "a_runs": commits.get(a, []), "b_runs": commits.get(b, []),
             "title": compare.title_of(verdicts, short(a), short(b), threshold, estimator),
             "summary": compare.counts(verdicts), "exit_code": code, "why": why,
@@ -290,7 +302,8 @@ def compare_json(a: str, b: str, side, commits: dict, machines: dict, threshold:
                          for fp in [*before, *after] if (fp in before) != (fp in after)],
             "columns": ["job key", "machine", "status", *(m.title for m in shown), "note"],
             "rows": [{"key": v.key, "id": key_id(v.key), "fingerprint": fp, "machine": machines.get(fp, ""),
-                      "status": v.status, "cells": compare.cells(v, shown), "note": v.reason} for fp, v in rows]}
+                      "status": v.status, "label": compare.label(v.status), "cells": compare.cells(v, shown),
+                      "note": v.reason} for fp, v in rows]}
 
 
 def machines_json(found: list[history.Series], by_run: dict) -> list[dict]:

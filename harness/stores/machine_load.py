@@ -24,6 +24,10 @@ from dataclasses import dataclass
 
 from workloads.timed_loop_load import cpu_counters
 
+# The share of the CPU a job wanted that other work may take before its time says more about the
+# machine than the code (compare.py's rule for a side whose other side's load is unknown, history's
+# for leaving a result's time out, the load flag's mark).
+LOADED = 0.25
 # One round trip: uptime, load average, the aggregate and per-CPU lines of /proc/stat, USER_HZ.
 PROBE = "cat /proc/uptime /proc/loadavg && grep '^cpu' /proc/stat && (getconf CLK_TCK 2>/dev/null || echo 100)"
 
@@ -105,3 +109,18 @@ def starved(load, threads: int) -> float | None:
 def wanted(load: dict, threads: int) -> int:
     """The cores a job of `threads` threads wants on the machine of a known load (0 = every core)."""
     return min(threads or load["cores"], load["cores"])
+
+
+def lost_share(result: dict) -> float | None:
+    """The share of the CPU a result's job wanted that other work took while its steps were timed
+    (starved over of_steps): what its load flag shows. None where its load is unknown."""
+    return starved(of_steps(result), result["job"]["threads"])
+
+
+def flag(share: float | None) -> str:
+    """A number's load flag, shown beside it wherever a step time is (results, history): the
+    share of the CPU other work took, marked ⚠ past LOADED, where the number measured the machine
+    as much as the code; "" where the load is unknown."""
+    if share is None:
+        return ""
+    return f"{'⚠ ' if share > LOADED else ''}{100 * share:.0f}% other"

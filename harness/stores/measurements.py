@@ -50,6 +50,13 @@ KEY_IGNORES = ("inject_slowdown", "fault")
 HYPER_DEFAULTS = dataclasses.asdict(Hyper())
 
 
+def test_only(hyper: dict) -> list[str]:
+    """The test-only settings (KEY_IGNORES) a job's hyperparameters set away from their defaults:
+    such a run fakes its numbers (a slowdown, a fault), so the store marks it and never pools it
+    into a baseline or a history series, though its key is the real job's (issue 60)."""
+    return [k for k in KEY_IGNORES if hyper.get(k, HYPER_DEFAULTS[k]) not in (HYPER_DEFAULTS[k], None)]
+
+
 @dataclass
 class Measurement:
     key: str

@@ -92,7 +92,17 @@ MIGRATIONS = (
     UPDATE results SET peak_bytes = COALESCE(NULLIF((result->'memory'->>'device_peak_bytes')::bigint, 0),
                                              NULLIF(peak_rss_bytes, 0));
     """,
+    # the test-only settings a result's job set (measurements.test_only: inject_slowdown, fault, as
+    # KEY_IGNORES named them when this was written): baseline and history leave such rows out
+    """
+    ALTER TABLE results ADD COLUMN test_only text[] NOT NULL DEFAULT '{}';
+    UPDATE results SET test_only = ARRAY(SELECT k FROM unnest(ARRAY['inject_slowdown', 'fault']) AS k
+        WHERE COALESCE(result->'job'->'hyper'->>k, '') NOT IN ('', '0', '0.0'));
+    CREATE INDEX results_test_only ON results (run_id) WHERE test_only <> '{}';
+    """,
 )
+# a result of a run with no test-only setting: what a baseline pools and a history series holds
+REAL = "r.test_only = '{}'"
 
 # why a row under a job id its run's plan does not hold is left out and named
 UNPLANNED = "a job the run never planned"
@@ -264,16 +274,17 @@ class SharedStore:
             for r, (key, target, fp, _, _, *values, acc, share, flags) in zip(results, rows):
                 got = self.conn.execute(
                     f"INSERT INTO results (run_id, job_id, job_key, target, fingerprint, status, {COLUMNS}, "
-                    "peak_rss_bytes, test_accuracy, starved, flags, started_at, result) "
-                    f"VALUES ({', '.join(['%s'] * (12 + len(METRICS)))}) "
+                    "peak_rss_bytes, test_accuracy, starved, flags, test_only, started_at, result) "
+                    f"VALUES ({', '.join(['%s'] * (13 + len(METRICS)))}) "
                     "ON CONFLICT (run_id, job_id) DO UPDATE SET "
                     + ", ".join(f"{c} = EXCLUDED.{c}" for c in ("job_key", "target", "fingerprint", "status",
                                                                 *(m.column for m in METRICS), "peak_rss_bytes",
-                                                                "test_accuracy", "starved", "flags", "started_at",
-                                                                "result")) +
+                                                                "test_accuracy", "starved", "flags", "test_only",
+                                                                "started_at", "result")) +
                     " WHERE results.result IS DISTINCT FROM EXCLUDED.result RETURNING (xmax = 0)",
                     (run_id, r["job"]["job_id"], key, target, fp, r["status"], *values,
-                     r["memory"]["peak_rss_bytes"], acc, share, flags, r["started_at"], Jsonb(r))).fetchone()
+                     r["memory"]["peak_rss_bytes"], acc, share, flags, measurements.test_only(r["job"].get("hyper") or {}),
+                     r["started_at"], Jsonb(r))).fetchone()
                 if got is None:
                     out.unchanged += 1
                 elif got[0]:
@@ -372,17 +383,18 @@ class SharedStore:
 
     def baseline(self, current: dict, branch: str, last: int, exclude: list[str]) -> tuple[dict, list[str]]:
         """For each measurement of current, the ok results of the same job key and fingerprint in
-        the last `last` runs of branch that hold it (exclude: the current runs themselves),
-        pooled into one measurement; and the runs they came from."""
+        the last `last` runs of branch that hold it (exclude: the current runs themselves; a run
+        with a test-only setting is never one of them), pooled into one measurement; and the
+        runs they came from."""
         keys = list(current)
         fps = [fingerprint_id(current[k].fingerprint) for k in keys]
         rows = self.conn.execute(
-            """SELECT run_id, result FROM (
+            f"""SELECT run_id, result FROM (
                    SELECT r.run_id, r.result, dense_rank() OVER (
                        PARTITION BY r.job_key ORDER BY u.created_at DESC, u.run_id DESC) AS newest
                    FROM results r JOIN runs u USING (run_id)
                    JOIN unnest(%s::text[], %s::text[]) AS want(job_key, fingerprint) USING (job_key, fingerprint)
-                   WHERE u.branch = %s AND r.status = 'ok' AND r.run_id <> ALL(%s)
+                   WHERE u.branch = %s AND r.status = 'ok' AND {REAL} AND r.run_id <> ALL(%s)
                ) t WHERE newest <= %s ORDER BY run_id""",
             (keys, fps, branch, exclude, last)).fetchall()
         return measurements.from_results(rows, across_builds=True), sorted({r for r, _ in rows})
@@ -397,11 +409,25 @@ class SharedStore:
                                        (fps,)).fetchall())
         return rows, facts
 
+    def test_only_runs(self, keys: list[str], target: str | None, since: str | None,
+                       branch: str | None) -> dict[str, list[str]]:
+        """The runs with a test-only setting among those history would read, and what each set:
+        history leaves their results out of its series and names them apart."""
+        query, args = self.history_query(keys, target, since, branch, real=False)
+        rows = self.conn.execute(f"WITH h AS ({query}) SELECT DISTINCT h.run_id, unnest(r.test_only) FROM h "
+                                 "JOIN results r USING (run_id, job_key) WHERE r.test_only <> '{}' ORDER BY 1, 2",
+                                 args).fetchall()
+        out: dict[str, list[str]] = {}
+        for run_id, setting in rows:
+            out.setdefault(run_id, []).append(setting)
+        return out
+
     def history_query(self, keys: list[str], target: str | None, since: str | None, branch: str | None,
-                      exact: bool = False) -> tuple[str, list]:
+                      exact: bool = False, real: bool = True) -> tuple[str, list]:
         """history's SQL: the series table picks the (key, fingerprint) pairs, results_by_series
-        reads each one (benchmarks/store_scale.py prints its plan)."""
-        chosen, where, args = ["true"], ["r.status = 'ok'"], []
+        reads each one (benchmarks/store_scale.py prints its plan); real: only results of runs
+        with no test-only setting (REAL)."""
+        chosen, where, args = ["true"], ["r.status = 'ok'", *([REAL] if real else [])], []
         if keys and exact:
             chosen.append("job_key = ANY(%s)")
             args.append(keys)

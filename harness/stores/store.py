@@ -27,7 +27,7 @@ from pathlib import Path
 
 from workloads.jsonfile import loads, write_atomic
 
-from harness.stores import convergence
+from harness.stores import convergence, machine_load
 from harness import paths
 from harness.stores import validity
 from harness.errors import UserError
@@ -70,6 +70,8 @@ def summary(run_id: str, r: dict) -> dict:
         "model": workload["model"], "dataset": workload["dataset"], "rotate": workload["rotate"],
         "repeat": job["repeat"], "status": r["status"], "error": r["error"],
         "steps": r["steps"], "train_seconds": r["train_seconds"], "step_seconds": step_seconds(r),
+        # the share of the CPU the job wanted that other work took while its steps ran (machine_load.flag)
+        "load_other": None if (share := machine_load.lost_share(r)) is None else round(share, 3),
         "peak_rss_bytes": r["memory"]["peak_rss_bytes"],
         "test_accuracy": last.get("test_accuracy"), "train_loss": last.get("train_loss"),
         # diverged / unstable, or None (harness/stores/convergence.py), and the best epoch's accuracy beside the final one

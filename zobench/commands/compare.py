@@ -33,6 +33,10 @@ def add(sub) -> None:
     options.add_estimator(p)
     p.add_argument("--fail-on-change", action="store_true",
                    help="also exit 1 on a significant improvement (time to update the baseline)")
+    p.add_argument("--allow-unjudged", action="store_true",
+                   help="exit 0, not 3, when keys were not judged for noise or too few repeats and none of the "
+                        "judged regressed (a noisy CI runner); a key not comparable, or a gate that judged no "
+                        "key, still exits 3")
     p.add_argument("--format", choices=("text", "markdown", "json"), default="text",
                    help="text (default), markdown (a CI comment) or json (for a program)")
     p.set_defaults(main=main)
@@ -59,8 +63,9 @@ def main(args) -> int:
     if not base or not cur:
         raise UserError(f"compare: {base_name if not base else cur_name} has no ok result to compare")
     verdicts = compare.compare(base, cur, args.threshold / 100, args.estimator)
-    print(compare.render(verdicts, args.format, base_name, cur_name, args.threshold / 100, args.estimator))
-    code, why = compare.exit_code(verdicts, args.fail_on_change)
+    print(compare.render(verdicts, args.format, base_name, cur_name, args.threshold / 100, args.estimator,
+                         args.fail_on_change, args.allow_unjudged))
+    code, why = compare.exit_code(verdicts, args.fail_on_change, args.allow_unjudged)
     if why:
         print(f"zobench: {why}", file=sys.stderr)
     return code

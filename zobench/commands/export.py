@@ -28,10 +28,14 @@ def main(args) -> int:
 
     store = Store(args.results)
     run_id = options.one_run(args, store)
-    store.run_plan(run_id)      # a run of this store, not an exported file that measurements.load also reads
+    plan = store.run_plan(run_id)      # a run of this store, not an exported file that measurements.load also reads
     out = args.out and guarded.own_file(args.out, "export", "export --out", export.exported)   # refused before the work
     _, found = measurements.load(run_id, args.results)
-    text = export.pytest_benchmark(run_id, found) if args.format == "pytest-benchmark" else export.csv_text(run_id, found)
+    if args.format == "pytest-benchmark":
+        env = next((r.get("env") or {} for r in store.results(run_id, plan) if r["status"] == "ok"), {})
+        text = export.pytest_benchmark(run_id, found, env, plan.get("git") or {})
+    else:
+        text = export.csv_text(run_id, found)
     if out:
         guarded.write_file(out, text, "export --out")
         print(f"{args.out}: {len(found)} job keys of run {run_id}", file=sys.stderr)

@@ -39,6 +39,11 @@ def main(args) -> int:
     with pgstore.SharedStore(pgstore.required(args.store, "history")) as shared:
         rows, facts = shared.history(args.keys, args.target, args.since, args.branch)
         shared.refuse_damaged("history", args.keys, args.target)
+        faked = shared.test_only_runs(args.keys, args.target, args.since, args.branch)
+    if faked:
+        print(f"zobench: history: note: left out {len(faked)} run{'s' if len(faked) > 1 else ''} with a test-only "
+              "setting, never a point of a series: " + ", ".join(f"{run_id} ({', '.join(what)})"
+                                                           for run_id, what in faked.items()), file=sys.stderr)
     found = history.series(rows, facts, args.threshold / 100, args.estimator)
     if not found:
         raise UserError("history: no ok result in the store matches" + (f" {' '.join(args.keys)}" if args.keys else ""))

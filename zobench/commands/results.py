@@ -5,7 +5,7 @@ import sys
 
 from workloads import jsonfile
 
-from harness.stores import validity
+from harness.stores import machine_load, validity
 from harness.stores.store import Store, summary
 
 from . import options
@@ -51,7 +51,8 @@ def main(args) -> int:
             t.add_row(r["job_id"], *(member if pooled else []), f"{r['status']}: {r['error']}" if r["error"] else
                       f"{r['status']}; not finite: {r['nonfinite']}" if r["nonfinite"] else r["status"],
                       str(r["steps"]), fmt(r["step_seconds"] and 1000 * r["step_seconds"], ".2f")
-                      + (f" ({validity.shown(r['validity'].split(','))})" if r["validity"] else ""),
+                      + "".join(f" ({x})" for x in (r["step_seconds"] and machine_load.flag(r["load_other"]),
+                                                    r["validity"] and validity.shown(r["validity"].split(","))) if x),
                       fmt(r["train_seconds"], ".1f"), fmt(r["peak_rss_bytes"] and r["peak_rss_bytes"] / 2**20, ".1f"),
                       convergence.annotate(fmt(r["test_accuracy"], ".3f"), r["flags"], fmt(r["best_test_accuracy"], ".3f")),
                       fmt(r["train_loss"], ".3f"))
