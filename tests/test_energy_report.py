@@ -154,7 +154,7 @@ def test_a_20_percent_energy_increase_is_a_regression_and_exits_1(tmp_path, caps
     assert (energy["baseline"], energy["current"]) == pytest.approx((0.100, 0.120))
     assert not v["metrics"]["step_time"]["significant"] and not v["metrics"]["peak_memory"]["significant"]
     p = cli(capsys, "compare", "--results", tmp_path, base, more)
-    assert p.returncode == 1 and p.stderr == "zobench: compare: 1 of 1 job keys regressed\n"
+    assert p.returncode == 1 and p.stderr == "zobench: compare: fail: 1 of 1 job keys regressed\n"
     head, row = p.stdout.splitlines()[1:]
     assert head.split()[-2:] == ["energy", "note"] and "0.100 -> 0.120 J/step (+20.0%, p=0.011)" in row
     rc, verdicts = compare_json(capsys, tmp_path, more, base)

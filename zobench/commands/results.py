@@ -56,7 +56,8 @@ def main(args) -> int:
                       fmt(r["train_seconds"], ".1f"), fmt(r["peak_rss_bytes"] and r["peak_rss_bytes"] / 2**20, ".1f"),
                       convergence.annotate(fmt(r["test_accuracy"], ".3f"), r["flags"], fmt(r["best_test_accuracy"], ".3f")),
                       fmt(r["train_loss"], ".3f"))
-        console = Console(width=None if sys.stdout.isatty() else 160)
+        # off a terminal no cell wraps: each row is one line a log or grep reads whole
+        console = Console(width=None if sys.stdout.isatty() else 1000)
         console.print(t)
         for r in rows:
             if r["pretrained_from"]:
