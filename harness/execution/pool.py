@@ -188,23 +188,28 @@ def run(pool: Target, jobs: list[Job], prep: Prepared, store: Store, run_id: str
                     reached, board = ready
                     name = (reached.labgrid or {}).get("acquired") or m.name
                     while (job := queue.take(stop)) is not None:
-                        view.job_started(lane, f"{job.job_id} on {name}")
-                        result = board.run(job, store, run_id, lambda ev: view.event(lane, ev),
-                                           _terms(terms, job, tries[job.job_id], len(members)))
+                        try:
+                            view.job_started(lane, f"{job.job_id} on {name}")
+                            result = board.run(job, store, run_id, lambda ev: view.event(lane, ev),
+                                               _terms(terms, job, tries[job.job_id], len(members)))
+                        except BaseException:   # the job goes back: no sibling may wait on it for good
+                            queue.done(job, again=not stop.is_set())
+                            raise
                         if result["status"] in MEMBER_FAULTS:
                             attempt(name, job, result)
                             failures, last = failures + 1, result["error"]
                             again = len(tries[job.job_id].attempts) < pool.attempts and not stop.is_set()
+                            queue.done(job, again)
                             if not again:
                                 finish(pool.name, record(result, name, job))
-                            queue.done(job, again)
                             break       # the connection is suspect: reach the board again
-                        if result["status"] == "busy" and not _waited_out(tries[job.job_id], terms, job):
+                        if result["status"] == "busy" and len(members) > 1 and \
+                                not _waited_out(tries[job.job_id], terms, job):
                             queue.done(job, again=True)     # another member may be free
                             continue
                         failures = 0
-                        finish(pool.name, record(result, name, job))
                         queue.done(job)
+                        finish(pool.name, record(result, name, job))
                     else:
                         return
             except LeftOut as e:
