@@ -180,7 +180,6 @@ def shared_study(tune: list[str], env: dict, root: Path) -> dict:
     whether each point ran once and both processes took trials."""
     import subprocess
 
-    from harness.stores.store import Store
     from testkit.postgres import Postgres
 
     pg = Postgres()
@@ -196,8 +195,8 @@ def shared_study(tune: list[str], env: dict, root: Path) -> dict:
             raise SystemExit("\n".join(e[-2000:] for e in errs))
     finally:
         pg.stop()
-    trials = {board: Store(root / f"r-shared-{board}").run_plan(Store(root / f"r-shared-{board}").latest())["tune"]["trials"]
-              for board in ("p1", "p2")}
+    stores = {board: Store(root / f"r-shared-{board}") for board in ("p1", "p2")}
+    trials = {board: s.run_plan(s.latest())["tune"]["trials"] for board, s in stores.items()}
     values = [tuple(t["values"].items()) for ts in trials.values() for t in ts]
     return {"wall_s": wall, "trials": {b: len(ts) for b, ts in trials.items()},
             "each_point_once": len(values) == len(set(values))}
