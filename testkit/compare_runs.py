@@ -61,7 +61,7 @@ def load_at(contention: float, wall: float = 1.0, cores: int = 2) -> dict:
 
 def made_up_result(step_ms: float, *, repeat: int = 0, method: str = "full-zo", threads: int = 2,
                    hyper: dict | None = None, kernel: str = "6.1.0", peak_mib: float = 20.0,
-                   load: dict | None = None) -> dict:
+                   load: dict | None = None, lock: str | None = None) -> dict:
     """The result of an ok job of 50 steps at step_ms each, on a made-up two-core machine, as the
     store reads it (schema.upgrade: every record there)."""
     job_id = f"solo.cpp.{method}.fp32.r{repeat}"
@@ -71,7 +71,7 @@ def made_up_result(step_ms: float, *, repeat: int = 0, method: str = "full-zo", 
     steps, seconds = 50, 50 * step_ms / 1e3
     env = {"hostname": "made-up", "arch": "x86_64", "cpu_model": "Made-up CPU", "cores": 2, "governor": "performance",
            "kernel": kernel, "versions": {"zobench-train": "1"}, "binary_sha256": "ab" * 32,
-           "harness_commit": "0123456789ab"}
+           "harness_commit": "0123456789ab", **({"lock": lock} if lock else {})}
     r = skeleton(spec, env, "ok")
     r["memory"].update(peak_rss_bytes=int(peak_mib * 2 ** 20))
     return upgrade({**r, "started_at": "2026-01-01T00:00:00+00:00", "wall_seconds": seconds + 0.2, "train_seconds": seconds,

@@ -263,6 +263,19 @@ def test_an_exported_baseline_compares_like_the_run_and_a_changed_fingerprint_is
     assert "not comparable" in p.stdout and "governor" in p.stdout and "powersave" in p.stdout
 
 
+def test_a_changed_lock_is_named_and_a_side_that_does_not_know_its_lock_is_no_change(tmp_path):
+    """A result names the lock its Python's packages were installed from (scripts/setup.py): the
+    same job on other locked versions is another environment, named among the fingerprint's fields."""
+    store = Store(tmp_path)
+    steps = [10.0, 10.2, 10.1, 10.3, 10.0]
+    a, b, unknown = (made_up_run(store, [made_up_result(t, repeat=i, lock=lock) for i, t in enumerate(steps)])
+                     for lock in ("a" * 64, "b" * 64, None))
+    p = compare(tmp_path, a, b)
+    assert p.returncode == 3 and "fingerprint changed: lock 'aaaaaaaaaaaa' -> 'bbbbbbbbbbbb'" in p.stdout, p.stdout
+    p = compare(tmp_path, a, unknown)
+    assert p.returncode == 0 and "1 unchanged" in p.stdout, p.stdout
+
+
 def test_pooled_runs_whose_fingerprints_disagree_are_not_compared(tmp_path):
     store = Store(tmp_path)
     steps = [10.0, 10.2, 10.1, 10.3, 10.0]

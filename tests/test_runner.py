@@ -5,10 +5,13 @@ import json
 import math
 import os
 import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 
+from harness import envlock
 from harness.stores import schema
 from workloads import datasets
 from workloads.models import LENET5
@@ -51,6 +54,9 @@ def test_result_follows_schema_and_phases_tile_training_time(tmp_path):
     assert r["phases"]["eval"]["calls"] == 1 and r["phases"]["eval"]["seconds"] > 0
     assert r["memory"]["peak_rss_bytes"] >= r["memory"]["baseline_rss_bytes"] > 0
     assert r["env"]["cores"] >= 1 and r["env"]["versions"]["torch"]
+    # the lock the venv was filled from (scripts/setup.py's stamp), beside the versions; none where no set-up made it
+    made = envlock.stamp(Path(sys.prefix))
+    assert r["env"]["lock"] == (envlock.digest(envlock.path()) if made else None), made
     # the machine's load over the timed loop alone: its window is the loop's, its CPUs this machine's
     loop = r["timed_loop_load"]
     assert loop["wall_seconds"] == pytest.approx(r["train_seconds"], abs=1e-6)

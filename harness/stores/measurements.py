@@ -27,14 +27,14 @@ from harness.stores.schema import full_job, joules_per_step, step_seconds
 from harness.stores.store import Store
 
 FINGERPRINT = ("cpu_model", "cores", "governor", "kernel", "versions", "gpu", "build_cpu", "kernels",
-               "omp_wait_policy")
+               "omp_wait_policy", "lock")
 # Facts a result has only since zobench recorded them (the CPU the C++ binary was built for, the
-# kernel path each layer kind ran, OpenMP's wait policy): a side without one does not know it,
-# which is no change.
-RECORDED_LATER = ("build_cpu", "kernels", "omp_wait_policy")
+# kernel path each layer kind ran, OpenMP's wait policy, the lock its Python's packages came from):
+# a side without one does not know it, which is no change.
+RECORDED_LATER = ("build_cpu", "kernels", "omp_wait_policy", "lock")
 # Facts added after the shared store's fingerprint ids were first hashed (pgstore.fingerprint_id):
 # left out where a result lacks them, so an older result keeps the id it was pushed under.
-ONLY_WHEN_KNOWN = ("omp_wait_policy",)
+ONLY_WHEN_KNOWN = ("omp_wait_policy", "lock")
 
 
 def differs(fact: str, a, b) -> bool:
