@@ -108,6 +108,8 @@ class Installer:
 
     def make_venv(self) -> None:
         if self.usable():
+            if not self.uv and subprocess.run([self.python, "-m", "pip", "--version"], capture_output=True).returncode:
+                run([self.python, "-m", "ensurepip", "--default-pip"], "putting pip into the venv")   # uv made it
             return
         if self.venv.exists() and not (self.venv / "pyvenv.cfg").is_file():
             raise SetupError(f"{self.venv} exists and is not a venv; move it away or pass another --venv")

@@ -61,8 +61,8 @@ def closed_port() -> int:
 
 def no_index(tmp_path: Path) -> dict:
     """pip's settings pointing at nothing that answers, and caches of no use: no network to the index."""
-    return {"PIP_INDEX_URL": f"http://127.0.0.1:{closed_port()}/simple", "PIP_EXTRA_INDEX_URL": "", "PIP_FIND_LINKS": "",
-            "PIP_NO_INDEX": "", "UV_CACHE_DIR": str(tmp_path / "empty-uv-cache"), "PIP_NO_CACHE_DIR": "1",
+    return {"PIP_CONFIG_FILE": os.devnull, "PIP_INDEX_URL": f"http://127.0.0.1:{closed_port()}/simple",
+            "UV_CACHE_DIR": str(tmp_path / "empty-uv-cache"), "PIP_NO_CACHE_DIR": "1",
             "PIP_RETRIES": "0", "UV_HTTP_RETRIES": "0"}
 
 
