@@ -55,6 +55,7 @@ bench: setup-bench
 	$(BIN)/python benchmarks/memory_fit.py --malloc fixed
 	$(BIN)/python benchmarks/memory_fit.py --models gpt2-4m gpt2-29m --contexts 256
 	$(BIN)/python benchmarks/store_scale.py
+	$(BIN)/python benchmarks/setup_time.py
 
 # the suites named for the ElasticZO paper, as tuned, their records written to
 # docs/reproduction/records.jsonl.gz and docs/reproduction.md regenerated from them (hours);

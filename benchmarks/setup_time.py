@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import hashlib
 import json
 import os
 import re
@@ -83,6 +84,8 @@ def measure(rev: str, purge: bool) -> dict:
                     break
         phases[current] = phases.get(current, 0.0) + total - since
         phases.pop("-", None)
+        freeze = subprocess.run([clone / ".venv" / "bin" / "python", "-m", "pip", "freeze", "--exclude-editable"],
+                                capture_output=True, text=True).stdout
         stamp = clone / ".venv" / "zobench-lock.json"
         setup = json.loads(stamp.read_text())["seconds"] if stamp.is_file() else {}
         jobs = {}
@@ -96,6 +99,7 @@ def measure(rev: str, purge: bool) -> dict:
                 jobs[r["job"]["job_id"]] = {"leased": round(seconds, 2), "wall": round(r["wall_seconds"], 2)}
         return {"rev": rev, "commit": commit, "rc": rc, "total_s": round(total, 1), "purged_apt": purge,
                 "phases": {k: round(v, 1) for k, v in phases.items()}, "setup_steps": setup, "jobs": jobs,
+                "pip_freeze_sha256": hashlib.sha256(freeze.encode()).hexdigest(), "packages": len(freeze.splitlines()),
                 "tail": [line for _, line in lines[-3:]]}
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -132,7 +136,8 @@ def main() -> int:
     for rev in a.rev or ["HEAD"]:
         r = measure(rev, a.purge_apt)
         results.append(r)
-        print(f"{r['commit']}: make run exited {r['rc']} in {r['total_s']:.1f} s", file=sys.stderr)
+        print(f"{r['commit']}: make run exited {r['rc']} in {r['total_s']:.1f} s; the venv's pip freeze: "
+              f"{r['packages']} packages, sha256 {r['pip_freeze_sha256'][:16]}", file=sys.stderr)
         if r["rc"] != 0:
             print("\n".join(r["tail"]), file=sys.stderr)
     print(table(results))
