@@ -10,6 +10,7 @@ from __future__ import annotations
 import pandas as pd
 import seaborn as sns
 from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.colors import to_rgb
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
@@ -179,8 +180,9 @@ def peak_memory(ok: pd.DataFrame, palette: dict) -> Figure:
                ylabel="peak GPU memory (MiB)" if gpu else "peak resident memory (MiB)")
         label_bars(ax, g, palette)
         kinds.add(gpu)
-    legend = {False: [Patch(facecolor="0.85", edgecolor="0.5", label="RSS before training\n(runtime + data)"),
-                      Patch(facecolor="white", edgecolor="0.3", label="training increment\n(method colour)")],
+    legend = {False: [Patch(facecolor=(0.5, 0.5, 0.5, 0.3), edgecolor="0.5",
+                            label="RSS before training\n(runtime + data; method colour, light)"),
+                      Patch(facecolor="0.5", edgecolor="0.3", label="training increment\n(method colour)")],
               True: [Patch(facecolor="0.85", edgecolor="0.5", hatch="..",
                            label="GPU: NVML used, as nvidia-smi\nshows it (context, caches)"),
                      Patch(facecolor="white", edgecolor="0.3", hatch="//",
@@ -192,9 +194,10 @@ def peak_memory(ok: pd.DataFrame, palette: dict) -> Figure:
 
 
 def _rss_bars(ax, g: pd.DataFrame, palette: dict) -> None:
-    """The runtime's baseline RSS (grey) plus what training adds (method colour)."""
+    """The runtime's baseline RSS (the method's colour, light) plus what training adds (the method's
+    colour): a C++ job adds a sliver to its few MiB, and its bar still says which method it is."""
     x = range(len(g))
-    ax.bar(x, g["baseline_mib"], width=0.6, color="0.85", edgecolor="0.5")
+    ax.bar(x, g["baseline_mib"], width=0.6, color=[(*to_rgb(palette[m]), 0.3) for m in g["mlabel"]], edgecolor="0.5")
     ax.bar(x, g["peak_mib"] - g["baseline_mib"], bottom=g["baseline_mib"], width=0.6,
            color=[palette[m] for m in g["mlabel"]], edgecolor="0.3")
     _annotate(ax, g["peak_mib"], "{:.1f}")

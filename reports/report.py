@@ -133,6 +133,9 @@ def build(store, run_ids: list[str], out: Path | None = None, targets=(), method
     return out / "report.html"
 
 
+# a version's name where its key alone misleads: the C++ binary's "threads" is its thread pool's version
+# ("zobench team 1"), not a count beside the job's threads
+VERSION_NAMES = {"threads": "thread pool"}
 _CHARTS: dict = {}      # the charts a forked drawer draws: what it inherits, closures and all
 
 
@@ -542,7 +545,7 @@ def _machine(df: pd.DataFrame) -> tuple[str, object]:
     # what the board did during the run's jobs, once per target: the flags, else "none seen"
     seen = m.groupby("target")["throttling"].agg(lambda v: "; ".join(dict.fromkeys(x for x in v if x)) or "none seen")
     m["throttling"] = m["target"].map(seen)
-    m["versions"] = m["versions"].map(lambda v: ", ".join(f"{k} {x}" for k, x in (v or {}).items()))
+    m["versions"] = m["versions"].map(lambda v: "; ".join(f"{VERSION_NAMES.get(k, k)}: {x}" for k, x in (v or {}).items()))
     cols = ["target", "hostname", "arch", "cpu_model", "cores", "governor", "kernel", "versions", "throttling"]
     # the C++ binary's build CPU and kernel paths, where some job recorded them (a run without
     # one keeps the table's shape)

@@ -2,6 +2,7 @@
 import base64
 import re
 
+import matplotlib.colors
 import pytest
 
 from zobench.cli import main
@@ -163,6 +164,18 @@ def test_int8_and_accuracy_tables_agree_with_the_raw_results(native, tmp_path): 
     assert "| FP32 | INT8 | INT8* |" in acc
     line = next(l for l in acc.splitlines() if l.startswith("| Full ZO"))
     assert f"{100 * res[('full-zo', 0, 'int8', 'integer')]['epochs'][-1]['test_accuracy']:.1f}" in line
+    # the binary's thread pool's version is named as one, not read as a count beside the job's threads
+    assert "thread pool: zobench team 1" in md and "threads zobench" not in md
+    # a C++ job adds a sliver of memory to its few MiB: its whole bar still has its method's colour
+    from reports import charts, report as rep
+    df = rep._load(store, [store.latest()], [store.run_plan(store.latest())])
+    ok, palette = rep._chart_groups(df), rep._method_palette(df)
+    ax = next(a for a in charts.peak_memory(ok, palette).axes if a.get_title())
+    g = ok[ok["runtime"] == "cpp"]
+    assert len(ax.patches) == 2 * len(g)
+    for bar, method in zip(ax.patches[:len(g)], g["mlabel"]):
+        assert bar.get_facecolor()[:3] == pytest.approx(matplotlib.colors.to_rgb(palette[method]))
+        assert bar.get_facecolor()[3] == pytest.approx(0.3)
     only = (build(store, [store.latest()], tmp_path / "only", methods=["full-zo"]).parent / "report.md").read_text()
     assert "Full ZO" in only and "ElasticZO" not in only
     p = zobench("report", "--results", tmp_path, "--target", "no-such-board")
