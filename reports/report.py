@@ -47,7 +47,8 @@ VARIANTS = ["runtime", "precision", "target", "workload", "stage", "setup", "hyp
 KNOWN = [method_label(m, k) for m, k in PAPER_CONFIGS]
 CHARTS = {"time_breakdown": "Training time per optimizer step, by phase, per runtime and target (Fig. 7 shape)",
           "cross_device": "Step time normalised per board to its Full ZO FP32, for comparing boards",
-          "memory": "Analytic memory by method and part (Figs. 4-5 shape), with the measured training increment",
+          "memory": "Analytic memory by method and part (Figs. 4-5 shape), with the measured training increment "
+                    "(INT8: the binary keeps one int32 accumulator where Eqs. 13-15 count one per layer, docs/int8.md)",
           "peak_memory": "Measured peak memory: a CPU job's RSS (before training plus the training increment), a "
                          "cuda job's GPU memory (torch's peak allocation, and NVML's used memory as nvidia-smi shows it)",
           "energy": "Energy per optimizer step of the timed training loop, per method and precision "
@@ -423,7 +424,11 @@ def _blocks(run_ids: list[str], plans: list[dict], df: pd.DataFrame, ok: pd.Data
                    ("p", "Measured step time and memory: for the C++ binary its exact allocation "
                          "(memory.buffers_bytes), for a cuda job torch's peak allocation on the GPU "
                          "(memory.device_peak_bytes), for a Python runtime on a CPU its whole process's peak RSS, "
-                         "most of which is the framework; and the analytic memory ratio of Eqs. 2-4 over 13-15."),
+                         "most of which is the framework; and the analytic memory ratio of Eqs. 2-4 over 13-15. "
+                         "Eqs. 13-15 count an int32 accumulator for every layer's output and every output kept; "
+                         "the C++ binary computes each layer into one accumulator, the largest layer's, and keeps "
+                         "only what a later layer or the BP part reads (docs/int8.md, \"Memory\"), so its INT8 "
+                         "allocation is below the analytic one, and its memory ratio above the analytic ratio."),
                    ("table", t.rename(columns={"mlabel": "method", "panel": "runtime · target", "fp32_ms": "FP32 ms/step",
                                                "int8_ms": "INT8 ms/step", "speedup": "speed-up x",
                                                "fp32_mib": "FP32 MiB", "int8_mib": "INT8 MiB",
