@@ -133,7 +133,7 @@ def real(epochs: int, train_samples: int) -> dict:
         cmd = [sys.executable, "-m", "zobench", "run", "--suite", "paper-fmnist", "--runtime", "cpp", "--no-report",
                "--inventory", str(inv), "--set", f"epochs={epochs}", "--set", f"train_samples={train_samples}",
                "--set", "test_samples=1000"]
-        tune = [sys.executable, "-m", "zobench", "tune", "--suite", "paper-fmnist", "--method", "full-zo",
+        tune = [sys.executable, "-m", "zobench", "tune", "--no-report", "--suite", "paper-fmnist", "--method", "full-zo",
                 "--precision", "fp32", "--runtime", "cpp", "--sampler", "grid", "--grid-points", "8", "--trials", "8",
                 "--pruner", "none", "--epochs", str(epochs), "--set", f"train_samples={train_samples}",
                 "--inventory", str(inv)]

@@ -205,7 +205,7 @@ def test_tune_on_a_pool_runs_as_many_trials_at_once_as_it_has_members(farm, tmp_
             for n, o in (("board-a", "board-b"), ("board-b", "board-a"))}
     inv = inventory(farm, tmp_path, "lab", {n: {"python": str(hooked_python(tmp_path / f"{n}.py", hold[n]))}
                                             for n in hold})
-    r = zobench("tune", "--suite", "quick", "--method", "full-zo", "--runtime", "torch", "--sampler", "grid",
+    r = zobench("tune", "--no-report", "--suite", "quick", "--method", "full-zo", "--runtime", "torch", "--sampler", "grid",
                 "--grid-points", "4", "--trials", "4", "--pruner", "none", "--epochs", "1", "--validation", "200",
                 "--set", "train_samples=320", "--set", "test_samples=100", "--results", tmp_path / "r",
                 "--inventory", inv, "--target", "lab", env=farm["env"])

@@ -344,12 +344,12 @@ def test_tune_runs_trials_as_jobs_and_prints_lines_a_suite_reads(tmp_path, capsy
     untuned = SCOPED.replace('[hyper."full-zo".fp32]\nlr_zo = 1e-4\n', "")
     assert _jobs(tmp_path, untuned)["local.cpp.full-zo.fp32.r0"]["lr_zo"] == 1e-3
     assert _jobs(tmp_path, untuned + "\n".join(lines) + "\n")["local.cpp.full-zo.fp32.r0"]["lr_zo"] == chosen
-    # a tune run is not resumed, and its report charts the search
+    # a tune run is not resumed, and the search wrote its report, which charts it
+    report = results / "runs" / run_id / "report"
+    assert f"report: {(report / 'report.html').resolve()}" in r.stderr.splitlines()
     r = cli(capsys, "run", "--resume", run_id, "--results", results)
     assert r.returncode == 2 and "zobench tune search" in r.stderr
-    r = cli(capsys, "report", "--run", run_id, "--results", results)
-    assert r.returncode == 0, r.stderr
-    md = (results / "runs" / run_id / "report" / "report.md").read_text()
+    md = (report / "report.md").read_text()
     assert "## Tuning" in md and f"lr_zo={chosen:.3g}" in md and (results / "runs" / run_id / "report" / "tune.png").is_file()
 
 
@@ -414,7 +414,7 @@ def test_tune_fine_tunes_every_trial_from_one_pretraining_reused_only_at_a_clean
 
     def tune_run(method: str, param: str, commit: str):
         monkeypatch.setattr(plan, "harness_commit", lambda: commit)     # the code the jobs name
-        r = cli(capsys, "tune", "--suite", suite, "--method", method, "--dataset", "mnist-rot45", "--trials", "2",
+        r = cli(capsys, "tune", "--no-report", "--suite", suite, "--method", method, "--dataset", "mnist-rot45", "--trials", "2",
                 "--sampler", "grid", "--grid-points", "2", "--param", param, "--target", "local-1t",
                 "--results", results)
         assert r.returncode == 0, r.stderr

@@ -179,7 +179,7 @@ def test_tune_fetches_mnist_on_first_use_as_run_does(home, tmp_path, monkeypatch
     index = serve(monkeypatch, blob, pins)
     (tmp_path / "mnist.toml").write_text(SUITE)
     try:
-        p = in_process("tune", "--suite", tmp_path / "mnist.toml", "--method", "full-zo", "--precision", "fp32",
+        p = in_process("tune", "--no-report", "--suite", tmp_path / "mnist.toml", "--method", "full-zo", "--precision", "fp32",
                        "--runtime", "torch", "--target", "local-1t", "--trials", "1", "--epochs", "1",
                        "--pruner", "none", "--set", "train_samples=48", "--set", "test_samples=0",
                        "--results", tmp_path / "res")

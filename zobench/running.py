@@ -98,6 +98,18 @@ def push(url: str, store: Store, run_ids: list[str], branch: str | None, say: Ca
     return True
 
 
+def write_report(store: Store, run_id: str, say, history: list | None = None) -> Path | None:
+    """The run's report (a run's, or a tune's search), its path; None, said with a command that makes it
+    again, where it could not be written (a full disk: the results are stored all the same)."""
+    from reports import build as build_report
+    try:
+        return build_report(store, [run_id], history=history).resolve()
+    except OSError as e:
+        say(f"zobench: error: run {run_id}: its results are stored, but its report could not be written "
+            f"({e.filename or 'a report file'}: {e.strerror or e}); make room, then: {report_again(run_id, store)}")
+        return None
+
+
 def report_again(run_id: str, store: Store) -> str:
     """The command that makes a run's report again, as the user types it (tests run it)."""
     return f"zobench report --run {run_id}" + (
@@ -271,13 +283,8 @@ def run(store: Store, req: Request, say: Callable[[str], None]) -> Outcome:
     pushed = not shared or push(shared, store, [run_id], None, say)     # first: the report charts its history
     report = None
     if req.report:
-        from reports import build as build_report
-        history = history_of(shared, store, [run_id], say) if shared and pushed else None
-        try:
-            report = build_report(store, [run_id], history=history).resolve()
-        except OSError as e:    # a full disk: the results are stored; the report can be made again
-            say(f"zobench: error: run {run_id}: its results are stored, but its report could not be written "
-                f"({e.filename or 'a report file'}: {e.strerror or e}); make room, then: {report_again(run_id, store)}")
+        report = write_report(store, run_id, say, history_of(shared, store, [run_id], say) if shared and pushed else None)
+        if report is None:
             return Outcome(run_id, UNSAVED)
     say(f"run {run_id}: {len(results)} jobs run, {len(bad)} not ok" + (f"; finish them with: {resume}" if bad else ""))
     return Outcome(run_id, UNSAVED if not pushed else NOT_OK if bad else OK, report)

@@ -57,6 +57,7 @@ def add(sub) -> None:
     p.add_argument("--score-epochs", type=options.number(int, Bounds(1, Hyper.BOUNDS["epochs"].hi)), default=1,
                    metavar="N", help="score a trial by its last N epochs' mean validation accuracy (default 1: "
                                      "the last epoch's)")
+    p.add_argument("--no-report", action="store_true", help="do not write the search's report after it")
     p.set_defaults(main=main)
 
 
@@ -103,4 +104,10 @@ def main(args) -> int:
         print(f"tune run {run_id}: no trial completed, nothing chosen{why}", file=sys.stderr)
         return 128 + caught[0] if caught else 1
     print("\n".join(tune.toml_lines(run_id, outcome.record)))
+    if not caught and not args.no_report:     # the search as the report charts it: each trial, its curves, the choice
+        store = Store(args.results)
+        report = running.write_report(store, run_id, options.say)
+        if report is None:
+            return 1
+        print(f"report: {report}", file=sys.stderr)
     return 128 + caught[0] if caught else 0
