@@ -36,8 +36,8 @@ from testkit import tools  # noqa: E402
 # scripts/setup.py echoed its set-up's steps, scripts/setup.py says its own on one line at its end
 RUN_MARKS = [(re.compile(r"zobench run --suite quick"), "zobench start, plan and data"),
              (re.compile(r"^run \S+: \d+ jobs on"), "jobs (the C++ build inside the first C++ job before scripts/setup.py)"),
-             (re.compile(r"^run \S+: \d+ jobs run"), "report"),
              (re.compile(r"^report: "), "-")]
+JOB_LINE = re.compile(r"^\s+\w+ \S+\.r\d+(\s|$)")     # a job's end, as the progress view prints it off a terminal
 PIP_MARKS = [(re.compile(r"zobench: installing"), "apt"),
              (re.compile(r"-m venv "), "venv (pip)"),
              (re.compile(r"pip install --quiet numpy"), "install (pip)")]
@@ -75,8 +75,12 @@ def measure(rev: str, purge: bool) -> dict:
         total = time.monotonic() - started
         stepped = any(SETUP_LINE.search(line) for _, line in lines)
         marks = [(SETUP_LINE, "-"), *RUN_MARKS] if stepped else [*PIP_MARKS, *RUN_MARKS]
+        last_job = max((i for i, (_, line) in enumerate(lines) if JOB_LINE.match(line)), default=None)
         phases, current, since = {}, "set-up (its steps side by side: below)" if stepped else "make and its checks", 0.0
-        for t, line in lines:
+        for i, (t, line) in enumerate(lines):
+            if i - 1 == last_job:       # the report is written after the last job ends, before the run's last lines
+                phases[current] = phases.get(current, 0.0) + lines[last_job][0] - since
+                current, since = "report", lines[last_job][0]
             for pattern, name in marks:
                 if pattern.search(line):
                     phases[current] = phases.get(current, 0.0) + t - since
