@@ -325,3 +325,36 @@ def test_the_overview_shows_the_last_judged_time_and_the_last_measured_one_with_
     assert in_process("publish", "--results", only.root, "--out", tmp_path / "one-site", "--reports", "0").returncode == 0
     (row,) = json.loads((tmp_path / "one-site" / "data" / "overview.json").read_text())["rows"]
     assert (row["verdict"], row["measured"], row["measured_flag"]) == ("not judged (one commit)", 10.0, "2% other")
+
+
+def test_the_overview_opens_from_disk_and_the_other_pages_say_how_to_serve_the_site(browser, tmp_path):
+    """Issue 61 item 18: a site opened from disk (file://.../index.html) showed only "Failed to
+    fetch", since browsers fetch nothing into a file:// page. The overview's data is a script the
+    page loads (data/overview.js), so it lists every series there too; a page that must fetch its
+    data (a key's, a machine's, a comparison's) says so and how to serve the site instead."""
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    store = Store(tmp_path / "results")
+    for n, ms in enumerate((10.0, 10.0, 15.0)):
+        made_up(store, ms, n, COMMITS[n])
+    made_up(store, 10.0, 9, COMMITS[2], target=HOSTILE)
+    out = tmp_path / "my site"          # a space: the address is escaped, the folder shown as it is
+    r = in_process("publish", "--results", store.root, "--out", out, "--reports", "0", "--threshold", "25")
+    assert r.returncode == 0, r.stderr
+    rows = json.loads((out / "data" / "overview.json").read_text())["rows"]
+    b = visit(browser, out.as_uri() + "/", "index.html", "#overview tbody tr")
+    shown = b.find_elements("css selector", "#overview tbody tr")
+    assert sorted(tr.get_attribute("data-key") for tr in shown) == sorted(r["key"] for r in rows) and len(rows) == 2
+    assert HOSTILE in [td.text for td in b.find_elements("css selector", "#overview tbody td")]
+    assert b.execute_script("return window.pwned") is None
+    assert b.find_element("id", "count").text == "2 of 2 series"
+    assert console_errors(b) == []
+    for page in (f"key.html?k={rows[0]['id']}", f"machine.html?f={rows[0]['fingerprint']}",
+                 f"compare.html?b={COMMITS[2][:12]}"):
+        b.get(out.as_uri() + "/" + page)
+        WebDriverWait(b, 60).until(lambda d: d.find_elements("css selector", ".error"))
+        said = b.find_element("css selector", ".error").text
+        assert "Failed to fetch" not in said, said
+        assert f"a page opened from disk (file://); only the overview (index.html) works from there. Serve the " \
+               f"site: python3 -m http.server -d '{out}' (or zobench publish --serve), then open " \
+               f"http://localhost:8000/{page}" in said, said

@@ -17,7 +17,7 @@ import tomllib
 import traceback
 from pathlib import Path
 
-from harness.errors import UserError, one_line
+from harness.errors import Interrupted, UserError, one_line
 from harness.store_url import said, scrub
 
 from .commands import COMMANDS
@@ -70,6 +70,9 @@ def guarded(prog: str, command: str, call) -> int:
     except UserError as e:
         print(f"{prog}: error: {one_line(scrub(str(e)))}", file=sys.stderr)
         return 2
+    except Interrupted as e:    # a signal stopped work that keeps nothing (a fetch): its line, 128 + the signal
+        print(f"{prog}: {one_line(scrub(str(e)))}", file=sys.stderr)
+        return 128 + e.signum
     except KeyboardInterrupt:   # `zobench run` handles its own (zobench/running.py); elsewhere nothing is left running
         print(f"{prog}: interrupted", file=sys.stderr)
         return 130

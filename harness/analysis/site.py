@@ -5,6 +5,7 @@ server or a CI artifact and CI rebuilds it after each push to main. The site is 
 pages (reports/site/) and the data they load:
 
 OUT/data/overview.json            one row per job key x machine (fingerprint): what the overview lists
+OUT/data/overview.js              the same, as a script the overview loads (so it opens from disk too)
 OUT/data/keys/<id>.json           a key's series on every machine, loaded by its page alone
 OUT/data/compare/<a>_<b>.json     the gate's verdicts between two commits' runs
 OUT/data/machines.json            each fingerprint's facts, when its target's changed, its keys
@@ -182,8 +183,9 @@ def publish(source, out: Path, threshold: float, estimator: str, reports: int, c
         write_json(new / "compare" / f"{short(a)}_{short(b)}.json",
                    compare_json(a, b, side, commits, machines, threshold, estimator))
     write_json(new / "compare" / "index.json", [[short(a), short(b)] for a, b in pairs])
-    write_json(new / "overview.json", {"source": source.name, "estimator": estimator, "threshold": threshold,
-                                       "rows": overview})
+    summary = {"source": source.name, "estimator": estimator, "threshold": threshold, "rows": overview}
+    write_json(new / "overview.json", summary)
+    write_script(new / "overview.js", "ZOBENCH_OVERVIEW", summary)
     write_json(new / "machines.json", machines_json(found, by_run))
     copy_pages(out)
     old = out / ".data-old"
@@ -361,6 +363,13 @@ def write_json(path: Path, data) -> None:
     path.write_text(json.dumps(data, separators=(",", ":"), allow_nan=False))
 
 
+def write_script(path: Path, name: str, data) -> None:
+    """data as a script that sets window[name]: what a page opened from disk (file://) can load,
+    where a browser refuses to fetch a JSON file. JSON is JavaScript, and the file is a script of
+    its own, never markup, so no text in it can end it early."""
+    path.write_text(f"window.{name} = {json.dumps(data, separators=(',', ':'), allow_nan=False)};\n")
+
+
 def page_weight(out: Path) -> int:
     """What a browser loads to show the overview: its page, script, style and data."""
-    return sum((out / f).stat().st_size for f in ("index.html", "site.js", "site.css", "data/overview.json"))
+    return sum((out / f).stat().st_size for f in ("index.html", "site.js", "site.css", "data/overview.js"))

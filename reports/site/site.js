@@ -18,6 +18,14 @@ const Z = {
   },
 
   async json(path) {
+    if (location.protocol === "file:") {    // browsers refuse to fetch from a page opened from disk
+      const folder = decodeURIComponent(location.pathname.replace(/\/[^/]*$/, "")) || ".";
+      const page = location.pathname.replace(/.*\//, "") + location.search;
+      throw new Error(`This page loads ${path}, and a browser loads no data into a page opened from disk ` +
+                      `(file://); only the overview (index.html) works from there. Serve the site: ` +
+                      `python3 -m http.server -d '${folder}' (or zobench publish --serve), ` +
+                      `then open http://localhost:8000/${page}`);
+    }
     const r = await fetch(path);
     if (!r.ok) throw new Error(`${path}: not published (HTTP ${r.status})`);
     return r.json();
