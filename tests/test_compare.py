@@ -25,7 +25,7 @@ from harness.stores.store import Store
 
 from testkit.compare_runs import (SOLO, interleaved_runs, load_at, made_up_result, made_up_run, run, thermal_sample,
                                   solo_inventory)
-from testkit.runners import busy_loops, in_process, zobench
+from testkit.runners import REPO, busy_loops, in_process, zobench
 
 
 @pytest.fixture(scope="module")
@@ -70,6 +70,45 @@ def test_real_runs_reach_the_gate_as_their_stored_samples_and_its_exit_code_foll
         assert " ran beside other work: other processes or steal took " in v["reason"], p.stdout
     if v["status"] == "regressed":
         assert one_line(p) == "zobench: compare: fail: 1 of 1 job keys regressed"
+
+
+def test_rerun_measures_a_key_too_few_to_judge_again_until_it_is_judged_and_says_what_it_ran(runs, tmp_path):
+    """compare --rerun (issue 60): one repeat beside the baseline's five is too few to judge; the gate
+    runs more repeats of that key on the current side's target, numbered after its own, in a run that
+    names the one it adds to, judges the runs pooled and says so. The verdict is the statistics' (on a
+    busy machine it may be noisy, and noisy keys get as many repeats again while the time lasts); never
+    "too few repeats" once it has run them."""
+    suite = tmp_path / "ci-once.toml"
+    suite.write_text((REPO / "workloads" / "suites" / "ci.toml").read_text().replace("repeats = 5", "repeats = 1"))
+    store = Store(runs["root"])
+    once = run(store, ["--inventory", str(runs["inventory"]), *SOLO, "--suite", str(suite)])
+    first = runs["base"].split(",")[0]
+    before = compare(runs["root"], first, once, "--format", "json")
+    (v,) = json.loads(before.stdout)["verdicts"]
+    assert (before.returncode, v["status"]) == (3, "too few repeats")
+    p = zobench("compare", "--results", runs["root"], first, once, "--rerun", "60", "--inventory", runs["inventory"],
+                "--format", "json")
+    (v,) = json.loads(p.stdout)["verdicts"]
+    assert v["status"] != "too few repeats" and p.returncode in (0, 1, 3), p.stdout + p.stderr
+    added = [r for r in store.run_ids() if store.run_plan(r).get("repeats_of")]
+    assert added and store.run_plan(added[0])["repeats_of"] == [once]
+    (job,) = store.run_plan(once)["jobs"]
+    more = [j["job_id"] for j in store.run_plan(added[0])["jobs"]]
+    base_id = job["job_id"].rsplit(".r", 1)[0]
+    assert more == [f"{base_id}.r{n}" for n in range(1, 5)]        # to the baseline's five repeats
+    assert all(r["status"] == "ok" and r["job"]["repeat"] >= 1 for r in store.results(added[0]))
+    said = [line for line in p.stderr.splitlines() if "compare --rerun:" in line]
+    total = sum(len(store.run_plan(r)["jobs"]) for r in added)
+    assert said[-1].startswith(f"zobench: compare --rerun: {total} more repeats in {len(added)} runs; "
+                               f"the current side is {','.join([once, *added])}"), p.stderr
+    # too little time for a round: nothing runs, and the gate says why
+    p = zobench("compare", "--results", runs["root"], first, once, "--rerun", "1", "--inventory", runs["inventory"])
+    assert p.returncode == 3 and "do not fit the 1 s given (0 repeats run)" in p.stderr, p.stderr
+    exported = tmp_path / "once.json"
+    assert zobench("export", "--results", runs["root"], "--run", once, "--format", "pytest-benchmark",
+                   "--out", exported).returncode == 0
+    p = zobench("compare", "--results", runs["root"], first, str(exported), "--rerun", "60")
+    assert p.returncode == 2 and one_line(p).startswith("zobench: error: compare --rerun: the current side must be runs")
 
 
 def test_fail_on_change_also_fails_on_an_improvement(tmp_path):

@@ -19,7 +19,7 @@ from workloads.spec import Hyper, JobSpec, SpecError
 from harness.search import equal_memory, fit
 from harness.planning import inventory, plan, runs, suites
 from harness import paths
-from harness.stores import pgstore
+from harness.stores import measurements, pgstore
 from harness.execution import stages
 from harness.preparation.bundle import prepare
 from harness.analysis.compare import THRESHOLD
@@ -96,6 +96,65 @@ def push(url: str, store: Store, run_ids: list[str], branch: str | None, say: Ca
             f"zobench push {' '.join(run_ids)} --store {shlex.quote(pgstore.shown(url))}{where}")
         return False
     return True
+
+
+def _executed(store: Store, run_id: str, jobs: list[Job], targets: dict, prepared, req: Request, say):
+    """The run's jobs run, with a bar per target: (results, the command that resumes it, and the
+    Outcome it ended with where a signal or a full disk stopped it, else None)."""
+    counts: dict[str, int] = {}
+    for j in jobs:
+        counts[j.target] = counts.get(j.target, 0) + 1
+    with signals_stop() as (stop, caught), ProgressView(counts) as view:
+        results = execute(store, run_id, jobs, targets, prepared, view, stop, req.lease_timeout)
+    resume = store.resume_command(run_id) + (f" --inventory {shlex.quote(str(req.inventory))}" if req.inventory else "")
+    if caught:      # no report: what ended is stored, and the user asked to stop now
+        stopped = sum(r["status"] == "interrupted" for r in results)
+        say(f"run {run_id}: {stop.reason}: {len(results) - stopped} jobs ended, {stopped} interrupted, "
+            f"{len(jobs) - len(results)} not started; finish it with: {resume}")
+        return results, resume, Outcome(run_id, 128 + caught[0])
+    if stop.is_set():       # the results could not be stored (harness/execution/scheduler.py): what ran unstored runs again
+        say(f"run {run_id}: {stop.reason}; {len(results)} jobs stored, {len(jobs) - len(results)} not; "
+            f"make room, then finish it with: {resume}")
+        return results, resume, Outcome(run_id, UNSAVED)
+    return results, resume, None
+
+
+def more_repeats(store: Store, of: list[str], keys: set[str], repeats: dict[str, int], inventory_path: Path | None,
+                 say) -> Outcome:
+    """A new run of more repeats of the jobs of runs `of` whose key is in `keys` (compare --rerun): each
+    key's spec as its first run planned it, `repeats[key]` more times, numbered after every repeat the
+    runs hold; run.json names the runs it adds to ("repeats_of"). No report and no push: the gate
+    judges the runs pooled."""
+    planned = [(run_id, j) for run_id in of for j in store.run_plan(run_id)["jobs"]]
+    first, last = {}, {}
+    for _, j in planned:
+        key = measurements.job_key(j["spec"])[0]
+        if key in keys:
+            first.setdefault(key, j)
+            last[key] = max(last.get(key, -1), int(j["spec"].get("repeat", 0)))
+    jobs = []
+    for key, j in first.items():
+        base = j["job_id"].rsplit(".r", 1)[0]
+        for n in range(last[key] + 1, last[key] + 1 + repeats.get(key, 0)):
+            job_id = f"{base}.r{n}"
+            jobs.append(Job(**{**j, "job_id": job_id, "spec": {**j["spec"], "job_id": job_id, "repeat": n}}))
+    if not jobs:
+        raise UserError(f"compare --rerun: no job of {', '.join(of)} has the keys to measure again")
+    targets = {t.name: t for t in inventory.resolve(sorted({j.target for j in jobs}), inventory_path)}
+    saved = store.run_plan(of[0])
+    try:
+        prepared = _prepared(jobs, targets, say)
+    except _Stopped as e:
+        return Outcome(None, 128 + e.signum)
+    run_id = store.new_run(runs.record(suite=saved.get("suite", ""), suite_path=saved.get("suite_path", ""),
+                                       repeats_of=list(of), jobs=[j.to_dict() for j in jobs]))
+    say(f"run {run_id}: {len(jobs)} more repeats of {len(first)} job keys of {', '.join(of)} "
+        f"-> {store.runs / run_id}")
+    results, _, ended = _executed(store, run_id, jobs, targets, prepared, Request(inventory=inventory_path), say)
+    if ended is not None:
+        return ended
+    bad = [r for r in results if r["status"] != "ok"]
+    return Outcome(run_id, NOT_OK if bad else OK)
 
 
 def write_report(store: Store, run_id: str, say, history: list | None = None) -> Path | None:
@@ -264,21 +323,9 @@ def run(store: Store, req: Request, say: Callable[[str], None]) -> Outcome:
             return Outcome(None, 128 + e.signum)
         run_id = store.new_run(record)
         say(f"run {run_id}: {len(jobs)} jobs on {', '.join(targets)} -> {store.runs / run_id}")
-    counts: dict[str, int] = {}
-    for j in jobs:
-        counts[j.target] = counts.get(j.target, 0) + 1
-    with signals_stop() as (stop, caught), ProgressView(counts) as view:
-        results = execute(store, run_id, jobs, targets, prepared, view, stop, req.lease_timeout)
-    resume = store.resume_command(run_id) + (f" --inventory {shlex.quote(str(req.inventory))}" if req.inventory else "")
-    if caught:      # no report: what ended is stored, and the user asked to stop now
-        stopped = sum(r["status"] == "interrupted" for r in results)
-        say(f"run {run_id}: {stop.reason}: {len(results) - stopped} jobs ended, {stopped} interrupted, "
-            f"{len(jobs) - len(results)} not started; finish it with: {resume}")
-        return Outcome(run_id, 128 + caught[0])
-    if stop.is_set():       # the results could not be stored (harness/execution/scheduler.py): what ran unstored runs again
-        say(f"run {run_id}: {stop.reason}; {len(results)} jobs stored, {len(jobs) - len(results)} not; "
-            f"make room, then finish it with: {resume}")
-        return Outcome(run_id, UNSAVED)
+    results, resume, ended = _executed(store, run_id, jobs, targets, prepared, req, say)
+    if ended is not None:
+        return ended
     bad = [r for r in store.results(run_id) if r["status"] != "ok"]
     pushed = not shared or push(shared, store, [run_id], None, say)     # first: the report charts its history
     report = None

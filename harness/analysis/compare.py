@@ -295,6 +295,15 @@ def compare(base: dict[str, Measurement], cur: dict[str, Measurement], threshold
     return out
 
 
+def repeats_to_judge(baseline: int) -> int:
+    """How many repeats a current side needs beside a baseline's for the test to be able to find a
+    change at all (testable), and at least the baseline's own: compare --rerun's first target."""
+    n = 1
+    while 2 / math.comb(baseline + n, baseline) >= ALPHA:
+        n += 1
+    return max(n, baseline)
+
+
 def testable(b: Measurement, c: Measurement) -> bool:
     """Whether the test could find a change at all between the two sides' step-time samples: the
     smallest two-sided p of the Mann-Whitney U test, every sample of one side below every one of

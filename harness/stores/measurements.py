@@ -73,6 +73,11 @@ class Measurement:
     joules_per_step: list = field(default_factory=list)  # J, per repeat (or epoch) a meter measured
     validity: list = field(default_factory=list)  # each repeat's result["validity"] (None where not judged)
     adaptive: list = field(default_factory=list)  # per repeat: its threads worked as the load left cores (adaptive_team)
+    wall_s: list = field(default_factory=list)    # per repeat: its job's seconds in all (compare --rerun's estimate)
+
+    @property
+    def repeats(self) -> int:
+        return len(self.peak_rss) or len(self.step_s)
 
 
 def changed_hyper(hyper: dict, device: str = "cpu") -> list[tuple[str, object]]:
@@ -162,6 +167,7 @@ def from_results(results: list[tuple[str, dict]], across_builds: bool = False) -
         m.load.append(machine_load.of_steps(r))
         m.validity.append(r.get("validity") if isinstance(r.get("validity"), dict) else None)
         m.adaptive.append(adaptive_team(env))
+        m.wall_s.append(r.get("wall_seconds") or 0.0)
         epochs[key] = [(e["seconds"], e.get("joules"), r["steps"] / len(r["epochs"])) for e in r.get("epochs") or []]
     for key, m in out.items():
         if len(m.step_s) == 1 and len(epochs[key]) > 1:

@@ -37,6 +37,11 @@ def add(sub) -> None:
                    help="exit 0, not 3, when keys were not judged for noise or too few repeats and none of the "
                         "judged regressed (a noisy CI runner); a key not comparable, or a gate that judged no "
                         "key, still exits 3")
+    p.add_argument("--rerun", type=options.number(float, Bounds(1, 7 * 86400.0)), metavar="SECONDS",
+                   help="where keys come out not judged (too few repeats, or noisy), run more repeats of them on "
+                        "the current side's targets, within SECONDS in all, and judge again, as often as the time "
+                        "allows (the current side: run ids of this results folder)")
+    options.add_inventory(p)
     p.add_argument("--format", choices=("text", "markdown", "json"), default="text",
                    help="text (default), markdown (a CI comment) or json (for a program)")
     p.set_defaults(main=main)
@@ -63,9 +68,59 @@ def main(args) -> int:
     if not base or not cur:
         raise UserError(f"compare: {base_name if not base else cur_name} has no ok result to compare")
     verdicts = compare.compare(base, cur, args.threshold / 100, args.estimator)
+    if args.rerun:
+        cur_name, verdicts, code = rerun(args, base, cur_name, cur, verdicts)
+        if code is not None:
+            return code
     print(compare.render(verdicts, args.format, base_name, cur_name, args.threshold / 100, args.estimator,
                          args.fail_on_change, args.allow_unjudged))
     code, why = compare.exit_code(verdicts, args.fail_on_change, args.allow_unjudged)
     if why:
         print(f"zobench: {why}", file=sys.stderr)
     return code
+
+
+def rerun(args, base: dict, cur_name: str, cur: dict, verdicts: list):
+    """compare --rerun: more repeats of the keys not judged, measured on the current side's targets as
+    pyperf calibrates its runs, until every key is judged or the time is spent. A round first brings
+    each such key to as many repeats as its baseline has (at least as many as the test can judge by:
+    compare.repeats_to_judge), then, while it stays noisy, adds as many again;
+    a round whose estimate (the key's mean job seconds, times its repeats) does not fit the time left is
+    not started. Says what it ran: the current side becomes the runs pooled. (name, verdicts, an exit
+    code where a signal stopped it, else None)."""
+    import time
+
+    from harness.analysis import compare
+    from harness.stores import measurements
+    from harness.stores.store import Store
+
+    from .. import running
+
+    if any(side.endswith(".json") for side in cur_name.split(",")):
+        raise UserError("compare --rerun: the current side must be runs of this results folder, not an export: "
+                        "its repeats run again from their run's plan")
+    store, runs = Store(args.results), cur_name.split(",")
+    deadline, added = time.monotonic() + args.rerun, 0
+    while True:
+        open_keys = {v.key: v for v in verdicts if v.status in compare.UNJUDGED and v.key in cur}
+        if not open_keys:
+            break
+        want = {k: compare.repeats_to_judge(len(base[k].step_s)) - cur[k].repeats for k in open_keys}
+        want = {k: n if n > 0 else cur[k].repeats for k, n in want.items()}      # noisy: as many again
+        cost = sum(n * sum(cur[k].wall_s) / max(1, len(cur[k].wall_s)) for k, n in want.items())
+        if cost > deadline - time.monotonic():
+            options.say(f"zobench: compare --rerun: {len(open_keys)} keys still not judged; their next "
+                        f"{sum(want.values())} repeats (about {cost:.0f} s) do not fit the {args.rerun:g} s given "
+                        f"({added} repeats run)")
+            break
+        outcome = running.more_repeats(store, runs, set(open_keys), want, args.inventory, options.say)
+        if outcome.run_id is None or outcome.exit_code >= 128:
+            return cur_name, verdicts, outcome.exit_code
+        runs.append(outcome.run_id)
+        added += sum(want.values())
+        cur_name, cur = measurements.load(",".join(runs), args.results)
+        verdicts = compare.compare(base, cur, args.threshold / 100, args.estimator)
+    if added:
+        options.say(f"zobench: compare --rerun: {added} more repeats in {len(runs) - 1} runs; the current side is "
+                    f"{cur_name}")
+    return cur_name, verdicts, None
