@@ -95,8 +95,9 @@ def _descendants(root: int) -> list[int]:
     return out
 
 
-def make_farm(root: Path, names: list[str]) -> tuple[list[Sshd], Path]:
-    """Start one sshd per name; return them and the client's private key."""
+def make_farm(root: Path, names: list[str], no_sftp: tuple[str, ...] = ()) -> tuple[list[Sshd], Path]:
+    """Start one sshd per name; return them and the client's private key. The servers named in
+    no_sftp have no `Subsystem sftp` line, like the sshd (or Dropbear) of a small embedded image."""
     root.mkdir(parents=True, exist_ok=True)
     Path("/run/sshd").mkdir(exist_ok=True)     # sshd's privilege-separation directory
     client_pub = keygen(root / "client_key")
@@ -107,6 +108,7 @@ def make_farm(root: Path, names: list[str]) -> tuple[list[Sshd], Path]:
         host_pub = keygen(d / "host_key")
         (d / "authorized_keys").write_text(client_pub + "\n")
         port = free_port()
+        subsystem = "" if name in no_sftp else "Subsystem sftp internal-sftp\n"
         (d / "sshd_config").write_text(f"""\
 Port {port}
 ListenAddress 127.0.0.1
@@ -119,8 +121,7 @@ PubkeyAuthentication yes
 PermitRootLogin yes
 StrictModes no
 UsePAM no
-Subsystem sftp internal-sftp
-LogLevel ERROR
+{subsystem}LogLevel ERROR
 """)
         s = Sshd(name, d, port, host_pub)
         s.start()

@@ -96,15 +96,17 @@ def server():
 
 @pytest.fixture(scope="session")
 def farm(tmp_path_factory):
-    """Four real sshd 'boards' on loopback, a client key, and an isolated HOME whose
-    ~/.ssh/known_hosts knows their host keys (env: that HOME, for zobench(..., env=)).
-    board-d is for the host-key tests."""
+    """Five real sshd 'boards' on loopback, a client key, and an isolated HOME whose
+    ~/.ssh/known_hosts knows their host keys but board-d's (env: that HOME, for
+    zobench(..., env=)). board-d is for the host-key tests; board-e's sshd has no SFTP
+    subsystem, as on a small embedded image (tests/test_ssh_nosftp.py)."""
     require("sshd", "ssh", "ssh-keygen")
     from testkit.sshd import client_home, make_farm
 
     root = tmp_path_factory.mktemp("farm")
-    boards, key = make_farm(root / "sshd", ["board-a", "board-b", "board-c", "board-d"])
-    home = client_home(root / "home", boards[:3])
+    boards, key = make_farm(root / "sshd", ["board-a", "board-b", "board-c", "board-d", "board-e"],
+                            no_sftp=("board-e",))
+    home = client_home(root / "home", [b for b in boards if b.name != "board-d"])
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("HOME", str(home))
         yield {"boards": {b.name: b for b in boards}, "key": key, "home": home, "root": root,

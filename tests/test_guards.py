@@ -294,6 +294,42 @@ def test_a_run_json_edited_after_the_run_is_said_by_every_reader(tmp_path):
         assert "Traceback" not in err
 
 
+@pytest.mark.parametrize("field, value", [("method", "full-bp"), ("hyper.lr_zo", 0.5)])
+def test_a_result_whose_own_job_record_was_edited_is_corrupt_in_every_reader(tmp_path, field, value):
+    """Issue 61, item 11: a result's job record edited by hand (its method, its lr_zo) no longer
+    hashes to its spec_sha256: results, export and compare each name the file and the field, once,
+    and leave the result out (it is no measurement of what it now says), as run --resume does."""
+    from harness.planning.runs import spec_sha256
+    store = Store(tmp_path / "results")
+    results = [made_up_result(2.0, repeat=i) for i in range(2)]
+    for r in results:
+        r["spec_sha256"] = spec_sha256(r["job"])
+    run_id = made_up_run(store, results)
+    edited = results[1]["job"]["job_id"]
+    path = store.run_dir(run_id) / f"{edited}.json"
+    text = json.loads(path.read_text())
+    where, _, key = field.rpartition(".")
+    (text["job"][where] if where else text["job"])[key] = value
+    path.write_text(json.dumps(text))
+    expected = (f"zobench: warning: {path} is corrupt (its job record is not the spec it ran by: its {field} "
+                "differs from its spec_sha256 and run.json (edited after the run)): left out; "
+                f"`zobench run --resume {run_id} --results {store.root}` re-runs it")
+    for command in (["results", "--run", run_id, "--format", "json"], ["export", "--format", "csv", "--run", run_id],
+                    ["compare", run_id, run_id]):
+        store_module._reported.clear()     # said once a process; each command here is a process of its own
+        code, out, err = run_main([*command, "--results", str(store.root)])
+        assert [x for x in err.splitlines() if "corrupt" in x] == [expected], (command, err)
+        assert "Traceback" not in err and "full-bp" not in out and "0.5" not in out, (command, out)
+        if command[0] == "results":
+            assert [row["job_id"] for row in json.loads(out)] == [results[0]["job"]["job_id"]]
+    # the fields filled in for the target (where its files were there) are not an edit
+    text["job"] = {**results[1]["job"], "init_weights": "/board/zobench/bundles/x/init/w.f32",
+                   "workload": {**results[1]["job"]["workload"], "data_dir": "/board/zobench/bundles/x/data"}}
+    path.write_text(json.dumps(text))
+    store_module._reported.clear()
+    assert len(store.results(run_id)) == 2
+
+
 # ---- the readers, fuzzed (issue 47): each damage is exit 2 and one line, or read as it is (exit 0),
 # never a traceback, and nothing outside the test's folder is written
 

@@ -547,6 +547,37 @@ def test_a_store_damaged_by_hand_is_one_line_and_loses_nothing_local(capsys, tmp
     assert sorted((f.name, f.read_bytes()) for f in (store.runs / run_id).rglob("*") if f.is_file()) == before
 
 
+def test_a_result_whose_job_record_was_edited_is_kept_out_of_the_store_and_history(capsys, tmp_path, url):
+    """Issue 61, item 11: a local result whose job record was edited (its lr_zo) no longer hashes to
+    its spec_sha256: push names it and leaves it out, so history never counts it; a row whose stored
+    result was edited the same way in the store is damaged to pull, which leaves it out."""
+    from harness.planning.runs import spec_sha256
+    store = Store(tmp_path / "a")
+    results = [compare_runs.made_up_result(10.0, repeat=i) for i in range(3)]
+    for r in results:
+        r["spec_sha256"] = spec_sha256(r["job"])
+    run_id = compare_runs.made_up_run(store, results, git={"commit": "a" * 40, "branch": "main", "dirty": False})
+    edited = store.run_dir(run_id) / f"{results[2]['job']['job_id']}.json"
+    text = json.loads(edited.read_text())
+    text["job"]["hyper"]["lr_zo"] = 0.5
+    edited.write_text(json.dumps(text))
+    r = cli(capsys, "push", run_id, "--store", url, "--results", tmp_path / "a")
+    assert r.returncode == 0 and f"{edited} is corrupt (its job record is not the spec it ran by: its hyper.lr_zo " \
+        "differs" in r.stderr and "2 results added" in r.stderr, r.stderr
+    r = cli(capsys, "history", "--store", url, "--format", "json")
+    assert r.returncode == 0, r.stderr
+    (series,) = json.loads(r.stdout)
+    assert [p["results"] for p in series["points"]] == [2]
+    import psycopg
+    with psycopg.connect(url) as c:
+        c.execute("UPDATE results SET result = jsonb_set(result, '{job,method}', '\"full-bp\"') WHERE job_id = %s",
+                  (results[1]["job"]["job_id"],))
+    r = cli(capsys, "pull", run_id, "--store", url, "--results", tmp_path / "b")
+    assert f"job {results[1]['job']['job_id']} is damaged (its job record is not the spec it ran by: its method " \
+        "differs" in r.stderr, r.stderr
+    assert [x["job"]["job_id"] for x in Store(tmp_path / "b").results(run_id)] == [results[0]["job"]["job_id"]]
+
+
 @pytest.mark.parametrize("whole", [True, False])
 def test_a_row_under_a_job_the_run_never_planned_is_named_by_every_reader(capsys, tmp_path, url, whole):
     """A row added by hand under a job id the run's plan does not hold (a whole result of its own

@@ -265,11 +265,12 @@ def test_a_run_id_that_is_not_one_never_reaches_the_filesystem(bad, run, tmp_pat
 
 def as_version_1(r: dict) -> dict:
     """r as a zobench before result versions wrote it: schema 1, without the records added since
-    (warm-up, energy, start_eval, load, lease, validity, convergence, an empty nonfinite, the GPU's
-    memory figures, an epoch's joules) and without spec fields added since (zo_loss, optimizer,
-    warmup)."""
+    (warm-up, energy, start_eval, load, lease, validity, convergence, the spec's hash, an empty
+    nonfinite, the GPU's memory figures, an epoch's joules) and without spec fields added since
+    (zo_loss, optimizer, warmup). spec_sha256 came with schema 2: a version 1 result has none (one
+    kept beside a job record without those fields would be a record edited after its run)."""
     old = {k: v for k, v in r.items() if k not in ("warmup", "energy", "start_eval", "load", "lease", "validity",
-                                                    "convergence") and not (k == "nonfinite" and not v)}
+                                                    "convergence", "spec_sha256") and not (k == "nonfinite" and not v)}
     job = {k: v for k, v in r["job"].items() if k not in ("zo_loss", "eval_start", "init_sha256")}
     job["hyper"] = {k: v for k, v in job["hyper"].items() if k not in ("optimizer", "warmup_steps", "adam_beta1")}
     job["workload"] = {k: v for k, v in job["workload"].items() if k not in ("rotate", "validation")}

@@ -1,4 +1,5 @@
-"""The one interface between the controller and a target: exec / run / put / get.
+"""The one interface between the controller and a target: exec / run / put / get (and transfer:
+how put and get move files there).
 
 Every code path above it (probe, deploy, job execution) is the same for this
 machine and for a board over SSH (harness/boards/ssh.py); only the transport differs.
@@ -94,6 +95,10 @@ class LocalTransport:
     def path(self, p: str) -> str:
         return os.path.expanduser(p)
 
+    def transfer(self) -> str:
+        """How files reach the target (SshTransport: "sftp" or "tar"): here they are copied."""
+        return "local"
+
     def exec(self, command: str, timeout: float = 60, stdin: str | None = None) -> tuple[int, str, str]:
         """Run a short shell command in its own session; past `timeout` its whole process group is
         killed and a TransportError says so (as over SSH), so a hung probe ends only its board."""
@@ -151,6 +156,10 @@ class LocalTransport:
 
     def put(self, local: Path, remote: str, timeout: float = 600) -> None:
         self._write(remote, lambda tmp: shutil.copyfile(local, tmp))     # streamed, not read into memory
+
+    def put_many(self, folder: str, files: dict[str, Path], timeout: float = 600) -> None:
+        for name, local in files.items():
+            self.put(local, os.path.join(folder, name), timeout)
 
     def _write(self, remote: str, write) -> None:
         """write(tmp), then rename it to remote; a failed write leaves no part file behind."""

@@ -66,12 +66,13 @@ def deploy(transport, workdir: str, files: dict[str, Path], ids: dict[str, tuple
     lines = out.split()
     if lines[:1] == ["present"]:
         return bundle
-    have, sent = set(lines), []
+    have, missing = set(lines), {}
     for rel, digest in hashes.items():
         if digest not in have:
-            transport.put(files[rel], f"{objects}/{digest}")
-            have.add(digest)
-            sent.append(digest)
+            missing.setdefault(digest, files[rel])
+    # in one go: over tar (a board whose sshd has no SFTP) one stream, not a channel per file
+    transport.put_many(objects, missing)
+    sent = list(missing)
     # verify what this deploy sent (an object already there was checked by the deploy that sent it,
     # and the assembly checks its size)
     if sent:

@@ -29,8 +29,8 @@ from harness.stores import validity
 from harness.stores.machine_load import of_steps, starved
 from harness.stores.metrics import METRICS
 from harness.errors import UserError
-from harness.stores.schema import plan_problems, stored_problems, upgrade
-from harness.stores.store import Store
+from harness.stores.schema import plan_problems, upgrade
+from harness.stores.store import Store, checked
 from harness.store_url import known, said, shown, shown_argv
 
 ENV = "ZOBENCH_STORE"
@@ -308,8 +308,9 @@ class SharedStore:
         return row[0]
 
     def results(self, run_id: str, plan: dict | None = None) -> list[dict]:
-        """The run's results in plan order, each checked against the schema as a local one is
-        (a damaged row is left out, as a damaged local file is) and in this version's shape."""
+        """The run's results in plan order, each checked as a local one is (store.checked: the schema, and
+        its job record against its spec_sha256; a damaged row is left out, as a damaged local file is)
+        and in this version's shape."""
         plan = plan if plan is not None else self.run_plan(run_id)
         if bad := plan_problems(plan):
             raise UserError(f"run {run_id} in store {shown(self.url)} is damaged: its plan: {bad[0]}")
@@ -322,7 +323,7 @@ class SharedStore:
         for j in plan["jobs"]:
             if j["job_id"] not in got:
                 continue
-            if bad := stored_problems(got[j["job_id"]], j["job_id"]):
+            if bad := checked(got[j["job_id"]], j)[0]:
                 self._damaged(run_id, j["job_id"], "; ".join(bad[:2]))
                 continue
             out.append(upgrade(got[j["job_id"]]))

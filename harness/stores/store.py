@@ -31,7 +31,7 @@ from harness.stores import convergence, machine_load
 from harness import paths
 from harness.stores import validity
 from harness.errors import UserError
-from harness.planning.runs import safe_name, spec_sha256
+from harness.planning.runs import FILLED_BY_THE_RUN, safe_name, spec_sha256
 from harness.stores.schema import plan_problems, step_seconds, stored_problems, upgrade
 
 # What new_run() names a run: the time it started (UTC) and 16 random bits. Nothing else is a
@@ -229,11 +229,11 @@ class Store:
             except (OSError, ValueError, RecursionError) as e:
                 self._corrupt(run_id, path, _unreadable(e))
                 continue
-            bad = stored_problems(r, job["job_id"])
+            bad, edited = checked(r, job)
             if bad:
                 self._corrupt(run_id, path, "; ".join(bad[:3]))
                 continue
-            if r.get("spec_sha256") and isinstance(job.get("spec"), dict) and r["spec_sha256"] != spec_sha256(job["spec"]):
+            if edited:
                 self._edited(run_id, job["job_id"])
             out.append(upgrade(r))
         return out
@@ -255,6 +255,76 @@ class Store:
             _reported.add(str(path))
             print(f"zobench: warning: {path} is corrupt ({why}): left out; `{self.resume_command(run_id)}` re-runs it",
                   file=sys.stderr)
+
+
+# The job record's fields the run fills in for its target after planning: where its files are
+# there (bundle.Site.job_spec) and a GPU job's device-memory cap (job.device_limit). They say where,
+# not what ran, and a result's spec_sha256 is of the spec as planned: its job record is hashed with
+# them as run.json planned them (or as a plan leaves them, unset).
+FILLED_FOR_THE_TARGET = {"init_weights": "", "onnx_model": "", "device_mem_limit": 0}     # each as a plan leaves it
+FILLED_IN_THE_WORKLOAD = {"data_dir": ""}
+
+
+def checked(r, job: dict) -> tuple[list[str], bool]:
+    """What is wrong with r as the stored result of the run.json job `job` (empty when nothing),
+    and whether run.json's spec of it was changed after the run (r stands as it ran). What is
+    wrong: schema.stored_problems, then its own job record against its spec_sha256, so that a
+    result whose job record was edited (its method, its lr_zo) is corrupt, not compared, exported
+    or pushed under values it never ran with. Every reader of stored results goes through here:
+    the results folder (Store.results) and the shared store (pgstore.SharedStore.results)."""
+    bad = stored_problems(r, job["job_id"])
+    if bad:
+        return bad, False
+    planned = job.get("spec") if isinstance(job.get("spec"), dict) else None
+    h = r.get("spec_sha256")
+    if not h or planned is None:        # a result from before zobench hashed its spec, or a runner's own
+        return [], False
+    edited = h != spec_sha256(planned)
+    why = _job_record(r["job"], planned, h, edited)
+    return ([why] if why else []), edited
+
+
+def _as_planned(record: dict, values: dict, workload: dict) -> dict:
+    """A job record with the fields filled in for its target set to values (one absent from them, or
+    None: unset, as a plan leaves it)."""
+    out = {k: v for k, v in record.items() if k not in FILLED_FOR_THE_TARGET}
+    out.update({k: v for k, v in values.items() if v is not None})
+    if isinstance(record.get("workload"), dict):
+        w = {k: v for k, v in record["workload"].items() if k not in FILLED_IN_THE_WORKLOAD}
+        out["workload"] = {**w, **{k: v for k, v in workload.items() if v is not None}}
+    return out
+
+
+def _job_record(record: dict, planned: dict, h: str, plan_edited: bool) -> str:
+    """Why a result's job record is not the spec it ran by ("" when it is): hashed with its target's
+    paths as run.json planned them, or as a plan leaves them (a run.json whose paths alone were
+    changed after the run)."""
+    plan_w = planned.get("workload") if isinstance(planned.get("workload"), dict) else {}
+    as_planned = _as_planned(record, {k: planned.get(k) for k in FILLED_FOR_THE_TARGET},
+                             {k: plan_w.get(k) for k in FILLED_IN_THE_WORKLOAD})
+    if h in (spec_sha256(as_planned), spec_sha256(_as_planned(record, FILLED_FOR_THE_TARGET, FILLED_IN_THE_WORKLOAD))):
+        return ""
+    fields = [f for f in _differing(as_planned, planned) if f not in FILLED_BY_THE_RUN]
+    named = ", ".join(fields[:3]) + (", ..." if len(fields) > 3 else "")
+    if not plan_edited:
+        return (f"its job record is not the spec it ran by: its {named} differ{'s' * (len(fields) == 1)} from its "
+                "spec_sha256 and run.json (edited after the run)")
+    if fields:
+        return (f"its job record is not the spec it ran by (its spec_sha256 matches neither it nor run.json, "
+                f"itself changed after the run; they differ in {named})")
+    return ("its job record is not the spec it ran by: neither it nor run.json's spec of it hashes to its "
+            "spec_sha256 (both changed after the run)")
+
+
+def _differing(a, b, at: str = "") -> list[str]:
+    """The fields (dotted: hyper.lr_zo) where two job records differ."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return [f for k in sorted(set(a) | set(b), key=str) if a.get(k, _ABSENT) != b.get(k, _ABSENT)
+                for f in (_differing(a.get(k), b.get(k), f"{at}{k}.") if k in a and k in b else [f"{at}{k}"])]
+    return [at.rstrip(".")] if a != b or type(a) is not type(b) else []
+
+
+_ABSENT = object()
 
 
 def _unreadable(e: Exception) -> str:
