@@ -165,3 +165,17 @@ def test_the_gpt2_ladders_jobs_train_in_bf16(tmp_path):
         assert all(np.isfinite(e["train_loss"]) for e in r["epochs"])
     bp = results["full-bp0"]["epochs"]
     assert bp[-1]["train_loss"] < bp[0]["train_loss"] - 0.1
+
+
+def test_a_gpu_jobs_cap_is_in_the_spec_its_runner_is_sent(tmp_path):
+    """The cap reached the runner only as far as the harness's own copy: spec.json went to the
+    board before device_limit. A cuda target here has no GPU, so its job fails, after its spec was
+    sent."""
+    from testkit.runners import zobench
+    inv = tmp_path / "inventory.toml"
+    inv.write_text('[targets.gpu]\nprofile = "local"\ndevice = "cuda"\nmem_limit = "512M"\n')
+    p = zobench("run", "--inventory", inv, "--target", "gpu", "--runtime", "torch", "--method", "full-zo",
+                "--precision", "fp32", "--set", "epochs=1", "--set", "train_samples=64", "--set", "test_samples=32",
+                "--results", tmp_path / "r", "--no-report")
+    (sent,) = (tmp_path / "r").glob("runs/*/work/attempts/*/*/spec.json")
+    assert json.loads(sent.read_text())["device_mem_limit"] == 512 << 20, p.stdout + p.stderr

@@ -223,7 +223,8 @@ def run_job(job: Job, target: Target, site: Site, work: Path, on_event=None,
     t, q = site.transport, shlex.quote
     # one folder per attempt: the orphaned runner of a lost attempt can never touch a later one's result
     job_dir = f"{site.jobs}/{job.job_id}/{datetime.now(timezone.utc):%Y%m%dT%H%M%S}-{secrets.token_hex(3)}"
-    spec = site.job_spec(job.spec)
+    # the device cap goes into the spec the runner reads (a GPU job's mem_limit is its runner's to set)
+    spec, limit = device_limit(site.job_spec(job.spec), job.mem_limit or target.mem_limit)
     rc, _, err = t.exec(f"mkdir -p {q(job_dir)}")
     if rc != 0:
         raise TransportError(f"{t.where}: cannot make {job_dir}: {err.strip()}")
@@ -232,7 +233,6 @@ def run_job(job: Job, target: Target, site: Site, work: Path, on_event=None,
     py = target.python
     runtime = job.spec["runtime"]
     runner = [site.binary] if runtime == "cpp" else [py, "-m", RUNNER_MODULES[runtime]]
-    spec, limit = device_limit(spec, job.mem_limit or target.mem_limit)
     leased = lease.launcher_args(target.lease or "", terms, job.job_id, job.timeout_s) if terms else []
     cooldown = ["--cooldown", f"{target.cooldown['below_c']:g}:{target.cooldown['max_wait_s']:g}"] if target.cooldown else []
     argv = [py, "-m", "workloads.launch", *leased, *cooldown, *omp_args(target.omp_wait_policy, runtime),
