@@ -143,6 +143,7 @@ def _child(request: dict) -> None:
             runpy.run_path(request["path"], run_name="__main__")
         else:
             sys.argv = [request["module"], *request["args"]]
+            sys.path[0] = os.getcwd()     # `python -m`: the working folder first on sys.path
             runpy.run_module(request["module"], run_name="__main__", alter_sys=True)
         code = 0
     except SystemExit as e:     # as the interpreter ends on it: None is 0, a message is 1

@@ -12,7 +12,7 @@ from reports import build
 from reports.report import CHARTS
 from workloads.vocab import PAPER_CONFIGS
 
-from testkit.runners import zobench
+from testkit.runners import python, zobench
 
 PNG = b"\x89PNG\r\n\x1a\n"
 # the C++ binary: a report reads every runtime's results alike, and a C++ job costs about 2 s of
@@ -234,5 +234,5 @@ def test_a_full_disk_leaves_no_part_of_a_report_names_the_file_and_the_run_says_
         assert f.read_text().rstrip().endswith("</svg>"), f
     again = report_again(run_id, store)
     assert again.startswith("zobench report --run ")
-    r = subprocess.run([sys.executable, "-m", *shlex.split(again)], cwd=REPO, capture_output=True, text=True, timeout=300)
+    r = python("-m", *shlex.split(again), timeout=300)
     assert r.returncode == 0 and (store.runs / run_id / "report" / "report.html").is_file(), r.stderr
