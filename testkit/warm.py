@@ -59,7 +59,7 @@ _cli_lock = threading.Lock()
 def _start(kind: str, cwd: Path, env: dict) -> subprocess.Popen:
     server = subprocess.Popen([sys.executable, "-m", "testkit.warm", kind], cwd=cwd, env=env, text=True,
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-    atexit.register(server.kill)
+    atexit.register(lambda: (server.kill(), server.wait()))    # reaped: its CPU counts in the test process's children's
     return server
 
 
