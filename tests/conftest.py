@@ -16,19 +16,19 @@ from testkit.tools import require
 
 
 # The files that take longest in make test (`pytest --junitxml` times summed per file, after make
-# test's set-up has built the binaries; 2026-12-02, on this 2-core machine under a load of about
-# 9 from other work, 4,239 worker-seconds in all; test_scripts_cli.py's as its scripts are now
-# forked from a warm server, testkit/warm.py), longest first. make test hands out whole files in
-# this order (--dist loadfile --no-loadscope-reorder): a long file started last would run alone
-# at the end. The files not named here run after these, in the order they are collected.
-LONGEST_FIRST = ("test_int8.py", "test_cpp.py", "test_runner.py", "test_report.py", "test_compare.py", "test_labgrid.py",
-                 "test_pool.py", "test_report_transformers.py", "test_memory_model.py", "test_zo_optimizers.py",
-                 "test_finetune.py", "test_shared_store.py", "test_ssh.py", "test_lease.py", "test_warmup.py",
-                 "test_equal_memory.py", "test_faults.py", "test_reproduction.py", "test_ort.py", "test_tune_shared.py",
-                 "test_gpu_scale.py", "test_signals.py", "test_tune.py", "test_validity.py", "test_kernel_paths.py",
-                 "test_ort_transformer.py", "test_eval_start.py", "test_guards.py", "test_store.py", "test_scripts_cli.py",
-                 "test_energy_report.py", "test_wheel_data.py", "test_dashboard.py", "test_records.py", "test_models.py",
-                 "test_half.py", "test_training.py", "test_fit.py", "test_text.py", "test_adam.py")
+# test's set-up has built the binaries; 2026-12-02 on this quiet 2-core machine, 1,260
+# worker-seconds in all, 7:34 of pytest), longest first: every file of 8 s or more. make test
+# hands out whole files in this order (--dist loadfile --no-loadscope-reorder): a long file
+# started last would run alone at the end. The others run after these, as they are collected.
+LONGEST_FIRST = ("test_pool.py", "test_ssh.py", "test_shared_store.py", "test_labgrid.py",
+                 "test_report_transformers.py", "test_lease.py", "test_finetune.py", "test_faults.py", "test_models.py",
+                 "test_rotation.py", "test_ort.py", "test_zo_optimizers.py", "test_compare.py", "test_adam.py",
+                 "test_validity.py", "test_report.py", "test_signals.py", "test_int8.py", "test_memory_model.py",
+                 "test_weights_file.py", "test_reproduction.py", "test_kernel_paths.py", "test_cpp.py",
+                 "test_equal_memory.py", "test_tune.py", "test_warmup.py", "test_ort_transformer.py", "test_fit.py",
+                 "test_half.py", "test_dashboard.py", "test_training.py", "test_runner.py", "test_gpu_scale.py",
+                 "test_wheel_data.py", "test_deploy.py", "test_tune_shared.py", "test_caches.py", "test_eval_start.py",
+                 "test_cli_errors.py", "test_energy_report.py", "test_build_cpu.py", "test_store.py", "test_guards.py")
 
 
 # Hypothesis's examples are drawn the same way every run (derandomize): a fuzz test in make test
