@@ -25,10 +25,12 @@ def report(native, tmp_path_factory):
     root = tmp_path_factory.mktemp("report")
     assert main(["run", "--results", str(root), "--no-report", "--method", "full-bp", "--method", "full-zo",
                  *TINY]) == 0
+    store = Store(root)
+    (ok_run,) = store.run_ids()
     assert main(["run", "--results", str(root), "--no-report", "--method", "full-bp", "--method", "elastic-zo",
                  "--set", "fault=crash@full-bp", *TINY]) == 1
-    store = Store(root)
-    ok_run, bad_run = store.run_ids()
+    # the run that is new: two runs started within one second sort by their ids' random tails
+    (bad_run,) = set(store.run_ids()) - {ok_run}
     return {"store": store, "ok": ok_run, "bad": bad_run, "html": build(store, [ok_run]),
             "bad_html": build(store, [bad_run])}
 
