@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -35,9 +36,22 @@ def script(file: str):
 
 def zobench(*args, env=None, timeout=600) -> subprocess.CompletedProcess:
     """The CLI as a user runs it: a separate process, output captured."""
-    return subprocess.run([sys.executable, "-m", "zobench", *map(str, args)], cwd=REPO,
-                          capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, **(env or {})})
+    return python("-m", "zobench", *args, env=env, timeout=timeout)
+
+
+def python(*args, cwd: Path = REPO, env=None, timeout=600) -> subprocess.CompletedProcess:
+    """`python -m MODULE ...` or `python SCRIPT ...` as a user runs it: a process of its own,
+    output captured; forked from a server that has imported the libraries it uses
+    (testkit/warm.py "cli") where one is free for its environment, else a fresh interpreter."""
+    argv = [sys.executable, *map(str, args)]
+    env = {**os.environ, **(env or {})}
+    module, path, rest = (argv[2], None, argv[3:]) if argv[1] == "-m" else ("", Path(argv[1]), argv[2:])
+    with tempfile.TemporaryDirectory(prefix="zobench-cli-") as tmp:
+        out, err = Path(tmp) / "stdout", Path(tmp) / "stderr"
+        rc = warm.run(module, rest, cwd, env, out, err, timeout=timeout, kind="cli", path=path)
+        if rc is not None:
+            return subprocess.CompletedProcess(argv, rc, out.read_text(), err.read_text())
+    return subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env)
 
 
 def in_process(*args) -> subprocess.CompletedProcess:

@@ -1,4 +1,5 @@
-"""The Python runners started from a process that has already imported torch and onnxruntime.
+"""The Python runners, the CLI and the scripts started from a process that has already imported
+what they import.
 
 A runner's own work in a test is a fraction of a second; importing torch is about 1.3 s of CPU
 each time, and the tests start a runner a few hundred times. So each test process keeps one
@@ -7,10 +8,21 @@ workloads.torch_runner` does (its module run as __main__, its own process, argv,
 folder, environment, stdout and stderr), only without paying for the import again. The server
 never runs a torch op itself, so no thread pool exists when it forks.
 
-Used by testkit.runners.run_runner for TORCH_RUNNER and ORT_RUNNER. A call whose environment
-sets what an import reads (OpenMP's, torch's, Python's own variables) otherwise than the
-server's starts a fresh interpreter instead, as every run of the harness itself does (its
-transports launch the runners)."""
+The CLI (`python -m zobench`, testkit.runners.zobench) and the scripts (`python scripts/x.py`)
+are served the same way by a second kind of server, "cli", which imports what their commands
+import on demand (pandas, seaborn, matplotlib, scipy, optuna, psycopg, paramiko: about 2 s of
+CPU a process) and never the project's own modules, which each forked process imports afresh
+as a new interpreter would, reading its environment then. A forked CLI ends as the interpreter
+does: its non-daemon threads joined, its atexit functions run.
+
+Used by testkit.runners.run_runner for TORCH_RUNNER and ORT_RUNNER ("runner") and by
+testkit.runners.zobench and the scripts' tests ("cli"). A call whose environment sets what an
+import reads (OpenMP's, torch's, Python's own variables; for "cli" also matplotlib's, HOME and
+XDG's) otherwise than the server's starts a fresh interpreter instead, as every run of the
+harness itself does (its transports launch the runners): a "cli" call gets a server of its own
+for such an environment the second time that environment is seen (a session-wide HOME, the sshd
+farm's), up to a few servers. A "cli" call made while another is under way in the same test
+process (a run in a thread) starts a fresh interpreter too, never waiting on the other."""
 from __future__ import annotations
 
 import atexit
@@ -21,47 +33,89 @@ import subprocess
 import sys
 import threading
 import traceback
+from collections import Counter
 from pathlib import Path
 
 # variables read when torch, onnxruntime or Python start: a call that sets them differently
 # from the server's own gets a fresh interpreter
 READ_AT_IMPORT = ("OMP_", "GOMP_", "KMP_", "MKL_", "OPENBLAS_", "TORCH", "PYTORCH", "ORT_", "PYTHON", "LD_")
+# and for the CLI's libraries: matplotlib's configuration and cache folders (MPLCONFIGDIR, else
+# under HOME or XDG's), which its import reads
+READ_AT_IMPORT_CLI = (*READ_AT_IMPORT, "MPL", "HOME", "XDG_")
+# what each kind of server imports before it forks
+IMPORTS = {"runner": ("numpy", "onnxruntime", "torch"),
+           "cli": ("numpy", "scipy.stats", "scipy.ndimage", "pandas", "matplotlib", "matplotlib.pyplot", "seaborn",
+                   "paramiko", "psycopg", "optuna")}
+CLI_SERVERS = 3     # environments a test process keeps a "cli" server for
 
 _server: subprocess.Popen | None = None
 _server_env: dict = {}
 _lock = threading.Lock()
+_cli: dict[tuple, tuple[subprocess.Popen, threading.Lock]] = {}
+_cli_seen: Counter = Counter()
+_cli_lock = threading.Lock()
 
 
-def run(module: str, args: list[str], cwd: Path, env: dict, stdout: Path, stderr: Path, timeout: float) -> int | None:
-    """`python -m module *args` in cwd with env, forked from the server: its exit code
-    (negative: the signal that ended it), its output in the two files; None where env sets a
-    variable read at import differently from the server's (the caller starts an interpreter).
-    subprocess.TimeoutExpired after `timeout` seconds, the runner killed."""
+def _start(kind: str, cwd: Path, env: dict) -> subprocess.Popen:
+    server = subprocess.Popen([sys.executable, "-m", "testkit.warm", kind], cwd=cwd, env=env, text=True,
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    atexit.register(lambda: (server.kill(), server.wait()))    # reaped: its CPU counts in the test process's children's
+    return server
+
+
+def run(module: str, args: list[str], cwd: Path, env: dict, stdout: Path, stderr: Path, timeout: float,
+        kind: str = "runner", path: Path | None = None) -> int | None:
+    """`python -m module *args` (or `python path *args` where path is given) in cwd with env,
+    forked from a server of `kind`: its exit code (negative: the signal that ended it), its
+    output in the two files; None where env sets a variable read at import differently from the
+    server's, or a "cli" server is busy (the caller starts an interpreter).
+    subprocess.TimeoutExpired after `timeout` seconds, the process killed."""
     global _server, _server_env
+    request = {"module": module, "path": str(path) if path else None, "args": args, "cwd": str(cwd), "env": env,
+               "stdout": str(stdout), "stderr": str(stderr), "finish": kind == "cli"}
+    if kind == "cli":
+        key = tuple(sorted((k, v) for k, v in env.items() if k.startswith(READ_AT_IMPORT_CLI)))
+        with _cli_lock:
+            _cli_seen[key] += 1
+            got = _cli.get(key)
+            if got is not None and got[0].poll() is not None:
+                del _cli[key]
+                got = None
+            if got is None:
+                if len(_cli) >= CLI_SERVERS or (_cli and _cli_seen[key] < 2):
+                    return None     # a one-off environment: not worth a server's imports
+                got = _cli[key] = (_start("cli", cwd, env), threading.Lock())
+        server, lock = got
+        if not lock.acquire(blocking=False):
+            return None
+        try:
+            return _call(server, request, [module if path is None else str(path), *args], timeout)
+        finally:
+            lock.release()
     with _lock:   # one runner at a time per test process: the server forks and waits in turn
         if _server is None or _server.poll() is not None:
             _server_env = dict(env)
-            _server = subprocess.Popen([sys.executable, "-m", "testkit.warm"], cwd=cwd, env=env, text=True,
-                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-            atexit.register(_server.kill)
+            _server = _start(kind, cwd, env)
         keys = {k for k in set(env) | set(_server_env) if k.startswith(READ_AT_IMPORT)}
         if any(env.get(k) != _server_env.get(k) for k in keys):
             return None
-        request = {"module": module, "args": args, "cwd": str(cwd), "env": env,
-                   "stdout": str(stdout), "stderr": str(stderr)}
-        _server.stdin.write(json.dumps(request) + "\n")
-        _server.stdin.flush()
-        pid = json.loads(_server.stdout.readline())["pid"]
-        late = threading.Event()
-        timer = threading.Timer(timeout, lambda: (late.set(), _kill(pid)))
-        timer.start()
-        try:
-            rc = json.loads(_server.stdout.readline())["rc"]
-        finally:
-            timer.cancel()
-        if late.is_set():
-            raise subprocess.TimeoutExpired([module, *args], timeout)
-        return rc
+        return _call(_server, request, [module, *args], timeout)
+
+
+def _call(server: subprocess.Popen, request: dict, what: list[str], timeout: float) -> int:
+    server.stdin.write(json.dumps(request) + "\n")
+    server.stdin.flush()
+    pid = json.loads(server.stdout.readline())["pid"]
+    late = threading.Event()
+    timer = threading.Timer(timeout, lambda: (late.set(), _kill(pid)))
+    timer.start()
+    try:
+        rc = json.loads(server.stdout.readline())["rc"]
+    finally:
+        timer.cancel()
+    if late.is_set():
+        raise subprocess.TimeoutExpired(what, timeout)
+    return rc
 
 
 def _kill(pid: int) -> None:
@@ -83,8 +137,14 @@ def _child(request: dict) -> None:
         for fd, path in ((1, request["stdout"]), (2, request["stderr"])):
             out = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
             os.dup2(out, fd)
-        sys.argv = [request["module"], *request["args"]]
-        runpy.run_module(request["module"], run_name="__main__", alter_sys=True)
+        if request.get("path"):     # `python path`: the script's folder first on sys.path, as the interpreter puts it
+            sys.argv = [request["path"], *request["args"]]
+            sys.path[0] = os.path.dirname(os.path.abspath(request["path"]))
+            runpy.run_path(request["path"], run_name="__main__")
+        else:
+            sys.argv = [request["module"], *request["args"]]
+            sys.path[0] = os.getcwd()     # `python -m`: the working folder first on sys.path
+            runpy.run_module(request["module"], run_name="__main__", alter_sys=True)
         code = 0
     except SystemExit as e:     # as the interpreter ends on it: None is 0, a message is 1
         if e.code is None or isinstance(e.code, int):
@@ -94,15 +154,22 @@ def _child(request: dict) -> None:
     except BaseException:
         traceback.print_exc()
     finally:
+        if request.get("finish"):     # as the interpreter ends: its threads joined, its atexit functions run
+            try:
+                threading._shutdown()
+                atexit._run_exitfuncs()
+            except BaseException:
+                traceback.print_exc()
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)
 
 
-def serve() -> None:
-    import numpy  # noqa: F401  what every runner imports first
-    import onnxruntime  # noqa: F401
-    import torch  # noqa: F401
+def serve(kind: str = "runner") -> None:
+    import importlib
+
+    for name in IMPORTS[kind]:      # what every runner, or the CLI's commands, import first
+        importlib.import_module(name)
 
     for line in sys.stdin:
         request = json.loads(line)
@@ -115,4 +182,4 @@ def serve() -> None:
 
 
 if __name__ == "__main__":
-    serve()
+    serve(*sys.argv[1:])

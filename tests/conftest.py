@@ -15,16 +15,20 @@ from testkit.runners import idx_data_dir
 from testkit.tools import require
 
 
-# The files that take longest in make test (`pytest --durations=0` summed per file, after make
-# test's set-up has built the binaries; 2026-11-29, 1,245 worker-seconds in all), longest first.
-# make test hands out whole files in this order (--dist loadfile --no-loadscope-reorder): a long
-# file started last would run alone at the end.
-LONGEST_FIRST = ("test_ssh.py", "test_pool.py", "test_shared_store.py", "test_lease.py", "test_report_transformers.py",
-                 "test_finetune.py", "test_faults.py", "test_zo_optimizers.py", "test_report.py", "test_labgrid.py",
-                 "test_adam.py", "test_validity.py", "test_gpu_scale.py", "test_cpp.py", "test_compare.py",
-                 "test_signals.py", "test_memory_model.py", "test_int8.py", "test_equal_memory.py", "test_ort.py",
-                 "test_weights_file.py", "test_ort_transformer.py", "test_store.py", "test_half.py", "test_training.py",
-                 "test_fit.py")
+# The files that take longest in make test (`pytest --junitxml` times summed per file, after make
+# test's set-up has built the binaries; 2026-12-02 on this quiet 2-core machine, 1,260
+# worker-seconds in all, 7:34 of pytest), longest first: every file of 8 s or more. make test
+# hands out whole files in this order (--dist loadfile --no-loadscope-reorder): a long file
+# started last would run alone at the end. The others run after these, as they are collected.
+LONGEST_FIRST = ("test_pool.py", "test_ssh.py", "test_shared_store.py", "test_labgrid.py",
+                 "test_report_transformers.py", "test_lease.py", "test_finetune.py", "test_faults.py", "test_models.py",
+                 "test_rotation.py", "test_ort.py", "test_zo_optimizers.py", "test_compare.py", "test_adam.py",
+                 "test_validity.py", "test_report.py", "test_signals.py", "test_int8.py", "test_memory_model.py",
+                 "test_weights_file.py", "test_reproduction.py", "test_kernel_paths.py", "test_cpp.py",
+                 "test_equal_memory.py", "test_tune.py", "test_warmup.py", "test_ort_transformer.py", "test_fit.py",
+                 "test_half.py", "test_dashboard.py", "test_training.py", "test_runner.py", "test_gpu_scale.py",
+                 "test_wheel_data.py", "test_deploy.py", "test_tune_shared.py", "test_caches.py", "test_eval_start.py",
+                 "test_cli_errors.py", "test_energy_report.py", "test_build_cpu.py", "test_store.py", "test_guards.py")
 
 
 # Hypothesis's examples are drawn the same way every run (derandomize): a fuzz test in make test

@@ -2,14 +2,14 @@
 no GPU; this is what shows the script a lent GPU's few minutes go to will run through, write its
 JSON, tables and Fig. 3, and keep what finished when its time runs out."""
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from harness.search.memory_model import breakdown
 from workloads.models import MODELS
+
+from testkit.runners import python
 
 SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "gpu_scale.py"
 PARTS = ["memory", "fit", "lenet", "hf", "contexts"]
@@ -19,8 +19,7 @@ METHODS = {"full-bp": ("full-bp", 0, "sgd", False), "full-bp adam": ("full-bp", 
 
 
 def dry_run(out: Path, *args) -> dict:
-    p = subprocess.run([sys.executable, str(SCRIPT), "--dry-run", "--out", str(out), *args],
-                       capture_output=True, text=True, timeout=600)
+    p = python(SCRIPT, "--dry-run", "--out", str(out), *args, cwd=Path.cwd(), timeout=600)
     assert p.returncode == 0, p.stderr
     return json.loads((out / "gpu_scale.json").read_text())
 

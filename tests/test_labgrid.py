@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from harness.stores.store import Store
-from testkit.runners import REPO, TINY, held_python, hooked_python, until
+from testkit.runners import REPO, TINY, held_python, hooked_python, until, zobench
 from testkit.sshd import free_port
 from testkit.tools import require
 
@@ -111,8 +111,7 @@ def test_ctrl_c_releases_the_place(lab):
 def test_a_labgrid_target_with_neither_place_nor_tags_is_one_line(tmp_path):
     inv = tmp_path / "targets.toml"
     inv.write_text('[targets.lab]\nlabgrid = { coordinator = "127.0.0.1:1" }\n')
-    p = subprocess.run([sys.executable, "-m", "zobench", "targets", "list", "--inventory", str(inv)], cwd=REPO,
-                       capture_output=True, text=True)
+    p = zobench("targets", "list", "--inventory", inv)
     assert p.returncode == 2 and p.stderr.strip() == (
         f"zobench: error: {inv}: targets.lab.labgrid.place: expected a place or tags "
         "(a table like { board = \"pi-zero2\" }), one of them")
@@ -130,10 +129,9 @@ def test_a_labgrid_pool_takes_as_many_matching_places_as_it_has_members_and_rele
         f.write(f'[targets.pool]\nlabgrid = {{ coordinator = "{lab["address"]}", tags = {{ farm = "pool" }} }}\n'
                 f'members = 2\nworkdir = "{tmp / "pool"}"\nlease = false\nkey = "{lab["key"]}"\n'
                 f'python = "{hook}"\nruntimes = ["torch"]\nthreads = 1\n')
-    p = subprocess.run([sys.executable, "-m", "zobench", "run", "--results", str(tmp / "rp"), "--no-report",
-                        "--inventory", str(lab["inventory"]), "--target", "pool", *TINY,
-                        "--method", "full-zo", "--method", "full-bp", "--method", "elastic-zo:1"],
-                       cwd=REPO, capture_output=True, text=True, timeout=600, env={**os.environ, **lab["env"]})
+    p = zobench("run", "--results", tmp / "rp", "--no-report", "--inventory", lab["inventory"], "--target", "pool",
+                *TINY, "--method", "full-zo", "--method", "full-bp", "--method", "elastic-zo:1", env=lab["env"],
+                timeout=600)
     assert p.returncode == 0, p.stderr
     store = Store(tmp / "rp")
     results = store.results(store.latest())

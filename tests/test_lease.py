@@ -22,7 +22,7 @@ from harness.planning import inventory
 from harness.stores import machine_load
 from harness.errors import UserError
 from harness.stores.store import Store
-from testkit.runners import REPO, TINY, held_python, processes_mentioning, until
+from testkit.runners import REPO, TINY, held_python, processes_mentioning, until, zobench
 from testkit.sshd import board_toml
 
 ONE_JOB = ["--method", "full-zo", *TINY]
@@ -105,9 +105,8 @@ def test_a_lease_timeout_ends_the_job_busy_and_loses_nothing_else(boards):
     tmp, env, inv = boards["tmp"], boards["env"], boards["inventory"]
     a = launch(tmp / "ra", "--inventory", inv, "--target", "pi", *ONE_JOB, env=env, log=tmp / "a.err")
     until("the first run's runner holds the board", lambda: boards["log"].is_file(), a, tmp / "a.err")
-    b = subprocess.run([sys.executable, "-m", "zobench", "run", "--results", str(tmp / "rb"), "--no-report",
-                        "--inventory", str(inv), "--target", "pi-again", "--target", "other", "--lease-timeout", "1",
-                        *ONE_JOB], cwd=REPO, capture_output=True, text=True, env={**os.environ, **env}, timeout=600)
+    b = zobench("run", "--results", tmp / "rb", "--no-report", "--inventory", inv, "--target", "pi-again",
+                "--target", "other", "--lease-timeout", "1", *ONE_JOB, env=env, timeout=600)
     run_b = Store(tmp / "rb").latest()
     got = {r["job"]["target"]: r for r in Store(tmp / "rb").results(run_b)}
     assert b.returncode == 1 and "Traceback" not in b.stderr
@@ -122,9 +121,8 @@ def test_a_lease_timeout_ends_the_job_busy_and_loses_nothing_else(boards):
 
     boards["go"].touch()
     assert a.wait(300) == 0
-    again = subprocess.run([sys.executable, "-m", "zobench", "run", "--results", str(tmp / "rb"), "--no-report",
-                            "--inventory", str(inv), "--resume", run_b], cwd=REPO, capture_output=True, text=True,
-                           env={**os.environ, **env}, timeout=600)
+    again = zobench("run", "--results", tmp / "rb", "--no-report", "--inventory", inv, "--resume", run_b, env=env,
+                    timeout=600)
     assert again.returncode == 0, again.stderr
     assert "resuming run" in again.stderr and "1 of 2 jobs to run" in again.stderr
     after = {r["job"]["target"]: r for r in Store(tmp / "rb").results(run_b)}

@@ -3,8 +3,8 @@ bytes, they read back as the runs they came from, and a records file damaged in 
 newer version, is one error naming its file and line, through scripts/reproduce.py too."""
 import gzip
 import json
-import subprocess
-import sys
+
+from pathlib import Path
 
 import pytest
 
@@ -12,10 +12,10 @@ from harness.errors import UserError
 from harness.planning.runs import spec_sha256
 from harness.stores import records
 from harness.stores.store import Store
-from testkit.runners import REPO, TINY_CPP
+from testkit.runners import REPO, TINY_CPP, python
 from zobench.cli import main as zobench
 
-REPRODUCE = [sys.executable, str(REPO / "scripts" / "reproduce.py")]
+REPRODUCE = [REPO / "scripts" / "reproduce.py"]
 
 
 @pytest.fixture(scope="module")
@@ -125,7 +125,7 @@ def test_a_damaged_or_newer_records_file_is_one_error_naming_its_file_and_line(r
     # through the script: one line, exit 2, the doc left as it was
     doc = tmp_path / "reproduction.md"
     doc.write_text((REPO / "docs" / "reproduction.md").read_text())
-    p = subprocess.run([*REPRODUCE, "doc", "--records", str(path), "--doc", str(doc)], capture_output=True, text=True)
+    p = python(*REPRODUCE, "doc", "--records", str(path), "--doc", str(doc), cwd=Path.cwd())
     assert p.returncode == 2 and p.stderr.startswith(f"reproduce.py: error: {path}") and said in p.stderr
     assert len(p.stderr.strip().splitlines()) == 1 and doc.read_text() == (REPO / "docs" / "reproduction.md").read_text()
 
@@ -141,8 +141,8 @@ def test_a_damaged_or_newer_records_file_is_one_error_naming_its_file_and_line(r
     (["run", "--store", "mysql://x"], "expected a PostgreSQL URL"),
 ])
 def test_the_scripts_bad_input_is_one_line_and_exit_2_with_nothing_run(tmp_path, args, said):
-    p = subprocess.run([*REPRODUCE, *args, "--results", str(tmp_path / "r"), "--records", str(tmp_path / "x.gz")],
-                       capture_output=True, text=True, timeout=60)
+    p = python(*REPRODUCE, *args, "--results", str(tmp_path / "r"), "--records", str(tmp_path / "x.gz"), cwd=Path.cwd(),
+               timeout=60)
     assert p.returncode == 2 and said in p.stderr, p.stderr
     assert p.stderr.strip().splitlines()[-1].startswith("reproduce.py: error:")
     assert not (tmp_path / "r").exists() and not (tmp_path / "x.gz").exists()

@@ -13,7 +13,7 @@ from reports import build
 from reports.report import CHARTS
 from workloads.vocab import PAPER_CONFIGS
 
-from testkit.runners import zobench
+from testkit.runners import python, zobench
 
 PNG = b"\x89PNG\r\n\x1a\n"
 # the C++ binary: a report reads every runtime's results alike, and a C++ job costs about 2 s of
@@ -26,10 +26,12 @@ def report(native, tmp_path_factory):
     root = tmp_path_factory.mktemp("report")
     assert main(["run", "--results", str(root), "--no-report", "--method", "full-bp", "--method", "full-zo",
                  *TINY]) == 0
+    store = Store(root)
+    (ok_run,) = store.run_ids()
     assert main(["run", "--results", str(root), "--no-report", "--method", "full-bp", "--method", "elastic-zo",
                  "--set", "fault=crash@full-bp", *TINY]) == 1
-    store = Store(root)
-    ok_run, bad_run = store.run_ids()
+    # the run that is new: two runs started within one second sort by their ids' random tails
+    (bad_run,) = set(store.run_ids()) - {ok_run}
     return {"store": store, "ok": ok_run, "bad": bad_run, "html": build(store, [ok_run]),
             "bad_html": build(store, [bad_run])}
 
@@ -249,5 +251,5 @@ def test_a_full_disk_leaves_no_part_of_a_report_names_the_file_and_the_run_says_
         assert f.read_text().rstrip().endswith("</svg>"), f
     again = report_again(run_id, store)
     assert again.startswith("zobench report --run ")
-    r = subprocess.run([sys.executable, "-m", *shlex.split(again)], cwd=REPO, capture_output=True, text=True, timeout=300)
+    r = python("-m", *shlex.split(again), timeout=300)
     assert r.returncode == 0 and (store.runs / run_id / "report" / "report.html").is_file(), r.stderr

@@ -3,16 +3,14 @@ one line and exit 2 (zobench's parser, option types and error boundary), a step'
 makes a file outside --results, and a step whose every zobench run was refused exits 2 with a
 line saying so, its records and doc left as they were. Each a process, as a user runs it."""
 import subprocess
-import sys
 
 import pytest
 
-from testkit.runners import REPO
+from testkit.runners import REPO, python
 
 
 def script(name: str, *args, cwd=REPO) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(REPO / "scripts" / name), *map(str, args)], cwd=cwd,
-                          capture_output=True, text=True, timeout=300)
+    return python(REPO / "scripts" / name, *args, cwd=cwd, timeout=300)
 
 
 def one_line(p: subprocess.CompletedProcess, prog: str, *needles: str) -> str:

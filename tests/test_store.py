@@ -7,14 +7,13 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from zobench.cli import main
 from harness.stores.store import Store
-from testkit.runners import TINY_CPP, TORCH_RUNNER, cli, job_spec, run_runner, zobench
+from testkit.runners import TINY_CPP, TORCH_RUNNER, cli, job_spec, python, run_runner, zobench
 
 # Two jobs of the binary: lr_zo=1e30 makes full-zo diverge (its losses NaN) and leaves full-bp (lr_bp) alone.
 TINY = [*TINY_CPP, "--method", "full-bp", "--method", "full-zo", "--set", "lr_zo=1e30"]
@@ -312,10 +311,9 @@ def test_a_result_of_a_newer_version_is_refused_naming_the_upgrade(run):
 def test_a_run_started_in_another_folder_keeps_its_results_there(tmp_path):
     """The default results folder (./results) is where the user is, also for the C++ binary, which
     the local transport starts in a work folder of its own."""
-    p = subprocess.run([sys.executable, "-m", "zobench", "run", "--suite", "quick", "--method", "full-zo",
-                        "--runtime", "cpp", "--precision", "fp32", "--set", "epochs=1", "--set", "train_samples=320",
-                        "--set", "test_samples=64", "--no-report"], cwd=tmp_path, capture_output=True, text=True,
-                       timeout=300)
+    p = python("-m", "zobench", "run", "--suite", "quick", "--method", "full-zo", "--runtime", "cpp", "--precision",
+               "fp32", "--set", "epochs=1", "--set", "train_samples=320", "--set", "test_samples=64", "--no-report",
+               cwd=tmp_path, timeout=300)
     assert p.returncode == 0, p.stdout + p.stderr
     (result,) = (tmp_path / "results" / "runs").glob("*/work/local.cpp.full-zo.fp32.r0/result.json")
     assert json.loads(result.read_text())["status"] == "ok"

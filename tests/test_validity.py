@@ -14,7 +14,7 @@ import pytest
 from harness.stores import validity
 from harness.stores.store import Store
 from testkit.compare_runs import thermal_sample
-from testkit.runners import REPO, TINY, held_python, until
+from testkit.runners import REPO, TINY, held_python, until, zobench
 from workloads import wait_policy
 
 ONE_JOB = ["--method", "full-zo", *TINY]
@@ -54,9 +54,8 @@ def inventory(tmp: Path, python: str = sys.executable, extra: str = "") -> Path:
 
 
 def run(tmp: Path, inv: Path, env: dict, *args) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "zobench", "run", "--results", str(tmp / "res"), "--no-report",
-                           "--inventory", str(inv), "--target", "pi", *args], cwd=REPO, capture_output=True,
-                          text=True, env={**os.environ, **env}, timeout=600)
+    return zobench("run", "--results", tmp / "res", "--no-report", "--inventory", inv, "--target", "pi", *args,
+                   env=env, timeout=600)
 
 
 def samples_of(results: Path) -> list[dict]:
@@ -93,8 +92,7 @@ def test_a_job_during_which_the_board_throttles_is_flagged_and_a_calm_one_is_not
     assert v["throttled"] == ["0x50000", "0xe005a"] and v["temp_max_c"] == {"cpu-thermal": 82.5}
     assert v["clock"] == {"max_khz": 1_000_000, "min_khz": 600_000, "slowdown_explained": pytest.approx(2 / 3, abs=1e-3)}
     assert validity.slowdown_explained(r["validity"]) == pytest.approx(2 / 3, abs=1e-3)
-    shown = subprocess.run([sys.executable, "-m", "zobench", "results", "--results", str(tmp_path / "res2")],
-                           cwd=REPO, capture_output=True, text=True)
+    shown = zobench("results", "--results", tmp_path / "res2")
     assert "ARM frequency capped, throttled, soft temperature limit" in shown.stdout
 
 
@@ -137,8 +135,7 @@ def test_a_cooldown_waits_untimed_until_the_board_is_cool_and_records_it(tmp_pat
 
 def test_a_cooldown_is_checked_where_it_is_read(tmp_path):
     inv = inventory(tmp_path, extra="cooldown = { below_c = 60 }\n")
-    p = subprocess.run([sys.executable, "-m", "zobench", "targets", "list", "--inventory", str(inv)], cwd=REPO,
-                       capture_output=True, text=True)
+    p = zobench("targets", "list", "--inventory", inv)
     assert p.returncode == 2 and p.stderr.strip() == (
         f"zobench: error: {inv}: targets.pi.cooldown.max_wait_s: missing; expected a number")
 

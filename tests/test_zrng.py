@@ -1,6 +1,4 @@
 """zobench-z v2: known answers (docs/zrng.md) and the statistics SPSA relies on."""
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +11,7 @@ from workloads.models import weights_sha256
 from workloads.spec import JobSpec
 from workloads.torch_runner import TorchEngine
 
-from testkit.runners import job_spec
+from testkit.runners import job_spec, python
 
 
 def test_known_answers_match_the_documented_spec():
@@ -181,7 +179,7 @@ def test_gaussian_z_is_the_tables_entry_at_the_top_16_bits():
                                                                               int(table[0xE4E4].view(np.uint32))]
     assert len(table) == 65536 and np.array_equal(table, -table[::-1])        # symmetric
     script = Path(__file__).resolve().parent.parent / "scripts" / "gauss_table.py"
-    p = subprocess.run([sys.executable, str(script), "--check"], capture_output=True, text=True, timeout=120)
+    p = python(script, "--check", cwd=Path.cwd(), timeout=120)
     assert p.returncode == 0, p.stdout + p.stderr
 
 
