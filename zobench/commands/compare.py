@@ -80,13 +80,18 @@ def main(args) -> int:
     return code
 
 
+# what a round costs besides its jobs' own seconds: a run's planning, its preparation, and each job's runner
+# starting (a torch runner's import alone is a second or two)
+ROUND_S = 5.0
+
+
 def rerun(args, base: dict, cur_name: str, cur: dict, verdicts: list):
     """compare --rerun: more repeats of the keys not judged, measured on the current side's targets as
     pyperf calibrates its runs, until every key is judged or the time is spent. A round first brings
     each such key to as many repeats as its baseline has (at least as many as the test can judge by:
     compare.repeats_to_judge), then, while it stays noisy, adds as many again;
-    a round whose estimate (the key's mean job seconds, times its repeats) does not fit the time left is
-    not started. Says what it ran: the current side becomes the runs pooled. (name, verdicts, an exit
+    a round whose estimate (ROUND_S, and the key's mean job seconds times its repeats) does not fit the
+    time left is not started. Says what it ran: the current side becomes the runs pooled. (name, verdicts, an exit
     code where a signal stopped it, else None)."""
     import time
 
@@ -107,7 +112,7 @@ def rerun(args, base: dict, cur_name: str, cur: dict, verdicts: list):
             break
         want = {k: compare.repeats_to_judge(len(base[k].step_s)) - cur[k].repeats for k in open_keys}
         want = {k: n if n > 0 else cur[k].repeats for k, n in want.items()}      # noisy: as many again
-        cost = sum(n * sum(cur[k].wall_s) / max(1, len(cur[k].wall_s)) for k, n in want.items())
+        cost = ROUND_S + sum(n * sum(cur[k].wall_s) / max(1, len(cur[k].wall_s)) for k, n in want.items())
         if cost > deadline - time.monotonic():
             options.say(f"zobench: compare --rerun: {len(open_keys)} keys still not judged; their next "
                         f"{sum(want.values())} repeats (about {cost:.0f} s) do not fit the {args.rerun:g} s given "
