@@ -34,8 +34,8 @@ from testkit import tools  # noqa: E402
 
 # a line that starts a phase -> its name (what precedes the first: FIRST); the Makefile before
 # scripts/setup.py echoed its set-up's steps, scripts/setup.py says its own on one line at its end
-RUN_MARKS = [(re.compile(r"zobench run --suite quick"), "zobench start, plan and data"),
-             (re.compile(r"^run \S+: \d+ jobs on"), "jobs (the C++ build inside the first C++ job before scripts/setup.py)"),
+RUN_MARKS = [(re.compile(r"zobench run --suite quick"), "zobench start, plan, data (before scripts/setup.py: the C++ build)"),
+             (re.compile(r"^run \S+: \d+ jobs on"), "jobs"),
              (re.compile(r"^report: "), "-")]
 JOB_LINE = re.compile(r"^\s+\w+ \S+\.r\d+(\s|$)")     # a job's end, as the progress view prints it off a terminal
 PIP_MARKS = [(re.compile(r"zobench: installing"), "apt"),
@@ -53,7 +53,7 @@ def purge_apt() -> None:
             deb.unlink()
 
 
-def measure(rev: str, purge: bool) -> dict:
+def measure(rev: str, purge: bool, machine: str) -> dict:
     work = Path(tempfile.mkdtemp(prefix="zobench-setup-time-"))
     try:
         clone = work / "zobench"
@@ -101,7 +101,7 @@ def measure(rev: str, purge: bool) -> dict:
                 seconds = (datetime.datetime.fromisoformat(lease["ended_by"]) -
                            datetime.datetime.fromisoformat(lease["acquired_at"])).total_seconds()
                 jobs[r["job"]["job_id"]] = {"leased": round(seconds, 2), "wall": round(r["wall_seconds"], 2)}
-        return {"rev": rev, "commit": commit, "rc": rc, "total_s": round(total, 1), "purged_apt": purge,
+        return {"rev": rev, "commit": commit, "machine": machine, "rc": rc, "total_s": round(total, 1), "purged_apt": purge,
                 "phases": {k: round(v, 1) for k, v in phases.items()}, "setup_steps": setup, "jobs": jobs,
                 "pip_freeze_sha256": hashlib.sha256(freeze.encode()).hexdigest(), "packages": len(freeze.splitlines()),
                 "tail": [line for _, line in lines[-3:]]}
@@ -133,12 +133,13 @@ def main() -> int:
     parser.add_argument("--rev", action="append", help="a commit to measure (repeatable; default HEAD)")
     parser.add_argument("--purge-apt", action="store_true", help="uninstall make run's Debian packages before each")
     parser.add_argument("--json", type=Path, help="write the measurements here too")
+    parser.add_argument("--machine", default="", help="what the machine is, kept with each measurement")
     a = parser.parse_args()
     if a.purge_apt and os.geteuid() != 0:
         parser.error("--purge-apt uninstalls packages: run it as root")
     results = []
     for rev in a.rev or ["HEAD"]:
-        r = measure(rev, a.purge_apt)
+        r = measure(rev, a.purge_apt, a.machine)
         results.append(r)
         print(f"{r['commit']}: make run exited {r['rc']} in {r['total_s']:.1f} s; the venv's pip freeze: "
               f"{r['packages']} packages, sha256 {r['pip_freeze_sha256'][:16]}", file=sys.stderr)

@@ -174,3 +174,15 @@ def test_uv_takes_packages_from_where_pip_is_configured_to():
                                              "file:///opt/b/simple"]
     assert pip_config.uv_options({"global.no-index": "true"})[0][-1] == "--no-index"
     assert pip_config.index_urls({"global.no-index": "true"}) == []
+
+
+def test_the_readmes_make_run_time_is_its_committed_measurement():
+    """README's `make run` line quotes benchmarks/setup_time.py's record (docs/setup_time.json): the
+    last commit measured, whole and by phase, and the one before it."""
+    before, after = json.loads((REPO / "docs" / "setup_time.json").read_text())[-2:]
+    line = next(l for l in (REPO / "README.md").read_text().splitlines() if l.startswith("make run "))
+    jobs = after["phases"]["jobs"]
+    assert f": {after['total_s']:.0f} s from a fresh clone (set-up {after['phases']['set-up (its steps side by side: below)']:.0f} s, " \
+           f"its {len(after['jobs'])} jobs {jobs:.0f} s, the report {after['phases']['report']:.0f} s; was " \
+           f"{before['total_s']:.0f} s)" in line, line
+    assert after["rc"] == before["rc"] == 0 and after["pip_freeze_sha256"] and after["purged_apt"]
