@@ -92,6 +92,10 @@ def uv_version(uv: Path) -> str:
     return run([uv, "--version"], "uv --version").strip()
 
 
+def usable(python: Path) -> bool:
+    return python.exists() and subprocess.run([python, "-c", ""], capture_output=True).returncode == 0
+
+
 class Installer:
     """uv, or pip where uv cannot be had: the venv, the lock into it, the project (editable) over it."""
 
@@ -103,8 +107,7 @@ class Installer:
         self.name = " ".join(uv_version(uv).split()[:2]) if uv else "pip"
 
     def usable(self) -> bool:
-        return subprocess.run([self.python, "-c", ""], capture_output=True).returncode == 0 if self.python.exists() \
-            else False
+        return usable(self.python)
 
     def make_venv(self) -> None:
         if self.usable():
@@ -178,7 +181,7 @@ def setup(level: str, venv: Path, installer: str) -> int:
     apt = Step(["bash", REPO / "scripts" / "ensure-deps.sh", level], quiet=False,
                env={**os.environ, "PYTHON": sys.executable})
     was = envlock.stamp(venv)
-    if was.get("lock") == digest and Installer(None, venv).usable():
+    if was.get("lock") == digest and usable(venv / "bin" / "python"):
         return apt.wait()
     step = time.monotonic()
     uv = find_uv() if installer in ("auto", "uv") else None
