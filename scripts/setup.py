@@ -21,6 +21,7 @@ import argparse
 import os
 import platform
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -42,6 +43,17 @@ UV_HOME = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "zo
 
 class SetupError(Exception):
     """A step failed; the message is the one line the user sees."""
+
+
+class Stopped(Exception):
+    """SIGINT or SIGTERM: the set-up ends with one line, and the next one takes it up."""
+
+    def __init__(self, signum: int):
+        self.signum = signum
+
+
+def stop(signum, _frame):
+    raise Stopped(signum)
 
 
 def say(text: str) -> None:
@@ -272,6 +284,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--installer", choices=("auto", "uv", "pip"), default=os.environ.get("ZOBENCH_INSTALLER", "auto"),
                         help="auto: uv where it can be had, else pip (default; also ZOBENCH_INSTALLER)")
     a = parser.parse_args(argv)
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        if signal.getsignal(signum) is not signal.SIG_IGN:     # as a shell leaves them for a job in the background
+            signal.signal(signum, stop)
     try:
         if a.what == "lock":
             return make_lock()
@@ -281,9 +296,9 @@ def main(argv: list[str] | None = None) -> int:
     except (SetupError, envlock.LockError) as e:
         say(f"set-up: {e}")
         return 1
-    except KeyboardInterrupt:
-        say("set-up interrupted; the next `make run` or `make test` takes it up again")
-        return 130
+    except Stopped as e:
+        say(f"set-up interrupted by {signal.Signals(e.signum).name}; the next `make run` or `make test` takes it up again")
+        return 128 + e.signum
 
 
 if __name__ == "__main__":

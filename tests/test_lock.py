@@ -134,8 +134,10 @@ def test_an_interrupted_set_up_is_taken_up_by_the_next_and_the_venv_is_the_lock_
     """Ctrl-C in the middle of filling the venv: one line, no stamp; the next set-up completes it from uv's
     cache, and what the venv holds is the lock's versions, no more and no fewer."""
     venv = tmp_path / "venv"
+    # SIGINT as a terminal's Ctrl-C delivers it (a shell ignores it for its background jobs, and their children inherit that)
     p = subprocess.Popen([sys._base_executable, SETUP, "run", "--venv", venv], cwd=REPO, text=True,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 300
     while not (venv / "bin" / "python").exists() and p.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -143,7 +145,7 @@ def test_an_interrupted_set_up_is_taken_up_by_the_next_and_the_venv_is_the_lock_
     out, err = p.communicate(timeout=300)
     assert p.returncode == 130, err
     assert [line for line in err.splitlines() if line.startswith("zobench:")] == [
-        "zobench: set-up interrupted; the next `make run` or `make test` takes it up again"]
+        "zobench: set-up interrupted by SIGINT; the next `make run` or `make test` takes it up again"]
     assert not (venv / LOCK_STAMP).exists()
     again = set_up(REPO, "run", "--venv", venv)
     assert again.returncode == 0, again.stderr
