@@ -118,11 +118,8 @@ class Installer:
         self.env["UV_PYTHON_DOWNLOADS"] = "never"       # the system's Python, never one uv would fetch
         self.name = " ".join(uv_version(uv).split()[:2]) if uv else "pip"
 
-    def usable(self) -> bool:
-        return usable(self.python)
-
     def make_venv(self) -> None:
-        if self.usable():
+        if usable(self.python):
             if not self.uv and subprocess.run([self.python, "-m", "pip", "--version"], capture_output=True).returncode:
                 run([self.python, "-m", "ensurepip", "--default-pip"], "putting pip into the venv")   # uv made it
             return

@@ -125,9 +125,9 @@ def more_repeats(store: Store, of: list[str], keys: set[str], repeats: dict[str,
     key's spec as its first run planned it, `repeats[key]` more times, numbered after every repeat the
     runs hold; run.json names the runs it adds to ("repeats_of"). No report and no push: the gate
     judges the runs pooled."""
-    planned = [(run_id, j) for run_id in of for j in store.run_plan(run_id)["jobs"]]
+    plans = [store.run_plan(run_id) for run_id in of]
     first, last = {}, {}
-    for _, j in planned:
+    for j in (j for plan_ in plans for j in plan_["jobs"]):
         key = measurements.job_key(j["spec"])[0]
         if key in keys:
             first.setdefault(key, j)
@@ -141,7 +141,7 @@ def more_repeats(store: Store, of: list[str], keys: set[str], repeats: dict[str,
     if not jobs:
         raise UserError(f"compare --rerun: no job of {', '.join(of)} has the keys to measure again")
     targets = {t.name: t for t in inventory.resolve(sorted({j.target for j in jobs}), inventory_path)}
-    saved = store.run_plan(of[0])
+    saved = plans[0]
     try:
         prepared = _prepared(jobs, targets, say)
     except _Stopped as e:
