@@ -24,6 +24,7 @@ import shlex
 import statistics
 
 from harness.planning import cpu as cpus
+from workloads.launch import BUSY_EXIT
 
 TOOL = "callgrind"
 SETTINGS = ("off", TOOL)             # a target's `instructions`
@@ -131,8 +132,10 @@ def per_step(r: dict) -> float | None:
     return rec.get("per_step") if isinstance(rec, dict) else None
 
 
-def count(job, target, site) -> dict:
-    """Count a cpp job's instructions on its target after its timed run: the record, or why not."""
+def count(job, target, site, leased: list[str] | None = None, wait_s: float = 0.0) -> dict:
+    """Count a cpp job's instructions on its target after its timed run: the record, or why not.
+    leased: the launcher's lease options the timed job ran with; the count holds the board's lease
+    too (waiting up to wait_s for it), so its Valgrind never runs beside another run's timed job."""
     import json
 
     from harness.boards.transport import TransportError
@@ -151,10 +154,17 @@ def count(job, target, site) -> dict:
     try:
         t.exec(f"rm -rf {q(folder)} && mkdir -p {q(folder)}")
         t.put_bytes(json.dumps(count_spec(site.job_spec(job.spec)), allow_nan=False).encode(), f"{folder}/spec.json")
-        rc, out, err = t.exec(command(valgrind, site.count_binary, folder), timeout=TIMEOUT_S)
+        counting = command(valgrind, site.count_binary, folder)
+        if leased:      # through the launcher, which holds the lease for the command's life
+            launch = " ".join(q(a) for a in [target.python, "-m", "workloads.launch", *leased, "--", "sh", "-c", counting])
+            counting = f"cd {q(site.root)} && PYTHONPATH={q(site.root)} {launch}"
+        rc, out, err = t.exec(counting, timeout=TIMEOUT_S + wait_s)
         t.exec(f"rm -rf {q(folder)}")
     except TransportError as e:
         return not_counted(f"the count did not end: {' '.join(str(e).split())}", site.count_build)
+    if rc == BUSY_EXIT:
+        return not_counted(f"{target.name} was leased by another run for the {wait_s:g} s the count could wait",
+                           site.count_build)
     if rc != 0:
         last = (err.strip().splitlines() or [""])[-1][:200]
         return not_counted(f"valgrind exited with {rc}" + (f": {last}" if last else ""), site.count_build)

@@ -315,5 +315,6 @@ def run_job(job: Job, target: Target, site: Site, work: Path, on_event=None,
         result["env"]["build_cpu"], result["env"]["build_cpu_reason"] = site.build.cpu, site.build.why
     # after the timed job, never beside it; once a key a run: its other repeats would count the same
     if target.instructions != "off" and result["status"] == "ok" and not job.spec.get("repeat"):
-        result["instructions"] = instructions.count(job, target, site)
+        result["instructions"] = instructions.count(job, target, site, leased,
+                                                    terms.wait_s(job.timeout_s) if leased else 0.0)
     return result
