@@ -67,9 +67,15 @@ def gate(store: Store, base: str, cur: str, estimator: str, first: bool = False)
 
 
 def counts_by_key(store: Store, run_id: str) -> dict[str, float]:
-    """The instructions per step each key of a run counted."""
-    return {measurements.job_key(r["job"])[0]: r["instructions"]["per_step"] for r in store.results(run_id)
-            if (r.get("instructions") or {}).get("per_step")}
+    """The instructions per step each key of a run counted, the key named with its test-only
+    settings (a slowed run's key is the real job's, its work is not)."""
+    out = {}
+    for r in store.results(run_id):
+        if (r.get("instructions") or {}).get("per_step"):
+            hyper = r["job"]["hyper"]
+            fake = " ".join(f"{k}={hyper[k]}" for k in measurements.test_only(hyper))
+            out[f"{measurements.job_key(r['job'])[0]} {fake}".rstrip()] = r["instructions"]["per_step"]
+    return out
 
 
 def rerun(store: Store, base: str, cur: str, seconds: float, loops: int) -> int:

@@ -135,3 +135,11 @@ def test_inject_work_leaves_the_binarys_training_as_it_was(native, data_dir, tmp
     assert [t["loss"] for t in more["trace"]] == [t["loss"] for t in plain["trace"]]
     assert more["model"]["weights_sha256"] == plain["model"]["weights_sha256"]
     assert more["phases"]["forward"]["calls"] == 2 * plain["phases"]["forward"]["calls"]
+
+
+def test_inject_work_leaves_a_python_runners_training_as_it_was(data_dir, tmp_path):
+    spec = job_spec("full-zo", 0, seed=4, steps=4, batch=8, test_samples=16, threads=1)
+    plain = run_runner(spec, tmp_path / "plain", check=True)
+    more = run_runner({**spec, "hyper": {**spec["hyper"], "inject_work": 0.5}}, tmp_path / "more", check=True)
+    assert [t["loss"] for t in more["trace"]] == [t["loss"] for t in plain["trace"]]
+    assert more["phases"]["forward"]["calls"] == plain["phases"]["forward"]["calls"] * 3 // 2
