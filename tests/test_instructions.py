@@ -101,13 +101,11 @@ def test_a_target_without_valgrind_or_a_job_not_of_the_binary_records_why_not(tm
                                                count_build="x86-64-v3", count_error="the build failed"))
     assert rec["why"] == "the build failed"
     # the reason reaches the gate's note
-    store = Store(tmp_path / "results")
     r = made_up_result(10.0)
     r["instructions"] = instructions.not_counted("no valgrind on bare (install it there: Debian's valgrind package)")
     assert not schema.problems(r)
     m = measurements.from_results([("x", r)])
     assert next(iter(m.values())).uncounted.startswith("no valgrind on bare")
-    del store
 
 
 def test_a_result_without_instructions_is_upgraded_to_null_and_a_bad_record_is_refused():

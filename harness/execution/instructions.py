@@ -19,10 +19,12 @@ Deterministic to the instruction for a given binary and input, which is what a g
 """
 from __future__ import annotations
 
+import json
 import re
 import shlex
 import statistics
 
+from harness.boards.transport import TransportError
 from harness.planning import cpu as cpus
 from workloads.launch import BUSY_EXIT
 
@@ -136,10 +138,6 @@ def count(job, target, site, leased: list[str] | None = None, wait_s: float = 0.
     """Count a cpp job's instructions on its target after its timed run: the record, or why not.
     leased: the launcher's lease options the timed job ran with; the count holds the board's lease
     too (waiting up to wait_s for it), so its Valgrind never runs beside another run's timed job."""
-    import json
-
-    from harness.boards.transport import TransportError
-
     if job.spec["runtime"] != "cpp":
         return not_counted(f"runtime {job.spec['runtime']}: only the C++ binary's instructions are counted")
     if not site.count_binary:
