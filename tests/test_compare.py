@@ -848,6 +848,11 @@ def test_instructions_per_step_are_judged_on_one_repeat_a_side_whatever_the_load
     noisy_base, noisy_slow = side(10.0, quiet, 5, 15_000_000), side(19.0, busy, 5, 18_000_000)
     v = json.loads(cli_json(tmp_path, noisy_base, noisy_slow).stdout)["verdicts"][0]
     assert v["status"] == "regressed" and v["instructions"]["change"] == pytest.approx(0.2)
+    # a time change the load rule would call code, beside other work, while the work did not change: not judged
+    v = json.loads(cli_json(tmp_path, noisy_base, side(25.0, load_at(0.3), 5, 15_000_000)).stdout)["verdicts"][0]
+    assert v["status"] == "noisy" and "beside other work: not judged" in v["reason"], v
+    v = json.loads(cli_json(tmp_path, noisy_base, side(25.0, load_at(0.3), 5, None)).stdout)["verdicts"][0]
+    assert v["status"] == "regressed", "without counts the load rule alone judges, as before"
     # counts of two builds are two programs': not judged, and said
     other = side(10.0, quiet, 1, 15_000_000, build="cortex-a53")
     v = json.loads(cli_json(tmp_path, base, other).stdout)["verdicts"][0]

@@ -151,10 +151,13 @@ def judge_instructions(b: Measurement, c: Measurement, threshold: float) -> Inst
     return Instructions(status, mb, mc, change, builds[0])
 
 
-def with_instructions(v: Verdict, ins: Instructions | None) -> Verdict:
+def with_instructions(v: Verdict, ins: Instructions | None, loaded: bool = False) -> Verdict:
     """A key's verdict with its instructions': a regression in them fails the key whatever its time
     says (load moves no instruction count); an improvement makes an unchanged key improved; a
-    time the test could not judge stays not judged for time, the note saying the instructions'."""
+    time the test could not judge stays not judged for time, the note saying the instructions'.
+    A time that changed while the instructions did not, on a side that ran beside other work
+    (loaded: more than LOADED of its CPU lost), is not judged: the load rule's model of a
+    machine that busy is all that would call it code (docs/compare.md)."""
     v.instructions = ins
     if ins is None:
         return v
@@ -162,6 +165,10 @@ def with_instructions(v: Verdict, ins: Instructions | None) -> Verdict:
     if ins.status == "regressed" and v.status != "regressed":
         v.status = "regressed"
         said += ": judged on them, whatever the time's verdict"
+    elif ins.status == "unchanged" and loaded and v.status in ("regressed", "improved") and all(
+            name in LOADED_METRICS for name, m in v.metrics.items() if m.significant):
+        v.status = "noisy"
+        said += f"; its time {v.metrics['step_time'].change * 100:+.0f}% beside other work: not judged"
     elif ins.status == "improved" and v.status == "unchanged":
         v.status = "improved"
     v.reason = "; ".join(x for x in (v.reason, said) if x)
@@ -343,7 +350,8 @@ def compare(base: dict[str, Measurement], cur: dict[str, Measurement], threshold
                          f"(its smallest p is {2 / math.comb(len(b.step_s) + len(c.step_s), len(b.step_s)):.3f})")
             v.status = "too few repeats"     # ties can push the test's approximate p below alpha even so
         v.reason = "; ".join(notes + unjudged)
-        out.append(with_instructions(v, judge_instructions(b, c, instruction_threshold)))
+        loaded = any((side_load(m, min) or 0.0) > LOADED for m in (b, c))
+        out.append(with_instructions(v, judge_instructions(b, c, instruction_threshold), loaded))
     return out
 
 
