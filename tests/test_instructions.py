@@ -13,6 +13,7 @@ import pytest
 
 from harness.boards.transport import LocalTransport
 from harness.execution import instructions
+from harness.planning import counting
 from harness.preparation.bundle import Site
 from harness.stores import measurements, schema
 from harness.stores.store import Store
@@ -45,9 +46,9 @@ def test_the_count_is_the_same_to_the_instruction_run_to_run_and_its_phases_sum_
     a, again = (counted["results"][s]["instructions"] for s in ("a", "again"))
     assert a["why"] is None and a["per_step"] > 1e6
     assert a == again, "the same binary and input must count the same, phase by phase and step by step"
-    assert a["steps"] == len(a["step_totals"]) == instructions.COUNT_STEPS
+    assert a["steps"] == len(a["step_totals"]) == counting.COUNT_STEPS
     assert sum(a["phases"].values()) == pytest.approx(a["per_step"], rel=1e-12)
-    assert set(a["phases"]) <= set(instructions.PHASES) and {"forward", "zo_perturb", "zo_update"} <= set(a["phases"])
+    assert set(a["phases"]) <= set(counting.PHASES) and {"forward", "zo_perturb", "zo_update"} <= set(a["phases"])
     assert a["build"] == ("x86-64-v3" if platform.machine() == "x86_64" else counted["results"]["a"]["env"]["build_cpu"])
     assert a["threads"] == 1 and a["tool"] == "callgrind"
 
@@ -102,7 +103,7 @@ def test_a_target_without_valgrind_or_a_job_not_of_the_binary_records_why_not(tm
     assert rec["why"] == "the build failed"
     # the reason reaches the gate's note
     r = made_up_result(10.0)
-    r["instructions"] = instructions.not_counted("no valgrind on bare (install it there: Debian's valgrind package)")
+    r["instructions"] = counting.not_counted("no valgrind on bare (install it there: Debian's valgrind package)")
     assert not schema.problems(r)
     m = measurements.from_results([("x", r)])
     assert next(iter(m.values())).uncounted.startswith("no valgrind on bare")
@@ -118,10 +119,10 @@ def test_a_result_without_instructions_is_upgraded_to_null_and_a_bad_record_is_r
 
 
 def test_the_count_build_is_one_valgrind_runs():
-    assert instructions.counted_build("x86_64", "native") == "x86-64-v3"
-    assert instructions.counted_build("x86_64", "x86-64-v4-vnni") == "x86-64-v3"
-    assert instructions.counted_build("x86_64", "x86-64-v2") == "x86-64-v2"      # the timed build itself
-    assert instructions.counted_build("aarch64", "cortex-a53") == "cortex-a53"
+    assert counting.counted_build("x86_64", "native") == "x86-64-v3"
+    assert counting.counted_build("x86_64", "x86-64-v4-vnni") == "x86-64-v3"
+    assert counting.counted_build("x86_64", "x86-64-v2") == "x86-64-v2"      # the timed build itself
+    assert counting.counted_build("aarch64", "cortex-a53") == "cortex-a53"
 
 
 def test_inject_work_leaves_the_binarys_training_as_it_was(native, data_dir, tmp_path):

@@ -23,7 +23,7 @@ from harness.preparation.artifacts import (DATA, INIT, ONNX, content_id, init_we
                         onnx_graph, pretrained_weights_name, raw_idx, root, validation_idx, DataFiles)
 from harness.preparation.build import BuildStopped, build, build_name, cpu_choice
 from harness.planning.cpu import Choice
-from harness.execution.instructions import counted_build
+from harness.planning.counting import counted_build
 from harness.preparation.deploy import deploy
 from harness.errors import UserError
 from harness.planning.inventory import Target
@@ -207,7 +207,7 @@ class Prepared:
         return self.binaries.get(target, cpu_choice(target, facts), stop)
 
     def counter(self, target: Target, timed: Binary, stop=None) -> Binary | None:
-        """The build the target's instructions are counted with (instructions.counted_build): the
+        """The build the target's instructions are counted with (harness/planning/counting.py): the
         timed one where Valgrind runs it, else built too; None where nothing is counted."""
         if target.instructions == "off" or self.binaries is None:
             return None

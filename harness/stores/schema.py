@@ -17,7 +17,7 @@ from workloads import vocab
 from workloads.result import skeleton
 from workloads.spec import JobSpec
 
-from harness.execution import instructions
+from harness.planning import counting
 from harness.stores import convergence
 from harness.stores import validity
 from harness.planning.inventory import MEM_LIMIT
@@ -142,7 +142,7 @@ def problems(r) -> list[str]:
     out += _warmup(r.get("warmup")) + _energy(r.get("energy")) + _start_eval(r.get("start_eval"))
     out += _convergence(r.get("convergence")) + _validity(r.get("validity"))
     out += _timed_loop_load(r.get("timed_loop_load")) + _pool(r.get("pool"))
-    if bad := instructions.problem(r.get("instructions")):
+    if bad := counting.problem(r.get("instructions")):
         out.append(bad)
     h = r.get("spec_sha256")
     if h is not None and not (isinstance(h, str) and re.fullmatch(r"[0-9a-f]{64}", h)):
