@@ -23,6 +23,7 @@ import seaborn as sns
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from harness.planning import counting
 from harness.stores import convergence
 from harness.search import memory_model
 from harness.stores import machine_load, validity
@@ -239,6 +240,9 @@ def _load(store, run_ids: list[str], plans: list[dict]) -> pd.DataFrame:
                 "device_peak_mib": _nan(mem.get("device_peak_bytes")) / MIB,
                 "device_used_mib": _nan(mem.get("device_used_bytes")) / MIB,
                 "j_step": _nan(joules_per_step(r)), "energy_source": energy["source"],
+                # instructions per step where they were counted (harness/execution/instructions.py), and their phases' shares
+                "minstr_step": _nan(counting.per_step(r)) / 1e6,
+                "instr_phases": instruction_shares(r.get("instructions")),
                 "no_energy": energy["unavailable"] or "",
                 "steps_per_epoch": steps / len(r["epochs"]) if r["epochs"] else math.nan,
                 **{p: 1000 * phases[p]["seconds"] / steps if steps and p in phases else math.nan
@@ -596,12 +600,24 @@ def _pool_blocks(df: pd.DataFrame) -> list[tuple[str, object]]:
             ("table", pd.DataFrame(rows))]
 
 
+def instruction_shares(rec) -> str:
+    """A count's phases as shares of its step, largest first ("forward 92%, zo_perturb 4%"); why
+    not, where it was asked for and not counted; "" where it was not asked for."""
+    if not isinstance(rec, dict):
+        return ""
+    if not rec.get("per_step"):
+        return f"not counted: {rec.get('why')}"
+    shares = sorted(((n / rec["per_step"], p) for p, n in (rec.get("phases") or {}).items()), reverse=True)
+    return ", ".join(f"{p} {100 * s:.0f}%" for s, p in shares if s >= 0.005) + f" ({rec.get('build')})"
+
+
 def _results_table(df: pd.DataFrame) -> pd.DataFrame:
     t = (df.groupby(["mlabel", *GROUP[2:], "status", "error"], sort=False)
          .agg(n=("job_id", "size"), steps=("steps", "mean"), ms_step=("ms_step", "mean"), train_s=("train_s", "mean"),
               peak_mib=("peak_mib", "mean"), device_peak_mib=("device_peak_mib", "mean"), j_step=("j_step", "mean"),
               train_loss=("train_loss", "mean"), test_loss=("test_loss", "mean"), test_acc=("test_acc", "mean"),
               best_acc=("best_acc", "mean"), flag=("flag", worst_flag), load=("load", "max"),
+              minstr_step=("minstr_step", "median"), instr_phases=("instr_phases", "first"),
               validity=("validity", lambda v: "; ".join(x for x in v if x)))
          .reset_index())
     t["test_acc"] = [accuracy_cell(a, f, b) for a, f, b in zip(t.pop("test_acc"), t.pop("flag"), t.pop("best_acc"))]
@@ -612,15 +628,17 @@ def _results_table(df: pd.DataFrame) -> pd.DataFrame:
                     for v, load, flags in zip(t["ms_step"], t.pop("load"), t.pop("validity"))]
     # a GPU's memory and the energy only where some job measured them, a stage or a transformer's
     # setup only where some job has one: a CPU-only report of layer models keeps its shape
-    t = t.drop(columns=[c for c in ("device_peak_mib", "j_step") if t[c].isna().all()]
+    t = t.drop(columns=[c for c in ("device_peak_mib", "j_step", "minstr_step") if t[c].isna().all()]
+               + [c for c in ("instr_phases",) if not t[c].astype(bool).any()]
                + [c for c in ("stage", "setup", "hyper") if not t[c].astype(bool).any()])
     formats = {"steps": ".0f", "ms_step": ".2f", "train_s": ".2f", "peak_mib": ".1f", "device_peak_mib": ".1f",
-               "j_step": ".4g", "train_loss": ".3f", "test_loss": ".3f"}
+               "j_step": ".4g", "train_loss": ".3f", "test_loss": ".3f", "minstr_step": ".3f"}
     for col, f in formats.items():
         if col in t:
             t[col] = t[col].map(lambda v: v if isinstance(v, str) else "-" if pd.isna(v) else format(v, f))
     return t.rename(columns={"mlabel": "method", "ms_step": "ms/step", "train_s": "train s",
                              "peak_mib": "peak RSS MiB", "device_peak_mib": "GPU peak MiB", "j_step": "J/step",
+                             "minstr_step": "M instr/step", "instr_phases": "instructions by phase",
                              "train_loss": "final train loss",
                              "test_loss": "final test loss", "test_acc": "test accuracy %"})
 

@@ -61,9 +61,11 @@ def load_at(contention: float, wall: float = 1.0, cores: int = 2) -> dict:
 
 def made_up_result(step_ms: float, *, repeat: int = 0, method: str = "full-zo", threads: int = 2,
                    hyper: dict | None = None, kernel: str = "6.1.0", peak_mib: float = 20.0,
-                   load: dict | None = None, lock: str | None = None) -> dict:
+                   load: dict | None = None, lock: str | None = None, instructions: float | None = None,
+                   build: str = "x86-64-v3") -> dict:
     """The result of an ok job of 50 steps at step_ms each, on a made-up two-core machine, as the
-    store reads it (schema.upgrade: every record there)."""
+    store reads it (schema.upgrade: every record there); with `instructions` per step counted on
+    `build`, all of them in its forward phase."""
     job_id = f"solo.cpp.{method}.fp32.r{repeat}"
     spec = JobSpec.from_dict({"job_id": job_id, "method": method, "runtime": "cpp", "threads": threads,
                               "target": "solo", "repeat": repeat, "harness_commit": "0123456789ab",
@@ -80,7 +82,10 @@ def made_up_result(step_ms: float, *, repeat: int = 0, method: str = "full-zo", 
             "model": {"name": "lenet5", "params_total": 107786, "params_zo": 107786, "params_bp": 0,
                       "weights_sha256": "0" * 64},
             "energy": {**r["energy"], "unavailable": "a made-up result: no meter"},
-            "cpu_seconds": seconds + 0.1, "load": load})
+            "cpu_seconds": seconds + 0.1, "load": load,
+            "instructions": instructions and {"tool": "callgrind", "build": build, "threads": 1, "steps": 5,
+                                              "per_step": instructions, "phases": {"forward": instructions},
+                                              "step_totals": [instructions] * 5, "why": None}})
 
 
 def thermal_sample(throttled: int | None, temp_c: float = 50.0, khz: int = 1_000_000, cap: int = 1_000_000) -> dict:

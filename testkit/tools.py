@@ -60,6 +60,9 @@ TOOLS = (
     # the dashboard's pages in a real browser (tests/test_dashboard.py), headless, driven by Selenium
     Tool("chromium", "chromium", TEST),
     Tool("chromedriver", "chromium-driver", TEST),
+    # instructions per step counted under callgrind (harness/execution/instructions.py); its
+    # valgrind/callgrind.h, which the binary's phase dumps are built with, comes in the same package
+    Tool("valgrind", "valgrind", TEST),
     # the Cortex-A53's cycle estimate from its pipeline model (benchmarks/a53_estimate.py)
     Tool("llvm-mca", "llvm", BENCH),
 )

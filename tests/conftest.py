@@ -20,7 +20,8 @@ from testkit.tools import require
 # worker-seconds in all, 7:34 of pytest), longest first: every file of 8 s or more. make test
 # hands out whole files in this order (--dist loadfile --no-loadscope-reorder): a long file
 # started last would run alone at the end. The others run after these, as they are collected.
-LONGEST_FIRST = ("test_pool.py", "test_ssh.py", "test_shared_store.py", "test_labgrid.py",
+# test_instructions.py (Valgrind: 80 s alone, quiet) was placed by that time, not by a make test.
+LONGEST_FIRST = ("test_pool.py", "test_ssh.py", "test_shared_store.py", "test_instructions.py", "test_labgrid.py",
                  "test_report_transformers.py", "test_lease.py", "test_finetune.py", "test_faults.py", "test_models.py",
                  "test_rotation.py", "test_ort.py", "test_zo_optimizers.py", "test_compare.py", "test_adam.py",
                  "test_validity.py", "test_report.py", "test_signals.py", "test_int8.py", "test_memory_model.py",

@@ -817,3 +817,55 @@ def test_a_team_that_works_on_the_cores_the_load_left_it_is_excused_one_threads_
         assert v.status == status and why in v.reason, v
     assert team(measurement([10.0] * 3, 2, [0.5] * 3, [True] * 3)) == 1
     assert team(measurement([10.0] * 3, 2, [0.5] * 3)) == 2     # no word of its team: the power rule
+
+
+def test_instructions_per_step_are_judged_on_one_repeat_a_side_whatever_the_load(tmp_path):
+    """Issue 60: instructions per step are deterministic, so one count a side judges them: past
+    --instructions-threshold (1%) a regression fails the gate (exit 1) even where the time is
+    noisy or too few to judge; within it they are unchanged, and a key whose time was not judged
+    stays not judged (exit 3), the gate's line saying its instructions were."""
+    store = Store(tmp_path / "results")
+    quiet, busy = load_at(0.02), load_at(0.6)
+
+    def side(ms, load, n, instructions, build="x86-64-v3"):
+        return made_up_run(store, [made_up_result(ms + 0.01 * i, repeat=i, load=load, instructions=instructions,
+                                                  build=build) for i in range(n)])
+
+    base = side(10.0, quiet, 1, 15_000_000)
+    more, same = side(10.0, busy, 1, 15_300_000), side(10.0, quiet, 1, 15_000_000)
+    p = cli_json(tmp_path, base, more)
+    assert p.returncode == 1, p.stderr
+    v = json.loads(p.stdout)["verdicts"][0]
+    assert v["status"] == "regressed" and v["instructions"]["status"] == "regressed"
+    assert v["instructions"]["change"] == pytest.approx(0.02)
+    assert "judged on them, whatever the time's verdict" in v["reason"]
+    assert cli_json(tmp_path, base, more, "--instructions-threshold", "3").returncode == 3    # 2% is within 3%
+    p = cli_json(tmp_path, base, same)
+    v = json.loads(p.stdout)["verdicts"][0]
+    assert (p.returncode, v["status"], v["instructions"]["status"]) == (3, "too few repeats", "unchanged"), p.stderr
+    assert "instructions per step judged on 1 of them: 1 unchanged" in p.stderr
+    # time noisy beside a busy side, five repeats each: instructions still decide a regression
+    noisy_base, noisy_slow = side(10.0, quiet, 5, 15_000_000), side(19.0, busy, 5, 18_000_000)
+    v = json.loads(cli_json(tmp_path, noisy_base, noisy_slow).stdout)["verdicts"][0]
+    assert v["status"] == "regressed" and v["instructions"]["change"] == pytest.approx(0.2)
+    # a time change the load rule would call code, beside other work, while the work did not change: not judged
+    v = json.loads(cli_json(tmp_path, noisy_base, side(25.0, load_at(0.3), 5, 15_000_000)).stdout)["verdicts"][0]
+    assert v["status"] == "noisy" and "beside other work: not judged" in v["reason"], v
+    v = json.loads(cli_json(tmp_path, noisy_base, side(25.0, load_at(0.3), 5, None)).stdout)["verdicts"][0]
+    assert v["status"] == "regressed", "without counts the load rule alone judges, as before"
+    # counts of two builds are two programs': not judged, and said
+    other = side(10.0, quiet, 1, 15_000_000, build="cortex-a53")
+    v = json.loads(cli_json(tmp_path, base, other).stdout)["verdicts"][0]
+    assert v["instructions"]["status"] == "not judged" and "builds cortex-a53, x86-64-v3" in v["reason"]
+    text = zobench("compare", "--results", tmp_path / "results", base, more, "--format", "markdown")
+    assert "| instructions |" in text.stdout and "15.000M -> 15.300M /step (+2.00%, x86-64-v3)" in text.stdout
+    exported = tmp_path / "base.json"
+    export = zobench("export", "--results", tmp_path / "results", "--run", base, "--format", "pytest-benchmark",
+                     "--out", exported)
+    assert export.returncode == 0, export.stderr
+    v = json.loads(cli_json(tmp_path, str(exported), more).stdout)["verdicts"][0]
+    assert v["instructions"]["status"] == "regressed", "an export keeps the counts"
+
+
+def cli_json(tmp_path, base: str, cur: str, *extra: str) -> subprocess.CompletedProcess:
+    return zobench("compare", "--results", tmp_path / "results", base, cur, "--format", "json", *extra)

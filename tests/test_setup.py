@@ -30,9 +30,9 @@ def ensure(level, path):
 def test_without_apt_make_test_names_the_missing_tools_once_and_goes_on(tmp_path):
     p = ensure("test", tool_dir(tmp_path, ["bash", "dirname", "cmake", "g++", "ssh", "ssh-keygen"]))
     assert p.returncode == 0
-    assert p.stderr == ("zobench: missing sshd, aarch64-linux-gnu-g++, qemu-aarch64, chromium, chromedriver (sudo apt-get "
-                        "install openssh-server g++-aarch64-linux-gnu qemu-user chromium chromium-driver); the tests that "
-                        "need them are skipped\n")
+    assert p.stderr == ("zobench: missing sshd, aarch64-linux-gnu-g++, qemu-aarch64, chromium, chromedriver, valgrind "
+                        "(sudo apt-get install openssh-server g++-aarch64-linux-gnu qemu-user chromium chromium-driver "
+                        "valgrind); the tests that need them are skipped\n")
 
 
 def test_without_apt_make_run_stops_on_a_missing_build_tool(tmp_path):

@@ -2,6 +2,7 @@
 progress."""
 from __future__ import annotations
 
+import math
 import os
 import sys
 import time
@@ -100,6 +101,21 @@ def warm_up(engine, spec, train_split) -> dict:
     return {"steps": h.warmup_steps, "seconds": time.perf_counter() - t0}
 
 
+def extra_work(engine, spec, x, y, t: int, epoch: int, lr_zo: float, lr_bp: float, clock) -> None:
+    """hyper.inject_work (test-only), as the C++ binary's extra_work: a slowdown made of real work.
+    After step t, floor((t + 1) F) - floor(t F) more steps on the same batch and step key, from
+    a copy of the trainable state put back after them, so the training is the one without."""
+    f = spec.hyper.inject_work
+    extra = math.floor((t + 1) * f) - math.floor(t * f)
+    if extra <= 0:
+        return
+    saved, run_step = engine.save(), stepper(engine)
+    for _ in range(extra):
+        run_step(engine, spec, x, y, t, epoch, lr_zo, lr_bp, clock)
+    engine.restore(saved)
+    clock.lap("data")
+
+
 def evaluate_start(engine, spec, test_split) -> dict | None:
     """With eval_start, the starting weights (warm-up has put them back) on the test set, untimed
     and as the epochs' evaluation does it: a fine-tuning job's accuracy without fine-tuning."""
@@ -139,6 +155,8 @@ def train(engine, spec, train_split, test_split, clock, state: TrainState, meter
             clock.lap("data")
             clock.step_end()    # a GPU's last step is read here: loading this batch overlapped it
             r = run_step(engine, spec, x, y, state.steps, epoch, lr_zo, lr_bp, clock)
+            if h.inject_work:
+                extra_work(engine, spec, x, y, state.steps, epoch, lr_zo, lr_bp, clock)
             if h.inject_slowdown:     # test-only: a real, CPU-bound slowdown for the regression gate
                 spin_until = time.perf_counter() + h.inject_slowdown * (time.perf_counter() - step_t0)
                 while time.perf_counter() < spin_until:

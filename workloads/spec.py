@@ -128,6 +128,7 @@ class Hyper:
     warmup_steps: int = -1        # untimed steps before training, weights restored after (-1 = the device's default)
     fault: str = ""               # test-only fault injection: KIND[@METHOD_KEY], KIND in hang, crash, oom
     inject_slowdown: float = 0.0  # test-only: busy-wait this fraction of every step (0.2 = 20% slower)
+    inject_work: float = 0.0      # test-only: this fraction more steps, on a restored state (0.2 = 20% more work)
 
     # The fields the C++ binary does not take (its list: ZOBENCH_HYPER in workloads/cpp/common.hpp,
     # held equal to the other fields by tests/test_cpp.py), and why.
@@ -151,6 +152,7 @@ class Hyper:
         "eps": Bounds(0, open_lo=True), "zo_grad_clip": Bounds(0), "train_samples": Bounds(0, INT32_MAX),
         "test_samples": Bounds(0, INT32_MAX), "zo_scale": Bounds(1, 127), "trace_steps": Bounds(0, INT32_MAX),
         "points": Bounds(0, 1 << 16), "context": Bounds(0, 1 << 20), "inject_slowdown": Bounds(0),
+        "inject_work": Bounds(0, 100),
         "max_train_seconds": Bounds(0),
         "adam_beta1": Bounds(0, 1.0, open_hi=True), "adam_beta2": Bounds(0, 1.0, open_hi=True),
         "adam_eps": Bounds(0, open_lo=True),

@@ -102,3 +102,6 @@ def method_label(method: str, bp_layers: int) -> str:
 # "default" leaves each runtime's own.
 OMP_WAIT_POLICIES = ("auto", "passive", "active", "default")
 OMP_WAIT_POLICY = "auto"
+# a target's `instructions`: whether its cpp jobs' instructions per step are counted after each
+# timed job, and with what (harness/execution/instructions.py; docs/compare.md)
+INSTRUCTION_COUNTERS = ("off", "callgrind")

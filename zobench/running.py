@@ -52,6 +52,7 @@ class Request:
     resume: str | None = None
     report: bool = True
     store: str | None = None        # --store, else $ZOBENCH_STORE or the config's
+    instructions: bool = False      # --instructions: count on every target, whatever its own setting
 
 
 @dataclass
@@ -98,9 +99,16 @@ def push(url: str, store: Store, run_ids: list[str], branch: str | None, say: Ca
     return True
 
 
+def counting(target):
+    """A target (a pool's members too) that counts its cpp jobs' instructions (--instructions)."""
+    return dataclasses.replace(target, instructions="callgrind", members=[counting(m) for m in target.members])
+
+
 def _executed(store: Store, run_id: str, jobs: list[Job], targets: dict, prepared, req: Request, say):
     """The run's jobs run, with a bar per target: (results, the command that resumes it, and the
     Outcome it ended with where a signal or a full disk stopped it, else None)."""
+    if req.instructions:
+        targets = {name: counting(t) for name, t in targets.items()}
     counts: dict[str, int] = {}
     for j in jobs:
         counts[j.target] = counts.get(j.target, 0) + 1

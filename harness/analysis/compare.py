@@ -56,6 +56,9 @@ from harness.stores.measurements import FINGERPRINT, Measurement, differs
 
 ALPHA = 0.05
 THRESHOLD = 0.05     # the smallest relative change that counts, by default (--threshold 5)
+# instructions per step are deterministic (harness/execution/instructions.py): any change past this
+# counts, on one repeat a side, with no test (--instructions-threshold 1)
+INSTRUCTION_THRESHOLD = 0.01
 # A side's estimates by name, and the ones each --estimator judges on (the module docstring says why both)
 ESTIMATES = {"min": min, "median": statistics.median}
 ESTIMATORS = {"both": ("min", "median"), "min": ("min",), "median": ("median",)}
@@ -109,11 +112,67 @@ def shift(before: list[float], after: list[float], estimator: str, threshold: fl
 
 
 @dataclass
+class Instructions:
+    """A key's instructions per step, judged on their own: deterministic, so no test and no load."""
+    status: str                # regressed, improved, unchanged, or "not judged" (why: in reason)
+    baseline: float | None = None   # the median of each side's counts (they agree; median in case)
+    current: float | None = None
+    change: float | None = None
+    build: str | None = None   # the build both counted
+    reason: str = ""
+
+
+@dataclass
 class Verdict:
     key: str
     status: str                # one of STATUSES
     reason: str = ""
     metrics: dict = field(default_factory=dict)
+    instructions: Instructions | None = None    # None: neither side counted
+
+
+def judge_instructions(b: Measurement, c: Measurement, threshold: float) -> Instructions | None:
+    """Instructions per step between two sides: a change past the threshold is a regression or an
+    improvement on one repeat a side, anything within is unchanged. Counts of two builds are
+    two programs' (docs/compare.md): not judged."""
+    if not b.instructions and not c.instructions:
+        why = [f"{side}: {m.uncounted}" for side, m in (("baseline", b), ("current", c)) if m.uncounted]
+        return Instructions("not judged", reason="instructions not counted: " + "; ".join(why)) if why else None
+    if not (b.instructions and c.instructions):
+        side, other = ("baseline", c) if b.instructions else ("current", b)
+        why = f" ({other.uncounted})" if other.uncounted else ""
+        return Instructions("not judged", reason=f"instructions counted in {side} only{why}: not judged")
+    builds = sorted({*b.instruction_builds, *c.instruction_builds}, key=str)
+    if len(builds) > 1:
+        return Instructions("not judged", reason=f"instructions counted on builds {', '.join(map(str, builds))}: not judged")
+    mb, mc = statistics.median(b.instructions), statistics.median(c.instructions)
+    change = mc / mb - 1
+    status = "unchanged" if abs(change) <= threshold else "regressed" if change > 0 else "improved"
+    return Instructions(status, mb, mc, change, builds[0])
+
+
+def with_instructions(v: Verdict, ins: Instructions | None, loaded: bool = False) -> Verdict:
+    """A key's verdict with its instructions': a regression in them fails the key whatever its time
+    says (load moves no instruction count); an improvement makes an unchanged key improved; a
+    time the test could not judge stays not judged for time, the note saying the instructions'.
+    A time that changed while the instructions did not, on a side that ran beside other work
+    (loaded: more than LOADED of its CPU lost), is not judged: the load rule's model of a
+    machine that busy is all that would call it code (docs/compare.md)."""
+    v.instructions = ins
+    if ins is None:
+        return v
+    said = ins.reason or f"instructions {ins.status} ({100 * ins.change:+.2f}%, counted on {ins.build})"
+    if ins.status == "regressed" and v.status != "regressed":
+        v.status = "regressed"
+        said += ": judged on them, whatever the time's verdict"
+    elif ins.status == "unchanged" and loaded and v.status in ("regressed", "improved") and all(
+            name in LOADED_METRICS for name, m in v.metrics.items() if m.significant):
+        v.status = "noisy"
+        said += f"; its time {v.metrics['step_time'].change * 100:+.0f}% beside other work: not judged"
+    elif ins.status == "improved" and v.status == "unchanged":
+        v.status = "improved"
+    v.reason = "; ".join(x for x in (v.reason, said) if x)
+    return v
 
 
 def mann_whitney_p(a: list[float], b: list[float]) -> float:
@@ -252,7 +311,7 @@ def judge(metric: Metric, b: Measurement, c: Measurement, estimator: str, thresh
 
 
 def compare(base: dict[str, Measurement], cur: dict[str, Measurement], threshold: float,
-            estimator: str) -> list[Verdict]:
+            estimator: str, instruction_threshold: float = INSTRUCTION_THRESHOLD) -> list[Verdict]:
     out = []
     for key in list(base) + [k for k in cur if k not in base]:
         b, c = base.get(key), cur.get(key)
@@ -291,7 +350,8 @@ def compare(base: dict[str, Measurement], cur: dict[str, Measurement], threshold
                          f"(its smallest p is {2 / math.comb(len(b.step_s) + len(c.step_s), len(b.step_s)):.3f})")
             v.status = "too few repeats"     # ties can push the test's approximate p below alpha even so
         v.reason = "; ".join(notes + unjudged)
-        out.append(v)
+        loaded = any((side_load(m, min) or 0.0) > LOADED for m in (b, c))
+        out.append(with_instructions(v, judge_instructions(b, c, instruction_threshold), loaded))
     return out
 
 
@@ -347,6 +407,11 @@ def why_unjudged(verdicts: list[Verdict]) -> str:
         elif status == "not comparable":
             why = " (the machine or build changed)"
         parts.append(f"{n[status]} {status}{why}")
+    counted = [v.instructions.status for v in verdicts if v.status in UNJUDGED and v.instructions
+               and v.instructions.change is not None]
+    if counted:     # their time is not judged; their instructions were, and did not regress
+        parts.append(f"instructions per step judged on {len(counted)} of them: "
+                     + ", ".join(f"{counted.count(s)} {s}" for s in ("unchanged", "improved") if s in counted))
     return "; ".join(parts)
 
 
@@ -393,24 +458,41 @@ def cells(v: Verdict, shown: list[Metric]) -> list[str]:
     return cells
 
 
-def title_of(verdicts: list[Verdict], base_name: str, cur_name: str, threshold: float, estimator: str) -> str:
+def instruction_cell(ins: Instructions | None) -> str:
+    """A key's instructions per step as the tables show them: both counts, the change and the
+    build counted; "not judged" where they could not be."""
+    if ins is None:
+        return ""
+    if ins.change is None:
+        return "not judged"
+    return f"{ins.baseline / 1e6:.3f}M -> {ins.current / 1e6:.3f}M /step ({100 * ins.change:+.2f}%, {ins.build})"
+
+
+def title_of(verdicts: list[Verdict], base_name: str, cur_name: str, threshold: float, estimator: str,
+             instruction_threshold: float = INSTRUCTION_THRESHOLD) -> str:
+    counted = any(v.instructions for v in verdicts)
     return (f"zobench compare {base_name} -> {cur_name}: {summary(verdicts)} "
             f"(Mann-Whitney U, alpha {ALPHA}, threshold {100 * threshold:g}% between the "
-            f"{' and the '.join(f'{e}s' for e in ESTIMATORS[estimator])})")
+            f"{' and the '.join(f'{e}s' for e in ESTIMATORS[estimator])}"
+            + (f"; instructions per step: {100 * instruction_threshold:g}%, one count a side" if counted else "") + ")")
 
 
 def render(verdicts: list[Verdict], fmt: str, base_name: str, cur_name: str, threshold: float,
-           estimator: str, fail_on_change: bool = False, allow_unjudged: bool = False) -> str:
+           estimator: str, fail_on_change: bool = False, allow_unjudged: bool = False,
+           instruction_threshold: float = INSTRUCTION_THRESHOLD) -> str:
     code, line = gate(verdicts, fail_on_change, allow_unjudged)
     if fmt == "json":
         return jsonfile.dumps({"baseline": base_name, "current": cur_name, "threshold": threshold, "alpha": ALPHA,
+                               "instruction_threshold": instruction_threshold,
                                "estimator": estimator, "exit_code": code, "gate": line,
                                "summary": counts(verdicts),
                                "verdicts": [{**asdict(v), "judged": v.status in COMPARED} for v in verdicts]})
     shown = [m for m in METRICS if any(m.name in v.metrics for v in verdicts)]     # energy: where a meter was
-    head = ["job key", "status", *(m.title for m in shown), "note"]
-    rows = [[v.key, label(v.status), *cells(v, shown), v.reason] for v in verdicts]
-    title = title_of(verdicts, base_name, cur_name, threshold, estimator)
+    counted = any(v.instructions for v in verdicts)
+    head = ["job key", "status", *(m.title for m in shown), *["instructions"] * counted, "note"]
+    rows = [[v.key, label(v.status), *cells(v, shown), *[instruction_cell(v.instructions)] * counted, v.reason]
+            for v in verdicts]
+    title = title_of(verdicts, base_name, cur_name, threshold, estimator, instruction_threshold)
     if fmt == "markdown":
         icon = {"regressed": "🔴", "improved": "🟢", "noisy": "🟡", "too few repeats": "🟡",
                 "not comparable": "⚪", "missing": "⚪"}

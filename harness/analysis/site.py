@@ -296,15 +296,16 @@ def compare_json(a: str, b: str, side, commits: dict, machines: dict, threshold:
             verdicts.append(v)
             rows.append((fp, v))
     shown = [m for m in METRICS if any(m.name in v.metrics for v in verdicts)]
+    counted = any(v.instructions for v in verdicts)     # instructions per step: where some key has a count
     code, why = compare.gate(verdicts)
     return {"a": a, "b": b, "a_runs": commits.get(a, []), "b_runs": commits.get(b, []),
             "title": compare.title_of(verdicts, short(a), short(b), threshold, estimator),
             "summary": compare.counts(verdicts), "exit_code": code, "why": why,
             "one_side": [{"fingerprint": fp, "machine": machines.get(fp, ""), "only_in": short(a if fp in before else b)}
                          for fp in [*before, *after] if (fp in before) != (fp in after)],
-            "columns": ["job key", "machine", "status", *(m.title for m in shown), "note"],
+            "columns": ["job key", "machine", "status", *(m.title for m in shown), *["instructions"] * counted, "note"],
             "rows": [{"key": v.key, "id": key_id(v.key), "fingerprint": fp, "machine": machines.get(fp, ""),
-                      "status": v.status, "label": compare.label(v.status), "cells": compare.cells(v, shown),
+                      "status": v.status, "label": compare.label(v.status), "cells": compare.cells(v, shown) + [compare.instruction_cell(v.instructions)] * counted,
                       "note": v.reason} for fp, v in rows]}
 
 

@@ -27,6 +27,7 @@ from pathlib import Path
 from workloads import vocab
 from workloads.launch import parse_size
 
+from harness.execution import instructions
 from harness.stores import convergence, schema
 from harness.boards import lease
 from harness.stores import machine_load, validity
@@ -312,4 +313,8 @@ def run_job(job: Job, target: Target, site: Site, work: Path, on_event=None,
     if runtime == "cpp":
         result["env"]["binary_sha256"] = site.binary_sha256
         result["env"]["build_cpu"], result["env"]["build_cpu_reason"] = site.build.cpu, site.build.why
+    # after the timed job, never beside it; once a key a run: its other repeats would count the same
+    if target.instructions != "off" and result["status"] == "ok" and not job.spec.get("repeat"):
+        result["instructions"] = instructions.count(job, target, site, leased,
+                                                    terms.wait_s(job.timeout_s) if leased else 0.0)
     return result

@@ -72,6 +72,7 @@ class Target:
     cooldown: dict | None = None      # {"below_c", "max_wait_s"}: each job waits until the board is that cool
     labgrid: dict | None = None       # {"coordinator", "place" or "tags"}: the board is a labgrid place's
     omp_wait_policy: str = vocab.OMP_WAIT_POLICY   # how idle OpenMP threads wait (docs/targets.md)
+    instructions: str = "off"         # count a cpp job's instructions after it (vocab.INSTRUCTION_COUNTERS)
     source: str = ""                  # the file it was defined in
     members: list = field(default_factory=list)    # a pool's boards (Targets); [] for one board
     attempts: int = 3                 # a pool: how many members a job may be tried on
@@ -96,7 +97,7 @@ def _fields(t: tomlfile.Table, into: dict) -> dict:
         "host_key": (str, ("strict", "accept-new")), "arch": (str, ARCHES),
         "runtimes": (list, vocab.RUNTIMES), "device": (str, vocab.DEVICES), "python": (str, None),
         "workdir": (str, None), "threads": (int, None), "mem_limit": (str, None), "cpu": (str, None),
-        "omp_wait_policy": (str, vocab.OMP_WAIT_POLICIES)}
+        "omp_wait_policy": (str, vocab.OMP_WAIT_POLICIES), "instructions": (str, vocab.INSTRUCTION_COUNTERS)}
     bounds = {"port": PORT, "threads": JobSpec.BOUNDS["threads"]}
     out = dict(into)
     lease = t.take("lease", (str, bool))     # a path, or false for none

@@ -23,6 +23,10 @@ from harness.boards.transport import POLL_S, kill_group
 SOURCE = paths.REPO / "workloads" / "cpp"
 NEEDS = "cmake, g++ and nlohmann-json3-dev (cross: g++-aarch64-linux-gnu)"
 BUILD_TIMEOUT_S = 900
+# Valgrind's header, for the phase dumps an instruction count reads (harness/execution/instructions.py):
+# whether it is here is one of the build's options, so a binary built before `make test`'s set-up
+# installed valgrind is built again, with them, once it has (cmake would not notice the header)
+CALLGRIND_H = Path("/usr/include/valgrind/callgrind.h")
 
 
 def build_name(target, cpu: str = "") -> str:
@@ -72,7 +76,8 @@ def build(target, cpu: str = "", stop=None) -> Path:
     the errors name the variant, not the target. A run's Stop (stop) kills the compiler."""
     cpu = resolve_cpu(target, cpu)      # first: it refuses names that would make a path outside build/
     name = build_name(target, cpu)
-    options = ["-DCMAKE_BUILD_TYPE=Release", "-DZOBENCH_CPU_FLAGS=" + " ".join(cpus.flags(target.arch, cpu))]
+    options = ["-DCMAKE_BUILD_TYPE=Release", "-DZOBENCH_CPU_FLAGS=" + " ".join(cpus.flags(target.arch, cpu)),
+               f"-DZOBENCH_CALLGRIND={'ON' if CALLGRIND_H.is_file() else 'OFF'}"]
     toolchain = None
     if cpu == cpus.NATIVE:
         pass                            # this machine's: linked against its own libraries

@@ -7,6 +7,7 @@ the bundle is deployed (deploy.py) and on this machine the host's cache is used 
 """
 from __future__ import annotations
 
+import dataclasses
 import posixpath
 import threading
 from dataclasses import dataclass, field
@@ -22,6 +23,7 @@ from harness.preparation.artifacts import (DATA, INIT, ONNX, content_id, init_we
                         onnx_graph, pretrained_weights_name, raw_idx, root, validation_idx, DataFiles)
 from harness.preparation.build import BuildStopped, build, build_name, cpu_choice
 from harness.planning.cpu import Choice
+from harness.planning.counting import counted_build
 from harness.preparation.deploy import deploy
 from harness.errors import UserError
 from harness.planning.inventory import Target
@@ -30,6 +32,9 @@ from harness.planning.runs import Job
 from harness.boards.transport import LocalTransport, TransportError
 
 BINARY = "bin/zobench-train"
+# the build a board's instructions are counted with, where it is not the timed one (harness/execution/instructions.py)
+COUNT_BINARY_NAME = "zobench-train-count"
+COUNT_BINARY = f"bin/{COUNT_BINARY_NAME}"
 
 
 def bundle_files(dataset_dirs: set[DataOf], inits: set[tuple[Model, int]] = frozenset(),
@@ -117,6 +122,9 @@ class Site:
     # data set as a job reads it (datasets.data_name) -> the folder of its uncompressed IDX
     # files there (a runner's data_dir); one not in it is searched for as usual
     data_dirs: dict[str, str] = field(default_factory=dict)
+    count_binary: str = ""          # the build instructions are counted with (instructions.py), "" for none
+    count_build: str = ""           # the CPU that one was built for
+    count_error: str = ""           # why there is none where a count was asked for
 
     def job_spec(self, spec: dict) -> dict:
         """The spec as its job sees it on the target: with the paths of its files there."""
@@ -198,6 +206,16 @@ class Prepared:
         the one its probe's facts name (a run's Stop kills its build)."""
         return self.binaries.get(target, cpu_choice(target, facts), stop)
 
+    def counter(self, target: Target, timed: Binary, stop=None) -> Binary | None:
+        """The build the target's instructions are counted with (harness/planning/counting.py): the
+        timed one where Valgrind runs it, else built too; None where nothing is counted."""
+        if target.instructions == "off" or self.binaries is None:
+            return None
+        cpu = counted_build(target.arch, timed.choice.cpu)
+        if cpu == timed.choice.cpu:
+            return timed
+        return self.binaries.get(target, Choice(cpu, f"counted under Valgrind, which runs no {timed.choice.cpu} build"), stop)
+
 
 def prepare(jobs: list[Job], targets: dict[str, Target], stop=None) -> dict[str, Prepared]:
     """The host-side work of a run, per target, each piece once and before any board starts
@@ -252,9 +270,24 @@ def prepare(jobs: list[Job], targets: dict[str, Target], stop=None) -> dict[str,
 
 
 def open_site(target: Target, transport, prepared: Prepared, binary: Binary | None, local_jobs: Path,
-              run_id: str) -> Site:
+              run_id: str, counter: Binary | None = None) -> Site:
     """Connect and, on a board, deploy the bundle the host prepared for it, with the binary
-    built for it (None: no cpp job to run)."""
+    built for it (None: no cpp job to run) and the one its instructions are counted with, where
+    that is another build (counter)."""
+    site = _open_site(target, transport, prepared, binary, local_jobs, run_id, counter)
+    if counter is None:
+        return site
+    if counter.error or counter.path is None:
+        return dataclasses.replace(site, count_build=counter.choice.cpu, count_error=counter.error)
+    if binary is not None and counter.id == binary.id:
+        return dataclasses.replace(site, count_binary=site.binary, count_build=counter.choice.cpu)
+    where = str(counter.path) if isinstance(transport, LocalTransport) else \
+        posixpath.join(posixpath.dirname(site.binary or f"{site.root}/{BINARY}"), COUNT_BINARY_NAME)
+    return dataclasses.replace(site, count_binary=where, count_build=counter.choice.cpu)
+
+
+def _open_site(target: Target, transport, prepared: Prepared, binary: Binary | None, local_jobs: Path,
+               run_id: str, counter: Binary | None) -> Site:
     transport.connect()
     p = prepared
     data = {rel.split("/")[1]: path.parents[1] for rel, path in p.files.items() if rel.startswith(f"{DATA}/")}
@@ -267,6 +300,8 @@ def open_site(target: Target, transport, prepared: Prepared, binary: Binary | No
         raise TransportError(f"{transport.where}: targets.{target.name}.workdir {target.workdir!r} is / there; "
                              "give zobench a folder of its own, like ~/zobench")
     files, ids = (({**p.files, BINARY: binary.path}, {**p.ids, BINARY: binary.id}) if binary else (p.files, p.ids))
+    if counter and counter.path and not (binary and counter.id == binary.id):
+        files, ids = {**files, COUNT_BINARY: counter.path}, {**ids, COUNT_BINARY: counter.id}
     bundle = deploy(transport, workdir, files, ids)
     return Site(transport, bundle, f"{workdir}/jobs/{run_id}", bundle, f"{bundle}/{BINARY}" if binary else "",
                 sha256, choice, {v: f"{bundle}/{DATA}/{v}" for v in data})

@@ -122,7 +122,7 @@ class Param:
 
 # what is never searched: sizes that change the work or the data, and test-only knobs
 NOT_TUNED = ("epochs", "batch_size", "train_samples", "test_samples", "trace_steps", "points", "context",
-             "max_train_seconds", "warmup_steps", "inject_slowdown")
+             "max_train_seconds", "warmup_steps", "inject_slowdown", "inject_work")
 TUNABLE = tuple(k for k in Hyper.BOUNDS if k not in NOT_TUNED)
 
 

@@ -43,10 +43,10 @@ def differs(fact: str, a, b) -> bool:
     return a != b and not (fact in RECORDED_LATER and None in (a, b))
 # What pooled repeats must share besides the fingerprint: the same build of the same code.
 BUILD = ("binary_sha256", "harness_commit")
-# inject_slowdown and fault exist so that a test can run the same job slower or failing; a key
-# that split on them could never show the regression they inject. trace_steps stays in: the
-# trace is work inside the timed steps.
-KEY_IGNORES = ("inject_slowdown", "fault")
+# inject_slowdown, inject_work and fault exist so that a test can run the same job slower or
+# failing; a key that split on them could never show the regression they inject. trace_steps
+# stays in: the trace is work inside the timed steps.
+KEY_IGNORES = ("inject_slowdown", "inject_work", "fault")
 HYPER_DEFAULTS = dataclasses.asdict(Hyper())
 
 
@@ -74,6 +74,9 @@ class Measurement:
     validity: list = field(default_factory=list)  # each repeat's result["validity"] (None where not judged)
     adaptive: list = field(default_factory=list)  # per repeat: its threads worked as the load left cores (adaptive_team)
     wall_s: list = field(default_factory=list)    # per repeat: its job's seconds in all (compare --rerun's estimate)
+    instructions: list = field(default_factory=list)  # per repeat counted: instructions per step (instructions.py)
+    instruction_builds: list = field(default_factory=list)  # the build each of those counted
+    uncounted: str = ""                           # why a repeat asked for a count got none (its `why`)
 
     @property
     def repeats(self) -> int:
@@ -168,6 +171,12 @@ def from_results(results: list[tuple[str, dict]], across_builds: bool = False) -
         m.validity.append(r.get("validity") if isinstance(r.get("validity"), dict) else None)
         m.adaptive.append(adaptive_team(env))
         m.wall_s.append(r.get("wall_seconds") or 0.0)
+        counted = r.get("instructions")
+        if isinstance(counted, dict) and counted.get("per_step"):
+            m.instructions.append(counted["per_step"])
+            m.instruction_builds.append(counted.get("build"))
+        elif isinstance(counted, dict) and counted.get("why"):
+            m.uncounted = m.uncounted or counted["why"]
         epochs[key] = [(e["seconds"], e.get("joules"), r["steps"] / len(r["epochs"])) for e in r.get("epochs") or []]
     for key, m in out.items():
         if len(m.step_s) == 1 and len(epochs[key]) > 1:
@@ -258,9 +267,15 @@ def from_benchmark(b: dict) -> Measurement:
         if not isinstance(z[name], dict):
             raise BadSamples(f"{where}extra_info.zobench.{name}: expected a table, got {json.dumps(z[name])[:60]}")
     # an export from before zobench measured a GPU's memory or energy has neither: unknown
-    optional = {attr: numbers(z[name], f"{where}extra_info.zobench.{name}", positive=False)
+    optional = {attr: numbers(z[name], f"{where}extra_info.zobench.{name}", positive=attr == "instructions")
                 if z.get(name) not in (None, []) else []
-                for attr, name in (("device_peak", "device_peak_bytes"), ("joules_per_step", "joules_per_step"))}
+                for attr, name in (("device_peak", "device_peak_bytes"), ("joules_per_step", "joules_per_step"),
+                                   ("instructions", "instructions"))}
+    builds = z.get("instruction_builds") or []
+    if not isinstance(builds, list) or not all(isinstance(x, str) for x in builds) or \
+            len(builds) != len(optional["instructions"]):
+        raise BadSamples(f"{where}extra_info.zobench.instruction_builds: expected a build name per instruction count")
+    optional["instruction_builds"] = builds
     return Measurement(z["key"], z["facts"], numbers(b["stats"]["data"], f"{where}stats.data", positive=True),
                        numbers(z["peak_rss_bytes"], f"{where}extra_info.zobench.peak_rss_bytes", positive=False),
                        z["per_epoch"], z["fingerprint"], z["binary_sha256"], z["harness_commit"], load, **optional,

@@ -17,6 +17,7 @@ from workloads import vocab
 from workloads.result import skeleton
 from workloads.spec import JobSpec
 
+from harness.planning import counting
 from harness.stores import convergence
 from harness.stores import validity
 from harness.planning.inventory import MEM_LIMIT
@@ -47,7 +48,7 @@ VERSION = vocab.RESULT_SCHEMA
 NO_ENERGY = "its result records no energy (written before zobench measured it)"
 # The records the harness adds to a runner's result as the job ends (job.py); absent in one
 # stored before each existed.
-HARNESS_RECORDS = ("load", "lease", "validity", "convergence", "spec_sha256", "pool")
+HARNESS_RECORDS = ("load", "lease", "validity", "convergence", "spec_sha256", "pool", "instructions")
 # The records of a result in this version's shape: a runner's (workloads/result.py's skeleton;
 # cpu_seconds is a figure, unknown where a result lacks it) and the harness's, and the memory
 # figures a runner writes. A result that has them all is upgraded already.
@@ -141,6 +142,8 @@ def problems(r) -> list[str]:
     out += _warmup(r.get("warmup")) + _energy(r.get("energy")) + _start_eval(r.get("start_eval"))
     out += _convergence(r.get("convergence")) + _validity(r.get("validity"))
     out += _timed_loop_load(r.get("timed_loop_load")) + _pool(r.get("pool"))
+    if bad := counting.problem(r.get("instructions")):
+        out.append(bad)
     h = r.get("spec_sha256")
     if h is not None and not (isinstance(h, str) and re.fullmatch(r"[0-9a-f]{64}", h)):
         out.append("spec_sha256 must be null or a sha256 in hex")

@@ -16,6 +16,27 @@
 
 #include "team.hpp"
 
+// Under Valgrind's callgrind every phase's end dumps its counters (PhaseClock::lap), so the harness
+// reads instructions per step and phase (harness/execution/instructions.py). Where the header is
+// missing (the harness says so: ZOBENCH_CALLGRIND) the binary has no such hook and simply runs; a
+// cross build that finds the build machine's header gets valgrind.h's client-request sequence for
+// its arch (valgrind.h has arm64's too), a no-op off Valgrind.
+#if defined(ZOBENCH_CALLGRIND) && __has_include(<valgrind/callgrind.h>)
+#include <cstdio>
+#include <valgrind/callgrind.h>
+// read once: outside Valgrind a lap then pays one predictable branch, not the magic sequence
+inline const bool UNDER_VALGRIND = [] { return RUNNING_ON_VALGRIND != 0; }();
+// out of line: the name's formatting is the count's business, never inlined into a timed lap
+[[gnu::noinline, gnu::cold]] inline void callgrind_dump(long step, const char* phase) {
+    char name[64];
+    std::snprintf(name, sizeof name, "zobench step=%ld phase=%s", step, phase);
+    CALLGRIND_DUMP_STATS_AT(name);
+}
+#else
+constexpr bool UNDER_VALGRIND = false;
+inline void callgrind_dump(long, const char*) {}
+#endif
+
 using json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
@@ -67,7 +88,8 @@ inline std::vector<uint8_t> read_weights_file(const std::string& path, size_t by
     X(double, max_train_seconds, 0.0) /* stop at the first step boundary past this */        \
     X(int, warmup_steps, 0) /* untimed steps; Hyper's -1 (the device's) is resolved by the host */ \
     X(std::string, fault, "")                                                                \
-    X(double, inject_slowdown, 0.0) /* test-only: busy-wait this fraction of every step */
+    X(double, inject_slowdown, 0.0) /* test-only: busy-wait this fraction of every step */ \
+    X(double, inject_work, 0.0) /* test-only: take this fraction more steps, on a restored state */
 
 struct Hyper {
 #define ZOBENCH_HYPER_FIELD(type, name, value) type name = value;
@@ -132,12 +154,15 @@ struct PhaseClock {
     double seconds[NPHASES] = {};
     long calls[NPHASES] = {};
     Clock::time_point last;
+    long step = -1;  // the timed step the laps belong to (train sets it), -1 outside the timed loops
     void start() { last = Clock::now(); }
     void lap(Phase p) {
         auto now = Clock::now();
         seconds[p] += std::chrono::duration<double>(now - last).count();
         calls[p] += 1;
         last = now;
+        // callgrind zeroes its counters at each dump: each dump holds the instructions since the last lap
+        if (UNDER_VALGRIND) callgrind_dump(step, PHASES[p]);
     }
     json as_json(const PhaseClock* since = nullptr) const {
         json out = json::object();

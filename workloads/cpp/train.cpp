@@ -563,6 +563,28 @@ static bool out_of_time(const Spec& s, double seconds) {
     return s.h.max_train_seconds > 0 && seconds >= s.h.max_train_seconds;
 }
 
+// hyper.inject_work (test-only): a slowdown made of real work, which an instruction count sees as
+// it is (inject_slowdown's busy-wait on a clock is not work). After step t, floor((t + 1) F) -
+// floor(t F) more steps of the job's method on the same batch and step key, from a copy of the
+// trainable state put back after them (warm_up's save and restore): so over n steps floor(n F)
+// steps more, the training itself bit for bit the one without, and time and instructions both
+// grow by about F (the copy adds a little; its bytes are not in buffers_bytes). Its laps are the
+// step's phases: the extra work is where the step's own is.
+template <class NetT>
+static void extra_work(const Spec& s, NetT& net, const Split& tr, const int* batch, long t, int epoch, PhaseClock& clock) {
+    const long extra = long(std::floor(double(t + 1) * s.h.inject_work)) - long(std::floor(double(t) * s.h.inject_work));
+    if (extra <= 0) return;
+    const auto [lr_zo, lr_bp] = epoch_lrs(s, epoch);
+    const auto saved = net.save();
+    for (long i = 0; i < extra; ++i) {
+        net.load(tr, batch, s.h.batch_size);
+        clock.lap(DATA);
+        net.step(s, t, epoch, lr_zo, lr_bp, clock);
+    }
+    net.restore(saved);
+    clock.lap(DATA);
+}
+
 template <class NetT>
 static void train(const Spec& s, NetT& net, const Split& tr, const Split& te, PhaseClock& clock, State& st) {
     const int B = s.h.batch_size;
@@ -580,9 +602,11 @@ static void train(const Spec& s, NetT& net, const Split& tr, const Split& te, Ph
         const auto t0 = Clock::now();
         for (int b = 0; b < steps_per_epoch; ++b) {
             const auto step_t0 = Clock::now();
+            clock.step = st.steps;
             net.load(tr, order.data() + size_t(b) * B, B);
             clock.lap(DATA);
             const auto r = net.step(s, st.steps, epoch, lr_zo, lr_bp, clock);
+            if (s.h.inject_work > 0) extra_work(s, net, tr, order.data() + size_t(b) * B, st.steps, epoch, clock);
             if (s.h.inject_slowdown > 0) {  // test-only: a real, CPU-bound slowdown for the regression gate
                 const auto until = Clock::now() + (Clock::now() - step_t0) * s.h.inject_slowdown;
                 while (Clock::now() < until) {
@@ -597,7 +621,9 @@ static void train(const Spec& s, NetT& net, const Split& tr, const Split& te, Ph
             }
             st.steps += 1;
             if (!s.h.fault.empty()) inject_fault(s);
-            if (std::chrono::duration<double>(Clock::now() - last_emit).count() > 0.5) {
+            // a progress line when half a second passed: by the clock, so never under Valgrind, whose
+            // count of a step must not depend on how fast it ran
+            if (!UNDER_VALGRIND && std::chrono::duration<double>(Clock::now() - last_emit).count() > 0.5) {
                 last_emit = Clock::now();
                 emit({{"event", "step"}, {"step", st.steps}, {"loss", r.loss}});
             }
@@ -605,6 +631,7 @@ static void train(const Spec& s, NetT& net, const Split& tr, const Split& te, Ph
             if (out_of_time(s, st.train_seconds + std::chrono::duration<double>(Clock::now() - t0).count())) break;
         }
         const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+        clock.step = -1;
         st.load.end(seconds);
         st.train_seconds += seconds;
         clock.start();

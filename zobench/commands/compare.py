@@ -7,7 +7,7 @@ import sys
 from workloads.spec import Bounds
 
 from harness.stores import pgstore
-from harness.analysis.compare import EXIT_CODES, THRESHOLD
+from harness.analysis.compare import EXIT_CODES, INSTRUCTION_THRESHOLD, THRESHOLD
 from harness.errors import UserError
 
 from . import options
@@ -30,6 +30,10 @@ def add(sub) -> None:
                    help="--baseline-from pools the last N runs of each key (default 5)")
     p.add_argument("--threshold", type=options.number(float, Bounds(0, 1000.0)), default=100 * THRESHOLD, metavar="PCT",
                    help="smallest relative change that counts, in percent (default 5)")
+    p.add_argument("--instructions-threshold", type=options.number(float, Bounds(0, 1000.0)),
+                   default=100 * INSTRUCTION_THRESHOLD, metavar="PCT",
+                   help="smallest change of instructions per step that counts, in percent (default 1): "
+                        "deterministic, judged on one count a side, no test")
     options.add_estimator(p)
     p.add_argument("--fail-on-change", action="store_true",
                    help="also exit 1 on a significant improvement (time to update the baseline)")
@@ -67,13 +71,13 @@ def main(args) -> int:
         base_name, base = measurements.load(args.runs[0], args.results)
     if not base or not cur:
         raise UserError(f"compare: {base_name if not base else cur_name} has no ok result to compare")
-    verdicts = compare.compare(base, cur, args.threshold / 100, args.estimator)
+    verdicts = compare.compare(base, cur, args.threshold / 100, args.estimator, args.instructions_threshold / 100)
     if args.rerun:
         cur_name, verdicts, code = rerun(args, base, cur_name, cur, verdicts)
         if code is not None:
             return code
     print(compare.render(verdicts, args.format, base_name, cur_name, args.threshold / 100, args.estimator,
-                         args.fail_on_change, args.allow_unjudged))
+                         args.fail_on_change, args.allow_unjudged, args.instructions_threshold / 100))
     code, why = compare.exit_code(verdicts, args.fail_on_change, args.allow_unjudged)
     if why:
         print(f"zobench: {why}", file=sys.stderr)
@@ -124,7 +128,7 @@ def rerun(args, base: dict, cur_name: str, cur: dict, verdicts: list):
         runs.append(outcome.run_id)
         added += sum(want.values())
         cur_name, cur = measurements.load(",".join(runs), args.results)
-        verdicts = compare.compare(base, cur, args.threshold / 100, args.estimator)
+        verdicts = compare.compare(base, cur, args.threshold / 100, args.estimator, args.instructions_threshold / 100)
     if added:
         options.say(f"zobench: compare --rerun: {added} more repeats in {len(runs) - 1} runs; the current side is "
                     f"{cur_name}")

@@ -32,6 +32,9 @@ def add(sub) -> None:
                    help="seconds a job waits for a board another run holds, then ends busy "
                         "(default: the job's timeout; 0: do not wait)")
     p.add_argument("--resume", metavar="RUN_ID", help="re-run the jobs of RUN_ID that did not end ok")
+    p.add_argument("--instructions", action="store_true",
+                   help="count each cpp job's instructions per step under Valgrind after it (a target's "
+                        "`instructions = \"callgrind\"` does so always; docs/compare.md)")
     p.add_argument("--no-report", action="store_true", help="do not write the report after the run")
     options.add_store(p, "push the run's results to this shared store when it ends")
     p.set_defaults(main=main)
@@ -42,7 +45,7 @@ def request(args) -> running.Request:
                            runtimes=args.runtime, precisions=args.precision, datasets=args.dataset,
                            zo_losses=args.zo_loss, overrides=args.set, seed=args.seed, timeout=args.timeout,
                            lease_timeout=args.lease_timeout, resume=args.resume, report=not args.no_report,
-                           store=args.store)
+                           store=args.store, instructions=args.instructions)
 
 
 def main(args) -> int:
