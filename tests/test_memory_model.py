@@ -516,3 +516,27 @@ def test_every_kept_pass_beyond_two_holds_one_more_set_of_head_activations(model
             left[q] = live.now()
     r = breakdown(model, "elastic-zo", 2, bp_layers=2, zo=spec.hyper)
     assert left[2] - left[1] == r.parts["zo"] + 2 * 4 > 0     # and the two passes' losses
+
+
+def test_mezos_memory_on_gpt2_small_is_no_longer_its_logits(capsys):
+    """Issue 63: gpt2-small, B = 8, T = 512. With the logits whole MeZO's working memory was the
+    head's two [N, V] tensors, 3.4x its weights, and bf16 needed more than FP32; in chunks bf16
+    needs at most 0.55x FP32's total, and FP32 is within 1.6x its weights, its largest moment a
+    block's attention scores (the 1.25x the issue asks needs the blocks in pieces too)."""
+    rows = {}
+    for precision in ("fp32", "bf16"):
+        for chunk in ("0", "-1"):
+            p = cli(capsys, "memory", "--model", "gpt2-small", "--batch", "8", "--context", "512", "--method",
+                    "full-zo", "--precision", precision, "--loss-chunk", chunk, "--json")
+            assert p.returncode == 0, p.stderr
+            (rows[precision, chunk],) = json.loads(p.stdout)
+    whole, chunked = rows["fp32", "-1"], rows["fp32", "0"]
+    assert whole["parts"]["working"] > 3 * whole["parts"]["parameters"]
+    assert rows["bf16", "-1"]["total_bytes"] > whole["total_bytes"]                     # before: bf16 above FP32
+    assert rows["bf16", "0"]["total_bytes"] <= 0.55 * chunked["total_bytes"]
+    assert chunked["peak_bytes"] <= 1.6 * chunked["parts"]["parameters"]
+    z = breakdown(MODELS["gpt2-small"], "full-zo", 8, context=512)
+    N, D, S = 8 * 512, 768, 8 * 12 * 512 ** 2
+    assert chunked["parts"]["working"] == z.parts["working"] == 4 * (N * D + 2 * S + 5 * N * D + zrng.CHUNK)
+    bad = cli(capsys, "memory", "--model", "lenet5", "--batch", "8", "--loss-chunk", "4")
+    assert bad.returncode == 2 and "only a transformer takes it" in bad.stderr

@@ -312,3 +312,21 @@ def test_the_default_chunk_makes_a_chunks_logits_about_the_hidden_states():
     assert small.loss_chunk(8 * 512, -1) == 0 and small.with_classes(3).loss_chunk(4096) == 0
     assert models.MODELS["gpt2-1m"].loss_chunk(8 * 64) == 16     # 512 / 32
     assert STYLES["gpt2"].loss_chunk(1) == 1
+
+
+def test_loss_chunk_is_a_transformers_setting_and_old_records_made_the_logits_whole():
+    """A layer model refuses it, a value below -1 is refused; a transformer job's record written
+    before the setting existed reads as -1 (it made the logits whole), a layer model's as the
+    default, so neither's key nor predicted memory changes."""
+    from harness.stores.schema import full_job
+    m = model("gpt2")
+    with pytest.raises(SpecError, match="loss_chunk"):
+        JobSpec.from_dict(spec_dict(m, loss_chunk=-2))
+    lenet = models.LENET5
+    with pytest.raises(SpecError, match="hyper.loss_chunk: only a transformer takes it"):
+        JobSpec.from_dict({"job_id": "t", "method": "full-bp", "workload": {"model": "lenet5"},
+                           "hyper": {"loss_chunk": 4}})
+    old = spec_dict(m)
+    assert full_job(old)["hyper"]["loss_chunk"] == -1
+    assert full_job({**old, "hyper": {"loss_chunk": 0}})["hyper"]["loss_chunk"] == 0
+    assert full_job({"job_id": "t", "method": "full-bp", "workload": {"model": lenet.name}})["hyper"]["loss_chunk"] == 0

@@ -492,9 +492,12 @@ def half_chunk(precision: str, chunk: int) -> int:
 
 
 def asked(model_name: str, batch: int, precision: str, method: str | None, bp_layers: int | None,
-          optimizer: str, points: int | None, context: int, checkpointing: bool, zo=None) -> list[Breakdown]:
+          optimizer: str, points: int | None, context: int, checkpointing: bool, zo=None,
+          loss_chunk: int = 0) -> list[Breakdown]:
     """`zobench memory`'s breakdowns: the method asked for, or the paper's four (checkpointing then
     applies to those with a BP part to checkpoint); a UserError names the option that cannot be."""
+    if loss_chunk and MODELS[model_name].kind != Transformer.kind:
+        raise UserError(f"memory --loss-chunk: only a transformer takes it; {model_name} is not one")
     if bp_layers is not None and method != "elastic-zo":
         raise UserError("memory --bp-layers: only with --method elastic-zo")
     model = MODELS[model_name]
@@ -508,7 +511,7 @@ def asked(model_name: str, batch: int, precision: str, method: str | None, bp_la
     configs = [(method, bp_layers or (1 if method == "elastic-zo" else 0))] if method else list(vocab.PAPER_CONFIGS)
     try:
         return [breakdown(model, m, batch, precision, k, optimizer, context,
-                          checkpointing and (m != "full-zo" or method is not None), zo)
+                          checkpointing and (m != "full-zo" or method is not None), zo, loss_chunk)
                 for m, k in configs]
     except ValueError as e:
         raise UserError(f"memory: {e}") from None
