@@ -71,11 +71,7 @@ class TransformerNet:
                 # the ZO update has moved it, so each kept pass keeps the embedding of its pass
                 w = w.clone()
             return ChunkedLoss.apply(h, w, y, chunk)
-        total = None
-        for i in range(0, len(y), chunk):
-            part = F.cross_entropy(_fp32(F.linear(h[i:i + chunk], w)), y[i:i + chunk], reduction="sum")
-            total = part if total is None else total + part
-        return total / len(y)
+        return _chunked_mean(h, w, y, chunk)
 
     def lm_weight(self):
         return self.p["wte"] if self.model.tied else self.p["lm_head.weight"]
@@ -175,8 +171,8 @@ class TransformerNet:
 
 class ChunkedLoss(torch.autograd.Function):
     """The mean cross-entropy of the logits h wᵀ, a chunk of rows at a time, differentiable: it
-    keeps h and w (the norm's output, kept by the norm anyway, and a weight), not the [n, V]
-    log-softmax that F.cross_entropy keeps, and backward makes each chunk's logits again: its
+    keeps h and w (the norm's output, which the LM head's linear kept before, and a weight), not
+    the [n, V] log-softmax that F.cross_entropy keeps, and backward makes each chunk's logits again: its
     softmax less the one-hot target, times the incoming gradient over n, is the chunk's gradient
     of the logits, whose products with w and h are its rows of h's gradient and its share of w's.
     The recompute costs one more LM-head product a step; what it saves is the logits' O = n V
@@ -186,11 +182,7 @@ class ChunkedLoss(torch.autograd.Function):
     def forward(ctx, h, w, y, chunk):
         ctx.save_for_backward(h, w, y)
         ctx.chunk = chunk
-        total = None
-        for i in range(0, len(y), chunk):
-            part = F.cross_entropy(_fp32(F.linear(h[i:i + chunk], w)), y[i:i + chunk], reduction="sum")
-            total = part if total is None else total + part
-        return total / len(y)
+        return _chunked_mean(h, w, y, chunk)
 
     @staticmethod
     def backward(ctx, grad):
@@ -213,6 +205,15 @@ class ChunkedLoss(torch.autograd.Function):
                 torch.mm(g.to(w.dtype), w, out=dh[i:i + chunk])
             del g       # before a half weight's gradient is rounded beside its FP32 sum
         return dh, None if dw is None else dw.to(w.dtype), None, None
+
+
+def _chunked_mean(h, w, y, chunk: int):
+    """The mean cross-entropy of h wᵀ over the rows, summed a chunk at a time (FP32 logits)."""
+    total = None
+    for i in range(0, len(y), chunk):
+        part = F.cross_entropy(_fp32(F.linear(h[i:i + chunk], w)), y[i:i + chunk], reduction="sum")
+        total = part if total is None else total + part
+    return total / len(y)
 
 
 def _fp32(x):
