@@ -241,7 +241,7 @@ def memory_rows(run: Run, part: str, contexts, models=None, precisions=("bf16",)
                     b = breakdown(m, method, plan.batch, precision, k, opt, context, ckpt)
                     got = step_peak(spec_for(name, method, k, opt, ckpt, plan.batch, context, precision, plan.device))
                     row = {"model": name, "params": m.params_total, "method": label, "precision": precision,
-                           "batch": plan.batch, "context": context, "predicted_bytes": b.peak_bytes,
+                           "batch": plan.batch, "context": context, "loss_chunk": 0, "predicted_bytes": b.peak_bytes,
                            "total_bytes": b.total_bytes, "peak_at": b.peak_at, **got}
                     if got["status"] == "ok":
                         row["error"] = (b.peak_bytes - got["peak_bytes"]) / got["peak_bytes"]

@@ -214,6 +214,7 @@ def _load(store, run_ids: list[str], plans: list[dict]) -> pd.DataFrame:
                 "mlabel": method_label(job["method"], job["bp_layers"]),
                 "batch": spec.hyper.batch_size, "model": spec.workload.model, "optimizer": spec.hyper.optimizer,
                 "network": network, "context": context, "checkpointing": checkpointing,
+                "loss_chunk": spec.hyper.loss_chunk,
                 # a transformer's context and checkpointing change its memory: jobs differing in them are not averaged
                 # and the optimizer of a BP part: Adam's moments and update are other work than SGD's; and
                 # the ZO part's estimator, queries and update rule where they are not MeZO's: another optimizer
@@ -286,7 +287,7 @@ def _predicted_bytes(spec: JobSpec, network) -> float:
     h = spec.hyper
     try:
         b = memory_model.breakdown(network, spec.method, h.batch_size, spec.precision, spec.bp_layers, h.optimizer,
-                                   h.context, h.checkpointing, h)
+                                   h.context, h.checkpointing, h, h.loss_chunk)
     except ValueError:
         return math.nan
     return b.peak_bytes if b.peak_bytes is not None else b.total_bytes

@@ -84,7 +84,10 @@ def context_chart(df: pd.DataFrame, palette: dict) -> Figure:
         ran = g[["method", "bp_layers", "checkpointing", "opt"]].itertuples(index=False, name=None)
         curves = dict.fromkeys([(meth, k, c, optimizer) for meth, k, c in FIG3] + list(ran))
         xs = _contexts(m, g["context"])
-        model = {c: [memory_model.breakdown(m, c[0], int(batch), precision, int(c[1]), c[3], x, bool(c[2])) for x in xs]
+        # the loss as the panel's jobs made it: in chunks, or (a job before hyper.loss_chunk) whole
+        chunk = int(g["loss_chunk"].mode()[0]) if "loss_chunk" in g else 0
+        model = {c: [memory_model.breakdown(m, c[0], int(batch), precision, int(c[1]), c[3], x, bool(c[2]),
+                                            loss_chunk=chunk) for x in xs]
                  for c in curves}
         unit, size = ("GiB", GIB) if max(b.total_bytes for bs in model.values() for b in bs) > 2 * GIB else ("MiB", MIB)
         for (meth, k, ckpt, opt), bs in model.items():
@@ -192,8 +195,12 @@ def scale_figure(data: dict) -> Figure | None:
         got = [r for r in rows if (r["model"], r["precision"], r["batch"]) == (name, precision, batch)]
         xs = _contexts(m, [r["context"] for r in got])
         labels = [l for l in SCALE_METHODS if l in {r["method"] for r in got}]
+        # the loss as the run made it: rows before hyper.loss_chunk (the H200's of issue 63) made
+        # the logits whole
+        chunk = got[0].get("loss_chunk", -1)
         peaks = {l: [memory_model.breakdown(m, SCALE_METHODS[l][0], batch, precision, SCALE_METHODS[l][1],
-                                            SCALE_METHODS[l][2], x, SCALE_METHODS[l][3]).peak_bytes / GIB for x in xs]
+                                            SCALE_METHODS[l][2], x, SCALE_METHODS[l][3],
+                                            loss_chunk=chunk).peak_bytes / GIB for x in xs]
                  for l in labels}
         for label in labels:
             ax.plot(xs, peaks[label], color=palette[label], linewidth=1.5, label=f"model: {label}")

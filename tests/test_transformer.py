@@ -219,18 +219,20 @@ def test_a_classifier_trains_without_its_unused_lm_head():
         assert not moved[o:o + size].any() and moved[:o].any() and moved[o + size:].any()
 
 
-@pytest.mark.parametrize("classes", [0, CLASSES])
-def test_evaluate_gives_per_sequence_mean_loss_and_token_accuracy(classes):
+@pytest.mark.parametrize("classes,chunk", [(0, -1), (0, 5), (CLASSES, 0)])
+def test_evaluate_gives_per_sequence_mean_loss_and_token_accuracy(classes, chunk):
     m = model("gpt2", classes)
-    _, eng = make(m)
+    _, eng = make(m, loss_chunk=chunk)
     x, y = eng.load_batch(*batch(m))
     out = eng.forward(x, keep=False)
-    y[0] = out[0].argmax(-1)            # the first sample all right, then (LM) the second's first half
+    # chunked, the forward ends at the final norm: the logits are made here as the loss makes them
+    logits = F.linear(out, eng.net.lm_weight()) if eng.net.chunked else out
+    y[0] = logits[0].argmax(-1)         # the first sample all right, then (LM) the second's first half
     if not classes:
-        y[1, :T // 2] = out[1, :T // 2].argmax(-1)
+        y[1, :T // 2] = logits[1, :T // 2].argmax(-1)
     loss_sum, right = eng.evaluate(x, y)
     assert loss_sum / B == pytest.approx(eng.loss(out, y), rel=1e-12)   # equal lengths: the mean loss
-    hits = (out.argmax(-1) == y).double().view(B, -1)
+    hits = (logits.argmax(-1) == y).double().view(B, -1)
     assert right == pytest.approx(hits.mean(1).sum().item(), rel=1e-12)
     assert right >= (1 if classes else 1.5)
 
@@ -257,3 +259,74 @@ def test_the_runner_builds_a_transformer_engine_and_refuses_what_it_cannot_run()
         JobSpec.from_dict(spec_dict(m, precision="int8"))
     with pytest.raises(SpecError, match="hyper.checkpointing: full-zo"):
         JobSpec.from_dict(spec_dict(m, "full-zo", checkpointing=True))
+
+
+@pytest.mark.parametrize("method,k,hyper", [
+    ("full-zo", 0, {}), ("elastic-zo", 1, {}), ("elastic-zo", 2, {}), ("full-bp", 0, {}),
+    ("full-bp", 0, {"optimizer": "adam", "lr_bp": 1e-2}), ("full-bp", 0, {"checkpointing": True})])
+@pytest.mark.parametrize("style", STYLES)
+def test_the_loss_in_chunks_trains_as_the_whole_logits_do(style, method, k, hyper):
+    """Three steps with the logits whole (loss_chunk -1, the loss before chunking) and with the
+    LM head a chunk at a time (the default rule's chunks, and 5 tokens: a short last chunk), in
+    float64: the same losses, the same weights after, the same evaluation. gpt2's tied head
+    under ElasticZO k=1 reads the ZO-trained embedding through the chunked loss's backward."""
+    m = model(style)
+    xb, yb = batch(m)
+    runs = {}
+    for chunk in (-1, 0, 5):
+        spec, eng = make(m, method, k, loss_chunk=chunk, **{"lr_bp": 0.5, "lr_zo": 1e-2, **hyper})
+        assert eng.net.chunked is (chunk >= 0)
+        x, y = eng.load_batch(xb, yb)
+        losses = [methods.step(eng, spec, x, y, t, 0, spec.hyper.lr_zo, spec.hyper.lr_bp, NullClock())["loss"]
+                  for t in range(3)]
+        runs[chunk] = losses, eng.weights(), eng.evaluate(x, y)
+    losses, w, evaluated = runs[-1]
+    assert np.abs(w - m.init_weights(0)).max() > 1e-3
+    for chunk in (0, 5):
+        assert runs[chunk][0] == pytest.approx(losses, rel=1e-12)
+        np.testing.assert_allclose(runs[chunk][1], w, rtol=0, atol=1e-12)
+        assert runs[chunk][2] == pytest.approx(evaluated, rel=1e-12)
+    assert m.loss_chunk(B * T) < B * T      # the default rule really chunks this batch
+
+
+def test_the_loss_in_chunks_agrees_in_float32():
+    """One MeZO step of an FP32 engine: its two losses as the whole logits give them, to FP32's
+    rounding; the projected gradient, their difference over 2 eps, to that rounding over eps."""
+    m = model("gpt2")
+    xb, yb = batch(m)
+    got = {}
+    for chunk in (-1, 5):
+        spec, eng = make(m, "full-zo", dtype=np.float32, loss_chunk=chunk)
+        got[chunk] = methods.step(eng, spec, *eng.load_batch(xb, yb), 0, 0, 1e-3, 0.0, NullClock())
+    for key in ("loss_plus", "loss_minus"):
+        assert got[5][key] == pytest.approx(got[-1][key], rel=1e-6)
+    assert got[5]["grad"] == pytest.approx(got[-1]["grad"], abs=4 * 1e-6 * got[-1]["loss"] / (2 * 1e-3))
+
+
+def test_the_default_chunk_makes_a_chunks_logits_about_the_hidden_states():
+    """Liger's rule: rows / ceil(V / D), rounded up to a power of two, never more than the rows;
+    a setting is taken as it is, -1 and a classifier's head are not chunked (0)."""
+    small = models.MODELS["gpt2-small"]
+    assert small.loss_chunk(8 * 512) == 64              # 4,096 / ceil(50,257 / 768) = 63 -> 64
+    assert small.loss_chunk(8 * 512, 100) == 100 and small.loss_chunk(50, 100) == 50
+    assert small.loss_chunk(8 * 512, -1) == 0 and small.with_classes(3).loss_chunk(4096) == 0
+    assert models.MODELS["gpt2-1m"].loss_chunk(8 * 64) == 16     # 512 / 32
+    assert STYLES["gpt2"].loss_chunk(1) == 1
+
+
+def test_loss_chunk_is_a_transformers_setting_and_old_records_made_the_logits_whole():
+    """A layer model refuses it, a value below -1 is refused; a transformer job's record written
+    before the setting existed reads as -1 (it made the logits whole), a layer model's as the
+    default, so neither's key nor predicted memory changes."""
+    from harness.stores.schema import full_job
+    m = model("gpt2")
+    with pytest.raises(SpecError, match="loss_chunk"):
+        JobSpec.from_dict(spec_dict(m, loss_chunk=-2))
+    lenet = models.LENET5
+    with pytest.raises(SpecError, match="hyper.loss_chunk: only a transformer takes it"):
+        JobSpec.from_dict({"job_id": "t", "method": "full-bp", "workload": {"model": "lenet5"},
+                           "hyper": {"loss_chunk": 4}})
+    old = spec_dict(m)
+    assert full_job(old)["hyper"]["loss_chunk"] == -1
+    assert full_job({**old, "hyper": {"loss_chunk": 0}})["hyper"]["loss_chunk"] == 0
+    assert full_job({"job_id": "t", "method": "full-bp", "workload": {"model": lenet.name}})["hyper"]["loss_chunk"] == 0

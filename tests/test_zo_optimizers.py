@@ -701,7 +701,9 @@ def test_the_quick_optimizer_suites_converge_on_their_recorded_epochs(name):
     for j in jobs:
         got = recorded["jobs"][j.job_id]
         planned = {k: v for k, v in j.spec["hyper"].items() if k != "warmup_steps"}
-        assert {k: got["hyper"][k] for k in planned} == planned, j.job_id
+        # a field added after the recording (loss_chunk) is held at its default: no rate moved
+        default = Hyper()
+        assert {k: got["hyper"].get(k, getattr(default, k)) for k in planned} == planned, j.job_id
         judged = convergence.judge({"status": "ok", "epochs": got["epochs"]})
         assert judged["flags"] == [] == got["flags"], (j.job_id, got["epochs"])
         assert len(got["epochs"]) == j.spec["hyper"]["epochs"] or j.job_id.startswith("pretrain.")

@@ -525,6 +525,23 @@ class Transformer:
         attention = self.depth * 2 * t * t * d          # q k^T and the weighted sum of v, causal not halved
         return 2 * (t * per_token + attention)
 
+    def loss_chunk(self, rows: int, setting: int = 0) -> int:
+        """Tokens a language model's LM head and cross-entropy take at a time (hyper.loss_chunk):
+        a forward-only method needs the loss, not the [rows, vocab] logits, so the head runs a
+        chunk of rows at a time and only one chunk's logits are ever alive (Liger Kernel's fused
+        linear cross-entropy, Apple's Cut Cross-Entropy). setting > 0: that many tokens (at most
+        rows); 0: Liger's rule, the power of two that makes a chunk's logits about the size of the
+        batch's hidden states [rows, width] (rows / ceil(vocab / width), rounded up), so the loss
+        costs about one more activation whatever the vocabulary; < 0: every row at once, the
+        logits whole (0 returned: the unchunked loss). A classifier's logits are [B, classes],
+        never worth chunking: 0."""
+        if setting < 0 or self.classes:
+            return 0
+        if setting:
+            return min(setting, rows)
+        per = -(-rows // -(-self.vocab // self.width))
+        return min(rows, 1 << (per - 1).bit_length())
+
     def with_classes(self, n: int) -> "Transformer":
         """The same network with a classification head of n classes (a text data set's labels)."""
         return dataclasses.replace(self, classes=n)

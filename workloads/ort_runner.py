@@ -24,6 +24,10 @@ nothing else: this module imports neither torch nor the harness (tested).
   final norm and the LM or classification head): BP through its blocks would be
   attention's backward written again in numpy, which is the torch runtime's job.
   Either head ends in softmax cross-entropy, over every token of a language model.
+- A language model's logits are made whole, whatever hyper.loss_chunk says (torch's setting):
+  the graph ends at the logits, or at the head's input whose numpy head keeps each pass's
+  softmax for backward; its models are the small ladder's (docs/transformers.md, "The loss in
+  chunks").
 """
 from __future__ import annotations
 

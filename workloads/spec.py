@@ -121,6 +121,11 @@ class Hyper:
     # transformers: the BP part keeps only each block's input and recomputes the block's
     # activations during backward (per-block activation checkpointing)
     checkpointing: bool = False
+    # transformers: tokens the LM head and its cross-entropy take at a time, so that a step never
+    # holds more than one chunk's logits (models.Transformer.loss_chunk): 0 = Liger Kernel's rule,
+    # a chunk's logits about the batch's hidden states; -1 = the logits whole, as before
+    # (docs/transformers.md, "The loss in chunks")
+    loss_chunk: int = 0
     # stop at the first step boundary where the timed training reaches this many seconds (0 = no
     # limit): the epoch in progress is evaluated and recorded with the steps it made, and no other
     # starts. Methods then get the same wall-clock time, not the same steps (Katti et al. Fig. 4)
@@ -134,7 +139,8 @@ class Hyper:
     # held equal to the other fields by tests/test_cpp.py), and why.
     CPP_LEAVES: typing.ClassVar[dict] = {
         "context": "transformers only, which the binary does not run (support.cpp_refuses)",
-        "checkpointing": "transformers only, which the binary does not run (support.cpp_refuses)"}
+        "checkpointing": "transformers only, which the binary does not run (support.cpp_refuses)",
+        "loss_chunk": "transformers only, which the binary does not run (support.cpp_refuses)"}
     # Defaults that are placeholders the host resolves before any runner sees the spec (-1 = the
     # device's default), so a runner's own default for them may differ.
     RESOLVED_BY_HOST: typing.ClassVar[tuple] = ("warmup_steps",)
@@ -151,8 +157,8 @@ class Hyper:
         "lr_decay": Bounds(0, 1.0, open_lo=True), "lr_decay_every": Bounds(1, INT32_MAX),
         "eps": Bounds(0, open_lo=True), "zo_grad_clip": Bounds(0), "train_samples": Bounds(0, INT32_MAX),
         "test_samples": Bounds(0, INT32_MAX), "zo_scale": Bounds(1, 127), "trace_steps": Bounds(0, INT32_MAX),
-        "points": Bounds(0, 1 << 16), "context": Bounds(0, 1 << 20), "inject_slowdown": Bounds(0),
-        "inject_work": Bounds(0, 100),
+        "points": Bounds(0, 1 << 16), "context": Bounds(0, 1 << 20), "loss_chunk": Bounds(-1, INT32_MAX),
+        "inject_slowdown": Bounds(0), "inject_work": Bounds(0, 100),
         "max_train_seconds": Bounds(0),
         "adam_beta1": Bounds(0, 1.0, open_hi=True), "adam_beta2": Bounds(0, 1.0, open_hi=True),
         "adam_eps": Bounds(0, open_lo=True),
@@ -315,8 +321,8 @@ class JobSpec:
             raise SpecError(f"hyper.weight_decay: {CONSERVATIVE_DECAY}")
         if spec.hyper.points and not model.points:
             raise SpecError(f"hyper.points: {model.name} does not take point clouds")
-        if (spec.hyper.context or spec.hyper.checkpointing) and not spec.transformer:
-            key = "context" if spec.hyper.context else "checkpointing"
+        if (spec.hyper.context or spec.hyper.checkpointing or spec.hyper.loss_chunk) and not spec.transformer:
+            key = "context" if spec.hyper.context else "checkpointing" if spec.hyper.checkpointing else "loss_chunk"
             raise SpecError(f"hyper.{key}: only a transformer takes it; {model.name} is not one")
         if spec.transformer and spec.hyper.context > model.context and model.style == "gpt2":
             raise SpecError(f"hyper.context: {model.name} has {model.context} learned positions, got "

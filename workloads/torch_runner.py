@@ -93,6 +93,7 @@ class TorchEngine(Engine):
         self.scaler = LossScale(self.device) if self.flat.dtype == torch.float16 and self.n_bp else None
         views = [self._alias(o, s) for _, o, s in model.offsets()]
         self.model = model
+        self.loss_chunk = spec.hyper.loss_chunk
         self.net = self._net(views, spec.hyper.checkpointing)
         bp = [(o, p) for (_, o, _), p in zip(model.offsets(), views) if o >= self.n_zo]
         self.bp_params = [p for _, p in bp]
@@ -134,7 +135,7 @@ class TorchEngine(Engine):
                 self.run_step = GraphStep(self)
 
     def _net(self, views, checkpointing: bool = False):
-        return TransformerNet(self.model, views, checkpointing) if self.model.kind == Transformer.kind \
+        return TransformerNet(self.model, views, checkpointing, self.loss_chunk) if self.model.kind == Transformer.kind \
             else LayerNet(self.model, views)
 
     def _alias(self, offset: int, shape: tuple):

@@ -24,14 +24,19 @@ class TransformerNet:
     last position."""
     inputs = torch.long     # what load_batch makes of x: token ids
 
-    def __init__(self, model, views, checkpointing: bool = False):
+    def __init__(self, model, views, checkpointing: bool = False, loss_chunk: int = -1):
         """checkpointing: a block run with autograd recording (the BP part) keeps only its
-        input and recomputes its activations during backward."""
+        input and recomputes its activations during backward. loss_chunk: hyper.loss_chunk
+        (models.Transformer.loss_chunk); a language model's output is then the final norm's
+        [B, T, D], not the logits, and the loss and evaluate run the LM head a chunk of tokens
+        at a time. -1 (the default here, the engine passes the job's): the logits whole."""
         self.model = model
         self.units = model.units
         self.p = {name: v for (name, _, _), v in zip(model.offsets(), views)}
         self.gpt2 = model.style == "gpt2"
         self.checkpointing = checkpointing
+        self.loss_chunk = loss_chunk
+        self.chunked = not model.classes and loss_chunk >= 0
         self.tables = {}    # per sequence length: the causal mask and llama's rotary cos and sin
 
     def run(self, x, lo: int, hi: int):
@@ -51,13 +56,44 @@ class TransformerNet:
 
     def loss(self, out, y):
         """The mean cross-entropy over every predicted token (or label), in FP32 whatever the
-        weights' type: a half loss's rounding (bf16: 3 digits) would swamp MeZO's loss difference."""
-        return F.cross_entropy(_fp32(out.flatten(0, -2)), y.flatten())
+        weights' type: a half loss's rounding (bf16: 3 digits) would swamp MeZO's loss difference.
+        Chunked (out the final norm's output): a forward-only pass sums the chunks' losses, one
+        chunk's logits alive at a time; a pass that BP goes through (the output or the LM weight
+        needs a gradient) runs ChunkedLoss, which keeps the norm's output and the weight and
+        makes each chunk's logits again in backward, rather than keeping their log-softmax."""
+        if not self.chunked:
+            return F.cross_entropy(_fp32(out.flatten(0, -2)), y.flatten())
+        h, y, w = out.flatten(0, -2), y.flatten(), self.lm_weight()
+        chunk = self.model.loss_chunk(len(y), self.loss_chunk)
+        if torch.is_grad_enabled() and (h.requires_grad or w.requires_grad):
+            if not w.requires_grad:
+                # ElasticZO's BP head reading the ZO-trained token embedding: backward runs after
+                # the ZO update has moved it, so each kept pass keeps the embedding of its pass
+                w = w.clone()
+            return ChunkedLoss.apply(h, w, y, chunk)
+        return _chunked_mean(h, w, y, chunk)
+
+    def lm_weight(self):
+        return self.p["wte"] if self.model.tied else self.p["lm_head.weight"]
 
     def evaluate(self, out, y) -> tuple[float, float]:
         """(the sum over samples of each one's mean token loss, the sum of each one's fraction of
         tokens predicted right): divided by the split's size, the mean loss and the token
-        accuracy. A classifier's sample is one label, so these are its loss sum and correct count."""
+        accuracy. A classifier's sample is one label, so these are its loss sum and correct count.
+        Chunked, the logits are made a chunk of tokens at a time here too: a test batch is a
+        training batch's size, and its whole logits would be the job's largest tensor."""
+        if self.chunked:
+            h, flat, w = out.flatten(0, -2), y.flatten(), self.lm_weight()
+            chunk = self.model.loss_chunk(len(flat), self.loss_chunk)
+            losses = torch.empty(len(flat), dtype=torch.float32 if h.dtype != torch.float64 else h.dtype,
+                                 device=h.device)
+            right = torch.empty(len(flat), dtype=torch.float64, device=h.device)
+            for i in range(0, len(flat), chunk):
+                logits = _fp32(F.linear(h[i:i + chunk], w))
+                losses[i:i + chunk] = F.cross_entropy(logits, flat[i:i + chunk], reduction="none")
+                right[i:i + chunk] = logits.argmax(-1) == flat[i:i + chunk]
+            losses, right = losses.view(len(y), -1), right.view(len(y), -1)
+            return losses.mean(1).sum().item(), right.mean(1).sum().item()
         out, y = _fp32(out).view(len(y), -1, out.shape[-1]), y.view(len(y), -1)
         losses = F.cross_entropy(out.transpose(1, 2), y, reduction="none")
         right = (out.argmax(-1) == y).double()
@@ -78,6 +114,8 @@ class TransformerNet:
             # the norm keeps its input for backward, and a view would keep all of x
             return self.linear(self.norm(x[:, -1].contiguous(), "ln_f"), "cls")
         h = self.norm(x, "ln_f")
+        if self.chunked:        # the LM head runs in the loss, a chunk at a time
+            return h
         if not self.model.tied:
             return self.linear(h, "lm_head")
         w = self.p["wte"]
@@ -131,9 +169,60 @@ class TransformerNet:
         return self.tables[T]
 
 
+class ChunkedLoss(torch.autograd.Function):
+    """The mean cross-entropy of the logits h wᵀ, a chunk of rows at a time, differentiable: it
+    keeps h and w (the norm's output, which the LM head's linear kept before, and a weight), not
+    the [n, V] log-softmax that F.cross_entropy keeps, and backward makes each chunk's logits again: its
+    softmax less the one-hot target, times the incoming gradient over n, is the chunk's gradient
+    of the logits, whose products with w and h are its rows of h's gradient and its share of w's.
+    The recompute costs one more LM-head product a step; what it saves is the logits' O = n V
+    values, times three at the loss's backward (the log-softmax, its gradient, the logits')."""
+
+    @staticmethod
+    def forward(ctx, h, w, y, chunk):
+        ctx.save_for_backward(h, w, y)
+        ctx.chunk = chunk
+        return _chunked_mean(h, w, y, chunk)
+
+    @staticmethod
+    def backward(ctx, grad):
+        h, w, y = ctx.saved_tensors
+        chunk, n = ctx.chunk, len(y)
+        dh = torch.empty_like(h) if ctx.needs_input_grad[0] else None
+        # a half weight's gradient is summed over the chunks in FP32, and rounded once
+        dw = torch.zeros(w.shape, dtype=_fp32_type(w.dtype), device=w.device) if ctx.needs_input_grad[1] else None
+        scale = grad / n
+        for i in range(0, n, chunk):
+            hc, yc = h[i:i + chunk], y[i:i + chunk]
+            g = _fp32(F.linear(hc, w))          # the chunk's logits again, then their gradient in place
+            g.sub_(g.amax(-1, keepdim=True)).exp_()
+            g.div_(g.sum(-1, keepdim=True))
+            g.scatter_add_(1, yc[:, None], torch.full_like(yc[:, None], -1, dtype=g.dtype))
+            g.mul_(scale)
+            if dw is not None:
+                dw.addmm_(g.t(), _fp32(hc))
+            if dh is not None:
+                torch.mm(g.to(w.dtype), w, out=dh[i:i + chunk])
+            del g       # before a half weight's gradient is rounded beside its FP32 sum
+        return dh, None if dw is None else dw.to(w.dtype), None, None
+
+
+def _chunked_mean(h, w, y, chunk: int):
+    """The mean cross-entropy of h wᵀ over the rows, summed a chunk at a time (FP32 logits)."""
+    total = None
+    for i in range(0, len(y), chunk):
+        part = F.cross_entropy(_fp32(F.linear(h[i:i + chunk], w)), y[i:i + chunk], reduction="sum")
+        total = part if total is None else total + part
+    return total / len(y)
+
+
 def _fp32(x):
     """A half precision's logits in FP32 for the loss; FP32's and float64's (tests) as they are."""
     return x.float() if x.dtype in (torch.bfloat16, torch.float16) else x
+
+
+def _fp32_type(dtype):
+    return torch.float32 if dtype in (torch.bfloat16, torch.float16) else dtype
 
 
 def _rotate(x, cos, sin):

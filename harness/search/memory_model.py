@@ -141,14 +141,18 @@ def zo_terms(method: str, n_zo: int, zo, dual: int, head_pass: int) -> tuple[int
 
 
 def breakdown(model: Model | Transformer, method: str, batch: int, precision: str = "fp32", bp_layers: int = 0,
-              optimizer: str = "sgd", context: int = 0, checkpointing: bool = False, zo=None) -> Breakdown:
+              optimizer: str = "sgd", context: int = 0, checkpointing: bool = False, zo=None,
+              loss_chunk: int = 0) -> Breakdown:
     """The memory of one configuration; ValueError names what does not apply to the model.
     context: a transformer's tokens a sequence (0: its own context). zo: the job's hyperparameters
-    (workloads.spec.Hyper), whose ZO parts add their terms (zo_terms); None: MeZO's step."""
+    (workloads.spec.Hyper), whose ZO parts add their terms (zo_terms); None: MeZO's step.
+    loss_chunk: a language model's hyper.loss_chunk (models.Transformer.loss_chunk; -1: the
+    logits whole)."""
     if zo is not None and precision != "fp32" and (parts := zo.zo_parts(method)):
         raise ValueError(f"the ZO parts ({parts}) are FP32's; INT8 trains its ZO part by Alg. 2 (docs/int8.md)")
     if model.kind == Transformer.kind:
-        return _transformer(model, method, batch, precision, bp_layers, optimizer, context, checkpointing, zo)
+        return _transformer(model, method, batch, precision, bp_layers, optimizer, context, checkpointing, zo,
+                            loss_chunk)
     if context or checkpointing:
         raise ValueError(f"{'context' if context else 'checkpointing'}: only a transformer takes it; "
                          f"{model.name} is not one")
@@ -190,10 +194,12 @@ class Sizes:
     V: int
     C: int
     llama: bool
+    c: int = 0      # a language model's loss chunk, in tokens (0: the logits whole)
 
     @classmethod
-    def of(cls, m: Transformer, batch: int, context: int) -> "Sizes":
-        return cls(batch, context, m.width, m.heads, m.ffn, m.vocab, m.classes, m.style == "llama")
+    def of(cls, m: Transformer, batch: int, context: int, loss_chunk: int = -1) -> "Sizes":
+        return cls(batch, context, m.width, m.heads, m.ffn, m.vocab, m.classes, m.style == "llama",
+                   m.loss_chunk(batch * context, loss_chunk))
 
     @property
     def N(self) -> int:
@@ -212,8 +218,19 @@ class Sizes:
 
     @property
     def out(self) -> int:
-        """O, the step's output: the logits [B, T, V], or the class logits [B, C]."""
+        """O, the logits: [B, T, V], or the class logits [B, C]."""
         return self.read * (self.C or self.V)
+
+    @property
+    def held(self) -> int:
+        """What a forward pass returns and the step holds a name on: O, or with the loss in chunks
+        the final norm's output [B, T, D], from which the loss makes the logits."""
+        return self.N * self.D if self.c else self.out
+
+    @property
+    def X(self) -> int:
+        """One loss chunk's logits, [c, V] (0 unchunked)."""
+        return self.c * self.V
 
 
 def block_kept(z: Sizes, inner: bool) -> tuple[int, int]:
@@ -246,63 +263,86 @@ def head_kept(z: Sizes, inner: bool, weight_trains: bool) -> int:
     head under ElasticZO (the embedding ZO-trained), the copy of the embedding the engine
     multiplies by, so that backward, run after the ZO update has moved the embedding, sees the
     weights of its pass (V D); the loss's log-softmax output (O) and the total weight its mean
-    divides by (1)."""
+    divides by (1). With the loss in chunks (transformer_torch.ChunkedLoss) the loss keeps the
+    norm's output h (n D) and the weight it multiplies by (the copy, V D, where the embedding is
+    ZO-trained) and no log-softmax: backward makes each chunk's logits again."""
     n, D = z.read, z.D
     norm = n * D + 2 * n if not z.llama else (n * D + n) * inner + n * D
+    if z.c:
+        return norm + n * D + (0 if weight_trains else z.V * D)
     return norm + (n * D if weight_trains else z.V * D) + z.out + 1
 
 
 def moments(z: Sizes, zo_blocks: bool, zo_head: bool, bp_blocks: bool, bp_head: bool) -> dict[str, int]:
     """Transient values (neither kept for backward nor gradients) at the moments of a step that
-    can hold the most, by moment. Each counts O, the output a step holds: bp_step's through
-    backward, zo_step's first pass's through the second forward.
+    can hold the most, by moment. Each counts the output a step holds (Sizes.held: O, or with the
+    loss in chunks the final norm's N D): bp_step's through backward, zo_step's first pass's
+    through the second forward -- where that pass was kept for backward and the loss is chunked,
+    its output is an activation already, and a ZO moment adds none.
     - zo-attention, a block run without autograd, at its scores: O + 2 S + 5 N D (llama 7 N D):
       the score tensors an op reads and writes (the engine computes p in one expression, so no
       [B, H, T, T] temporary outlives its reader); the block input (run holds it), ln1's output,
       qkv (v is a view of it) and llama's rotated q and k.
     - zo-mlp: O + 3 N D + 2 N F (llama 3 N F): x, x2 and ln2's output; gpt2's fc output and
       GELU's, llama's silu output, up's and their product.
-    - zo-head: 2 O + 2 N D: its output beside the previous pass's, x and its norm.
+    - zo-head: 2 O + 2 N D: its output beside the previous pass's, x and its norm. In chunks:
+      the norm's output and one chunk's logits and log-softmax, N D + 2 X.
     - bp-attention, a BP block's forward (or its recompute) at its scores: O + 2 S + 3 N D: the
       score tensors an op reads and writes before p, and qkv; the rest is kept for backward.
     - bp-mlp, backward through the MLP: O + 2 N F (llama 3 N F): gpt2's gradients of GELU's
       output and input, llama's of the product, of silu's output and of up's.
-    - bp-head, backward through the loss: 3 O: the gradients of the log-softmax and of O.
+    - bp-head, backward through the loss: 3 O: the gradients of the log-softmax and of O. In
+      chunks: the gradient of the norm's output (N D), one chunk's logits made again and turned
+      into their gradient in place (X), and c for a row-wise max or sum.
+    - bp-loss, in chunks only: a chunk's logits and their log-softmax as the kept pass's loss is
+      summed (2 X).
     These moments hold kept activations and gradients too, counted in those parts."""
     N, D, S, F, O = z.N, z.D, z.S, z.F, z.out
+    held = z.held if zo_head or not z.c else 0
     found = {}
     if zo_blocks:
-        found["zo-attention"] = O + 2 * S + (5 + 2 * z.llama) * N * D
-        found["zo-mlp"] = O + 3 * N * D + (2 + z.llama) * N * F
+        found["zo-attention"] = held + 2 * S + (5 + 2 * z.llama) * N * D
+        found["zo-mlp"] = held + 3 * N * D + (2 + z.llama) * N * F
     if zo_head:
-        found["zo-head"] = 2 * O + 2 * N * D
+        found["zo-head"] = z.held + 2 * z.X if z.c else 2 * O + 2 * N * D
     if bp_blocks:
-        found["bp-attention"] = O + 2 * S + 3 * N * D
-        found["bp-mlp"] = O + (2 + z.llama) * N * F
+        found["bp-attention"] = z.held + 2 * S + 3 * N * D
+        found["bp-mlp"] = z.held + (2 + z.llama) * N * F
     if bp_head:
-        found["bp-head"] = 3 * O
+        found["bp-head"] = N * D + z.X + z.c if z.c else 3 * O
+        if z.c:
+            found["bp-loss"] = 2 * z.X
     return found
 
 
 def peak_moments(m: Transformer, z: Sizes, first: int, passes: int, activations: int, head: int,
-                 first_block: int, zo: dict[str, int], chunk: int, optimizer: str) -> dict[str, int]:
+                 first_block: int, zo: dict[str, int], chunk: int, optimizer: str,
+                 checkpointing: bool = False) -> dict[str, int]:
     """Values alive, besides the parameters, optimizer state and inputs, at each moment of a step
     that can hold its most (the engine's order: methods.bp_step, zo_step; torch's autograd frees
     a saved tensor once its node has run, and makes a parameter's gradient when it reaches it).
     activations: the activations part; head: the values the head keeps a pass; first_block: the
     values the first BP block keeps (its input's included), or 0 without BP blocks; zo: the ZO
-    moments (moments()); chunk: the z values perturbed at a time.
+    moments (moments()); chunk: the z values perturbed at a time. O below is the output the step
+    holds (Sizes.held); with the loss in chunks a kept pass's is one of its activations.
     - zo-pass: a ZO forward's largest moment; ElasticZO's second pass also holds the first's
       kept activations.
     - bp-forward: a BP block's forward at its scores (bp-attention less O, which no pass has
       made yet), every activation but the head's kept, and the first pass's O under ElasticZO.
     - loss-backward: the loss's backward, every activation still kept and no gradient made:
-      bp-head's 3 O. The measured peak of a language model's Full BP and ElasticZO step.
+      bp-head's 3 O. The measured peak of a language model's Full BP and ElasticZO step. In
+      chunks: bp-head's N D + X + c, and the LM weight's gradient (V D) where it trains, summed
+      over the chunks from the first.
+    - loss-forward (in chunks): every activation and a chunk's logits and log-softmax (2 X).
     - block-backward: the first BP block's MLP backward, the last block backward reaches: O,
       every gradient made but the block's own (its MLP output projection's made) and the
       embeddings', the block's kept values (with checkpointing, recomputed), the gradient
       flowing in (N D), and the MLP's gradients beyond the tensors they replace (gpt2 N F,
       llama 2 N F).
+    - top-block-backward: as block-backward, for the last block, the first backward reaches
+      after the head: every activation but the pass's head still kept, the head's gradients (and
+      a tied LM head's), the block's MLP output projection's. Below loss-backward while the loss
+      keeps O; the peak of a chunked language model's BP step, or of a classifier's.
     - embedding-backward (Full BP): every gradient, O, the embedding output's gradient N D, and
       the dense [V, D] gradient the embedding's backward makes with new_zeros and then
       index_put, out of place: twice V D, of which a tied embedding's already made .grad is one
@@ -314,34 +354,51 @@ def peak_moments(m: Transformer, z: Sizes, first: int, passes: int, activations:
       (restore and update) runs: O and, under ElasticZO, both passes' activations are alive.
     - adam-update: Adam's three temporaries the size of the largest BP tensor (methods.
       adam_update's expressions), beside O and every gradient."""
-    N, D, F, O, V = z.N, z.D, z.F, z.out, z.V
+    N, D, F, O, V = z.N, z.D, z.F, z.held, z.V
+    kept_out = 0 if z.c else O          # a kept pass's output beyond its activations
     trained = [t for t in m.tensors() if t.unit >= first and not (m.classes and t.name == "lm_head.weight")]
     grads = sum(t.size for t in trained)
     found = {}
     if zo:
         found["zo-pass"] = activations * (passes - 1) // passes + max(zo.values())
     if first_block:
-        found["bp-forward"] = activations - head + O * (passes - 1) + 2 * z.S + 3 * N * D
+        found["bp-forward"] = activations - head + kept_out * (passes - 1) + 2 * z.S + 3 * N * D
         u = max(first, 1)
         made = sum(t.size for t in trained if t.unit > u or (t.unit == u and t.name.startswith(
             (f"h{u - 1}.mlp.proj", f"h{u - 1}.mlp.down"))) or (t.name == "wte" and m.tied and not m.classes))
         found["block-backward"] = O + made + first_block + N * D + (1 + z.llama) * N * F
+        # the same for the last block, the first backward reaches: every activation but the
+        # pass's head (the block's own recomputed beside its input with checkpointing), the
+        # gradients of the head and the tied LM head, and its MLP output projection's
+        top = m.depth
+        made = sum(t.size for t in trained if t.unit > top or t.name.startswith((f"h{top - 1}.mlp.proj", f"h{top - 1}.mlp.down"))
+                   or (t.name == "wte" and m.tied and not m.classes))
+        rest = first_block - N * D if checkpointing else 0
+        found["top-block-backward"] = O + made + activations - head + rest + N * D + (1 + z.llama) * N * F
     if head:
-        found["loss-backward"] = activations + 3 * O
+        found["loss-backward"] = activations + (N * D + z.X + z.c + lm_grad(m, z, first) if z.c else 3 * O)
+        if z.c:
+            found["loss-forward"] = activations + 2 * z.X
     if first == 0:
         found["embedding-backward"] = grads + O + N * D + V * D * (1 + (m.tied and not m.classes))
     largest = max((t.size for t in trained), default=0)
     if passes == 2 and trained:
         found["pass-gradients"] = O + grads + 2 * largest
     if chunk:
-        found["zo-update"] = activations + O + chunk
+        found["zo-update"] = activations + (O if not activations else kept_out) + chunk
     if optimizer == "adam" and trained:
         found["adam-update"] = grads + O + 3 * largest
     return found
 
 
+def lm_grad(m: Transformer, z: Sizes, first: int) -> int:
+    """The LM weight's gradient the chunked loss sums (V D), where that weight trains: an untied
+    LM head in the BP part, or a tied one under Full BP; 0 where it is the ZO-trained embedding."""
+    return z.V * z.D * (not m.classes and (not m.tied or first == 0) and first <= m.depth + 1)
+
+
 def _transformer(m: Transformer, method: str, batch: int, precision: str, bp_layers: int, optimizer: str,
-                 context: int, checkpointing: bool, zo=None) -> Breakdown:
+                 context: int, checkpointing: bool, zo=None, loss_chunk: int = 0) -> Breakdown:
     if precision == "int8":
         raise ValueError("precision int8: transformers train in fp32, bf16 or fp16")
     E = vocab.VALUE_BYTES[precision]        # a weight's, an activation's and a gradient's bytes
@@ -350,7 +407,7 @@ def _transformer(m: Transformer, method: str, batch: int, precision: str, bp_lay
         raise ValueError(f"context {T}: {m.name} has {m.context} learned positions")
     if checkpointing and method == "full-zo":
         raise ValueError("checkpointing: full-zo keeps no activations to checkpoint")
-    z = Sizes.of(m, batch, T)
+    z = Sizes.of(m, batch, T, loss_chunk)
     first = m.first_bp_layer(method, bp_layers)         # first BP unit: 0 embeddings, 1..L blocks, L + 1 head
     blocks = range(max(first, 1), m.depth + 1)          # the BP blocks' units; unit u is block u - 1
     kept = [block_kept(z, u > first) for u in blocks]
@@ -368,19 +425,30 @@ def _transformer(m: Transformer, method: str, batch: int, precision: str, bp_lay
     read = sum(t.size for t in trained if not (m.classes and t.name == "lm_head.weight"))
     bp = sum(t.size for t in trained)
     found = moments(z, first > 1, method == "full-zo", len(blocks) > 0, method != "full-zo")
-    if precision in vocab.HALF and method == "full-zo":
+    if precision in vocab.HALF and method == "full-zo" and not z.c:
         # a ZO pass's loss: the output, its FP32 copy and that copy's log-softmax
         # (FP32's own .float() is the output itself: zo-head holds as much)
         found["zo-loss"] = 3 * z.out
-    # in bytes: the loss's values FP32 in every precision (bp-head's gradients of the log-softmax
-    # and of the FP32 copy; zo-loss's copy and log-softmax)
-    peak = max(E * v + (FLOAT - E) * 2 * z.out * (n in ("bp-head", "zo-loss")) for n, v in found.items())
+    half = precision in vocab.HALF
+    # the values of each moment that are FP32 in every precision: the loss's (bp-head's gradients
+    # of the log-softmax and of the FP32 copy; zo-loss's copy and log-softmax; a chunk's logits
+    # and log-softmax, and in half precision its logits as the LM head makes them beside their
+    # FP32 copy in backward, which the row-wise c never outweighs)
+    fp32_found = {"bp-head": 2 * z.out, "zo-loss": 2 * z.out} if not z.c else \
+        {"zo-head": 2 * z.X, "bp-loss": 2 * z.X, "bp-head": z.X + z.c}
+    if z.c and half and "bp-head" in found:
+        found["bp-head"] += z.X - z.c       # the half logits beside their FP32 copy, for c
+        fp32_found["bp-head"] = z.X
+    peak = max(E * v + (FLOAT - E) * fp32_found.get(n, 0) for n, v in found.items())
     chunk = min(zrng.CHUNK, m.params_total - bp)
     tables = z.T ** 2 + (2 * z.T * m.head_dim * FLOAT if z.llama else 0)       # bool mask; cos, sin
-    state, zo_part = zo_terms(method, m.params_total - bp, zo, peak // E, activations // passes)
+    # Forward-Grad: a dual value beside each value of the largest transient set, and as many for
+    # the jvp's products (its rule for a layer model's activations too)
+    state, zo_part = zo_terms(method, m.params_total - bp, zo, 2 * peak // E, activations // passes)
     # the loss is FP32 in every precision (transformer_torch.loss): what it keeps a pass, its
-    # log-softmax's output and total weight, is 4 bytes a value in half precision too
-    loss = passes * (z.out + 1) * (method != "full-zo")
+    # log-softmax's output and total weight, is 4 bytes a value in half precision too; in
+    # chunks it keeps nothing of its own
+    loss = passes * (z.out + 1) * (method != "full-zo") * (not z.c)
     # Adam's moments are FP32 (the torch engine's state_dtype)
     parts = {"parameters": E * m.params_total, "gradients": E * read,
              "optimizer": 2 * FLOAT * bp * (optimizer == "adam") + state,
@@ -389,11 +457,12 @@ def _transformer(m: Transformer, method: str, batch: int, precision: str, bp_lay
              "inputs": TOKEN * (z.N + (z.B if z.C else z.N)) + tables, "zo": zo_part}
     zo = {k: v for k, v in found.items() if k.startswith("zo-")}
     first_block = (z.N * z.D + recompute if checkpointing else sum(kept[0])) if kept else 0
-    at = peak_moments(m, z, first, passes, activations, head, first_block, zo, chunk, optimizer)
+    at = peak_moments(m, z, first, passes, activations, head, first_block, zo, chunk, optimizer, checkpointing)
     # in bytes: E a value, but for the values of the loss's, FP32 in every precision (the kept
     # ones of each pass alive, and the loss's transients), and the perturbation's z chunk
-    fp32 = {"loss-backward": loss + 2 * z.out, "zo-update": loss, "zo-pass": loss * (passes - 1) // passes
-            + 2 * z.out * (max(zo, key=zo.get, default="") == "zo-loss")}
+    top = max(zo, key=zo.get, default="")
+    fp32 = {"loss-backward": loss + 2 * z.out, "zo-update": loss, "loss-forward": 2 * z.X,
+            "zo-pass": loss * (passes - 1) // passes + 2 * z.out * (top == "zo-loss") + 2 * z.X * (top == "zo-head")}
     if precision in vocab.HALF and trained:
         # Adam's update reads FP32 moments: its three temporaries are FP32, and so is the copy of
         # the gradient it reads (torch engine's bp_update)
@@ -401,6 +470,15 @@ def _transformer(m: Transformer, method: str, batch: int, precision: str, bp_lay
         fp32["adam-update"] = 3 * largest + FLOAT // (FLOAT - E) * largest
     at = {n: E * v + (FLOAT - E) * fp32.get(n, 0) + (half_chunk(precision, chunk) - E * chunk) * (n == "zo-update")
           for n, v in at.items()}
+    if "loss-backward" in at and z.c:
+        # the chunked loss's backward: the LM weight's gradient summed in FP32 (ChunkedLoss), then
+        # in half precision rounded to the weights' type beside it at the end; a chunk's logits
+        # FP32, beside the half ones the head makes (bp-head)
+        # at ElasticZO's second loss backward the first pass's head is freed and its LM weight
+        # gradient waits in autograd's input buffer
+        dw = lm_grad(m, z, first)
+        at["loss-backward"] = E * (activations + z.N * z.D) + FLOAT * dw + \
+            (max((E + FLOAT) * z.X, E * dw) if half else FLOAT * (z.X + z.c)) + (passes - 1) * max(0, E * (dw - head))
     name = max(at, key=at.get)
     resident = parts["parameters"] + parts["optimizer"] + parts["inputs"] + parts["zo"]     # zo: an upper bound
     return Breakdown(method, bp_layers, precision, batch, optimizer, parts, T, checkpointing, resident + at[name],
@@ -414,9 +492,12 @@ def half_chunk(precision: str, chunk: int) -> int:
 
 
 def asked(model_name: str, batch: int, precision: str, method: str | None, bp_layers: int | None,
-          optimizer: str, points: int | None, context: int, checkpointing: bool, zo=None) -> list[Breakdown]:
+          optimizer: str, points: int | None, context: int, checkpointing: bool, zo=None,
+          loss_chunk: int = 0) -> list[Breakdown]:
     """`zobench memory`'s breakdowns: the method asked for, or the paper's four (checkpointing then
     applies to those with a BP part to checkpoint); a UserError names the option that cannot be."""
+    if loss_chunk and MODELS[model_name].kind != Transformer.kind:
+        raise UserError(f"memory --loss-chunk: only a transformer takes it; {model_name} is not one")
     if bp_layers is not None and method != "elastic-zo":
         raise UserError("memory --bp-layers: only with --method elastic-zo")
     model = MODELS[model_name]
@@ -430,7 +511,7 @@ def asked(model_name: str, batch: int, precision: str, method: str | None, bp_la
     configs = [(method, bp_layers or (1 if method == "elastic-zo" else 0))] if method else list(vocab.PAPER_CONFIGS)
     try:
         return [breakdown(model, m, batch, precision, k, optimizer, context,
-                          checkpointing and (m != "full-zo" or method is not None), zo)
+                          checkpointing and (m != "full-zo" or method is not None), zo, loss_chunk)
                 for m, k in configs]
     except ValueError as e:
         raise UserError(f"memory: {e}") from None

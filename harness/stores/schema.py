@@ -64,9 +64,13 @@ def full_job(job: dict) -> dict:
     key is the one it always had)."""
     d = SPEC_DEFAULTS
     device = job.get("device") or d["device"]
-    return {**d, **job,
-            "workload": {**d["workload"], **(job.get("workload") or {})},
-            "hyper": {**d["hyper"], "warmup_steps": vocab.WARMUP_STEPS.get(device, 0), **(job.get("hyper") or {})}}
+    workload = {**d["workload"], **(job.get("workload") or {})}
+    # a transformer job written before hyper.loss_chunk existed made its logits whole: -1, not
+    # today's default, so its key and its predicted memory are those of what it ran
+    whole = {"loss_chunk": -1} if (workload.get("architecture") or {}).get("kind") == "transformer" else {}
+    return {**d, **job, "workload": workload,
+            "hyper": {**d["hyper"], "warmup_steps": vocab.WARMUP_STEPS.get(device, 0), **whole,
+                      **(job.get("hyper") or {})}}
 
 
 def _whole_job(job: dict) -> bool:

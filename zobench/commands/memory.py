@@ -31,6 +31,9 @@ def add(sub) -> None:
     p.add_argument("--optimizer", choices=Hyper.CHOICES["optimizer"], default="sgd", help="BP optimizer (adam: Eq. 5)")
     p.add_argument("--checkpointing", action="store_true",
                    help="a transformer: per-block activation checkpointing of the BP part")
+    p.add_argument("--loss-chunk", type=options.number(int, Hyper.BOUNDS["loss_chunk"]), default=0,
+                   help="a language model: tokens its LM head and loss take at a time (hyper.loss_chunk; "
+                        "default 0: Liger's rule; -1: the logits whole, as before the loss in chunks)")
     options.add_zo_parts(p)
     p.add_argument("--json", action="store_true", help="print a JSON list of breakdowns")
     p.set_defaults(main=main)
@@ -56,6 +59,7 @@ def main(args) -> int:
     parts = options.zo_parts("memory", args.zo_parts)
     method, bp_layers = method_of(args)
     rows = memory_model.asked(args.model, args.batch, args.precision, method, bp_layers, args.optimizer,
-                              args.points, args.context or 0, args.checkpointing, Hyper(**parts) if parts else None)
+                              args.points, args.context or 0, args.checkpointing, Hyper(**parts) if parts else None,
+                              args.loss_chunk)
     print(jsonfile.dumps([r.to_dict() for r in rows]) if args.json else memory_model.table(rows))
     return 0
