@@ -168,7 +168,8 @@ def with_instructions(v: Verdict, ins: Instructions | None, loaded: bool = False
     elif ins.status == "unchanged" and loaded and v.status in ("regressed", "improved") and all(
             name in LOADED_METRICS for name, m in v.metrics.items() if m.significant):
         v.status = "noisy"
-        said += f"; its time {v.metrics['step_time'].change * 100:+.0f}% beside other work: not judged"
+        moved = ", ".join(f"{name} {m.change * 100:+.0f}%" for name, m in v.metrics.items() if m.significant)
+        said += f"; {moved} beside other work: not judged"
     elif ins.status == "improved" and v.status == "unchanged":
         v.status = "improved"
     v.reason = "; ".join(x for x in (v.reason, said) if x)
