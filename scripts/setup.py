@@ -105,7 +105,17 @@ def uv_version(uv: Path) -> str:
 
 
 def usable(python: Path) -> bool:
-    return python.exists() and subprocess.run([python, "-c", ""], capture_output=True).returncode == 0
+    """A venv's python that runs as a venv's: a set-up interrupted while the venv was made can
+    leave bin/python (a link to the system's) before pyvenv.cfg, and that one runs as the system's
+    Python, whose packages an install would then list, or change."""
+    return python.exists() and subprocess.run(
+        [python, "-c", "import sys; sys.exit(sys.prefix == sys.base_prefix)"], capture_output=True).returncode == 0
+
+
+def half_made(venv: Path) -> bool:
+    """A venv whose making was interrupted: its python linked to this one, no pyvenv.cfg yet."""
+    python = venv / "bin" / "python"
+    return python.is_symlink() and os.path.realpath(python) == os.path.realpath(sys.executable)
 
 
 class Installer:
@@ -123,7 +133,7 @@ class Installer:
             if not self.uv and subprocess.run([self.python, "-m", "pip", "--version"], capture_output=True).returncode:
                 run([self.python, "-m", "ensurepip", "--default-pip"], "putting pip into the venv")   # uv made it
             return
-        if self.venv.exists() and not (self.venv / "pyvenv.cfg").is_file():
+        if self.venv.exists() and not (self.venv / "pyvenv.cfg").is_file() and not half_made(self.venv):
             raise SetupError(f"{self.venv} exists and is not a venv; move it away or pass another --venv")
         shutil.rmtree(self.venv, ignore_errors=True)      # a venv an interrupted set-up left broken
         if self.uv:

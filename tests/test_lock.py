@@ -188,3 +188,18 @@ def test_the_readmes_make_run_time_is_its_committed_measurement():
            f"its {len(after['jobs'])} jobs {jobs:.0f} s, the report {after['phases']['report']:.0f} s; was " \
            f"{before['total_s']:.0f} s)" in line, line
     assert after["rc"] == before["rc"] == 0 and after["pip_freeze_sha256"] and after["purged_apt"]
+
+
+def test_a_venv_whose_making_was_interrupted_is_made_again_never_taken_for_one(tmp_path):
+    """Ctrl-C can land after bin/python (a link to the system's) and before pyvenv.cfg: that python
+    runs as the system's, so taking it for the venv would list, or change, the system's packages."""
+    setup = setup_module_object()
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").symlink_to(os.path.realpath(sys._base_executable))
+    assert not setup.usable(venv / "bin" / "python")
+    assert setup.half_made(venv)
+    (venv / "bin" / "python").unlink()
+    (venv / "bin" / "python").write_text("a user's file")
+    assert not setup.half_made(venv)       # a folder that is not ours is refused, not removed
+    assert setup.usable(Path(sys.prefix) / "bin" / "python") == (sys.prefix != sys.base_prefix)
