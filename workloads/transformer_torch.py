@@ -88,8 +88,7 @@ class TransformerNet:
             losses = torch.empty(len(flat), dtype=torch.float32 if h.dtype != torch.float64 else h.dtype,
                                  device=h.device)
             right = torch.empty(len(flat), dtype=torch.float64, device=h.device)
-            for i in range(0, len(flat), chunk):
-                logits = _fp32(F.linear(h[i:i + chunk], w))
+            for i, logits in _chunk_logits(h, w, chunk):
                 losses[i:i + chunk] = F.cross_entropy(logits, flat[i:i + chunk], reduction="none")
                 right[i:i + chunk] = logits.argmax(-1) == flat[i:i + chunk]
             losses, right = losses.view(len(y), -1), right.view(len(y), -1)
@@ -192,9 +191,8 @@ class ChunkedLoss(torch.autograd.Function):
         # a half weight's gradient is summed over the chunks in FP32, and rounded once
         dw = torch.zeros(w.shape, dtype=_fp32_type(w.dtype), device=w.device) if ctx.needs_input_grad[1] else None
         scale = grad / n
-        for i in range(0, n, chunk):
+        for i, g in _chunk_logits(h, w, chunk):     # the chunk's logits again, then their gradient in place
             hc, yc = h[i:i + chunk], y[i:i + chunk]
-            g = _fp32(F.linear(hc, w))          # the chunk's logits again, then their gradient in place
             g.sub_(g.amax(-1, keepdim=True)).exp_()
             g.div_(g.sum(-1, keepdim=True))
             g.scatter_add_(1, yc[:, None], torch.full_like(yc[:, None], -1, dtype=g.dtype))
@@ -210,10 +208,17 @@ class ChunkedLoss(torch.autograd.Function):
 def _chunked_mean(h, w, y, chunk: int):
     """The mean cross-entropy of h wᵀ over the rows, summed a chunk at a time (FP32 logits)."""
     total = None
-    for i in range(0, len(y), chunk):
-        part = F.cross_entropy(_fp32(F.linear(h[i:i + chunk], w)), y[i:i + chunk], reduction="sum")
+    for i, logits in _chunk_logits(h, w, chunk):
+        part = F.cross_entropy(logits, y[i:i + chunk], reduction="sum")
+        del logits      # before the next chunk's are made
         total = part if total is None else total + part
     return total / len(y)
+
+
+def _chunk_logits(h, w, chunk: int):
+    """(first row, FP32 logits) of each chunk of h's rows: one chunk's logits alive at a time."""
+    for i in range(0, len(h), chunk):
+        yield i, _fp32(F.linear(h[i:i + chunk], w))
 
 
 def _fp32(x):

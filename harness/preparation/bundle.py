@@ -7,7 +7,6 @@ the bundle is deployed (deploy.py) and on this machine the host's cache is used 
 """
 from __future__ import annotations
 
-import dataclasses
 import posixpath
 import threading
 from dataclasses import dataclass, field
@@ -33,8 +32,7 @@ from harness.boards.transport import LocalTransport, TransportError
 
 BINARY = "bin/zobench-train"
 # the build a board's instructions are counted with, where it is not the timed one (harness/execution/instructions.py)
-COUNT_BINARY_NAME = "zobench-train-count"
-COUNT_BINARY = f"bin/{COUNT_BINARY_NAME}"
+COUNT_BINARY = "bin/zobench-train-count"
 
 
 def bundle_files(dataset_dirs: set[DataOf], inits: set[tuple[Model, int]] = frozenset(),
@@ -272,36 +270,33 @@ def prepare(jobs: list[Job], targets: dict[str, Target], stop=None) -> dict[str,
 def open_site(target: Target, transport, prepared: Prepared, binary: Binary | None, local_jobs: Path,
               run_id: str, counter: Binary | None = None) -> Site:
     """Connect and, on a board, deploy the bundle the host prepared for it, with the binary
-    built for it (None: no cpp job to run) and the one its instructions are counted with, where
-    that is another build (counter)."""
-    site = _open_site(target, transport, prepared, binary, local_jobs, run_id, counter)
-    if counter is None:
-        return site
-    if counter.error or counter.path is None:
-        return dataclasses.replace(site, count_build=counter.choice.cpu, count_error=counter.error)
-    if binary is not None and counter.id == binary.id:
-        return dataclasses.replace(site, count_binary=site.binary, count_build=counter.choice.cpu)
-    where = str(counter.path) if isinstance(transport, LocalTransport) else \
-        posixpath.join(posixpath.dirname(site.binary or f"{site.root}/{BINARY}"), COUNT_BINARY_NAME)
-    return dataclasses.replace(site, count_binary=where, count_build=counter.choice.cpu)
-
-
-def _open_site(target: Target, transport, prepared: Prepared, binary: Binary | None, local_jobs: Path,
-               run_id: str, counter: Binary | None) -> Site:
+    built for it (None: no cpp job to run) and the one its instructions are counted with
+    (counter: the timed binary itself, or another build deployed beside it)."""
     transport.connect()
     p = prepared
     data = {rel.split("/")[1]: path.parents[1] for rel, path in p.files.items() if rel.startswith(f"{DATA}/")}
     sha256, choice = (binary.id[0], binary.choice) if binary else ("", None)
+    separate = counter is not None and counter.path is not None and not (binary and counter.id == binary.id)
+
+    def counting(timed: str, other: str) -> dict:
+        if counter is None:
+            return {}
+        if counter.error or counter.path is None:
+            return {"count_build": counter.choice.cpu, "count_error": counter.error}
+        return {"count_build": counter.choice.cpu, "count_binary": other if separate else timed}
+
     if isinstance(transport, LocalTransport):     # the cache's folder of each variant (artifacts.DataFiles.dir)
-        return Site(transport, str(paths.REPO), str(local_jobs / "attempts"), str(root()),
-                    str(binary.path) if binary else "", sha256, choice, {v: str(d) for v, d in data.items()})
+        timed = str(binary.path) if binary else ""
+        return Site(transport, str(paths.REPO), str(local_jobs / "attempts"), str(root()), timed, sha256, choice,
+                    {v: str(d) for v, d in data.items()}, **counting(timed, str(counter.path) if separate else ""))
     workdir = transport.path(target.workdir)
     if posixpath.normpath(workdir) == "/":     # bundles/, jobs/ and objects/ would land in the board's root
         raise TransportError(f"{transport.where}: targets.{target.name}.workdir {target.workdir!r} is / there; "
                              "give zobench a folder of its own, like ~/zobench")
     files, ids = (({**p.files, BINARY: binary.path}, {**p.ids, BINARY: binary.id}) if binary else (p.files, p.ids))
-    if counter and counter.path and not (binary and counter.id == binary.id):
+    if separate:
         files, ids = {**files, COUNT_BINARY: counter.path}, {**ids, COUNT_BINARY: counter.id}
     bundle = deploy(transport, workdir, files, ids)
     return Site(transport, bundle, f"{workdir}/jobs/{run_id}", bundle, f"{bundle}/{BINARY}" if binary else "",
-                sha256, choice, {v: f"{bundle}/{DATA}/{v}" for v in data})
+                sha256, choice, {v: f"{bundle}/{DATA}/{v}" for v in data},
+                **counting(f"{bundle}/{BINARY}", f"{bundle}/{COUNT_BINARY}"))
