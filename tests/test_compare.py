@@ -867,5 +867,45 @@ def test_instructions_per_step_are_judged_on_one_repeat_a_side_whatever_the_load
     assert v["instructions"]["status"] == "regressed", "an export keeps the counts"
 
 
+def test_judged_by_instructions_the_same_code_passes_however_its_time_moved(tmp_path):
+    """--judge-by instructions (a shared CI runner): a key is judged by its instructions per step
+    and its peak memory, which other work cannot move; a time that doubled quietly with the same
+    count is shown and named, not judged (exit 0), 2% more instructions fail it (exit 1) as more
+    memory does, and a key without counts cannot be judged so (not comparable: exit 3, even with
+    --allow-unjudged)."""
+    store = Store(tmp_path / "results")
+
+    def side(ms, instructions, peak_mib=20.0, n=5):
+        return made_up_run(store, [made_up_result(ms + 0.01 * i, repeat=i, load=load_at(0.02), peak_mib=peak_mib,
+                                                  instructions=instructions) for i in range(n)])
+
+    base = side(10.0, 15_000_000)
+    by = ("--judge-by", "instructions")
+    p = cli_json(tmp_path, base, side(20.0, 15_000_000), *by)
+    out = json.loads(p.stdout)
+    (v,) = out["verdicts"]
+    assert (p.returncode, v["status"], out["judged_by"]) == (0, "unchanged", "instructions"), p.stderr
+    assert v["metrics"]["step_time"]["significant"], "the time doubled, and the default judges it so"
+    assert "judged by instructions: unchanged (+0.00%, counted on x86-64-v3)" in v["reason"]
+    assert "step_time +100% (p=0.008): shown, not judged (--judge-by instructions)" in v["reason"]
+    assert cli_json(tmp_path, base, side(20.0, 15_000_000)).returncode == 1, "judged by time, the doubling fails"
+    p = cli_json(tmp_path, base, side(10.0, 15_300_000), *by)
+    assert (p.returncode, json.loads(p.stdout)["verdicts"][0]["status"]) == (1, "regressed")
+    p = cli_json(tmp_path, base, side(10.0, 15_000_000, peak_mib=30.0), *by)
+    assert (p.returncode, json.loads(p.stdout)["verdicts"][0]["status"]) == (1, "regressed"), "memory still counts"
+    p = cli_json(tmp_path, base, side(10.0, 14_000_000, n=1), *by)
+    (v,) = json.loads(p.stdout)["verdicts"]
+    assert (p.returncode, v["status"]) == (0, "improved"), "one count a side judges; memory untestable, not judged"
+    p = cli_json(tmp_path, base, side(10.0, None), *by, "--allow-unjudged")
+    (v,) = json.loads(p.stdout)["verdicts"]
+    assert (p.returncode, v["status"]) == (3, "not comparable")
+    assert "instructions counted in baseline only" in v["reason"]
+    assert "1 not comparable (no instructions counted to judge by)" in p.stderr
+    text = zobench("compare", "--results", tmp_path / "results", base, side(20.0, 15_000_000), *by,
+                   "--format", "markdown").stdout
+    assert text.startswith("**✅ pass: all 1 job keys judged, none regressed (exit 0)**")
+    assert "(judged by instructions per step, 1%, one count a side, and peak memory" in text
+
+
 def cli_json(tmp_path, base: str, cur: str, *extra: str) -> subprocess.CompletedProcess:
     return zobench("compare", "--results", tmp_path / "results", base, cur, "--format", "json", *extra)

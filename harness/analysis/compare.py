@@ -33,7 +33,8 @@ the device's idle power longer). Each key ends up in one of these states
   paths, or the binary's hash while the harness commit stayed the same, i.e. the build changed
   and the code did not), or the repeats of one side (runs
   pooled, or a run resumed after an upgrade) disagree on it. Numbers from different
-  machines are not compared;
+  machines are not compared. Under --judge-by instructions (by_instructions), also a key
+  without a count of one build on each side;
 - missing: the key is on one side only.
 The gate passes (exit 0) only when it judged every key on both sides and none regressed: a key
 it could not judge (not judged, or not comparable) is exit 3 with how many and why, never a
@@ -63,6 +64,9 @@ INSTRUCTION_THRESHOLD = 0.01
 ESTIMATES = {"min": min, "median": statistics.median}
 ESTIMATORS = {"both": ("min", "median"), "min": ("min",), "median": ("median",)}
 ESTIMATOR = "both"    # the default (--estimator): compare, history and the benchmark read it here
+# what decides a key (--judge-by): its time (with memory, energy and instructions where counted), or,
+# on a shared CI runner, only what load cannot move: its instructions per step and peak memory
+JUDGED_BY = ("time", "instructions")
 STATUSES = ("regressed", "improved", "noisy", "too few repeats", "unchanged", "not comparable", "missing")
 COMPARED = ("regressed", "improved", "unchanged")
 UNJUDGED = ("noisy", "too few repeats")     # the test could not tell: shown as "not judged (...)"
@@ -312,7 +316,7 @@ def judge(metric: Metric, b: Measurement, c: Measurement, estimator: str, thresh
 
 
 def compare(base: dict[str, Measurement], cur: dict[str, Measurement], threshold: float,
-            estimator: str, instruction_threshold: float = INSTRUCTION_THRESHOLD) -> list[Verdict]:
+            estimator: str, instruction_threshold: float = INSTRUCTION_THRESHOLD, by: str = "time") -> list[Verdict]:
     out = []
     for key in list(base) + [k for k in cur if k not in base]:
         b, c = base.get(key), cur.get(key)
@@ -352,8 +356,33 @@ def compare(base: dict[str, Measurement], cur: dict[str, Measurement], threshold
             v.status = "too few repeats"     # ties can push the test's approximate p below alpha even so
         v.reason = "; ".join(notes + unjudged)
         loaded = any((side_load(m, min) or 0.0) > LOADED for m in (b, c))
-        out.append(with_instructions(v, judge_instructions(b, c, instruction_threshold), loaded))
+        ins = judge_instructions(b, c, instruction_threshold)
+        out.append(by_instructions(v, ins, testable(b, c)) if by == "instructions" else with_instructions(v, ins, loaded))
     return out
+
+
+def by_instructions(v: Verdict, ins: Instructions | None, fair: bool) -> Verdict:
+    """A key under --judge-by instructions, for a CI runner shared with work the gate cannot see:
+    judged by what that work cannot move, its instructions per step (one count a side) and its
+    peak memory (where the test could tell), so the same code passes and more work fails however
+    busy the runner was. Its time and energy are shown, and a change of them named, never judged.
+    A key without counts of one build a side cannot be judged so: not comparable (exit 3)."""
+    v.instructions = ins
+    if ins is None or ins.change is None:
+        v.status = "not comparable"
+        v.reason = ((ins.reason if ins else "instructions not counted on either side")
+                    + " (--judge-by instructions judges a key by its count: `zobench run --instructions`)")
+        return v
+    memory = [m for name, m in v.metrics.items() if name not in LOADED_METRICS and m.significant and fair]
+    v.status = ("regressed" if ins.status == "regressed" or any(m.change > 0 for m in memory) else
+                "improved" if ins.status == "improved" or memory else "unchanged")
+    moved = [f"{name} {100 * m.change:+.0f}% (p={m.p_value:.3f})" for name, m in v.metrics.items()
+             if name in LOADED_METRICS and m.significant]
+    notes = [f"judged by instructions: {ins.status} ({100 * ins.change:+.2f}%, counted on {ins.build})"]
+    if moved:
+        notes.append(f"{', '.join(moved)}: shown, not judged (--judge-by instructions)")
+    v.reason = "; ".join(notes + [v.reason] * bool(v.reason))
+    return v
 
 
 def repeats_to_judge(baseline: int) -> int:
@@ -406,7 +435,10 @@ def why_unjudged(verdicts: list[Verdict]) -> str:
             why = (" (the test cannot find a change in so few: more repeats (a suite's `repeats`) "
                    "or more runs joined by commas)")
         elif status == "not comparable":
-            why = " (the machine or build changed)"
+            why = " or ".join(w for w, seen in (("the machine or build changed", ("fingerprint", "disagree")),
+                                                ("no instructions counted to judge by", ("--judge-by",)))
+                              if any(s in r for r in reasons for s in seen))
+            why = f" ({why})" if why else ""
         parts.append(f"{n[status]} {status}{why}")
     counted = [v.instructions.status for v in verdicts if v.status in UNJUDGED and v.instructions
                and v.instructions.change is not None]
@@ -470,8 +502,12 @@ def instruction_cell(ins: Instructions | None) -> str:
 
 
 def title_of(verdicts: list[Verdict], base_name: str, cur_name: str, threshold: float, estimator: str,
-             instruction_threshold: float = INSTRUCTION_THRESHOLD) -> str:
+             instruction_threshold: float = INSTRUCTION_THRESHOLD, by: str = "time") -> str:
     counted = any(v.instructions for v in verdicts)
+    if by == "instructions":
+        return (f"zobench compare {base_name} -> {cur_name}: {summary(verdicts)} (judged by instructions per "
+                f"step, {100 * instruction_threshold:g}%, one count a side, and peak memory, Mann-Whitney U, "
+                f"alpha {ALPHA}, threshold {100 * threshold:g}%; time shown, not judged)")
     return (f"zobench compare {base_name} -> {cur_name}: {summary(verdicts)} "
             f"(Mann-Whitney U, alpha {ALPHA}, threshold {100 * threshold:g}% between the "
             f"{' and the '.join(f'{e}s' for e in ESTIMATORS[estimator])}"
@@ -480,11 +516,11 @@ def title_of(verdicts: list[Verdict], base_name: str, cur_name: str, threshold: 
 
 def render(verdicts: list[Verdict], fmt: str, base_name: str, cur_name: str, threshold: float,
            estimator: str, fail_on_change: bool = False, allow_unjudged: bool = False,
-           instruction_threshold: float = INSTRUCTION_THRESHOLD) -> str:
+           instruction_threshold: float = INSTRUCTION_THRESHOLD, by: str = "time") -> str:
     code, line = gate(verdicts, fail_on_change, allow_unjudged)
     if fmt == "json":
         return jsonfile.dumps({"baseline": base_name, "current": cur_name, "threshold": threshold, "alpha": ALPHA,
-                               "instruction_threshold": instruction_threshold,
+                               "instruction_threshold": instruction_threshold, "judged_by": by,
                                "estimator": estimator, "exit_code": code, "gate": line,
                                "summary": counts(verdicts),
                                "verdicts": [{**asdict(v), "judged": v.status in COMPARED} for v in verdicts]})
@@ -493,7 +529,7 @@ def render(verdicts: list[Verdict], fmt: str, base_name: str, cur_name: str, thr
     head = ["job key", "status", *(m.title for m in shown), *["instructions"] * counted, "note"]
     rows = [[v.key, label(v.status), *cells(v, shown), *[instruction_cell(v.instructions)] * counted, v.reason]
             for v in verdicts]
-    title = title_of(verdicts, base_name, cur_name, threshold, estimator, instruction_threshold)
+    title = title_of(verdicts, base_name, cur_name, threshold, estimator, instruction_threshold, by)
     if fmt == "markdown":
         icon = {"regressed": "🔴", "improved": "🟢", "noisy": "🟡", "too few repeats": "🟡",
                 "not comparable": "⚪", "missing": "⚪"}

@@ -7,7 +7,7 @@ import sys
 from workloads.spec import Bounds
 
 from harness.stores import pgstore
-from harness.analysis.compare import EXIT_CODES, INSTRUCTION_THRESHOLD, THRESHOLD
+from harness.analysis.compare import EXIT_CODES, INSTRUCTION_THRESHOLD, JUDGED_BY, THRESHOLD
 from harness.errors import UserError
 
 from . import options
@@ -34,6 +34,11 @@ def add(sub) -> None:
                    default=100 * INSTRUCTION_THRESHOLD, metavar="PCT",
                    help="smallest change of instructions per step that counts, in percent (default 1): "
                         "deterministic, judged on one count a side, no test")
+    p.add_argument("--judge-by", choices=JUDGED_BY, default="time",
+                   help="time (default): each key by its time, memory and energy, and its instructions per step "
+                        "where counted; instructions: by its instructions per step and peak memory alone, "
+                        "which other work on a shared CI runner cannot move, its time shown, not judged (both "
+                        "sides counted: `zobench run --instructions`)")
     options.add_estimator(p)
     p.add_argument("--fail-on-change", action="store_true",
                    help="also exit 1 on a significant improvement (time to update the baseline)")
@@ -71,13 +76,14 @@ def main(args) -> int:
         base_name, base = measurements.load(args.runs[0], args.results)
     if not base or not cur:
         raise UserError(f"compare: {base_name if not base else cur_name} has no ok result to compare")
-    verdicts = compare.compare(base, cur, args.threshold / 100, args.estimator, args.instructions_threshold / 100)
+    verdicts = compare.compare(base, cur, args.threshold / 100, args.estimator, args.instructions_threshold / 100,
+                               args.judge_by)
     if args.rerun:
         cur_name, verdicts, code = rerun(args, base, cur_name, cur, verdicts)
         if code is not None:
             return code
     print(compare.render(verdicts, args.format, base_name, cur_name, args.threshold / 100, args.estimator,
-                         args.fail_on_change, args.allow_unjudged, args.instructions_threshold / 100))
+                         args.fail_on_change, args.allow_unjudged, args.instructions_threshold / 100, args.judge_by))
     code, why = compare.exit_code(verdicts, args.fail_on_change, args.allow_unjudged)
     if why:
         print(f"zobench: {why}", file=sys.stderr)
@@ -128,7 +134,8 @@ def rerun(args, base: dict, cur_name: str, cur: dict, verdicts: list):
         runs.append(outcome.run_id)
         added += sum(want.values())
         cur_name, cur = measurements.load(",".join(runs), args.results)
-        verdicts = compare.compare(base, cur, args.threshold / 100, args.estimator, args.instructions_threshold / 100)
+        verdicts = compare.compare(base, cur, args.threshold / 100, args.estimator, args.instructions_threshold / 100,
+                                   args.judge_by)
     if added:
         options.say(f"zobench: compare --rerun: {added} more repeats in {len(runs) - 1} runs; the current side is "
                     f"{cur_name}")
