@@ -5,6 +5,7 @@ import signal
 import pytest
 
 from harness.stores import schema
+from workloads import launch
 from harness.execution.job import Evidence, classify
 from harness.planning.runs import Job
 from harness.boards.transport import Outcome
@@ -75,6 +76,38 @@ def test_sigkill_is_oom_when_the_kernel_log_names_the_runner_since_its_launch(tm
         assert r["status"] == "failed" and r["error"] == "runner killed by SIGKILL"
     # a kernel OOM line only explains a SIGKILL
     r = outcome_of(tmp_path, job, None, rc=-signal.SIGSEGV, evidence=Evidence(launched, kernel_log=KERNEL_LOG))
+    assert r["status"] == "failed"
+
+
+def test_sigkill_is_oom_when_the_launchers_watchdog_saw_the_runner_thrash_at_its_limit(tmp_path, job):
+    """The watchdog (workloads/launch.py) kills a runner that thrashes at its cgroup's limit and
+    says so on stderr first; on what it samples it tells thrashing from a job that streams its
+    data near the limit, one well under it, or too short a watch."""
+    limit, mib = 64 << 20, 1 << 20
+
+    def watched(faults_s, user, used=63 * mib, seconds=10.0):
+        steps = int(seconds / 0.5) + 1
+        return [(100.0 + 0.5 * i, used, (1000 + int(faults_s * 0.5 * i), 50 + int(user * 50 * i), 80 + int((1 - user) * 50 * i)))
+                for i in range(steps)]
+
+    line = launch.thrashing(watched(faults_s=100, user=0.02), limit)
+    assert line == f"{launch.THRASHED}: 1000 major page faults in 10 s at 64 MiB, 2.0% of its CPU time in its own code; killed"
+    assert launch.thrashing(watched(faults_s=100, user=0.5), limit) == "", "it computes between its faults: streaming"
+    assert launch.thrashing(watched(faults_s=5, user=0.02), limit) == "", "few faults: waiting, not thrashing"
+    assert launch.thrashing(watched(faults_s=100, user=0.02, used=40 * mib), limit) == "", "well under its limit"
+    assert launch.thrashing(watched(faults_s=100, user=0.02, seconds=9.5), limit) == "", "not for THRASH_S yet"
+    ev = Evidence({"event": "launch", "pid": 8947, "monotonic": 555.0, "method": "cgroup-v1"}, "64M",
+                  "oom_kill_disable 0\nunder_oom 0\noom_kill 0\n")
+    r = outcome_of(tmp_path, job, None, rc=-signal.SIGKILL, evidence=ev, stderr_tail=f"importing torch\n{line}\n")
+    assert r["status"] == "oom"
+    assert r["error"] == ("runner killed by SIGKILL: out of memory (it thrashed at its 64M memory cgroup's limit: 1000 "
+                          "major page faults in 10 s at 64 MiB, 2.0% of its CPU time in its own code; killed)")
+    killed = "bash: line 1: 11386 Killed                  env PYTHONPATH=/w/bundles/7080 python -m workloads.launch"
+    r = outcome_of(tmp_path, job, None, rc=-signal.SIGKILL, evidence=ev, stderr_tail=f"{line}\n{killed}\n")
+    assert r["status"] == "oom", "an SSH board's shell says Killed after it"
+    assert r["error"].startswith("runner killed by SIGKILL: out of memory (it thrashed at its 64M memory cgroup's limit: ")
+    assert r["error"].endswith(f"; killed): {killed}")
+    r = outcome_of(tmp_path, job, None, rc=1, evidence=ev, stderr_tail=line)   # not killed: not the watchdog's doing
     assert r["status"] == "failed"
 
 

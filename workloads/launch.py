@@ -21,7 +21,13 @@ which writes the board's temperatures, clocks and throttle bits to FILE while th
 The limit is a memory cgroup where this user may make one (v2, else v1: the kernel's
 OOM killer then ends the job with SIGKILL), else RLIMIT_AS (allocations fail instead,
 which the runner reports as oom). The launcher execs COMMAND in its own process, so
-the pid, process group and exit status the harness sees are the command's.
+the pid, process group and exit status the harness sees are the command's. Under a cgroup's
+limit the kernel need not kill: where the job's own code and libraries no longer fit beside
+its data, it reclaims their file pages and reads them back at each touch, and the job thrashes
+in the kernel until its timeout (torch under 64M of a v1 cgroup: 60 page faults a second,
+99.8% of its CPU time in the kernel, for the whole 900 s). So a watchdog forked beside it ends
+a job that thrashes at its limit for THRASH_S (watch_thrash) with SIGKILL, after one stderr
+line beginning THRASHED that names what it saw, which the harness reads as out of memory.
 
 Its "launch" line (after the lease's lines) is the evidence the harness needs to tell an OOM
 kill from any other SIGKILL (harness/execution/job.py): {"event": "launch", "pid": the command's pid, "monotonic": the
@@ -37,6 +43,8 @@ import fcntl
 import json
 import os
 import resource
+import select
+import signal
 import stat
 import sys
 import time
@@ -52,6 +60,15 @@ LEASE_MARK = "lease"    # what a lease file zobench made holds under "zobench", 
 POLL_S = 0.25           # how often a waiting launcher tries the lease again
 REPORT_S = 5.0          # and says whom it waits for (at once when that changes)
 OPTIONS = ("--lease", "--lease-timeout", "--holder", "--cooldown", "--omp-wait", "--thermal", "--mem-limit")
+
+
+# Thrashing at the memory limit (watch_thrash): for THRASH_S on end the cgroup holds at least
+# THRASH_FULL of its limit, the job takes at least THRASH_FAULTS_S major page faults a second, and
+# less than THRASH_USER of the CPU time it gets is its own code's. A job near its limit that only
+# streams its data (faults, but computes between them) or waits (no faults) is none of these.
+THRASH_S, THRASH_FULL, THRASH_FAULTS_S, THRASH_USER = 10.0, 0.9, 10.0, 0.1
+THRASH_POLL_S = 0.5
+THRASHED = "zobench-launch: thrashing at its memory limit"
 
 
 def parse_size(text: str) -> int:
@@ -94,6 +111,77 @@ def _cgroup_v1(limit: int) -> str | None:
         (d / "memory.memsw.limit_in_bytes").write_text(str(limit))
     (d / "cgroup.procs").write_text(str(os.getpid()))
     return str(d)
+
+
+def _usage(cgroup: str) -> int | None:
+    for name in ("memory.current", "memory.usage_in_bytes"):     # v2, v1
+        try:
+            return int((Path(cgroup) / name).read_text())
+        except (OSError, ValueError):
+            continue
+    return None
+
+
+def _faults_and_times(pid: int) -> tuple[int, int, int] | None:
+    """(major faults, user ticks, system ticks) of a process, from /proc/PID/stat."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return int(fields[9]), int(fields[11]), int(fields[12])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def thrashing(samples: list[tuple[float, int | None, tuple | None]], limit: int) -> str:
+    """What THRASH_S of (monotonic, cgroup usage, _faults_and_times) samples show of a job
+    thrashing at its limit, as the one line the watchdog prints; "" while they do not."""
+    if len(samples) < 2 or samples[-1][0] - samples[0][0] < THRASH_S:
+        return ""
+    if any(u is None or u < THRASH_FULL * limit or p is None for _, u, p in samples):
+        return ""
+    (t0, _, (f0, u0, s0)), (t1, _, (f1, u1, s1)) = samples[0], samples[-1]
+    faults, cpu = f1 - f0, (u1 - u0) + (s1 - s0)
+    if faults < THRASH_FAULTS_S * (t1 - t0) or not cpu or (u1 - u0) >= THRASH_USER * cpu:
+        return ""
+    return (f"{THRASHED}: {faults} major page faults in {t1 - t0:.0f} s at {limit >> 20} MiB, "
+            f"{(u1 - u0) / cpu:.1%} of its CPU time in its own code; killed")
+
+
+def watch_thrash(cgroup: str, limit: int) -> None:
+    """Fork the watchdog of the module docstring: it leaves the job's cgroup (its memory is not
+    the job's), keeps stderr (its one line is the job's last) and ends with its parent, the
+    launcher that becomes the runner by exec."""
+    parent = os.getpid()
+    if os.fork():
+        return
+    try:
+        (Path(cgroup).parent / "cgroup.procs").write_text(str(os.getpid()))
+        null = os.open(os.devnull, os.O_RDWR)
+        os.dup2(null, 0)
+        os.dup2(null, 1)
+        os.closerange(3, os.sysconf("SC_OPEN_MAX"))
+        try:        # readable when the parent ends: the job's stderr is not held open past it
+            ended = os.pidfd_open(parent)
+        except (AttributeError, OSError):   # before Linux 5.3: the parent checked each poll
+            ended = None
+        samples: list = []
+        while os.getppid() == parent:
+            now = time.monotonic()
+            samples.append((now, _usage(cgroup), _faults_and_times(parent)))
+            while len(samples) > 2 and now - samples[1][0] >= THRASH_S:     # the last THRASH_S, and no more
+                samples.pop(0)
+            line = thrashing(samples, limit)
+            if line:
+                print(line, file=sys.stderr, flush=True)
+                os.kill(parent, signal.SIGKILL)
+                break
+            if ended is None:
+                time.sleep(THRASH_POLL_S)
+            elif select.select([ended], [], [], THRASH_POLL_S)[0]:
+                break
+    except OSError:
+        pass
+    finally:
+        os._exit(0)
 
 
 def apply_limit(limit: int) -> dict:
@@ -234,6 +322,8 @@ def main(argv: list[str]) -> None:
         limit = parse_size(opts["--mem-limit"])
         event.update(mem_limit=limit, **apply_limit(limit))
     _say(event)
+    if "cgroup" in event:
+        watch_thrash(event["cgroup"], event["mem_limit"])
     os.execvp(argv[0], argv)
 
 

@@ -25,7 +25,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from workloads import vocab
-from workloads.launch import parse_size
+from workloads.launch import THRASHED, parse_size
 
 from harness.execution import instructions
 from harness.stores import convergence, schema
@@ -91,11 +91,15 @@ def kernel_oom_line(log: str, pid, since) -> str:
     return ""
 
 
-def _oom_evidence(ev: Evidence, rc: int | None, why: str) -> str:
-    """Why the job ran out of memory, from the evidence; "" when there is none."""
+def _oom_evidence(ev: Evidence, rc: int | None, why: str, tail: str = "") -> str:
+    """Why the job ran out of memory, from the evidence; "" when there is none. tail: its stderr's
+    last lines, where the launcher's watchdog's line may stand above a remote shell's "Killed"."""
     kills = oom_kills(ev.cgroup_counters)
     if kills:
         return f"the OOM killer fired in its {ev.mem_limit} memory cgroup: oom_kill {kills}"
+    thrashed = [line for line in tail.splitlines() if line.startswith(THRASHED)]
+    if rc == -signal.SIGKILL and thrashed:     # the launcher's watchdog ended it
+        return f"it thrashed at its {ev.mem_limit} memory cgroup's limit{thrashed[-1].removeprefix(THRASHED)}"
     line = kernel_oom_line(ev.kernel_log, ev.launch.get("pid"), ev.launch.get("monotonic")) \
         if rc == -signal.SIGKILL else ""
     if line:
@@ -164,9 +168,9 @@ def classify(job: Job, outcome, result_path: Path, started_at: str, wall: float,
     why = _last_line(outcome.stderr_tail)
     ended = f"runner killed by {_signal_name(-rc)}" if rc is not None and rc < 0 else \
         f"runner exited with code {rc} without a result"
-    oom = _oom_evidence(evidence or Evidence(), rc, why)
+    oom = _oom_evidence(evidence or Evidence(), rc, why, outcome.stderr_tail)
     if oom:
-        return fail("oom", f"{ended}: out of memory ({oom})" + (f": {why}" if why else ""))
+        return fail("oom", f"{ended}: out of memory ({oom})" + (f": {why}" if why and not why.startswith(THRASHED) else ""))
     return fail("failed", ended + (f": {why}" if why else ""))
 
 
