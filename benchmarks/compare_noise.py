@@ -19,16 +19,21 @@ case. --results keeps the runs, and --evaluate judges kept runs again without ru
 Issue 60's measure that load cannot move: --work makes S's slowdown of real work (`--set
 inject_work=F`, extra steps on a restored state) rather than a busy-wait, and --instructions has
 every run count its keys' instructions per step (docs/compare.md), which the gate then judges
-beside the time. Each comparison is judged twice: on the runs' five repeats a side and on their
-first repeat alone (the "1 repeat" view, from the same runs); each cell is then the right verdict,
+beside the time. Each comparison is judged on the runs' five repeats a side, on their first
+repeat alone (the "1 repeat" view, from the same runs) and, where they counted, by their
+instructions alone (`compare --judge-by instructions`, a shared runner's gate); each cell is then the right verdict,
 not judged (exit 3) or a wrong one (an A/A regression, a slowdown passed). --rerun S applies the
 gate's rerun rule where the five repeats were not judged: `zobench compare --rerun S` beside the
 same busy loops as the current side. Every count a run made is tallied by key: one value per key
-over quiet and loaded runs is the goal. Asserts nothing.
+over quiet and loaded runs is the goal. Asserts nothing. `--evaluate DIR... --record FILE`
+writes the kept trials as one gzipped record to commit, which --evaluate judges again through
+from_record (docs/compare.md's table: tests/test_compare.py rebuilds it).
 """
 from __future__ import annotations
 
 import argparse
+import gzip
+import os
 import statistics
 import sys
 import tempfile
@@ -55,10 +60,11 @@ def side(store: Store, run_id: str, first: bool) -> dict:
                                       if not first or not r["job"].get("repeat")])
 
 
-def gate(store: Store, base: str, cur: str, estimator: str, first: bool = False) -> tuple[int, dict]:
-    """The gate's exit code and verdict counts for base -> cur at the default thresholds, with the
-    instructions' verdicts counted as "instructions <status>"."""
-    verdicts = compare.compare(side(store, base, first), side(store, cur, first), compare.THRESHOLD, estimator)
+def gate(store: Store, base: str, cur: str, estimator: str, first: bool = False, by: str = "time") -> tuple[int, dict]:
+    """The gate's exit code and verdict counts for base -> cur at the default thresholds (judged
+    by: compare --judge-by), with the instructions' verdicts counted as "instructions <status>"."""
+    verdicts = compare.compare(side(store, base, first), side(store, cur, first), compare.THRESHOLD, estimator,
+                               by=by)
     ins = {}
     for v in verdicts:
         if v.instructions:
@@ -91,7 +97,7 @@ def busy(store: Store, run_id: str) -> float:
     return statistics.median(shares) if shares else float("nan")
 
 
-VIEWS = ("5 repeats", "1 repeat")
+VIEWS = ("5 repeats", "1 repeat", "judged by instructions")
 
 
 class Tally:
@@ -116,7 +122,11 @@ class Tally:
             cells[estimator] = (aa, as_)
         base = a if one_sided else a2
         one = gate(store, a, a2, ESTIMATORS[0], first=True), gate(store, base, s, ESTIMATORS[0], first=True)
-        for view, (x, y) in (("5 repeats", cells[ESTIMATORS[0]]), ("1 repeat", one)):
+        # compare --judge-by instructions, a shared runner's gate: where the runs counted them
+        counted = any(counts_by_key(store, r) for r in (a, a2, s))
+        by = (gate(store, a, a2, ESTIMATORS[0], by="instructions"), gate(store, base, s, ESTIMATORS[0], by="instructions"))
+        for view, (x, y) in (("5 repeats", cells[ESTIMATORS[0]]), ("1 repeat", one),
+                             *[("judged by instructions", by)] * counted):
             self.cells[view, "A/A"].append(x[0])
             self.cells[view, "slowdown"].append(y[0])
         if self.rerun_s:        # the rerun rule where five repeats were not judged (the loops as the current side's)
@@ -133,6 +143,7 @@ class Tally:
         print(f"{self.trials:>5}  {loads:>14}  {fmt(*aa):<36} {fmt(*as_):<36} "
               + "; ".join(f"exit {x[0]}, exit {y[0]}" for x, y in others)
               + f" | 1 repeat: exit {one[0][0]}, exit {one[1][0]}"
+              + (f" | by instructions: exit {by[0][0]}, exit {by[1][0]}" if counted else "")
               + (f" | after --rerun: exit {self.cells['after --rerun', 'A/A'][-1]}, "
                  f"exit {self.cells['after --rerun', 'slowdown'][-1]}" if self.rerun_s else ""), flush=True)
 
@@ -180,11 +191,54 @@ def measure(trials: int, narrow: list[str], keep: Path | None, slowdown: float =
     print(f"{time.perf_counter() - t0:.0f} s for {3 * trials} runs")
 
 
-def evaluate(folder: Path) -> None:
-    """Judge again the trials kept in folder: its runs in order, three a trial."""
-    store = Store(folder)
-    ids = [r for r in store.run_ids() if not store.run_plan(r).get("repeats_of")]    # --rerun's runs aside
-    print(f"{folder}: {len(ids) // 3} trials kept")
+def trial_runs(store: Store) -> list[str]:
+    """A kept folder's trial runs in order, three a trial (--rerun's runs aside)."""
+    return [r for r in store.run_ids() if not store.run_plan(r).get("repeats_of")]
+
+
+def write_record(folders: list[Path], out: Path) -> None:
+    """The trials kept in folders as one committed record (gzip, a line per run: its round, id,
+    plan and results), from which --evaluate judges them again: docs/compare.md's tables are
+    rebuilt from it by tests/test_compare.py. --rerun's runs are not in it (that column is not)."""
+    with gzip.open(out, "wt", compresslevel=9) as f:
+        for folder in folders:
+            store = Store(folder)
+            for run_id in trial_runs(store):
+                f.write(json.dumps({"round": folder.name, "run_id": run_id, "plan": store.run_plan(run_id),
+                                    "results": store.results(run_id)}, separators=(",", ":")) + "\n")
+
+
+def from_record(record: Path, round_: str, root: Path) -> Store:
+    """A round of a record (write_record) as a results folder under root, to be judged again."""
+    store = Store(root / round_)
+    with gzip.open(record, "rt") as f:
+        for line in f:
+            run = json.loads(line)
+            if run["round"] == round_:
+                store.adopt_run(run["run_id"], run["plan"])
+                for r in run["results"]:
+                    store.add_result(run["run_id"], r)
+    return store
+
+
+def evaluate(folder: Path | Store, quiet: bool = False) -> Tally:
+    """Judge again the trials kept in folder (or a record's round, from_record): its runs in order,
+    three a trial; quiet: the tally alone, nothing printed."""
+    store = folder if isinstance(folder, Store) else Store(folder)
+    ids = trial_runs(store)
+    out = sys.stdout
+    if quiet:
+        sys.stdout = open(os.devnull, "w")
+    try:
+        return _evaluate(store, ids)
+    finally:
+        if quiet:
+            sys.stdout.close()
+            sys.stdout = out
+
+
+def _evaluate(store: Store, ids: list[str]) -> Tally:
+    print(f"{store.root}: {len(ids) // 3} trials kept")
     print(HEADER)
     tally, slowdown = Tally(), None
     for i in range(0, len(ids) - 2, 3):
@@ -195,6 +249,7 @@ def evaluate(folder: Path) -> None:
         quiet_a = busy(store, ids[i]) + 0.1 < busy(store, ids[i + 1])
         tally.trial(store, *ids[i:i + 3], one_sided=quiet_a)
     tally.totals(slowdown or 0.2)
+    return tally
 
 
 if __name__ == "__main__":
@@ -214,8 +269,13 @@ if __name__ == "__main__":
     ap.add_argument("--one-sided", action="store_true", help="the busy loops beside A' and S alone; the slowdown judged A -> S")
     ap.add_argument("--results", type=Path, help="keep the runs in this results folder (default: a temporary one)")
     ap.add_argument("--evaluate", type=Path, metavar="DIR", help="judge the trials kept in DIR; run nothing")
+    ap.add_argument("--record", type=Path, metavar="FILE.jsonl.gz",
+                    help="with --evaluate DIR...: write those folders' trials to FILE, a record to commit")
+    ap.add_argument("more", nargs="*", type=Path, metavar="DIR", help="more folders for --record")
     a = ap.parse_args()
-    if a.evaluate:
+    if a.record:
+        write_record([a.evaluate, *a.more], a.record)
+    elif a.evaluate:
         evaluate(a.evaluate)
     else:
         measure(a.trials, [f"--{k}={v}" for k in ("runtime", "precision", "method", "set") for v in getattr(a, k)]

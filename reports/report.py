@@ -23,7 +23,7 @@ import seaborn as sns
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from harness.planning import counting
+from harness.stores.metrics import instructions_per_step
 from harness.stores import convergence
 from harness.search import memory_model
 from harness.stores import machine_load, validity
@@ -242,7 +242,7 @@ def _load(store, run_ids: list[str], plans: list[dict]) -> pd.DataFrame:
                 "device_used_mib": _nan(mem.get("device_used_bytes")) / MIB,
                 "j_step": _nan(joules_per_step(r)), "energy_source": energy["source"],
                 # instructions per step where they were counted (harness/execution/instructions.py), and their phases' shares
-                "minstr_step": _nan(counting.per_step(r)) / 1e6,
+                "minstr_step": _nan(instructions_per_step(r)) / 1e6,
                 "instr_phases": instruction_shares(r.get("instructions")),
                 "no_energy": energy["unavailable"] or "",
                 "steps_per_epoch": steps / len(r["epochs"]) if r["epochs"] else math.nan,

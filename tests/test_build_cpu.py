@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 
 from harness.preparation import bundle
-from harness.planning import cpu
+from harness.planning import counting, cpu
 from harness.analysis import compare
 from harness.planning import inventory
 from harness.preparation.build import build_name, cpu_choice
@@ -214,13 +214,15 @@ def test_the_machine_table_shows_the_build_cpu_and_kernels_where_a_job_recorded_
 def test_a_boards_cpp_job_runs_the_binary_built_for_the_cpu_its_probe_found(farm, tmp_path, capsys):
     """Over SSH to a loopback board (this machine): the run probes it, builds the static binary
     for the CPU its /proc/cpuinfo names (here: the best x86 level it reaches), deploys it and
-    records the choice; `zobench build` makes the same choice."""
-    require("cmake", "g++", "nlohmann/json.hpp")
+    records the choice; `zobench build` makes the same choice. The board counts instructions
+    (`instructions = "callgrind"`): the binary Valgrind runs is deployed beside the timed one and
+    counted there, with the board's valgrind, through the same SSH connection."""
+    require("cmake", "g++", "nlohmann/json.hpp", "valgrind")
     arch = platform.machine()
     here = cpu.choose(arch, cpu_facts(Path("/proc/cpuinfo").read_text()))
     inv = tmp_path / "inventory.toml"
     inv.write_text(board_toml("board-a", farm["boards"]["board-a"], farm["key"], tmp_path / "work",
-                              runtimes=["cpp"], arch=arch))
+                              runtimes=["cpp"], arch=arch, instructions="callgrind"))
     assert main(["run", "--results", str(tmp_path / "results"), "--inventory", str(inv), "--target", "board-a",
                  "--method", "full-zo", "--no-report", *SHORT]) == 0
     store = Store(tmp_path / "results")
@@ -229,6 +231,10 @@ def test_a_boards_cpp_job_runs_the_binary_built_for_the_cpu_its_probe_found(farm
     assert (r["env"]["build_cpu"], r["env"]["build_cpu_reason"]) == (here.cpu, here.why)
     assert r["env"]["probe"]["cpu_flags"]
     assert r["env"]["binary_sha256"]
+    counted = r["instructions"]
+    assert counted["why"] is None and counted["build"] == counting.counted_build(arch, here.cpu), counted
+    assert counted["per_step"] > 1e5 and len(counted["step_totals"]) == counting.COUNT_STEPS
+    assert sum(counted["phases"].values()) == pytest.approx(counted["per_step"], rel=1e-9)
     capsys.readouterr()
     assert main(["build", "--target", "board-a", "--inventory", str(inv)]) == 0
     out = capsys.readouterr().out

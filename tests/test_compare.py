@@ -909,3 +909,42 @@ def test_judged_by_instructions_the_same_code_passes_however_its_time_moved(tmp_
 
 def cli_json(tmp_path, base: str, cur: str, *extra: str) -> subprocess.CompletedProcess:
     return zobench("compare", "--results", tmp_path / "results", base, cur, "--format", "json", *extra)
+
+
+def test_the_docs_noise_table_is_its_committed_records(tmp_path):
+    """docs/compare.md's table of 2026-12-02, 16:55-17:20 (quiet, one side loaded, both sides
+    loaded), rebuilt from its record (benchmarks/compare_noise.py --record): each cell's right /
+    not judged / wrong for five repeats a side, one repeat and --judge-by instructions, the
+    trials, each round's load and the instruction counts, judged again by today's gate. The
+    --rerun column is not in the record (its runs are not kept) and is not rebuilt."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import compare_noise
+
+    record = REPO / "docs" / "compare" / "noise-2026-12-02.jsonl.gz"
+    doc = (REPO / "docs" / "compare.md").read_text()
+    table = doc[doc.index("**Measured again, quiet where it says so.**"):]
+    rows = [[c.replace("**", "").strip() for c in line.split("|")[1:-1]]
+            for line in table.splitlines() if line.startswith("| ") and "trials |" in line][:6]
+    labels = {"Q20": "none ({all})", "O20": "two busy loops beside A' and S only (A {a}, A' and S {rest})",
+              "B20": "two busy loops on both sides ({all})"}
+    counts = set()
+    for n, (name, label) in enumerate(labels.items()):
+        store = compare_noise.from_record(record, name, tmp_path)
+        tally = compare_noise.evaluate(store, quiet=True)
+        right = {"A/A": 0, "slowdown": 1}
+        for row, what in zip(rows[2 * n:2 * n + 2], ("A/A", "slowdown")):
+            codes = tally.cells["5 repeats", what]
+            assert row[1].startswith("A/A" if what == "A/A" else "+20% of work") and \
+                row[1].endswith(f", {len(codes)} trials"), row
+            for cell, view in zip((row[2], row[3], row[5]), ("5 repeats", "1 repeat", "judged by instructions")):
+                got = tally.cells[view, what]
+                ok, unjudged = sum(c == right[what] for c in got), sum(c == 3 for c in got)
+                assert cell == f"{ok} / {unjudged} / {len(got) - ok - unjudged}", (name, what, view, cell)
+        busy = [[compare_noise.busy(store, r) for r in store.run_ids()[i:i + 3]] for i in range(0, len(store.run_ids()), 3)]
+        pct = lambda xs: f"{100 * min(xs):.0f}-{100 * max(xs):.0f}%"     # noqa: E731
+        every = [x for trial in busy for x in trial]
+        assert rows[2 * n][0] == label.format(all=pct(every), a=pct([t[0] for t in busy]),
+                                              rest=pct([x for t in busy for x in t[1:]])), rows[2 * n][0]
+        counts |= {f"{n:,.1f}" for seen in tally.counts.values() for n in seen}
+    assert counts == {"4,613,808.8", "5,710,357.6"}
+    assert "counted 4,613,808.8 instructions a step, quiet or loaded (5,710,357.6 with" in " ".join(table.split())

@@ -307,24 +307,30 @@ def test_publish_writes_only_where_no_user_file_would_be_lost(store, tmp_path, m
 def test_the_overview_shows_the_last_judged_time_and_the_last_measured_one_with_its_load(tmp_path):
     """Issue 60: a series whose last commit ran while other work took 90% of the CPU the job
     wanted has no judged time at that commit; its overview row still shows what it measured,
-    flagged, beside the last judged time, and a one-commit series says it is not judged."""
-    store = Store(tmp_path / "results")
-    for n, (ms, share) in enumerate(((10.0, 0.02), (13.0, 0.95))):
-        results = [compare_runs.made_up_result(ms * (1 + 0.004 * i), repeat=i, threads=1,
-                                               load=compare_runs.load_at(share)) for i in range(5)]
-        compare_runs.made_up_run(store, results, f"2026-01-01T00:00:{n:02d}+00:00",
-                                 {"commit": COMMITS[n], "branch": "main", "dirty": False})
-    r = in_process("publish", "--results", store.root, "--out", tmp_path / "site", "--reports", "0")
-    assert r.returncode == 0, r.stderr
-    (row,) = json.loads((tmp_path / "site" / "data" / "overview.json").read_text())["rows"]
-    assert (row["latest"], row["measured"], row["measured_flag"]) == (10.08, 13.1, "⚠ 90% other"), row
-    assert row["verdict"] == "noisy"
+    flagged, beside the last judged time, and its last count of instructions per step, which
+    load does not move: where that count changed at the last commit, the row's verdict is that
+    change, not "noisy". A one-commit series says it is not judged, and one never counted has
+    no count."""
+    for counts, verdict in (((15e6, 15e6), "noisy"), ((15e6, 15.3e6), "regressed")):
+        store = Store(tmp_path / f"results-{verdict}")
+        for n, (ms, share) in enumerate(((10.0, 0.02), (13.0, 0.95))):
+            results = [compare_runs.made_up_result(ms * (1 + 0.004 * i), repeat=i, threads=1, instructions=counts[n]
+                                                   if i == 0 else None, load=compare_runs.load_at(share)) for i in range(5)]
+            compare_runs.made_up_run(store, results, f"2026-01-01T00:00:{n:02d}+00:00",
+                                     {"commit": COMMITS[n], "branch": "main", "dirty": False})
+        r = in_process("publish", "--results", store.root, "--out", tmp_path / f"site-{verdict}", "--reports", "0")
+        assert r.returncode == 0, r.stderr
+        (row,) = json.loads((tmp_path / f"site-{verdict}" / "data" / "overview.json").read_text())["rows"]
+        assert (row["latest"], row["measured"], row["measured_flag"]) == (10.08, 13.1, "⚠ 90% other"), row
+        assert (row["verdict"], row["instructions"]) == (verdict, counts[1] / 1e6), row
+        assert row["verdict_metric"] == ("instructions" if verdict == "regressed" else "")
     only = Store(tmp_path / "one")
     compare_runs.made_up_run(only, [compare_runs.made_up_result(10.0, repeat=0, load=compare_runs.load_at(0.02))],
                              git={"commit": COMMITS[0], "branch": "main", "dirty": False})
     assert in_process("publish", "--results", only.root, "--out", tmp_path / "one-site", "--reports", "0").returncode == 0
     (row,) = json.loads((tmp_path / "one-site" / "data" / "overview.json").read_text())["rows"]
     assert (row["verdict"], row["measured"], row["measured_flag"]) == ("not judged (one commit)", 10.0, "2% other")
+    assert row["instructions"] is None
 
 
 def test_the_overview_opens_from_disk_and_the_other_pages_say_how_to_serve_the_site(browser, tmp_path):

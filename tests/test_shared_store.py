@@ -329,8 +329,8 @@ def test_a_run_with_a_test_only_setting_is_marked_and_never_pooled_into_a_baseli
                         "series: " + ", ".join(sorted([f"{faked} (inject_slowdown)", f"{crashed} (fault)"])) + "\n")
     import psycopg
     with psycopg.connect(url) as c:          # the store as the version before the mark left it
-        c.execute("ALTER TABLE results DROP COLUMN test_only")
-        c.execute("DELETE FROM zobench_schema WHERE version = 4")
+        c.execute("ALTER TABLE results DROP COLUMN test_only, DROP COLUMN instructions_per_step")
+        c.execute("DELETE FROM zobench_schema WHERE version >= 4")
     with pgstore.SharedStore(url):
         pass
     assert sorted(rows(url, "SELECT DISTINCT run_id, array_to_string(test_only, ',') FROM results "
@@ -630,11 +630,40 @@ def test_history_tracks_a_gpu_jobs_device_memory_as_the_gate_judges_it(capsys, t
     version = next(v for v, sql in enumerate(pgstore.MIGRATIONS, 1) if "ADD COLUMN peak_bytes" in sql)
     import psycopg
     with psycopg.connect(db) as c:      # the store as the version before this column left it (and those after)
-        c.execute("ALTER TABLE results DROP COLUMN peak_bytes, DROP COLUMN test_only")
+        c.execute("ALTER TABLE results DROP COLUMN peak_bytes, DROP COLUMN test_only, DROP COLUMN instructions_per_step")
         c.execute("DELETE FROM zobench_schema WHERE version >= %s", (version,))
     with pgstore.SharedStore(db) as s:
         assert s.migrate() == len(pgstore.MIGRATIONS)
     assert set(rows(db, "SELECT peak_bytes FROM results")) == {(100 * 2 ** 20,), (130 * 2 ** 20,)}
+
+
+def test_history_tracks_instructions_per_step_and_finds_their_change_by_the_gates_threshold(capsys, tmp_path, server):
+    """Issue 60: instructions per step, counted on a run's first repeat, are a history series of
+    their own: a count is the same for the same code, so a change is at the commit whose count
+    moved past the gate's 1% (here +3% at the fourth commit, +0.5% at the sixth: not one), with no
+    test, however loaded the runs were; their times, the same throughout, show no change. A store
+    made before their column is filled from the stored results when it is migrated."""
+    store, db = Store(tmp_path), server.new_database()
+    for n, count in enumerate((15e6, 15e6, 15e6, 15.45e6, 15.45e6, 15.45e6 * 1.005)):
+        results = [compare_runs.made_up_result(10.0 * (1 + 0.002 * i), repeat=i, threads=1,
+                                               instructions=count if i == 0 else None,
+                                               load=compare_runs.load_at(0.95 if n == 3 else 0.0)) for i in range(5)]
+        run_id = compare_runs.made_up_run(store, results, f"2026-01-01T00:00:{n:02d}+00:00")
+        assert cli(capsys, "push", run_id, "--store", db, "--results", tmp_path).returncode == 0
+    (found,) = json.loads(cli(capsys, "history", "--store", db, "--format", "json").stdout)
+    assert [(c["metric"], c["at"], c["p_value"]) for c in found["changes"]] == [("instructions", 3, None)]
+    assert found["changes"][0]["change"] == pytest.approx(0.03)
+    assert found["points"][3]["samples"]["instructions"] == [15.45e6], "a loaded run's count is kept"
+    text = cli(capsys, "history", "--store", db).stdout
+    assert "change at " in text and "instructions 15 -> 15.45 M/step (+3.0%, counted)" in text
+    import psycopg
+    with psycopg.connect(db) as c:      # the store as the version before this column left it
+        c.execute("ALTER TABLE results DROP COLUMN instructions_per_step")
+        c.execute("DELETE FROM zobench_schema WHERE version = %s", (len(pgstore.MIGRATIONS),))
+    with pgstore.SharedStore(db) as s:
+        assert s.migrate() == len(pgstore.MIGRATIONS)
+    assert sorted(rows(db, "SELECT instructions_per_step FROM results WHERE instructions_per_step IS NOT NULL")) == \
+        sorted([(15e6,)] * 3 + [(15.45e6,)] * 2 + [(15.45e6 * 1.005,)])
 
 
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -1,5 +1,5 @@
-"""`zobench history`: per job key and target fingerprint, step time, peak memory, energy and
-final accuracy against commit order, from the shared store, with the commits where a change is
+"""`zobench history`: per job key and target fingerprint, step time, peak memory, energy,
+instructions per step and final accuracy against commit order, from the shared store, with the commits where a change is
 detected (docs/store.md).
 
 Change points use the rule the regression gate already applies (harness/analysis/compare.py), along the
@@ -16,6 +16,10 @@ detector (ruptures' PELT, say): they assume a noise model (Gaussian, a penalty t
 shared machine's one-sided noise breaks, and a lab already trusts the gate's verdicts; here the
 history finds exactly what compare would have flagged between those commits.
 
+Instructions per step, where jobs counted them, are a count, the same for the same code: their
+changes are found as the gate judges them (counted_changes), at each commit whose count moved
+past the gate's instructions threshold from the last counted one, with no test.
+
 A result that ran beside other work is left out of the change points' time and energy: when
 other processes or steal took more than compare.LOADED of the CPU its job wanted
 (results.starved, from its load record), none of its repeats measured the code alone; the point
@@ -27,9 +31,11 @@ versions, GPU and driver) starts a new series, listed with what changed, never j
 """
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass, field
 
-from harness.analysis.compare import ALPHA, ESTIMATOR, LOADED, mann_whitney_p, point_estimate, shift
+from harness.analysis.compare import (ALPHA, ESTIMATOR, INSTRUCTION_THRESHOLD, LOADED, mann_whitney_p,
+                                      point_estimate, shift)
 from harness.stores import machine_load
 from harness.stores.metrics import BY_NAME, LOADED_METRICS, METRICS
 
@@ -57,7 +63,7 @@ class Change:
     before: float          # estimates, in the metric's unit
     after: float
     change: float          # after / before - 1
-    p_value: float
+    p_value: float | None  # None: a count's change (instructions), judged by its threshold, no test
 
 
 @dataclass
@@ -119,7 +125,10 @@ def detect(s: Series, threshold: float, estimator: str = ESTIMATOR, window: int 
     """The series' change points, per metric, by the rule of the module docstring."""
     found = []
     alpha = ALPHA / max(1, len(s.points) - 1)
-    for name in BY_NAME:
+    for name, metric in BY_NAME.items():
+        if metric.counted:
+            found += counted_changes(s, name)
+            continue
         flagged = []
         for i in range(1, len(s.points)):
             before = [v for p in s.points[max(0, i - window):i] for v in p.samples.get(name, [])]
@@ -137,6 +146,22 @@ def detect(s: Series, threshold: float, estimator: str = ESTIMATOR, window: int 
                 run = []
             if i is not None:
                 run.append((i, c))
+    return found
+
+
+def counted_changes(s: Series, name: str, threshold: float = INSTRUCTION_THRESHOLD) -> list[Change]:
+    """A count's changes (instructions per step): deterministic, so a change is at each commit
+    whose count differs from the last counted one's by more than the gate's instructions
+    threshold, as compare judges them, with no test and no window."""
+    found, last = [], None
+    for i, p in enumerate(s.points):
+        v = p.samples.get(name)
+        if not v:
+            continue
+        now = statistics.median(v)
+        if last is not None and abs(now / last - 1) > threshold:
+            found.append(Change(name, p.commit, i, last, now, now / last - 1, None))
+        last = now
     return found
 
 
@@ -183,7 +208,8 @@ def render(all_series: list[Series], fmt: str, estimator: str = ESTIMATOR) -> st
         for c in s.changes:
             m = BY_NAME[c.metric]
             lines.append(f"{'- ' if md else '  '}change at {c.commit[:12]}: {m.title} {c.before * m.scale:.4g} -> "
-                         f"{c.after * m.scale:.4g} {m.unit} ({c.change:+.1%}, p = {c.p_value:.3g})")
+                         f"{c.after * m.scale:.4g} {m.unit} ({c.change:+.1%}, "
+                         + ("counted)" if c.p_value is None else f"p = {c.p_value:.3g})"))
         if not s.changes:
             lines.append(f"{'- ' if md else '  '}no change detected")
         lines.append("")

@@ -237,14 +237,18 @@ def series_json(s: history.Series, by_run: dict, published: set, estimator: str)
 
 def overview_row(s: history.Series, sj: dict, kid: str) -> dict:
     """The overview's row of a series: its last SPARK step times, the latest judged one, the last
-    commit's as measured with its load flag (issue 60: never a bare blank), and the verdict of
-    its latest change point, or noisy where the latest commit's times were all left out (loaded
-    or throttled), not judged where one commit leaves nothing to compare, or unchanged."""
+    commit's as measured with its load flag (issue 60: never a bare blank), its last count of
+    instructions per step (M/step) where it has counts, and the verdict of
+    its latest change point (one at the last commit first: its memory or count, which load does
+    not move), or noisy where the latest commit's times were all left out (loaded or throttled),
+    not judged where one commit leaves nothing to compare, or unchanged."""
     points = sj["points"]
     times = [float(f"{t:.4g}") if (t := p["values"].get("step_time", [None])[0]) else None for p in points]
     last = points[-1]
     latest = max(sj["changes"], key=lambda c: c["at"], default=None)
-    if "step_time" not in last["values"] and last["loaded"] + last["flagged"]:
+    if latest and latest["at"] == len(points) - 1:     # at the last commit, by what load did not hide
+        verdict, at = latest["verdict"], latest["commit"]
+    elif "step_time" not in last["values"] and last["loaded"] + last["flagged"]:
         verdict, at = "noisy", last["commit"]
     elif latest:
         verdict, at = latest["verdict"], latest["commit"]
@@ -253,12 +257,15 @@ def overview_row(s: history.Series, sj: dict, kid: str) -> dict:
     else:
         verdict, at = "unchanged", ""
     measured = (last["values"].get("step_time") or last["left_out"].get("step_time") or [None])[0]
+    # the last count of instructions per step, where the series has one: load moves no count
+    counted = next((p["values"]["instructions"][0] for p in reversed(points) if "instructions" in p["values"]), None)
     return {"id": kid, "key": s.key, **key_parts(s.key, s.target), "fingerprint": s.fingerprint[:16],
             "machine": sj["machine"], "spark": times[-SPARK:], "latest": next((t for t in reversed(times) if t), None),
             # the last commit's time however it was measured, with its load flag (a loaded one is not judged)
             "measured": float(f"{measured:.4g}") if measured else None,
             "measured_flag": "⚠ throttled" if "step_time" not in last["values"] and last["flagged"] and
                              not last["loaded"] else machine_load.flag(last["load"]),
+            "instructions": float(f"{counted:.5g}") if counted else None,
             "latest_commit": short(last["commit"]), "commits": len(points), "verdict": verdict,
             "verdict_commit": short(at),
             "verdict_metric": latest["metric"] if latest and verdict != "noisy" else ""}

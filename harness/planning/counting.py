@@ -123,9 +123,3 @@ def problem(rec) -> str:
             isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0 for v in rec["phases"].values()):
         return "instructions.phases must be a table of numbers >= 0"
     return ""
-
-
-def per_step(r: dict) -> float | None:
-    """A result's instructions per step, None where none was counted."""
-    rec = r.get("instructions")
-    return rec.get("per_step") if isinstance(rec, dict) else None

@@ -100,6 +100,12 @@ MIGRATIONS = (
         WHERE COALESCE(result->'job'->'hyper'->>k, '') NOT IN ('', '0', '0.0'));
     CREATE INDEX results_test_only ON results (run_id) WHERE test_only <> '{}';
     """,
+    # instructions per step where a job counted them (harness/planning/counting.py): history charts them
+    """
+    ALTER TABLE results ADD COLUMN instructions_per_step double precision;
+    UPDATE results SET instructions_per_step = (result->'instructions'->>'per_step')::double precision
+        WHERE jsonb_typeof(result->'instructions'->'per_step') = 'number';
+    """,
 )
 # a result of a run with no test-only setting: what a baseline pools and a history series holds
 REAL = "r.test_only = '{}'"
