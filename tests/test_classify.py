@@ -85,10 +85,11 @@ def test_sigkill_is_oom_when_the_launchers_watchdog_saw_the_runner_thrash_at_its
     data near the limit, one well under it, or too short a watch."""
     limit, mib = 64 << 20, 1 << 20
 
-    def watched(faults_s, user, used=63 * mib, seconds=10.0):
-        steps = int(seconds / 0.5) + 1
-        return [(100.0 + 0.5 * i, used, (1000 + int(faults_s * 0.5 * i), 50 + int(user * 50 * i), 80 + int((1 - user) * 50 * i)))
-                for i in range(steps)]
+    def watched(faults_s, user, used=63 * mib, seconds=10.0, cores=1.0):
+        """Samples every 0.5 s of a job keeping `cores` busy, `user` of it its own code (ticks of 10 ms)."""
+        ticks = 50 * cores      # a 0.5 s sample's CPU, in ticks
+        return [(100.0 + 0.5 * i, used, (1000 + int(faults_s * 0.5 * i), 50 + int(user * ticks * i),
+                                         80 + int((1 - user) * ticks * i))) for i in range(int(seconds / 0.5) + 1)]
 
     line = launch.thrashing(watched(faults_s=100, user=0.02), limit)
     assert line == f"{launch.THRASHED}: 1000 major page faults in 10 s at 64 MiB, 2.0% of its CPU time in its own code; killed"
@@ -96,6 +97,8 @@ def test_sigkill_is_oom_when_the_launchers_watchdog_saw_the_runner_thrash_at_its
     assert launch.thrashing(watched(faults_s=5, user=0.02), limit) == "", "few faults: waiting, not thrashing"
     assert launch.thrashing(watched(faults_s=100, user=0.02, used=40 * mib), limit) == "", "well under its limit"
     assert launch.thrashing(watched(faults_s=100, user=0.02, seconds=9.5), limit) == "", "not for THRASH_S yet"
+    assert launch.thrashing(watched(faults_s=100, user=0.02, cores=0.05), limit) == "", "waiting on a slow disk"
+    assert launch.thrashing(watched(faults_s=100, user=0.02, cores=0.3), limit).startswith(launch.THRASHED)
     ev = Evidence({"event": "launch", "pid": 8947, "monotonic": 555.0, "method": "cgroup-v1"}, "64M",
                   "oom_kill_disable 0\nunder_oom 0\noom_kill 0\n")
     r = outcome_of(tmp_path, job, None, rc=-signal.SIGKILL, evidence=ev, stderr_tail=f"importing torch\n{line}\n")

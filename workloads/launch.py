@@ -63,10 +63,11 @@ OPTIONS = ("--lease", "--lease-timeout", "--holder", "--cooldown", "--omp-wait",
 
 
 # Thrashing at the memory limit (watch_thrash): for THRASH_S on end the cgroup holds at least
-# THRASH_FULL of its limit, the job takes at least THRASH_FAULTS_S major page faults a second, and
-# less than THRASH_USER of the CPU time it gets is its own code's. A job near its limit that only
-# streams its data (faults, but computes between them) or waits (no faults) is none of these.
-THRASH_S, THRASH_FULL, THRASH_FAULTS_S, THRASH_USER = 10.0, 0.9, 10.0, 0.1
+# THRASH_FULL of its limit, the job takes at least THRASH_FAULTS_S major page faults a second, it
+# keeps at least THRASH_CPU of a core busy, and less than THRASH_USER of that is its own code's:
+# busy in the kernel, faulting. A job near its limit that streams its data (faults, but computes
+# between them), waits on a slow disk (little CPU) or waits at all (no faults) is none of these.
+THRASH_S, THRASH_FULL, THRASH_FAULTS_S, THRASH_CPU, THRASH_USER = 10.0, 0.9, 10.0, 0.1, 0.1
 THRASH_POLL_S = 0.5
 THRASHED = "zobench-launch: thrashing at its memory limit"
 
@@ -131,16 +132,17 @@ def _faults_and_times(pid: int) -> tuple[int, int, int] | None:
         return None
 
 
-def thrashing(samples: list[tuple[float, int | None, tuple | None]], limit: int) -> str:
+def thrashing(samples: list[tuple[float, int | None, tuple | None]], limit: int, tick_s: float = 0.01) -> str:
     """What THRASH_S of (monotonic, cgroup usage, _faults_and_times) samples show of a job
-    thrashing at its limit, as the one line the watchdog prints; "" while they do not."""
+    thrashing at its limit, as the one line the watchdog prints; "" while they do not. tick_s:
+    the seconds of a clock tick, /proc's unit of CPU time."""
     if len(samples) < 2 or samples[-1][0] - samples[0][0] < THRASH_S:
         return ""
     if any(u is None or u < THRASH_FULL * limit or p is None for _, u, p in samples):
         return ""
     (t0, _, (f0, u0, s0)), (t1, _, (f1, u1, s1)) = samples[0], samples[-1]
     faults, cpu = f1 - f0, (u1 - u0) + (s1 - s0)
-    if faults < THRASH_FAULTS_S * (t1 - t0) or not cpu or (u1 - u0) >= THRASH_USER * cpu:
+    if faults < THRASH_FAULTS_S * (t1 - t0) or cpu * tick_s < THRASH_CPU * (t1 - t0) or (u1 - u0) >= THRASH_USER * cpu:
         return ""
     return (f"{THRASHED}: {faults} major page faults in {t1 - t0:.0f} s at {limit >> 20} MiB, "
             f"{(u1 - u0) / cpu:.1%} of its CPU time in its own code; killed")
@@ -169,7 +171,7 @@ def watch_thrash(cgroup: str, limit: int) -> None:
             samples.append((now, _usage(cgroup), _faults_and_times(parent)))
             while len(samples) > 2 and now - samples[1][0] >= THRASH_S:     # the last THRASH_S, and no more
                 samples.pop(0)
-            line = thrashing(samples, limit)
+            line = thrashing(samples, limit, 1 / os.sysconf("SC_CLK_TCK"))
             if line:
                 print(line, file=sys.stderr, flush=True)
                 os.kill(parent, signal.SIGKILL)
