@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import gzip
-import os
 import statistics
 import sys
 import tempfile
@@ -122,11 +121,12 @@ class Tally:
             cells[estimator] = (aa, as_)
         base = a if one_sided else a2
         one = gate(store, a, a2, ESTIMATORS[0], first=True), gate(store, base, s, ESTIMATORS[0], first=True)
+        counts = [counts_by_key(store, r) for r in (a, a2, s)]
         # compare --judge-by instructions, a shared runner's gate: where the runs counted them
-        counted = any(counts_by_key(store, r) for r in (a, a2, s))
-        by = (gate(store, a, a2, ESTIMATORS[0], by="instructions"), gate(store, base, s, ESTIMATORS[0], by="instructions"))
+        by = (gate(store, a, a2, ESTIMATORS[0], by="instructions"),
+              gate(store, base, s, ESTIMATORS[0], by="instructions")) if any(counts) else None
         for view, (x, y) in (("5 repeats", cells[ESTIMATORS[0]]), ("1 repeat", one),
-                             *[("judged by instructions", by)] * counted):
+                             *[("judged by instructions", by)] * bool(by)):
             self.cells[view, "A/A"].append(x[0])
             self.cells[view, "slowdown"].append(y[0])
         if self.rerun_s:        # the rerun rule where five repeats were not judged (the loops as the current side's)
@@ -134,8 +134,8 @@ class Tally:
                                       ("slowdown", (base, s), cells[ESTIMATORS[0]][1][0])):
                 self.cells["after --rerun", c].append(
                     rerun(store, b, cur, self.rerun_s, self.loops) if code == compare.EXIT_NOT_JUDGED else code)
-        for r in (a, a2, s):
-            for key, n in counts_by_key(store, r).items():
+        for counted in counts:
+            for key, n in counted.items():
                 self.counts.setdefault(key, set()).add(n)
         fmt = lambda code, n: f"exit {code}: " + ", ".join(f"{v} {k}" for k, v in n.items() if v)  # noqa: E731
         loads = "/".join(f"{100 * busy(store, r):.0f}%" for r in (a, a2, s))
@@ -143,7 +143,7 @@ class Tally:
         print(f"{self.trials:>5}  {loads:>14}  {fmt(*aa):<36} {fmt(*as_):<36} "
               + "; ".join(f"exit {x[0]}, exit {y[0]}" for x, y in others)
               + f" | 1 repeat: exit {one[0][0]}, exit {one[1][0]}"
-              + (f" | by instructions: exit {by[0][0]}, exit {by[1][0]}" if counted else "")
+              + (f" | by instructions: exit {by[0][0]}, exit {by[1][0]}" if by else "")
               + (f" | after --rerun: exit {self.cells['after --rerun', 'A/A'][-1]}, "
                  f"exit {self.cells['after --rerun', 'slowdown'][-1]}" if self.rerun_s else ""), flush=True)
 
@@ -221,23 +221,11 @@ def from_record(record: Path, round_: str, root: Path) -> Store:
     return store
 
 
-def evaluate(folder: Path | Store, quiet: bool = False) -> Tally:
+def evaluate(folder: Path | Store) -> Tally:
     """Judge again the trials kept in folder (or a record's round, from_record): its runs in order,
-    three a trial; quiet: the tally alone, nothing printed."""
+    three a trial; prints them and their totals, and returns the tally."""
     store = folder if isinstance(folder, Store) else Store(folder)
     ids = trial_runs(store)
-    out = sys.stdout
-    if quiet:
-        sys.stdout = open(os.devnull, "w")
-    try:
-        return _evaluate(store, ids)
-    finally:
-        if quiet:
-            sys.stdout.close()
-            sys.stdout = out
-
-
-def _evaluate(store: Store, ids: list[str]) -> Tally:
     print(f"{store.root}: {len(ids) // 3} trials kept")
     print(HEADER)
     tally, slowdown = Tally(), None

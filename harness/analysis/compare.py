@@ -150,9 +150,15 @@ def judge_instructions(b: Measurement, c: Measurement, threshold: float) -> Inst
     if len(builds) > 1:
         return Instructions("not judged", reason=f"instructions counted on builds {', '.join(map(str, builds))}: not judged")
     mb, mc = statistics.median(b.instructions), statistics.median(c.instructions)
-    change = mc / mb - 1
-    status = "unchanged" if abs(change) <= threshold else "regressed" if change > 0 else "improved"
+    status, change = counted_change(mb, mc, threshold)
     return Instructions(status, mb, mc, change, builds[0])
+
+
+def counted_change(before: float, after: float, threshold: float) -> tuple[str, float]:
+    """(status, change) of a count, which is deterministic: past the threshold a regression or an
+    improvement, no test; within it unchanged (the gate, and history along a series)."""
+    change = after / before - 1
+    return ("unchanged" if abs(change) <= threshold else "regressed" if change > 0 else "improved"), change
 
 
 def with_instructions(v: Verdict, ins: Instructions | None, loaded: bool = False) -> Verdict:

@@ -34,8 +34,8 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field
 
-from harness.analysis.compare import (ALPHA, ESTIMATOR, INSTRUCTION_THRESHOLD, LOADED, mann_whitney_p,
-                                      point_estimate, shift)
+from harness.analysis.compare import (ALPHA, ESTIMATOR, INSTRUCTION_THRESHOLD, LOADED, counted_change,
+                                      mann_whitney_p, point_estimate, shift)
 from harness.stores import machine_load
 from harness.stores.metrics import BY_NAME, LOADED_METRICS, METRICS
 
@@ -159,8 +159,8 @@ def counted_changes(s: Series, name: str, threshold: float = INSTRUCTION_THRESHO
         if not v:
             continue
         now = statistics.median(v)
-        if last is not None and abs(now / last - 1) > threshold:
-            found.append(Change(name, p.commit, i, last, now, now / last - 1, None))
+        if last is not None and (moved := counted_change(last, now, threshold))[0] != "unchanged":
+            found.append(Change(name, p.commit, i, last, now, moved[1], None))
         last = now
     return found
 

@@ -91,9 +91,10 @@ def kernel_oom_line(log: str, pid, since) -> str:
     return ""
 
 
-def _oom_evidence(ev: Evidence, rc: int | None, why: str, tail: str = "") -> str:
+def _oom_evidence(ev: Evidence, rc: int | None, tail: str) -> str:
     """Why the job ran out of memory, from the evidence; "" when there is none. tail: its stderr's
     last lines, where the launcher's watchdog's line may stand above a remote shell's "Killed"."""
+    why = _last_line(tail)
     kills = oom_kills(ev.cgroup_counters)
     if kills:
         return f"the OOM killer fired in its {ev.mem_limit} memory cgroup: oom_kill {kills}"
@@ -168,7 +169,7 @@ def classify(job: Job, outcome, result_path: Path, started_at: str, wall: float,
     why = _last_line(outcome.stderr_tail)
     ended = f"runner killed by {_signal_name(-rc)}" if rc is not None and rc < 0 else \
         f"runner exited with code {rc} without a result"
-    oom = _oom_evidence(evidence or Evidence(), rc, why, outcome.stderr_tail)
+    oom = _oom_evidence(evidence or Evidence(), rc, outcome.stderr_tail)
     if oom:
         return fail("oom", f"{ended}: out of memory ({oom})" + (f": {why}" if why and not why.startswith(THRASHED) else ""))
     return fail("failed", ended + (f": {why}" if why else ""))

@@ -1,8 +1,9 @@
 """The quantities zobench judges and tracks, defined once: the gate (compare.py) judges them
 between two runs, history (history.py) along commits, and the shared store keeps one column of
 each. Instructions per step, where a job counted them, are a count: judged by a threshold on
-their own, one count a side (compare.judge_instructions), not by the test the times need. A metric's sources are what it may be measured by, preferred first: peak memory is a GPU's
-own allocation where the job had one (a cuda job's RSS is mostly CUDA's libraries), else the
+their own, one count a side (compare.counted_change), not by the test the times need. A
+metric's sources are what it may be measured by, preferred first: peak memory is a GPU's own
+allocation where the job had one (a cuda job's RSS is mostly CUDA's libraries), else the
 process's RSS; the gate uses the first source both sides measured, history the first one a
 result has (a series is one machine, so all its results have the same)."""
 from __future__ import annotations
