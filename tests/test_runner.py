@@ -102,9 +102,15 @@ def test_idx_reader_raw_and_gzip_and_corrupt(tmp_path):
     (tmp_path / "z.gz").write_bytes(gzip.compress(_idx(a)))
     assert np.array_equal(datasets.read_idx(tmp_path / "raw"), a)
     assert np.array_equal(datasets.read_idx(tmp_path / "z.gz"), a)
+    assert np.array_equal(datasets.read_idx(tmp_path / "z.gz", limit=1), a[:1])   # inflated that far only
     (tmp_path / "short").write_bytes(_idx(a)[:-1])
     with pytest.raises(datasets.DatasetError, match="holds 23 bytes"):
         datasets.read_idx(tmp_path / "short")
+    # a gzip file short of what its header says, read whole or in part: its trailer's size gives it away
+    (tmp_path / "short.gz").write_bytes(gzip.compress(_idx(a)[:-1]))
+    for limit in (0, 1, 2):
+        with pytest.raises(datasets.DatasetError, match="holds 23 bytes"):
+            datasets.read_idx(tmp_path / "short.gz", limit=limit)
     (tmp_path / "bad").write_bytes(b"\x00\x00\x0d\x01" + bytes(8))
     with pytest.raises(datasets.DatasetError, match="not an unsigned-byte IDX"):
         datasets.read_idx(tmp_path / "bad")
