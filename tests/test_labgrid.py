@@ -20,19 +20,19 @@ ONE_JOB = ["--method", "full-zo", *TINY]
 BIN = Path(sys.executable).parent
 
 
-@pytest.fixture
-def lab(farm, tmp_path):
+@pytest.fixture(scope="module")
+def coordinator(farm, tmp_path_factory):
     """A coordinator and an exporter of board-a's sshd, the place pi-lab-1 (tagged
-    board=pi-zero2) matching it, and an inventory naming it by place and by tags; every
-    runner is held until GO."""
+    board=pi-zero2) matching it, and pi-lab-2 and -3 (board-b's and board-c's, a pool's, tagged
+    farm=pool): one lab for the file's tests, each of which leaves every place released."""
     pytest.importorskip("labgrid")
     require("sshd")
+    tmp = tmp_path_factory.mktemp("lab")
     address = f"127.0.0.1:{free_port()}"
-    (tmp_path / "coordinator").mkdir()
-    coordinator = subprocess.Popen([BIN / "labgrid-coordinator", "--listen", address], cwd=tmp_path / "coordinator",
+    (tmp / "coordinator").mkdir()
+    coordinator = subprocess.Popen([BIN / "labgrid-coordinator", "--listen", address], cwd=tmp / "coordinator",
                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    # board-a is pi-lab-1; board-b and board-c are pi-lab-2 and -3, a pool's (tagged farm=pool)
-    (tmp_path / "exporter.yaml").write_text("".join(
+    (tmp / "exporter.yaml").write_text("".join(
         f"{group}:\n  NetworkService:\n    address: 127.0.0.1\n    username: {getpass.getuser()}\n"
         f"    port: {farm['boards'][board].port}\n"
         for group, board in (("pi-group", "board-a"), ("pool-b", "board-b"), ("pool-c", "board-c"))))
@@ -40,27 +40,33 @@ def lab(farm, tmp_path):
     try:
         until("the coordinator answers", lambda: client(address, "places").returncode == 0, timeout=60)
         exporter = subprocess.Popen([BIN / "labgrid-exporter", "--coordinator", address, "--name", "exp",
-                                     str(tmp_path / "exporter.yaml")], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                                     str(tmp / "exporter.yaml")], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         until("the exporter's resources", lambda: "exp/pool-c/NetworkService" in client(address, "resources").stdout,
               timeout=60)
         for place, group, tags in (("pi-lab-1", "pi-group", "board=pi-zero2"), ("pi-lab-2", "pool-b", "farm=pool"),
                                    ("pi-lab-3", "pool-c", "farm=pool")):
             for step in (["create"], ["add-match", f"exp/{group}/NetworkService"], ["set-tags", tags]):
                 assert client(address, "-p", place, *step).returncode == 0
-        wrapper, log, go = held_python(tmp_path)
-        common = {"key": str(farm["key"]), "python": str(wrapper), "runtimes": ["torch"], "threads": 1}
-        inv = tmp_path / "targets.toml"
-        inv.write_text("".join(
-            f"[targets.{name}]\nlabgrid = {{ coordinator = \"{address}\", {where} }}\nworkdir = \"{tmp_path / name}\"\n"
-            + "".join(f"{k} = {json.dumps(v)}\n" for k, v in common.items())
-            for name, where in (("by-place", 'place = "pi-lab-1"'), ("by-tags", 'tags = { board = "pi-zero2" }'))))
-        yield {"address": address, "inventory": inv, "log": log, "go": go, "env": farm["env"], "tmp": tmp_path,
-               "key": farm["key"]}
+        yield address
     finally:
         for p in (exporter, coordinator):
             if p is not None:
                 p.terminate()
                 p.wait(30)
+
+
+@pytest.fixture
+def lab(coordinator, farm, tmp_path):
+    """The lab and an inventory naming pi-lab-1 by place and by tags; every runner is held until GO."""
+    wrapper, log, go = held_python(tmp_path)
+    common = {"key": str(farm["key"]), "python": str(wrapper), "runtimes": ["torch"], "threads": 1}
+    inv = tmp_path / "targets.toml"
+    inv.write_text("".join(
+        f"[targets.{name}]\nlabgrid = {{ coordinator = \"{coordinator}\", {where} }}\nworkdir = \"{tmp_path / name}\"\n"
+        + "".join(f"{k} = {json.dumps(v)}\n" for k, v in common.items())
+        for name, where in (("by-place", 'place = "pi-lab-1"'), ("by-tags", 'tags = { board = "pi-zero2" }'))))
+    return {"address": coordinator, "inventory": inv, "log": log, "go": go, "env": farm["env"], "tmp": tmp_path,
+            "key": farm["key"]}
 
 
 def client(address: str, *args) -> subprocess.CompletedProcess:
