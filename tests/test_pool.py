@@ -33,10 +33,11 @@ def test_a_pool_spreads_its_jobs_over_its_members_and_its_results_are_one_target
     marks = {n: tmp_path / f"{n}.started" for n in ("board-a", "board-b")}
     hold = {n: f"touch {marks[n]}; i=0; while [ ! -e {marks[o]} ] && [ $i -lt 1200 ]; do sleep 0.1; i=$((i+1)); done"
             for n, o in (("board-a", "board-b"), ("board-b", "board-a"))}
-    inv = inventory(farm, tmp_path, "lab", {n: {"python": str(hooked_python(tmp_path / f"{n}.py", hold[n]))}
-                                            for n in hold})
+    # on the C++ binary: no interpreter to start and no torch to import on the boards
+    inv = inventory(farm, tmp_path, "lab", {n: {"python": str(hooked_python(tmp_path / f"{n}.py", hold[n])),
+                                                "runtimes": ["cpp"], "arch": "x86_64"} for n in hold})
     suite = tmp_path / "three.toml"
-    suite.write_text('methods = ["full-zo"]\nruntimes = ["torch"]\nprecisions = ["fp32"]\nrepeats = 3\n'
+    suite.write_text('methods = ["full-zo"]\nruntimes = ["cpp"]\nprecisions = ["fp32"]\nrepeats = 3\n'
                      '[workload]\nmodel = "lenet5"\ndataset = "fashion-mnist"\n'
                      '[hyper]\nepochs = 1\ntrain_samples = 320\ntest_samples = 64\n')
     r = zobench("run", "--suite", suite, "--results", tmp_path / "r", "--inventory", inv, "--target", "lab",
