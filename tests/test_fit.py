@@ -67,8 +67,8 @@ def test_configs_leave_out_models_that_cannot_take_the_context():
 def test_fit_on_this_machine_under_a_budget(capsys, tmp_path):
     """The largest model it reports trains ok under the budget, the next size up ends oom, every
     probe is a result of the run; a budget too small for any size says so with exit 1. The budget is
-    500M, not docs/transformers.md's 700M: on this machine gpt2-4m is the largest then and
-    gpt2-12m's probe ends oom at once, where under 700M it trains (half of the test's CPU time)."""
+    500M, not docs/transformers.md's 700M: under it gpt2-12m's probe ends oom at once (on a 2-core
+    AMD EPYC), where under 700M it trains, half of the test's CPU time."""
     rc, out, err = run_fit(capsys, "--results", str(tmp_path), "--budget", "500M", "--context", "128")
     store = Store(tmp_path)
     run_id = store.latest()
