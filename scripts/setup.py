@@ -186,11 +186,11 @@ class Step:
 # What each level's commands import, imported once at set-up with bytecode written: uv writes none, and
 # where PYTHONDONTWRITEBYTECODE is set every torch job would compile torch's modules again (seconds each).
 # torch._dynamo is what a job's first activation checkpoint imports (822 modules, sympy's among them:
-# 7.2 s of CPU a job uncompiled, 2.0 s compiled, on a 2-core AMD EPYC).
-WARM = {"run": ("zobench.cli", "zobench.running", "workloads.torch_runner", "workloads.ort_runner", "reports.report",
-                "torch._dynamo")}
-WARM["test"] = WARM["bench"] = (*WARM["run"], "pytest", "xdist", "hypothesis", "selenium.webdriver", "labgrid",
-                                "transformers", "psycopg", "optuna")
+# 7.2 s of CPU a job uncompiled, 2.0 s compiled, on a 2-core AMD EPYC): the tests' and benchmarks'
+# transformer jobs checkpoint, make run's quick suite never does.
+WARM = {"run": ("zobench.cli", "zobench.running", "workloads.torch_runner", "workloads.ort_runner", "reports.report")}
+WARM["test"] = WARM["bench"] = (*WARM["run"], "torch._dynamo", "pytest", "xdist", "hypothesis", "selenium.webdriver",
+                                "labgrid", "transformers", "psycopg", "optuna")
 WARM_CODE = ("import importlib, sys\nsys.dont_write_bytecode = False\n"
              "for m in sys.argv[1:]:\n    importlib.import_module(m)\n")
 

@@ -3,6 +3,7 @@ spread over the members that are free, a member that differs left out, a member 
 mid-job costing only that attempt (harness/execution/pool.py)."""
 import json
 import os
+import platform
 import signal
 import threading
 from pathlib import Path
@@ -35,7 +36,7 @@ def test_a_pool_spreads_its_jobs_over_its_members_and_its_results_are_one_target
             for n, o in (("board-a", "board-b"), ("board-b", "board-a"))}
     # on the C++ binary: no interpreter to start and no torch to import on the boards
     inv = inventory(farm, tmp_path, "lab", {n: {"python": str(hooked_python(tmp_path / f"{n}.py", hold[n])),
-                                                "runtimes": ["cpp"], "arch": "x86_64"} for n in hold})
+                                                "runtimes": ["cpp"], "arch": platform.machine()} for n in hold})
     suite = tmp_path / "three.toml"
     suite.write_text('methods = ["full-zo"]\nruntimes = ["cpp"]\nprecisions = ["fp32"]\nrepeats = 3\n'
                      '[workload]\nmodel = "lenet5"\ndataset = "fashion-mnist"\n'

@@ -236,8 +236,8 @@ def read_idx(path: Path, type_byte: int = 0x08, limit: int = 0) -> np.ndarray:
     native-endian array, checking its header against the file's size. A raw file is mapped, not
     read: only the records taken are ever loaded (a point set's training file is 121 MB). A
     gzip file is inflated only as far as those records (a quick job's 64 of Fashion-MNIST's
-    60,000 images: 0.9 s of CPU less a job), its size read from the gzip trailer (ISIZE, the
-    size modulo 2^32); read whole, gzip checks its CRC too."""
+    60,000 images: 0.4 s of CPU less a job), its size then the gzip trailer's (ISIZE, modulo
+    2^32); read whole, gzip checks its CRC too."""
     gz = path.suffix == ".gz"
     with (gzip.open if gz else open)(path, "rb") as f:
         head = f.read(4)
@@ -249,31 +249,25 @@ def read_idx(path: Path, type_byte: int = 0x08, limit: int = 0) -> np.ndarray:
         if len(dims_bytes) < 4 * ndim:
             raise DatasetError(f"{path}: its header is cut short")
         dims = struct.unpack(f">{ndim}I", dims_bytes)
-        body_bytes = int(np.prod(dims)) * dtype.itemsize
-        taken = min(limit, dims[0]) if limit else dims[0]
-        want = body_bytes // dims[0] * taken if dims[0] else 0
+        taken = min(limit or dims[0], dims[0])
         if gz:
-            data = f.read(want if taken < dims[0] else -1)
-            size = start + len(data) if taken == dims[0] else _gzip_size(path, start + body_bytes)
+            data = f.read(taken * int(np.prod(dims[1:])) * dtype.itemsize if taken < dims[0] else -1)
+            held = len(data) if taken == dims[0] else (_gzip_isize(path) - start) % 2**32
         else:
-            size = path.stat().st_size
-    if size - start != body_bytes or (gz and len(data) < want):
-        held = size - start if size - start != body_bytes else len(data)
+            held = path.stat().st_size - start
+    if held != int(np.prod(dims)) * dtype.itemsize:
         raise DatasetError(f"{path}: header says {dims} but holds {held} bytes")
     if not dims[0]:     # an empty file region cannot be mapped
         return np.zeros(dims, dtype.newbyteorder("="))
-    body = (np.frombuffer(data, dtype, count=want // dtype.itemsize) if gz
-            else np.memmap(path, dtype, "r", offset=start)).reshape(-1, *dims[1:])
+    body = (np.frombuffer(data, dtype) if gz else np.memmap(path, dtype, "r", offset=start)).reshape(-1, *dims[1:])
     return np.array(body[:taken], dtype.newbyteorder("="))   # a copy in memory, in native order
 
 
-def _gzip_size(path: Path, expected: int) -> int:
-    """A gzip file's inflated size, from its trailer's ISIZE (the size modulo 2^32), reported as
-    `expected` where it agrees with it modulo 2^32."""
+def _gzip_isize(path: Path) -> int:
+    """A gzip file's inflated size modulo 2^32, from its trailer."""
     with open(path, "rb") as f:
         f.seek(-4, os.SEEK_END)
-        isize = struct.unpack("<I", f.read(4))[0]
-    return expected if isize == expected % 2**32 else isize
+        return struct.unpack("<I", f.read(4))[0]
 
 
 def write_idx(path: Path, array: np.ndarray, type_byte: int) -> None:
