@@ -2,8 +2,10 @@
 
 The session fixtures ask for each binary when a test first needs it (harness/preparation/build.py:
 incremental, one cmake a folder at a time across processes). On a fresh clone that is six
-builds (this machine's, each x86 CPU name it runs, which a board's job on it builds too, and two
-Arm ones) of about 18 s of one core each, while the test workers keep both cores busy. The set-up
+builds on this machine (its own; x86-64 and x86-64-v3, whose kernel paths are tested, v3 being
+also what a board's job here builds; x86-64-v3-nofma, which instructions are counted with; two
+Arm ones) of about a minute of CPU each (55 s for x86-64-v3-nofma), while the test workers
+would keep both cores busy. The set-up
 (scripts/setup.py) therefore builds them while it fills the venv: this module imports only the
 standard library and the harness's build, so the system's Python runs it before the venv has
 anything in it. `make run`'s set-up builds this machine's binary alone (`--native`).
@@ -17,12 +19,15 @@ from pathlib import Path
 
 from harness.errors import UserError
 from harness.planning import cpu
+from harness.planning.counting import counted_build
 from harness.planning.inventory import Target
 from harness.preparation.build import build
 from workloads.envinfo import cpu_facts
 
 # the Arm CPUs whose builds run under qemu: with the dot product (-cpu max) and without (a Pi Zero 2's core)
 ARM_CPUS = ("cortex-a53", "armv8.2-a+dotprod")
+# the x86 levels whose kernel paths make test checks (SSE2's and AVX2's); the others', -m slow
+KERNEL_PATHS_TESTED = ("x86-64", "x86-64-v3")
 
 
 def native_binary(cpu_name: str = "") -> str:
@@ -45,6 +50,17 @@ def x86_names_here() -> list[str]:
     return cpu.x86_names(set(cpu_facts(Path("/proc/cpuinfo").read_text())["cpu_flags"]))
 
 
+def x86_builds_tested() -> list[str]:
+    """The x86 CPU names make test builds beside the native one, of those this machine runs: the
+    kernel paths' tests' (KERNEL_PATHS_TESTED; the other levels' run with -m slow), a board's
+    job here (the best level) and the build its instructions are counted with."""
+    names = x86_names_here()
+    if not names:
+        return []
+    wanted = [n for n in names if n in KERNEL_PATHS_TESTED] + [names[-1], counted_build("x86_64", names[-1])]
+    return list(dict.fromkeys(wanted))
+
+
 def main(argv: list[str] | None = None) -> int:
     """Build every binary the tests run (`--native`: this machine's own, which a local run's C++ jobs
     run: `make run`'s set-up); one that cannot be built is named, and the tests that need it say
@@ -60,8 +76,7 @@ def main(argv: list[str] | None = None) -> int:
 
     builds = [("native", native_binary)]
     if "--native" not in (sys.argv[1:] if argv is None else argv):
-        # each x86 CPU name this machine runs: the kernel paths' tests, and a board's job here
-        builds += [*[(name, lambda name=name: native_binary(name)) for name in x86_names_here()],
+        builds += [*[(name, lambda name=name: native_binary(name)) for name in x86_builds_tested()],
                    *[(f"aarch64 {name}", lambda name=name: aarch64_binary(name)) for name in ARM_CPUS]]
     # two at a time: a build is one compiler process, and once pip is done both cores are free
     with ThreadPoolExecutor(2) as pool:

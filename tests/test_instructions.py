@@ -13,7 +13,7 @@ import pytest
 
 from harness.boards.transport import LocalTransport
 from harness.execution import instructions
-from harness.planning import counting
+from harness.planning import counting, cpu
 from harness.preparation.bundle import Site
 from harness.stores import measurements, schema
 from harness.stores.store import Store
@@ -49,7 +49,7 @@ def test_the_count_is_the_same_to_the_instruction_run_to_run_and_its_phases_sum_
     assert a["steps"] == len(a["step_totals"]) == counting.COUNT_STEPS
     assert sum(a["phases"].values()) == pytest.approx(a["per_step"], rel=1e-12)
     assert set(a["phases"]) <= set(counting.PHASES) and {"forward", "zo_perturb", "zo_update"} <= set(a["phases"])
-    assert a["build"] == ("x86-64-v3" if platform.machine() == "x86_64" else counted["results"]["a"]["env"]["build_cpu"])
+    assert a["build"] == (counting.COUNT_BUILD if platform.machine() == "x86_64" else counted["results"]["a"]["env"]["build_cpu"])
     assert a["threads"] == 1 and a["tool"] == "callgrind"
 
 
@@ -83,7 +83,7 @@ def test_the_report_shows_instructions_per_step_and_their_phases(counted, tmp_pa
 
 def site_here(tmp_path: Path, count_binary: str = "/nonexistent") -> Site:
     return Site(LocalTransport(), str(REPO), str(tmp_path / "jobs"), str(tmp_path), count_binary=count_binary,
-                count_build="x86-64-v3")
+                count_build=counting.COUNT_BUILD)
 
 
 def test_a_target_without_valgrind_or_a_job_not_of_the_binary_records_why_not(tmp_path, monkeypatch):
@@ -99,7 +99,7 @@ def test_a_target_without_valgrind_or_a_job_not_of_the_binary_records_why_not(tm
     rec = instructions.count(SimpleNamespace(job_id="j", spec={"runtime": "torch"}), target, site_here(tmp_path))
     assert rec["why"].startswith("runtime torch: only the C++ binary's")
     rec = instructions.count(job, target, Site(LocalTransport(), str(REPO), str(tmp_path), str(tmp_path),
-                                               count_build="x86-64-v3", count_error="the build failed"))
+                                               count_build=counting.COUNT_BUILD, count_error="the build failed"))
     assert rec["why"] == "the build failed"
     # the reason reaches the gate's note
     r = made_up_result(10.0)
@@ -118,11 +118,17 @@ def test_a_result_without_instructions_is_upgraded_to_null_and_a_bad_record_is_r
         assert any(said in p for p in schema.problems({**r, "instructions": bad})), bad
 
 
-def test_the_count_build_is_one_valgrind_runs():
-    assert counting.counted_build("x86_64", "native") == "x86-64-v3"
-    assert counting.counted_build("x86_64", "x86-64-v4-vnni") == "x86-64-v3"
-    assert counting.counted_build("x86_64", "x86-64-v2") == "x86-64-v2"      # the timed build itself
+def test_the_count_build_is_one_valgrind_runs_at_speed():
+    """Builds with AVX-512 (SIGILL under Valgrind) or FMA (a helper call per lane) are counted on
+    v3 without FMA; those with neither, as timed."""
+    for timed in ("native", "x86-64-v3", "x86-64-v4", "x86-64-v4-vnni"):
+        assert counting.counted_build("x86_64", timed) == "x86-64-v3-nofma"
+    for timed in ("x86-64", "x86-64-v2", "x86-64-v3-nofma"):
+        assert counting.counted_build("x86_64", timed) == timed
     assert counting.counted_build("aarch64", "cortex-a53") == "cortex-a53"
+    assert cpu.flags("x86_64", counting.COUNT_BUILD) == ["-march=x86-64-v3", "-mno-fma"]
+    assert counting.COUNT_BUILD not in cpu.x86_names(set().union(*cpu.X86_LEVEL_FLAGS.values())), \
+        "no probe chooses the count's build for a timed job"
 
 
 def test_inject_work_leaves_the_binarys_training_as_it_was(native, data_dir, tmp_path):

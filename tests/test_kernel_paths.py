@@ -10,14 +10,15 @@ blocks). The aarch64 builds do the same under qemu: with the dot product (-cpu m
 
 make test builds three of them: x86-64 (SSE2, the baseline), x86-64-v3 (AVX2) and both aarch64
 paths; the native build every other test runs covers this machine's own (AVX-512 with VNNI on the
-CI runner). x86-64-v2, x86-64-v4 and x86-64-v4-vnni compile a minute each and run with -m slow."""
+CI runner). x86-64-v2, x86-64-v4, x86-64-v4-vnni and x86-64-v3-nofma (AVX2 without FMA, the build
+instructions are counted with: tests/test_instructions.py) compile a minute each and run with -m slow."""
 import pytest
 
 from harness.preparation.artifacts import raw_idx
 from workloads.models import POINTNET
 
 from testkit.agreement import assert_same_fp32_steps, assert_same_int8_run
-from testkit.binaries import aarch64_binary, native_binary, x86_names_here
+from testkit.binaries import KERNEL_PATHS_TESTED, aarch64_binary, native_binary, x86_names_here
 from testkit.runners import QEMU_A53, job_spec, run_runner
 from testkit.tools import require
 
@@ -28,6 +29,7 @@ X86_KERNELS = {
     "x86-64-v3": ("avx2-fma", "avx2-maddubs"),
     "x86-64-v4": ("avx512", "avx512-maddubs"),
     "x86-64-v4-vnni": ("avx512", "avx512-vnni"),
+    "x86-64-v3-nofma": ("avx2", "avx2-maddubs"),
 }
 QEMU_MAX = ("qemu-aarch64", "-cpu", "max")      # every extension qemu emulates, the dot product among them
 ARM = {"armv8.2-a+dotprod": (QEMU_MAX, "neon-dotprod"), "cortex-a53": (QEMU_A53, "neon-smull")}
@@ -37,7 +39,7 @@ INT8_POINTNET = [("full-bp", 0, "float"), ("elastic-zo", 1, "integer")]
 
 
 # the x86 names each test runs: the ones make test leaves to -m slow are marked so
-X86_NAMES = [n if n in ("x86-64", "x86-64-v3") else pytest.param(n, marks=pytest.mark.slow) for n in X86_KERNELS]
+X86_NAMES = [n if n in KERNEL_PATHS_TESTED else pytest.param(n, marks=pytest.mark.slow) for n in X86_KERNELS]
 
 
 @pytest.fixture(scope="session")

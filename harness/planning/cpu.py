@@ -12,13 +12,15 @@ from dataclasses import dataclass
 
 from harness.errors import UserError
 
-# x86-64 micro-architecture levels (the psABI's), and v4 with AVX-512 VNNI on top
+# x86-64 micro-architecture levels (the psABI's), and v4 with AVX-512 VNNI on top; and v3 without
+# its FMA, which no probe chooses: the build instructions are counted with (harness/planning/counting.py)
 X86 = {
     "x86-64": ["-march=x86-64"],
     "x86-64-v2": ["-march=x86-64-v2"],
     "x86-64-v3": ["-march=x86-64-v3"],
     "x86-64-v4": ["-march=x86-64-v4"],
     "x86-64-v4-vnni": ["-march=x86-64-v4", "-mavx512vnni"],
+    "x86-64-v3-nofma": ["-march=x86-64-v3", "-mno-fma"],
 }
 # Arm cores gcc tunes for (-mcpu=NAME), and the two architecture baselines for cores it does not know
 ARM_CORES = ("cortex-a35", "cortex-a53", "cortex-a55", "cortex-a57", "cortex-a72", "cortex-a73", "cortex-a75",

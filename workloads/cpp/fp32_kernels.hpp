@@ -23,6 +23,8 @@ constexpr const char* SIMD = "neon";
 constexpr const char* SIMD = "avx512";
 #elif defined(__AVX2__) && defined(__FMA__)
 constexpr const char* SIMD = "avx2-fma";
+#elif defined(__AVX2__)
+constexpr const char* SIMD = "avx2";    // x86-64-v3-nofma: the instruction count's build (counting.py)
 #elif defined(__SSE4_2__)
 constexpr const char* SIMD = "sse4.2";
 #elif defined(__SSE2__)
