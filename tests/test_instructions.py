@@ -120,13 +120,23 @@ def test_a_result_without_instructions_is_upgraded_to_null_and_a_bad_record_is_r
 
 def test_the_count_build_is_one_valgrind_runs_at_speed():
     """Builds with AVX-512 (SIGILL under Valgrind) or FMA (a helper call per lane) are counted on
-    v3 without FMA; those with neither, as timed."""
+    v3 without FMA; those with neither, as timed; the native build as its CPU's flags say."""
     for timed in ("native", "x86-64-v3", "x86-64-v4", "x86-64-v4-vnni"):
         assert counting.counted_build("x86_64", timed) == "x86-64-v3-nofma"
     for timed in ("x86-64", "x86-64-v2", "x86-64-v3-nofma"):
         assert counting.counted_build("x86_64", timed) == timed
     assert counting.counted_build("aarch64", "cortex-a53") == "cortex-a53"
     assert cpu.flags("x86_64", counting.COUNT_BUILD) == ["-march=x86-64-v3", "-mno-fma"]
+    # this machine's native build, by its flags: v2 and v3's flag sets as the kernel spells them
+    v2 = {"sse2", *cpu.X86_LEVEL_FLAGS["x86-64-v2"]}
+    v3 = v2 | cpu.X86_LEVEL_FLAGS["x86-64-v3"]
+    assert counting.counted_build("x86_64", "native", v3) == "x86-64-v3-nofma"
+    assert counting.counted_build("x86_64", "native", v3 | {"avx512f"}) == "x86-64-v3-nofma"
+    assert counting.counted_build("x86_64", "native", v2 | {"avx"}) == "native"          # a Sandy Bridge: neither
+    assert counting.counted_build("x86_64", "native", v2 | {"avx", "fma"}) == "x86-64-v2"   # a Piledriver: FMA, no AVX2
+    assert counting.counted_build("x86_64", "native", {"sse2", "fma"}) == "x86-64"
+    assert counting.counted_build("x86_64", "native", ()) == "x86-64-v3-nofma"           # flags unknown
+    assert counting.counted_build("x86_64", "x86-64-v3", v2) == "x86-64-v3-nofma"         # flags judge native alone
     assert counting.COUNT_BUILD not in cpu.x86_names(set().union(*cpu.X86_LEVEL_FLAGS.values())), \
         "no probe chooses the count's build for a timed job"
 

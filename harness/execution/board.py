@@ -56,7 +56,7 @@ def connected(name: str, target: Target, prep: Prepared, store: Store, run_id: s
             yield None
             return
         usable = None if binary and binary.error else binary
-        counter = prep.counter(target, binary, stop) if binary else None
+        counter = prep.counter(target, binary, facts, stop) if binary else None
         site = open_site(target, transport, prep, usable, store.runs / run_id / "work", run_id, counter)
         yield target, Board(target, site, facts, binary.error if binary else "")
 

@@ -28,6 +28,8 @@ import re
 import shlex
 import statistics
 
+from harness.planning import cpu as cpus
+
 TOOL = "callgrind"
 COUNT_BUILD = "x86-64-v3-nofma"      # the x86 build Valgrind 3.19 runs at its usual speed
 ARCH_OF_BUILD = "x86_64"
@@ -41,13 +43,21 @@ DUMP = re.compile(r"zobench step=(-?\d+) phase=([a-z_]+)")
 LINE = re.compile(r"^(?P<file>\S+?\.(?P<part>\d+)):(?:desc: Trigger: Client Request: (?P<name>.*)|summary: (?P<n>\d+))$")
 
 
-def counted_build(arch: str, timed: str) -> str:
+def counted_build(arch: str, timed: str, flags=()) -> str:
     """The build a target's count runs: the one it timed, where Valgrind runs it at speed; on
-    x86 one with FMA or AVX-512 (v3 and above, or this machine's -march=native, which may have
-    them) is counted on COUNT_BUILD."""
-    if arch != ARCH_OF_BUILD:
+    x86 one with FMA or AVX-512 (v3 and above) is counted on COUNT_BUILD. This machine's
+    -march=native is judged by its /proc/cpuinfo flags: with neither, counted as timed; with
+    them but without AVX2 (FMA came first on AMD's Piledriver), on the highest level it runs;
+    flags unknown, on COUNT_BUILD as if it had both."""
+    if arch != ARCH_OF_BUILD or timed in AT_SPEED:
         return timed
-    return timed if timed in AT_SPEED else COUNT_BUILD
+    have = set(flags)
+    if timed == cpus.NATIVE and have:
+        if not have & {"fma", "avx512f"}:
+            return timed
+        levels = cpus.x86_names(have)
+        return COUNT_BUILD if "x86-64-v3" in levels else levels[-1]
+    return COUNT_BUILD
 
 
 def count_spec(spec: dict) -> dict:

@@ -204,15 +204,17 @@ class Prepared:
         the one its probe's facts name (a run's Stop kills its build)."""
         return self.binaries.get(target, cpu_choice(target, facts), stop)
 
-    def counter(self, target: Target, timed: Binary, stop=None) -> Binary | None:
+    def counter(self, target: Target, timed: Binary, facts: dict, stop=None) -> Binary | None:
         """The build the target's instructions are counted with (harness/planning/counting.py): the
-        timed one where Valgrind runs it, else built too; None where nothing is counted."""
+        timed one where Valgrind runs it at speed (its probe's CPU flags judge a native build),
+        else built too; None where nothing is counted."""
         if target.instructions == "off" or self.binaries is None:
             return None
-        cpu = counted_build(target.arch, timed.choice.cpu)
+        cpu = counted_build(target.arch, timed.choice.cpu, facts.get("cpu_flags") or ())
         if cpu == timed.choice.cpu:
             return timed
-        return self.binaries.get(target, Choice(cpu, f"counted under Valgrind, which runs no {timed.choice.cpu} build"), stop)
+        why = f"counts the {timed.choice.cpu} build's instructions: Valgrind runs no AVX-512, and FMA a lane at a time"
+        return self.binaries.get(target, Choice(cpu, why), stop)
 
 
 def prepare(jobs: list[Job], targets: dict[str, Target], stop=None) -> dict[str, Prepared]:
