@@ -4,11 +4,10 @@ The session fixtures ask for each binary when a test first needs it (harness/pre
 incremental, one cmake a folder at a time across processes). On a fresh clone that is six
 builds on this machine (its own; x86-64 and x86-64-v3, whose kernel paths are tested, v3 being
 also what a board's job here builds; x86-64-v3-nofma, which instructions are counted with; two
-Arm ones) of about a minute of CPU each (55 s for x86-64-v3-nofma), while the test workers
-would keep both cores busy. The set-up
-(scripts/setup.py) therefore builds them while it fills the venv: this module imports only the
-standard library and the harness's build, so the system's Python runs it before the venv has
-anything in it. `make run`'s set-up builds this machine's binary alone (`--native`).
+Arm ones) of about a minute of CPU each (55 s for x86-64-v3-nofma), which would compete with
+the test workers for both cores. The set-up (scripts/setup.py) therefore builds them while it
+fills the venv: this module imports only the standard library and the harness's build, so the
+system's Python runs it before the venv has anything in it. `make run`'s set-up builds this machine's binary alone (`--native`).
 """
 from __future__ import annotations
 

@@ -13,11 +13,9 @@ counters at each dump, so each dump holds one phase of one step.
 Deterministic to the instruction for a given binary and input, which is what a gate needs:
 - one thread: a team's threads spin and sleep as the load lets them, which is not the step's work;
 - on x86, a build without AVX-512 or FMA, named in the record: Valgrind 3.19 stops at AVX-512
-  code (SIGILL) and runs each FMA through a helper call per lane (2M 256-bit vfmadd231ps 1.57 s
-  under `--tool=none`, 2M vmulps-and-vaddps pairs 0.38 s), so a count of 6 LeNet-5 Full ZO
-  steps at batch 32 takes 20 s on the x86-64-v3 build and 1.2 s on the same build without FMA
-  (x86-64-v3-nofma: AVX2's kernels, each multiply-add two instructions). A board whose timed
-  build has either is counted on x86-64-v3-nofma, built and deployed beside it;
+  code (SIGILL) and runs each FMA a lane at a time through a helper (a count 17x slower; the
+  measurements are docs/compare.md's), so a board whose timed build has either is counted on
+  x86-64-v3-nofma (AVX2's kernels, each multiply-add two instructions), built and deployed beside it;
 - no busy-wait (inject_slowdown spins on a clock: not work), no progress lines (the binary
   prints those by the clock, and not under Valgrind), no warm-up, the smallest evaluation;
 - COUNT_STEPS steps after a first, which carries the start's work (data loading) and is left out.
