@@ -11,8 +11,9 @@ issue, in order, the latencies Arm publishes), as the steady-state cycles of the
 back to back: an estimate that ignores cache misses and branch mispredictions, the same for
 every configuration, so its ratios (INT8 over FP32, the ZO loops' share) are what it is for.
 
-The ZO perturbation and update are the blocks of zrng::each_bits32's loops (every ZO pass
-runs there); their instructions per parameter are divided by the passes (three a step).
+The ZO perturbation and update are the blocks of zrng::each_bits32's and each_half16's loops
+(every ZO pass runs there); their instructions per parameter are divided by the passes (three a
+step).
 Prints a table; asserts nothing. docs/cpus.md shows the working and the numbers.
 """
 from __future__ import annotations
@@ -36,7 +37,9 @@ from testkit.runners import run_runner  # noqa: E402
 from workloads.vocab import PAPER_CONFIGS  # noqa: E402
 
 QEMU = ("qemu-aarch64", "-cpu", "cortex-a53")
-ZO_LOOPS = "each_bits32"          # the symbol every ZO pass's loop is compiled into
+# the symbols every ZO pass's loops are compiled into: the hash's (and FP32's whole pass), and
+# INT8's pass over the halves of its hashes
+ZO_LOOPS = ("each_bits32", "each_half16")
 BLOCK = re.compile(r"^IN: ?(.*)$")
 INSN = re.compile(r"^0x([0-9a-f]+):\s+[0-9a-f]{8}\s+(.*)$")
 TRACE = re.compile(r"^Trace \d+: 0x[0-9a-f]+ \[[0-9a-f]+/([0-9a-f]+)/")
@@ -111,7 +114,7 @@ def estimate(binary: str, spec: dict, steps: int, tmp: Path, cache: dict) -> dic
         insns, cycles = n * len(blocks[pc]), n * mca_cycles(blocks[pc], cache)
         out["insns"] += insns
         out["cycles"] += cycles
-        if ZO_LOOPS in where[pc]:
+        if any(name in where[pc] for name in ZO_LOOPS):
             out["zo_insns"] += insns
             out["zo_cycles"] += cycles
     return out
@@ -123,7 +126,13 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--cpu", default="cortex-a53", help="the aarch64 build (harness/planning/cpu.py name)")
     ap.add_argument("--ghz", type=float, default=1.0, help="the clock the ms are given at (Pi Zero 2: 1 GHz)")
+    ap.add_argument("--methods", nargs="+", default=[str(MethodChoice(m, k)) for m, k in PAPER_CONFIGS],
+                    help="of the paper's configurations (each precision's run takes minutes)")
+    ap.add_argument("--precisions", nargs="+", choices=("fp32", "int8"), default=["fp32", "int8"])
     args = ap.parse_args()
+    configs = [(m, k) for m, k in PAPER_CONFIGS if str(MethodChoice(m, k)) in args.methods]
+    if len(configs) != len(args.methods):
+        ap.error(f"--methods: each of {', '.join(str(MethodChoice(m, k)) for m, k in PAPER_CONFIGS)}")
     binary, data_dir = aarch64_binary(args.cpu), str(raw_idx("fashion-mnist", "").dir)
     cache: dict = {}
     print(f"LeNet-5, batch {args.batch}, one thread, {args.cpu} build; cycles: llvm-mca's Cortex-A53 model "
@@ -131,15 +140,15 @@ def main() -> None:
     print(f"{'method':14} {'prec':5} {'Minsn/step':>10} {'Mcycle/step':>11} {'ms/step':>8} {'zo% cyc':>8} "
           f"{'insn/param/pass':>16} {'int8 x':>7}")
     with tempfile.TemporaryDirectory() as d:
-        for method, k in PAPER_CONFIGS:
+        for method, k in configs:
             cycles = {}
-            for precision in ("fp32", "int8"):
+            for precision in args.precisions:
                 spec = bench_spec(method, k, args.batch, args.steps, data_dir, threads=1, precision=precision)
                 spec["hyper"]["warmup_steps"] = 0
                 e = estimate(binary, spec, args.steps, Path(d), cache)
                 cycles[precision] = e["cycles"]
                 per_param = e["zo_insns"] / (3 * e["params_zo"]) if e["params_zo"] else float("nan")
-                speedup = f"{cycles['fp32'] / e['cycles']:7.2f}" if precision == "int8" else f"{'':7}"
+                speedup = f"{cycles['fp32'] / e['cycles']:7.2f}" if precision == "int8" and "fp32" in cycles else f"{'':7}"
                 print(f"{MethodChoice(method, k)!s:14} {precision:5} {e['insns'] / 1e6:10.2f} {e['cycles'] / 1e6:11.2f} "
                       f"{e['cycles'] / args.ghz / 1e6:8.2f} {100 * e['zo_cycles'] / e['cycles']:8.1f} "
                       f"{per_param:16.2f} {speedup}", flush=True)

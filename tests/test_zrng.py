@@ -1,11 +1,11 @@
-"""zobench-z v2: known answers (docs/zrng.md) and the statistics SPSA relies on."""
+"""zobench-z v3: known answers (docs/zrng.md) and the statistics SPSA relies on."""
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-from workloads import methods, zrng, zrng_torch
+from workloads import int8, methods, zrng, zrng_torch
 from workloads.clock import PhaseClock
 from workloads.models import weights_sha256
 from workloads.spec import JobSpec
@@ -206,3 +206,64 @@ def test_gaussian_z_from_torch_and_the_gpu_path_equals_numpys_bit_for_bit(start,
     w = torch.zeros(count)
     zrng_torch.perturb_(w, keyed(key, start + count, "cpu"), torch.tensor(1.0), start, gaussian=True)
     assert np.array_equal(w.numpy().view(np.uint32), want)
+
+
+INT8_THRESHOLDS = (21627, 32768, 58982)     # int8.sparsity_threshold's: sparsity 0.33, 0.5, 0.9
+
+
+def test_int8_z_takes_two_to_a_hash_its_halves_low_first():
+    key = zrng.stream_key(0, zrng.STREAM_ZO, 0)
+    assert int8.zo_noise(key, 0, 8, 8, 21627).tolist() == [0, 8, 6, 0, 0, 5, 0, -7]    # docs/zrng.md
+    b = zrng.bits32(key, 0, 500).astype(np.int64)
+    halves = torch.from_numpy(np.stack([b & 0xFFFF, b >> 16], axis=1).reshape(-1))
+    for scale, threshold in ((8, 21627), (40, 58982)):
+        assert torch.equal(int8.zo_noise(key, 0, 1000, scale, threshold),
+                           int8.z_of_half(halves.clone(), scale, threshold))
+
+
+@pytest.mark.parametrize("start,count", [(1, 6), (4, 3), (7, 1), (2**33 - 3, 6)])
+def test_int8_z_any_slice_equals_the_whole(start, count):
+    """Odd first and last indices take one half of their hash; 2^33 onwards is the next block of
+    hashes, with its own key."""
+    key = zrng.stream_key(3, zrng.STREAM_ZO, 17)
+    whole = int8.zo_noise(key, start - 1, count + 2, 16, 32768)
+    assert torch.equal(int8.zo_noise(key, start, count, 16, 32768), whole[1:-1])
+    if start > 2**32:
+        assert not torch.equal(whole[3:], int8.zo_noise(key, 0, 5, 16, 32768))
+
+
+@pytest.mark.parametrize("scale", [1, 8, 16, 31, 32, 64, 127])
+def test_int8_z_is_zero_exactly_at_the_sparsity_and_uniform_on_its_range(scale):
+    """Over all 65,536 halves: exactly `threshold` give 0; the others' values differ in count by
+    at most one; and the mask is all but independent of the value: P(0 | value) within one part
+    in a value's run of halves, (2 scale + 1) / 65536, of the sparsity."""
+    for threshold in INT8_THRESHOLDS:
+        u = torch.arange(1 << 16, dtype=torch.int64)
+        z = int8.z_of_half(u.clone(), scale, threshold)
+        value = (u * (2 * scale + 1)) >> 16          # what z is where it is not masked, + scale
+        masked = ((u * (2 * scale + 1)) & 0xFFFF) < threshold
+        assert int(masked.sum()) == threshold
+        assert torch.equal(z, torch.where(masked, 0, value - scale))
+        counts = torch.bincount(value[~masked], minlength=2 * scale + 1)
+        assert len(counts) == 2 * scale + 1 and int(counts.max() - counts.min()) <= 1
+        per_value = torch.bincount(value[masked], minlength=2 * scale + 1) / torch.bincount(value)
+        assert float((per_value - threshold / 65536).abs().max()) < (2 * scale + 1) / 65536
+
+
+def test_int8_z_drawn_is_sparse_symmetric_and_uncorrelated():
+    """A million draws at scale 16, sparsity 0.5: P(0) and the mean within 4 standard errors, the
+    values' frequencies uniform (chi-squared), neighbours uncorrelated, the two halves of a hash
+    included."""
+    n = 1_000_000
+    z = int8.zo_noise(zrng.stream_key(2, zrng.STREAM_ZO, 9), 0, n, 16, 32768).double()
+    p0 = float((z == 0).double().mean())
+    expected0 = 0.5 + 0.5 / 33
+    assert abs(p0 - expected0) < 4 * np.sqrt(expected0 * (1 - expected0) / n)
+    assert abs(float(z.mean())) < 4 * float(z.std()) / np.sqrt(n)
+    counts = torch.bincount((z[z != 0] + 16).long(), minlength=33).double()
+    counts = torch.cat([counts[:16], counts[17:]])
+    chi2 = float(((counts - counts.mean()) ** 2 / counts.mean()).sum())
+    assert chi2 < 70        # 31 degrees of freedom: p = 1e-4
+    for lag in (1, 2, 3):
+        assert abs(float(torch.corrcoef(torch.stack([z[:-lag], z[lag:]]))[0, 1])) < 0.005
+        assert abs(float(torch.corrcoef(torch.stack([z[:-lag].abs(), z[lag:].abs()]))[0, 1])) < 0.005

@@ -175,12 +175,23 @@ def float_loss(q: torch.Tensor, exp: int, y: torch.Tensor) -> float:
 
 
 def zo_noise(key: int, start: int, count: int, scale: int, threshold: int, device="cpu") -> torch.Tensor:
-    """The sparse uniform perturbation z[i], int64, drawn on `device`: 0 with probability
-    threshold/65536, else uniform on [-scale, scale]; the top and the low 16 of the 32 bits of
-    zobench-z at index i (int32 bits: both halves shifted and masked)."""
-    b = zrng_torch.bits32(key, start, count, device).long()
-    z = (b & 0xFFFF).mul_(2 * scale + 1).bitwise_right_shift_(16).sub_(scale)
-    return z.masked_fill_(b.bitwise_right_shift(16).bitwise_and_(0xFFFF) < threshold, 0)
+    """The sparse uniform perturbation z[i], int64, drawn on `device`, two to a hash: z[i] from
+    the 16-bit half i & 1 (the low for even i) of zobench-z's bits32(key, i >> 1) (docs/zrng.md,
+    "INT8 z"): an INT8 z needs 16 bits, and a hash is most of the cost of a ZO pass."""
+    first = start >> 1
+    b = zrng_torch.bits32(key, first, ((start + count + 1) >> 1) - first, device)
+    # the int32 words as their 16-bit halves, low half first (every target zobench runs is little-endian)
+    u = b.view(torch.int16)[start - 2 * first:start - 2 * first + count].long().bitwise_and_(0xFFFF)
+    return z_of_half(u, scale, threshold)
+
+
+def z_of_half(u: torch.Tensor, scale: int, threshold: int) -> torch.Tensor:
+    """z from its 16 bits u (int64, consumed): with p = u (2 scale + 1), 0 where p's low 16 bits
+    are below threshold (probability exactly threshold/65536: u -> p mod 2^16 is a bijection),
+    else p's high 16 bits - scale, uniform on [-scale, scale]."""
+    p = u.mul_(2 * scale + 1)
+    z = p.bitwise_right_shift(16).sub_(scale)
+    return z.masked_fill_(p.bitwise_and_(0xFFFF) < threshold, 0)
 
 
 def zo_update_shift(scale: int) -> int:

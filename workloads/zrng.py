@@ -1,4 +1,4 @@
-"""zobench-z v2: the counter-based generator every runtime shares.
+"""zobench-z v3: the counter-based generator every runtime shares.
 
 Every random number a training run draws -- the ZO perturbation z, the initial
 weights, the data order -- is a pure function of (seed, stream, counter, i).
@@ -21,7 +21,8 @@ NEON emulate each with three 32-bit ones): a fifth of an FP32 step on an AVX2
 CPU. v2 draws each z from one 32-bit hash of a Weyl sequence, all 32-bit lane
 operations (vpmulld, NEON's mul), 4x cheaper on AVX2. Keys, initial weights and
 data order are v1's (cold paths, where 64 bits avoid ties); docs/zrng.md keeps
-v1's z for results made before.
+v1's z for results made before. v3 draws INT8's z two to a hash (workloads/int8.py
+zo_noise): it needs 16 bits, and its loops run over one-byte weights.
 """
 from __future__ import annotations
 
@@ -54,7 +55,7 @@ LB1, LB2 = 0x7FEB352D, 0x846CA68B   # lowbias32's multipliers (Wellons' hash pro
 MIX64_ROUNDS = ((30, _M1), (27, _M2), (31, None))
 LOWBIAS32_ROUNDS = ((16, LB1), (15, LB2), (16, None))
 CHUNK = 1 << 14       # elements generated at a time: the scratch stays in L2 (1.8x faster than 1 << 16)
-VERSION = "zobench-z v2"
+VERSION = "zobench-z v3"
 
 
 def mix64_int(x: int) -> int:

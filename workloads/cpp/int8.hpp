@@ -78,12 +78,6 @@ constexpr int VREGS = 32;
 constexpr int VREGS = 16;
 #endif
 constexpr int WIDEST = ZOBENCH_I8_WIDEST;
-// whether each SIMD lane shifts by its own count (vpsrlvd, ushl)
-#if defined(__AVX2__) || defined(__aarch64__)
-constexpr bool LANE_SHIFTS = true;
-#else
-constexpr bool LANE_SHIFTS = false;
-#endif
 
 // keep_top's masks: 64 zero bytes, then 64 of all ones
 struct TopMask {
@@ -405,10 +399,12 @@ __attribute__((always_inline)) inline void dot4(int32_t out[4], const uint8_t* c
     for (int j = 0; j < 4; ++j) out[j] = dot(a[j], w, n);
 }
 
-// ---- the sparse uniform perturbation z[i] from its 32 bits x (int8.py zo_noise) ----
-inline int zo_noise(uint32_t x, int scale, uint32_t threshold) {
-    const int z = int(((x & 0xFFFFu) * uint32_t(2 * scale + 1)) >> 16) - scale;
-    return (x >> 16) < threshold ? 0 : z;
+// ---- the sparse uniform perturbation z[i] from its 16 bits u (int8.py zo_noise) ----
+// p = u (2 scale + 1): 0 where p's low 16 bits are below threshold, else p's high 16 - scale.
+// In 16-bit values (the high half a multiply-high), so that the loops keep 16-bit lanes.
+inline int16_t zo_noise(uint16_t u, uint16_t m, int16_t scale, uint16_t threshold) {
+    const uint16_t lo = uint16_t(u * m), hi = uint16_t((uint32_t(u) * m) >> 16);
+    return lo < threshold ? int16_t(0) : int16_t(hi - scale);
 }
 
 inline int zo_update_shift(int scale) { return ceil_log2(uint64_t(scale)) - ZO_GRAD_BITS; }

@@ -300,51 +300,51 @@ struct Net {
         }
     }
 
-    // f(i, bits32(key, i)) for every i of the ZO part: one team region, each thread on its own
-    // rows (owned_segments)
+    // f(i, u) for every i of the ZO part, u its 16 bits (zrng::each_half16): one team region,
+    // each thread on its own rows (owned_segments)
     template <class F>
     void each_z(uint64_t key, F f) {
         team::run([&](int t, int T) {
-            owned_segments(a, off, first_bp, false, t, T, [&](size_t lo, size_t n) { zrng::each_bits32(key, lo, n, f); });
+            owned_segments(a, off, first_bp, false, t, T, [&](size_t lo, size_t n) { zrng::each_half16(key, lo, n, f); });
         });
     }
 
+    // in 16-bit values: |w + k z| <= 127 + 2 * 127
     void perturb(uint64_t key, int k, int epoch) {
-        const uint32_t thr = sparsity_threshold(epoch);
-        const int r = scale;
+        const uint16_t thr = uint16_t(sparsity_threshold(epoch)), m = uint16_t(2 * scale + 1);
+        const int16_t r = int16_t(scale), k16 = int16_t(k);
         int8_t* w = q.data();
-        each_z(key, [=](size_t i, uint32_t x) {
-            w[i] = int8_t(clamp127(w[i] + k * zo_noise(x, r, thr)));
+        each_z(key, [=](size_t i, uint16_t u) {
+            const int16_t v = int16_t(w[i] + k16 * zo_noise(u, m, r, thr));
+            w[i] = int8_t(v > 127 ? 127 : v < -127 ? -127 : v);
         });
     }
 
-    // restore (+z) and update (-round(g z) to one bit) in one pass. g is the step's, so the
-    // rounded update d = clamp(psto_shift(g z, s), -1, 1) is nonzero by |z| alone: below 32
-    // (every setting of the paper), the bits of one word `nonzero` say where, and the sign is
-    // g's times z's. Seven lane operations, not psto_shift's fifteen, where each lane shifts by
-    // its own count (AVX2, NEON; the A53's loop: 2.2 -> 1.4 Mcycles a step); SSE has no such
-    // shift and keeps psto_shift (with the word it ran a third slower).
-    void zo_update(uint64_t key, int g, int epoch) {
-        const uint32_t thr = sparsity_threshold(epoch);
-        const int s = std::max(zo_update_shift(scale), 0);   // psto_shift by 0 is the identity
-        const int r = scale;
+    // restore (+z) and update (-round(g z) to one bit) in one pass, in 16-bit values (|g z| <= 127).
+    // s (0..6 for r <= 127) is a constant of each loop: psto_shift's shifts by a variable count,
+    // though the same in every lane, made GCC widen the lanes to 32 bits.
+    template <int S>
+    void zo_update_by(uint64_t key, int g, int epoch) {
+        const uint16_t thr = uint16_t(sparsity_threshold(epoch)), m = uint16_t(2 * scale + 1);
+        const int16_t r = int16_t(scale), g16 = int16_t(g);
         int8_t* w = q.data();
-        if (r >= 32 || !LANE_SHIFTS) {
-            each_z(key, [=](size_t i, uint32_t x) {
-                const int z = zo_noise(x, r, thr);
-                const int p = psto_shift(g * z, s), d = p > 1 ? 1 : p < -1 ? -1 : p;
-                w[i] = int8_t(clamp127(w[i] + z - d));
-            });
-            return;
-        }
-        uint32_t nonzero = 0;
-        for (int m = 1; m <= r; ++m) nonzero |= uint32_t(psto_shift(std::abs(g) * m, s) != 0) << m;
-        const int gneg = g < 0 ? -1 : 0;
-        each_z(key, [=](size_t i, uint32_t x) {
-            const int z = zo_noise(x, r, thr), zneg = z >> 31, neg = zneg ^ gneg;
-            const int d = (int((nonzero >> ((z ^ zneg) - zneg)) & 1) ^ neg) - neg;
-            w[i] = int8_t(clamp127(w[i] + z - d));
+        each_z(key, [=](size_t i, uint16_t u) {
+            const int16_t z = zo_noise(u, m, r, thr), p = psto_shift<int16_t>(int16_t(g16 * z), S);
+            const int16_t v = int16_t(w[i] + z - (p > 1 ? int16_t(1) : p < -1 ? int16_t(-1) : p));
+            w[i] = int8_t(v > 127 ? 127 : v < -127 ? -127 : v);
         });
+    }
+
+    void zo_update(uint64_t key, int g, int epoch) {
+        switch (std::max(zo_update_shift(scale), 0)) {     // psto_shift by 0 is the identity
+            case 0: return zo_update_by<0>(key, g, epoch);
+            case 1: return zo_update_by<1>(key, g, epoch);
+            case 2: return zo_update_by<2>(key, g, epoch);
+            case 3: return zo_update_by<3>(key, g, epoch);
+            case 4: return zo_update_by<4>(key, g, epoch);
+            case 5: return zo_update_by<5>(key, g, epoch);
+            default: return zo_update_by<6>(key, g, epoch);
+        }
     }
 
     // ---- the interface train() drives (fp32_net.hpp has the same) ----
