@@ -47,6 +47,7 @@ bench: setup-bench
 	$(BIN)/python benchmarks/mezo_peer.py
 	$(BIN)/python benchmarks/zo_optimizers.py
 	$(BIN)/python benchmarks/a53_estimate.py
+	$(BIN)/python benchmarks/fig7.py
 	$(BIN)/python benchmarks/farm_parallel.py
 	$(BIN)/python benchmarks/pool_scale.py
 	$(BIN)/python benchmarks/pool_scale.py --real
