@@ -120,6 +120,14 @@ def estimate(binary: str, spec: dict, steps: int, tmp: Path, cache: dict) -> dic
     return out
 
 
+def estimate_config(binary: str, method: str, k: int, precision: str, batch: int, steps: int, data_dir: str,
+                    tmp: Path, cache: dict) -> dict:
+    """estimate() of a paper configuration's LeNet-5 job: one thread, no warm-up."""
+    spec = bench_spec(method, k, batch, steps, data_dir, threads=1, precision=precision)
+    spec["hyper"]["warmup_steps"] = 0
+    return estimate(binary, spec, steps, tmp, cache)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--steps", type=int, default=2, help="S: the runs train S and 2S steps")
@@ -143,9 +151,7 @@ def main() -> None:
         for method, k in configs:
             cycles = {}
             for precision in args.precisions:
-                spec = bench_spec(method, k, args.batch, args.steps, data_dir, threads=1, precision=precision)
-                spec["hyper"]["warmup_steps"] = 0
-                e = estimate(binary, spec, args.steps, Path(d), cache)
+                e = estimate_config(binary, method, k, precision, args.batch, args.steps, data_dir, Path(d), cache)
                 cycles[precision] = e["cycles"]
                 per_param = e["zo_insns"] / (3 * e["params_zo"]) if e["params_zo"] else float("nan")
                 speedup = f"{cycles['fp32'] / e['cycles']:7.2f}" if precision == "int8" and "fp32" in cycles else f"{'':7}"

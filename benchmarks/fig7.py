@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import statistics
 import subprocess
 import sys
@@ -30,7 +29,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from workloads.vocab import PAPER_NAMES, TRAIN_PHASES  # noqa: E402
+from workloads import envinfo  # noqa: E402
+from workloads.vocab import PAPER_CONFIGS, PAPER_NAMES, TRAIN_PHASES  # noqa: E402
 
 # Alg. 1's lines, the groups Fig. 7 draws: every training phase in one of them
 GROUPS = {"forward": ("forward", "loss"), "backward": ("backward", "bp_update"),
@@ -39,7 +39,7 @@ GROUPS = {"forward": ("forward", "loss"), "backward": ("backward", "bp_update"),
 FIG7 = {"fp32": {"forward": (84.3, 84.8), "backward": (0.76, 0.76), "ZO perturb + update": (11.8, 13.1)},
         "int8": {"forward": (94.8, 97.1), "backward": (2.5, 2.5), "ZO perturb + update": (1.0, 1.2)}}
 FIG7_SPEEDUP = (1.38, 1.42)
-CONFIGS = (("full-zo", 0), ("elastic-zo", 1), ("elastic-zo", 2))
+CONFIGS = tuple((m, k) for m, k in PAPER_CONFIGS if m != "full-bp")    # Fig. 7's: the ZO methods
 PRECISIONS = ("fp32", "int8")
 
 
@@ -54,7 +54,7 @@ def shares(result: dict) -> dict[str, float]:
 
 
 def measure(repeats: int, steps: int, a53: bool) -> dict:
-    from benchmarks.a53_estimate import estimate
+    from benchmarks.a53_estimate import estimate_config
     from benchmarks.runtimes import bench_spec, ms_per_step
     from harness.preparation.artifacts import raw_idx
     from testkit.binaries import aarch64_binary, native_binary
@@ -78,22 +78,13 @@ def measure(repeats: int, steps: int, a53: bool) -> dict:
             arm, cache, model = aarch64_binary("cortex-a53"), {}, {}
             for method, k in CONFIGS:
                 for precision in PRECISIONS:
-                    spec = bench_spec(method, k, 32, 2, data, threads=1, precision=precision)
-                    spec["hyper"]["warmup_steps"] = 0
-                    e = estimate(arm, spec, 2, Path(d), cache)
+                    e = estimate_config(arm, method, k, precision, 32, 2, data, Path(d), cache)
                     model.setdefault(config_name(method, k), {})[precision] = {
                         "zo_share": 100 * e["zo_cycles"] / e["cycles"], "mcycles_step": e["cycles"] / 1e6}
     commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
                             text=True).stdout.strip()
-    return {"version": 1, "commit": commit, "date": date.today().isoformat(), "machine": cpu_model(),
+    return {"version": 1, "commit": commit, "date": date.today().isoformat(), "machine": envinfo.cpu_model(Path("/proc/cpuinfo").read_text()),
             "repeats": repeats, "steps": steps, "here": here, "a53": model}
-
-
-def cpu_model() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor() or platform.machine()
 
 
 def span(lo: float, hi: float) -> str:

@@ -7,7 +7,8 @@ also what a board's job here builds; x86-64-v3-nofma, which instructions are cou
 Arm ones) of about a minute of CPU each (55 s for x86-64-v3-nofma), which would compete with
 the test workers for both cores. The set-up (scripts/setup.py) therefore builds them while it
 fills the venv: this module imports only the standard library and the harness's build, so the
-system's Python runs it before the venv has anything in it. `make run`'s set-up builds this machine's binary alone (`--native`).
+system's Python runs it before the venv has anything in it. `make run`'s set-up builds this
+machine's binary alone (`--native`).
 """
 from __future__ import annotations
 

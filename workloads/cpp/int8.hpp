@@ -307,6 +307,8 @@ inline T psto_shift(T x, int s) {
 inline int clamp127(int64_t v) { return int(std::min<int64_t>(127, std::max<int64_t>(-127, v))); }
 // the same in int: a loop over int32 values keeps its lanes (int64 would halve them)
 inline int clamp127(int v) { return std::min(127, std::max(-127, v)); }
+// and in int16, for the ZO passes' 16-bit lanes
+inline int16_t clamp127(int16_t v) { return std::min<int16_t>(127, std::max<int16_t>(-127, v)); }
 
 // the requantization shift of a tensor whose largest |value| is m
 inline int shift_of_max(uint32_t m) { return ceil_log2(m) - ACT_BITS; }
@@ -399,11 +401,11 @@ __attribute__((always_inline)) inline void dot4(int32_t out[4], const uint8_t* c
     for (int j = 0; j < 4; ++j) out[j] = dot(a[j], w, n);
 }
 
-// ---- the sparse uniform perturbation z[i] from its 16 bits u (int8.py zo_noise) ----
+// ---- the sparse uniform perturbation z[i] from its 16 bits u (int8.py z_of_half) ----
 // p = u (2 scale + 1): 0 where p's low 16 bits are below threshold, else p's high 16 - scale.
 // In 16-bit values (the high half a multiply-high), so that the loops keep 16-bit lanes.
-inline int16_t zo_noise(uint16_t u, uint16_t m, int16_t scale, uint16_t threshold) {
-    const uint16_t lo = uint16_t(u * m), hi = uint16_t((uint32_t(u) * m) >> 16);
+inline int16_t zo_noise(uint16_t u, int16_t scale, uint16_t threshold) {
+    const uint16_t m = uint16_t(2 * scale + 1), lo = uint16_t(u * m), hi = uint16_t((uint32_t(u) * m) >> 16);
     return lo < threshold ? int16_t(0) : int16_t(hi - scale);
 }
 

@@ -311,13 +311,10 @@ struct Net {
 
     // in 16-bit values: |w + k z| <= 127 + 2 * 127
     void perturb(uint64_t key, int k, int epoch) {
-        const uint16_t thr = uint16_t(sparsity_threshold(epoch)), m = uint16_t(2 * scale + 1);
+        const uint16_t thr = uint16_t(sparsity_threshold(epoch));
         const int16_t r = int16_t(scale), k16 = int16_t(k);
         int8_t* w = q.data();
-        each_z(key, [=](size_t i, uint16_t u) {
-            const int16_t v = int16_t(w[i] + k16 * zo_noise(u, m, r, thr));
-            w[i] = int8_t(v > 127 ? 127 : v < -127 ? -127 : v);
-        });
+        each_z(key, [=](size_t i, uint16_t u) { w[i] = int8_t(clamp127(int16_t(w[i] + k16 * zo_noise(u, r, thr)))); });
     }
 
     // restore (+z) and update (-round(g z) to one bit) in one pass, in 16-bit values (|g z| <= 127).
@@ -325,13 +322,12 @@ struct Net {
     // though the same in every lane, made GCC widen the lanes to 32 bits.
     template <int S>
     void zo_update_by(uint64_t key, int g, int epoch) {
-        const uint16_t thr = uint16_t(sparsity_threshold(epoch)), m = uint16_t(2 * scale + 1);
+        const uint16_t thr = uint16_t(sparsity_threshold(epoch));
         const int16_t r = int16_t(scale), g16 = int16_t(g);
         int8_t* w = q.data();
         each_z(key, [=](size_t i, uint16_t u) {
-            const int16_t z = zo_noise(u, m, r, thr), p = psto_shift<int16_t>(int16_t(g16 * z), S);
-            const int16_t v = int16_t(w[i] + z - (p > 1 ? int16_t(1) : p < -1 ? int16_t(-1) : p));
-            w[i] = int8_t(v > 127 ? 127 : v < -127 ? -127 : v);
+            const int16_t z = zo_noise(u, r, thr), p = psto_shift<int16_t>(int16_t(g16 * z), S);
+            w[i] = int8_t(clamp127(int16_t(w[i] + z - (p > 1 ? int16_t(1) : p < -1 ? int16_t(-1) : p))));
         });
     }
 
