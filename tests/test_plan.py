@@ -12,8 +12,9 @@ from workloads.spec import JobSpec, SpecError
 from testkit.runners import run_runner
 
 
-def test_paper_fmnist_suite_is_the_papers_table1_setting():
-    s = suites.load("paper-fmnist")
+@pytest.mark.parametrize("name,data", [("paper-fmnist", "fashion-mnist"), ("paper-mnist", "mnist")])
+def test_paper_table1_suites_are_the_papers_table1_setting(name, data):
+    s = suites.load(name)
     jobs, notes = plan.make(s, inventory.resolve(["local"], None), runtimes=["cpp"])
     assert notes == []
     configs = [(j.spec["method"], j.spec["bp_layers"], j.spec["precision"], j.spec["zo_loss"]) for j in jobs]
@@ -26,7 +27,10 @@ def test_paper_fmnist_suite_is_the_papers_table1_setting():
         batch = 128 if j.spec["precision"] == "int8" else 32
         assert (h.epochs, h.batch_size, h.lr_decay, h.lr_decay_every, h.zo_grad_clip) == (100, batch, 0.8, 10, 5.0)
         assert h.train_samples == 0 and h.test_samples == 0          # the whole data set
-        assert j.spec["workload"] == {"model": "lenet5", "dataset": "fashion-mnist", "data_dir": "", "rotate": 0.0,
+        # Sec. 4: FP32 Full ZO and ElasticZO perturb by a standard Gaussian; INT8 by its uniform integers
+        gaussian = j.spec["precision"] == "fp32" and j.spec["method"] != "full-bp"
+        assert h.zo_distribution == ("gaussian" if gaussian else "irwin-hall"), j.job_id
+        assert j.spec["workload"] == {"model": "lenet5", "dataset": data, "data_dir": "", "rotate": 0.0,
                                       "validation": 0, "subset": 0, "architecture": LENET5.to_dict()}
 
 
