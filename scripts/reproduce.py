@@ -63,7 +63,8 @@ QUEUES = ([["--suite", "paper-fmnist", "--runtime", "cpp"],
           [["--suite", "paper-fmnist", "--runtime", "torch", "--precision", "fp32"]])
 # the generated part's sections, in order: each is built from the runs (their records), or where
 # they hold nothing for it, kept as it is if it is marked LOST, else NOT_RUN's line or left out
-SECTIONS = ("Runs", "Table 1", "Table 2", "torch against the C++ binary (FP32)", "Figs. 2-3: loss per epoch")
+SECTIONS = ("Runs", "Table 1", "Table 2", "Validation searches", "torch against the C++ binary (FP32)",
+            "Figs. 2-3: loss per epoch")
 # what the doc says of a table none of the runs holds
 NOT_RUN = {"Table 2": "Not among these runs: Table 2's cells are the calibration's, over three seeds, in \"Table 2: its "
                       "lost setting, calibrated\" below (`scripts/calibrate_table2.py`, its runs in results/calibration)."}
@@ -144,12 +145,14 @@ def sections(store, run_ids: list[str]) -> dict[str, list[str] | None]:
     from reports import paper
     from reports import report as r
 
-    checks = short_runs(store, run_ids)
-    run_ids = [i for i in run_ids if i not in checks]
+    checks, tunes = short_runs(store, run_ids), tune_runs(store, run_ids)
+    run_ids = [i for i in run_ids if i not in checks and i not in tunes]
     out = dict.fromkeys(SECTIONS)
+    if tunes:
+        out["Validation searches"] = searches(store, tunes)
     check = agreement(store, run_ids + checks) if run_ids + checks else []
     if len(check):      # a check alone makes this table: the C++ and torch runs of a few epochs
-        out[SECTIONS[3]] = [
+        out[SECTIONS[4]] = [
             "The same jobs on torch, against the C++ binary's run at torch's last epoch (the whole 100, or the first "
             "epochs of a shorter check): train loss and test accuracy (%). The two agree step for step to float "
             "tolerance (tests/test_cpp.py); over thousands of steps a ZO run's rounding differences grow, so the "
@@ -170,7 +173,7 @@ def sections(store, run_ids: list[str]) -> dict[str, list[str] | None]:
     out["Runs"] = runs
     for title, t in (("Table 1", paper.table1(ok)), ("Table 2", paper.table2(ok))):
         out[title] = [r._markdown([("table", t)]).strip()] if len(t) else None
-    out[SECTIONS[4]] = ["![Train and test loss per epoch](reproduction/loss.png)"] + (
+    out[SECTIONS[5]] = ["![Train and test loss per epoch](reproduction/loss.png)"] + (
         ["", "![Fine-tuning: test accuracy per epoch](reproduction/finetune.png)"] if fine_tuned(ok) else [])
     return out
 
@@ -185,7 +188,7 @@ def figures(store, run_ids: list[str], out: Path) -> None:
     from reports import charts, finetune
     from reports import report as r
 
-    run_ids = [i for i in run_ids if i not in short_runs(store, run_ids)]
+    run_ids = [i for i in run_ids if i not in short_runs(store, run_ids) + tune_runs(store, run_ids)]
     df = r._load(store, run_ids, [store.run_plan(i) for i in run_ids])
     ok, palette = r._chart_groups(df), r._method_palette(df)
     out.mkdir(parents=True, exist_ok=True)
@@ -271,6 +274,51 @@ def doc(recs: list[dict], path: Path, out: Path = DOC) -> None:
 def short_runs(store: Store, run_ids: list[str]) -> list[str]:
     """The runs of fewer epochs than their suite's (--set epochs=N): checks, not reproductions."""
     return [i for i in run_ids if any(a.startswith("epochs=") for a in store.run_plan(i).get("argv", []))]
+
+
+def tune_runs(store: Store, run_ids: list[str]) -> list[str]:
+    """The runs that train on a validation split (zobench tune's trials): they choose a suite's
+    values, and none is a cell of the paper's tables."""
+    return [i for i in run_ids if all(x["job"]["workload"].get("validation") for x in store.results(i))]
+
+
+def searches(store: Store, run_ids: list[str]) -> list[str]:
+    """Per tune run: its command, then each trial's searched values, its validation accuracy at
+    the last epoch and over the last five, and how it ended; the trial the search chose in bold,
+    ranked as zobench tune ranks (harness/search/tune.py: by its objective, a run flagged
+    diverged or unstable after every one that converged)."""
+    import pandas as pd
+    from harness.search import tune
+    from reports import report as r
+
+    out = []
+    for run_id in run_ids:
+        plan = store.run_plan(run_id)
+        argv, results = plan.get("argv", []), store.results(run_id, plan)
+        n = int(argv[argv.index("--score-epochs") + 1]) if "--score-epochs" in argv else 1
+        varied = [k for k in results[0]["job"]["hyper"] if len({json.dumps(x["job"]["hyper"][k]) for x in results}) > 1]
+        rows = []
+        for x in sorted(results, key=lambda x: [x["job"]["hyper"][k] for k in varied]):
+            acc = [100 * (e["test_accuracy"] or 0.0) for e in x.get("epochs") or []]
+            flags = (x.get("convergence") or {}).get("flags") or []
+            done = x["status"] == "ok" and bool(acc)
+            rows.append({**{k: f"{x['job']['hyper'][k]:g}" for k in varied}, "epochs": len(acc),
+                         "last epoch %": f"{acc[-1]:.2f}" if acc else "-",
+                         "last 5 epochs %": f"{sum(acc[-5:]) / len(acc[-5:]):.2f}" if acc else "-",
+                         "ended": ", ".join(flags) or "ok" if done else f"{x['status']}: {(x.get('error') or '').split(';')[0]}",
+                         "_rank": tune.rank({"score": tune.score([a / 100 for a in acc], n), "flags": flags})
+                         if done else None})
+        t = pd.DataFrame(rows)
+        if t["_rank"].notna().any():
+            best = t["_rank"].astype(float).idxmax()
+            t.loc[best, varied] = [f"**{v}**" for v in t.loc[best, varied]]
+        cpu = next((x["env"].get("cpu_model") for x in results if (x.get("env") or {}).get("cpu_model")), "?")
+        by = "the last epoch's" if n == 1 else f"the mean of the last {n} epochs'"
+        git = plan.get("git") or {}
+        commit = git.get("commit", "?")[:12] + (" with changes not committed" if git.get("dirty") else "")
+        out += [f"`zobench {' '.join(argv)}` (run `{run_id}`, commit {commit}, on {cpu}; chosen by {by} "
+                "validation accuracy):", "", r._markdown([("table", t.drop(columns="_rank"))]).strip(), ""]
+    return out[:-1]
 
 
 def agreement(store: Store, run_ids: list[str]):

@@ -11,9 +11,10 @@ from harness.stores.store import Store
 from reports import paper
 
 from testkit.compare_runs import made_up_result, made_up_run
-from testkit.runners import cli, script
+from testkit.runners import cli, script, start
 
 FIXTURE = Path(__file__).parent / "fixtures" / "reproduction.json"
+TORCH = "torch against the C++ binary (FP32)"
 
 
 def test_a_paper_suite_report_sets_each_cell_beside_the_papers(tmp_path, capsys, native):
@@ -181,7 +182,7 @@ def test_a_reproduction_rebuilds_its_tables_from_its_records_alone(tmp_path, cap
         assert [e["test_accuracy"] for e in rec["epochs"]] == [e["test_accuracy"] for e in r["epochs"]]
         assert rec["cell"]["dataset"] == "fashion-mnist" and rec["cell"]["seed"] == 0
     from_runs = reproduce.sections(store, sorted(run_ids))
-    assert from_runs["Table 1"] and from_runs[reproduce.SECTIONS[3]]      # the two runs make both tables
+    assert from_runs["Table 1"] and from_runs[TORCH]      # the two runs make both tables
     assert reproduce.written(doc.read_text()) == reproduce.written(
         reproduce.generated(from_runs, reproduce.DOC.read_text()))
     assert (doc.parent / "reproduction" / "loss.png").is_file()
@@ -198,3 +199,40 @@ def test_a_reproduction_rebuilds_its_tables_from_its_records_alone(tmp_path, cap
     assert reproduce.main(["records", *run_ids, "--results", str(tmp_path / "r"), "--records", str(again)]) == 0
     assert again.read_bytes() == records_file.read_bytes()
     assert FIXTURE.read_bytes() == fixture      # a run not at the suite's tuning leaves the slow test's entries
+
+
+def test_a_tune_runs_trials_are_its_own_section_rebuilt_from_records_never_a_cell(tmp_path, capsys, native):
+    """A real search in small (Full ZO FP32, three rates, three epochs on 256 images, 200 held out):
+    its records give "Validation searches", a row per trial with its last epoch's validation
+    accuracy, the trial the search chose in bold; a doc rebuilt in a fresh folder from the
+    records alone gives the same; and no trial on the validation split is a cell of Table 1."""
+    results = tmp_path / "r"
+    p = start("tune", "--suite", "paper-fmnist", "--method", "full-zo", "--precision", "fp32", "--runtime", "cpp",
+            "--target", "local-1t", "--epochs", "3", "--sampler", "grid", "--grid-points", "3",
+            "--param", "lr_zo=1e-4:1e-2", "--validation", "200", "--set", "train_samples=256",
+            "--set", "test_samples=100", "--no-report", "--results", results)
+    _, err = p.communicate()
+    assert p.returncode == 0, err
+    store = Store(results)
+    run_id = store.latest()
+    search = store.run_plan(run_id)["tune"]
+    records_file, doc = tmp_path / "records.jsonl.gz", tmp_path / "a" / "reproduction.md"
+    doc.parent.mkdir()
+    doc.write_text(reproduce.DOC.read_text())
+    assert reproduce.main(["doc", run_id, "--results", str(results), "--records", str(records_file),
+                           "--doc", str(doc)]) == 0
+    section = reproduce.written(doc.read_text())["Validation searches"]
+    assert section[0].startswith(f"`zobench tune --suite paper-fmnist --method full-zo") and f"`{run_id}`" in section[0]
+    rows = {line.split(" | ")[0].strip("| *"): line for line in section if line.startswith("| ") and "---" not in line}
+    del rows["lr_zo"]
+    assert len(rows) == len(search["trials"]) == 3
+    for trial in search["trials"]:
+        row = rows[f"{trial['values']['lr_zo']:g}"]
+        assert f" | {100 * trial['validation_accuracy'][-1]:.2f} | " in row
+        assert row.startswith("| **") == (trial["values"] == search["best"]["values"])
+    fresh = tmp_path / "b" / "reproduction.md"
+    fresh.parent.mkdir()
+    fresh.write_text(reproduce.DOC.read_text())
+    assert reproduce.main(["doc", "--records", str(records_file), "--doc", str(fresh)]) == 0
+    assert reproduce.written(fresh.read_text())["Validation searches"] == section
+    assert reproduce.sections(store, [run_id])["Table 1"] is None
