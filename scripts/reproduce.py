@@ -286,7 +286,8 @@ def searches(store: Store, run_ids: list[str]) -> list[str]:
     """Per tune run: its command, then each trial's searched values, its validation accuracy at
     the last epoch and over the last five, and how it ended; the trial the search chose in bold,
     ranked as zobench tune ranks (harness/search/tune.py: by its objective, a run flagged
-    diverged or unstable after every one that converged)."""
+    diverged or unstable after every one that converged). A search stopped before its end (a
+    trial interrupted other than by the pruner) chose nothing, and says so."""
     import pandas as pd
     from harness.search import tune
     from reports import report as r
@@ -309,14 +310,17 @@ def searches(store: Store, run_ids: list[str]) -> list[str]:
                          "_rank": tune.rank({"score": tune.score([a / 100 for a in acc], n), "flags": flags})
                          if done else None})
         t = pd.DataFrame(rows)
-        if t["_rank"].notna().any():
+        # a trial stopped other than by the pruner: the search was, before its end, and chose nothing
+        stopped = any(x["status"] != "ok" and not (x.get("error") or "").startswith("pruned") for x in results)
+        if t["_rank"].notna().any() and not stopped:
             best = t["_rank"].astype(float).idxmax()
             t.loc[best, varied] = [f"**{v}**" for v in t.loc[best, varied]]
         cpu = next((x["env"].get("cpu_model") for x in results if (x.get("env") or {}).get("cpu_model")), "?")
         by = "the last epoch's" if n == 1 else f"the mean of the last {n} epochs'"
+        by = f"stopped before its end, it chose nothing; it ranks by {by}" if stopped else f"chosen by {by}"
         git = plan.get("git") or {}
         commit = git.get("commit", "?")[:12] + (" with changes not committed" if git.get("dirty") else "")
-        out += [f"`zobench {' '.join(argv)}` (run `{run_id}`, commit {commit}, on {cpu}; chosen by {by} "
+        out += [f"`zobench {' '.join(argv)}` (run `{run_id}`, commit {commit}, on {cpu}; {by} "
                 "validation accuracy):", "", r._markdown([("table", t.drop(columns="_rank"))]).strip(), ""]
     return out[:-1]
 
@@ -353,7 +357,8 @@ def fixture(store, run_ids: list[str]) -> None:
     """tests/fixtures/reproduction.json: per tuned configuration of the runs (suite, method,
     precision, ZO loss, runtime) its first epoch's training loss and the hyperparameters the
     suite tunes, which the slow test checks one epoch against; the configurations the runs do not
-    train as the suite is tuned now keep the entries they have."""
+    train as the suite is tuned now keep the entries they have (a run on a validation split, a
+    tune's trial, trains none as the suite does)."""
     from harness.planning.suites import MethodChoice, load
     from workloads.spec import Hyper
     from workloads.vocab import method_key
@@ -365,6 +370,7 @@ def fixture(store, run_ids: list[str]) -> None:
         for r in store.results(run_id, plan):
             job = r["job"]
             if r["status"] != "ok" or not r.get("epochs") or job["job_id"].startswith("pretrain") \
+                    or job["workload"].get("validation") \
                     or job["seed"] != suite.seed or job["hyper"]["epochs"] != (suite.hyper.get("epochs") or job["hyper"]["epochs"]):
                 continue
             method = MethodChoice(job["method"], job["bp_layers"])

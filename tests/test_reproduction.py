@@ -147,13 +147,13 @@ def test_every_generated_section_of_the_doc_is_what_the_committed_records_give_o
 
 def test_a_number_without_its_record_makes_the_doc_stale():
     """The check above on the doc with a number added to a section the records build (Table 2's),
-    one before the first section, and Table 1 unmarked: each is named."""
+    one before the first section, and one in Table 1 (as the first line: were the section marked
+    LOST, the mark would no longer lead it): each is named."""
     text = reproduce.DOC.read_text()
     table2 = reproduce.NOT_RUN["Table 2"]
     edited = text.replace(table2, table2 + "\n\n| Full BP | mnist | 96.17 |") \
-        .replace(reproduce.BEGIN + "\n", reproduce.BEGIN + "\nFull ZO: 73.70%\n", 1)
-    lost_table1 = edited.index(reproduce.LOST, edited.index("### Table 1"))
-    edited = edited[:lost_table1] + edited[lost_table1 + len(reproduce.LOST) + 1:]
+        .replace(reproduce.BEGIN + "\n", reproduce.BEGIN + "\nFull ZO: 73.70%\n", 1) \
+        .replace("### Table 1\n\n", "### Table 1\n\nFull ZO, mnist: 89.80%\n\n", 1)
     assert reproduce.stale(edited, reproduce.committed()) == ["", "Table 1", "Table 2"]
 
 
@@ -236,3 +236,12 @@ def test_a_tune_runs_trials_are_its_own_section_rebuilt_from_records_never_a_cel
     assert reproduce.main(["doc", "--records", str(records_file), "--doc", str(fresh)]) == 0
     assert reproduce.written(fresh.read_text())["Validation searches"] == section
     assert reproduce.sections(store, [run_id])["Table 1"] is None
+    # a search stopped before its end (its last trial interrupted, not pruned) chose nothing
+    from harness.stores import records
+    recs = records.read(records_file)
+    recs[-1] = {**recs[-1], "status": "interrupted", "error": "interrupted by SIGINT; the runner's process group was killed"}
+    with reproduce.recorded(recs) as (rebuilt, ids):
+        stopped = reproduce.sections(rebuilt, ids)["Validation searches"]
+    lines = "\n".join(stopped).splitlines()
+    assert "it chose nothing" in lines[0] and not any("| **" in line for line in lines)
+    assert any(line.endswith("| interrupted: interrupted by SIGINT |") for line in lines)
