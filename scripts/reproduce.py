@@ -146,13 +146,13 @@ def sections(store, run_ids: list[str]) -> dict[str, list[str] | None]:
     from reports import report as r
 
     checks, tunes = short_runs(store, run_ids), tune_runs(store, run_ids)
-    run_ids = [i for i in run_ids if i not in checks and i not in tunes]
+    run_ids = [i for i in run_ids if i not in checks + tunes]
     out = dict.fromkeys(SECTIONS)
     if tunes:
         out["Validation searches"] = searches(store, tunes)
     check = agreement(store, run_ids + checks) if run_ids + checks else []
     if len(check):      # a check alone makes this table: the C++ and torch runs of a few epochs
-        out[SECTIONS[4]] = [
+        out["torch against the C++ binary (FP32)"] = [
             "The same jobs on torch, against the C++ binary's run at torch's last epoch (the whole 100, or the first "
             "epochs of a shorter check): train loss and test accuracy (%). The two agree step for step to float "
             "tolerance (tests/test_cpp.py); over thousands of steps a ZO run's rounding differences grow, so the "
@@ -166,14 +166,13 @@ def sections(store, run_ids: list[str]) -> dict[str, list[str] | None]:
     for run_id, plan in zip(run_ids, plans):
         rs = store.results(run_id, plan)
         hours = sum(x.get("wall_seconds") or 0 for x in rs) / 3600
-        cpu = next((x["env"].get("cpu_model") for x in rs if (x.get("env") or {}).get("cpu_model")), "?")
         runs.append(f"- `{run_id}`: suite {plan.get('suite')}, `zobench {' '.join(plan.get('argv', []))}`, "
                     f"{len(rs)} of {plan.get('planned_jobs', len(plan['jobs']))} jobs, "
-                    f"{sum(x['status'] == 'ok' for x in rs)} ok, {hours:.1f} h of job time on {cpu}")
+                    f"{sum(x['status'] == 'ok' for x in rs)} ok, {hours:.1f} h of job time on {cpu_of(rs)}")
     out["Runs"] = runs
     for title, t in (("Table 1", paper.table1(ok)), ("Table 2", paper.table2(ok))):
         out[title] = [r._markdown([("table", t)]).strip()] if len(t) else None
-    out[SECTIONS[5]] = ["![Train and test loss per epoch](reproduction/loss.png)"] + (
+    out["Figs. 2-3: loss per epoch"] = ["![Train and test loss per epoch](reproduction/loss.png)"] + (
         ["", "![Fine-tuning: test accuracy per epoch](reproduction/finetune.png)"] if fine_tuned(ok) else [])
     return out
 
@@ -276,6 +275,11 @@ def short_runs(store: Store, run_ids: list[str]) -> list[str]:
     return [i for i in run_ids if any(a.startswith("epochs=") for a in store.run_plan(i).get("argv", []))]
 
 
+def cpu_of(results: list[dict]) -> str:
+    """The CPU a run's jobs ran on, as their results name it ("?" where none does)."""
+    return next((x["env"]["cpu_model"] for x in results if (x.get("env") or {}).get("cpu_model")), "?")
+
+
 def tune_runs(store: Store, run_ids: list[str]) -> list[str]:
     """The runs that train on a validation split (zobench tune's trials): they choose a suite's
     values, and none is a cell of the paper's tables."""
@@ -306,21 +310,20 @@ def searches(store: Store, run_ids: list[str]) -> list[str]:
             rows.append({**{k: f"{x['job']['hyper'][k]:g}" for k in varied}, "epochs": len(acc),
                          "last epoch %": f"{acc[-1]:.2f}" if acc else "-",
                          "last 5 epochs %": f"{sum(acc[-5:]) / len(acc[-5:]):.2f}" if acc else "-",
-                         "ended": ", ".join(flags) or "ok" if done else f"{x['status']}: {(x.get('error') or '').split(';')[0]}",
+                         "ended": (", ".join(flags) or "ok") if done else f"{x['status']}: {(x.get('error') or '').split(';')[0]}",
                          "_rank": tune.rank({"score": tune.score([a / 100 for a in acc], n), "flags": flags})
                          if done else None})
         t = pd.DataFrame(rows)
         # a trial stopped other than by the pruner: the search was, before its end, and chose nothing
-        stopped = any(x["status"] != "ok" and not (x.get("error") or "").startswith("pruned") for x in results)
+        stopped = any(x["status"] != "ok" and not (x.get("error") or "").startswith(tune.PRUNED) for x in results)
         if t["_rank"].notna().any() and not stopped:
             best = t["_rank"].astype(float).idxmax()
             t.loc[best, varied] = [f"**{v}**" for v in t.loc[best, varied]]
-        cpu = next((x["env"].get("cpu_model") for x in results if (x.get("env") or {}).get("cpu_model")), "?")
         by = "the last epoch's" if n == 1 else f"the mean of the last {n} epochs'"
         by = f"stopped before its end, it chose nothing; it ranks by {by}" if stopped else f"chosen by {by}"
         git = plan.get("git") or {}
         commit = git.get("commit", "?")[:12] + (" with changes not committed" if git.get("dirty") else "")
-        out += [f"`zobench {' '.join(argv)}` (run `{run_id}`, commit {commit}, on {cpu}; {by} "
+        out += [f"`zobench {' '.join(argv)}` (run `{run_id}`, commit {commit}, on {cpu_of(results)}; {by} "
                 "validation accuracy):", "", r._markdown([("table", t.drop(columns="_rank"))]).strip(), ""]
     return out[:-1]
 

@@ -62,6 +62,8 @@ SAMPLERS = ("tpe", "grid")
 # INT8* trials two epochs before their end, ahead of the one that finished)
 LAST_PRUNED = 0.9
 PRUNERS = ("median", "halving", "none")
+# how a pruned trial's stop reads in its result: a trial stopped otherwise stopped its search
+PRUNED = "pruned by zobench tune"
 # a training set's share held out by default: Fashion-MNIST's 60,000 keep 50,000 to train on and
 # score on 10,000, as many as its test set
 VALIDATION_SHARE = 1 / 6
@@ -565,7 +567,7 @@ def _trial(store: Store, run_id: str, job, target: Target, prepared, report, run
             if ev.get("event") == "epoch" and not own.is_set() and \
                     report(ev["epoch"], ev.get("test_accuracy"), ev.get("train_loss")):
                 acc = ev.get("test_accuracy")
-                own.request(f"pruned by zobench tune after epoch {ev['epoch']} (validation accuracy "
+                own.request(f"{PRUNED} after epoch {ev['epoch']} (validation accuracy "
                             f"{acc if acc is not None else math.nan:.4f})")
 
     with View({target.name: 1}, None if live else Console(stderr=True, force_terminal=False)) as view:
