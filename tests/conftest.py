@@ -4,6 +4,7 @@ live in testkit/, which the benchmarks share."""
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 from hypothesis import settings
@@ -45,6 +46,7 @@ def pytest_collection_modifyitems(items):
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
 
 
+OWN_LEASE = None
 if os.environ.get("PYTEST_XDIST_WORKER"):
     # make test runs a worker per core and one more: a runner's OpenMP (torch, the C++ binary)
     # spinning on two threads beside the other workers' slowed some tests tenfold. One thread
@@ -53,9 +55,18 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     # RUNNER_ENV).
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     # Two workers on one machine are the point here: each leases this machine on its own
-    # (harness/boards/lease.py), or every local job of one would wait for the other's.
-    os.environ.setdefault("ZOBENCH_LOCAL_LEASE",
-                          f"/tmp/zobench-test-{os.getuid()}/lease-{os.environ['PYTEST_XDIST_WORKER']}")
+    # (harness/boards/lease.py), or every local job of one would wait for the other's. The
+    # session's id is in the name too: two make tests at once on one runner (two clones, a CI
+    # job beside a developer's) would share gw0's lease, and a job of one would wait out the other's.
+    if "ZOBENCH_LOCAL_LEASE" not in os.environ:
+        OWN_LEASE = Path(f"/tmp/zobench-test-{os.getuid()}/lease-{os.environ['PYTEST_XDIST_TESTRUNUID'][:12]}"
+                         f"-{os.environ['PYTEST_XDIST_WORKER']}")
+        os.environ["ZOBENCH_LOCAL_LEASE"] = str(OWN_LEASE)
+
+
+def pytest_unconfigure(config):
+    if OWN_LEASE:
+        OWN_LEASE.unlink(missing_ok=True)
 
 
 @pytest.fixture(scope="session")
