@@ -33,7 +33,7 @@ class Live(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
         new = {}
-        for t in (out,) if isinstance(out, torch.Tensor) else tree_leaves(out):
+        for t in tree_leaves(out):
             if isinstance(t, torch.Tensor) and not (torch._C._functorch.is_functorch_wrapped_tensor(t) or t._is_zerotensor()):
                 s = t.untyped_storage()
                 p = s.data_ptr()
