@@ -487,7 +487,9 @@ def test_the_ci_workflow_runs_end_to_end_against_a_local_postgresql(tmp_path):
     # the verdicts and the job rows they judge, whole: pytest's own message cuts a long stdout in the middle
     said = "\n".join(line for line in r.stdout.splitlines() if line.startswith(("| `", "**", "==", "zobench")))
     assert "**✅ pass: all 1 job keys judged, none regressed (exit 0)**" in r.stdout, said
-    assert "judged by instructions: unchanged (+0.00%" in r.stdout, said
+    # the same code's counts: equal, or (seen twice in make test, cause not found; docs/compare.md)
+    # a few instructions a step apart, under 0.005%, which the 1% threshold calls unchanged
+    assert re.search(r"judged by instructions: unchanged \([+-]0\.00%", r.stdout), said
     assert re.search(r"judged by instructions: regressed \(\+2\d\.\d\d%", r.stdout), said   # one step in 5 more
     # the summary links to the dashboard's compare view of the slower commit, which the site holds:
     # against main's newest commit, the same verdict
