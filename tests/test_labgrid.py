@@ -4,6 +4,7 @@ releases the place; a second run waits in labgrid's queue for it; Ctrl-C release
 import getpass
 import json
 import os
+import platform
 import signal
 import subprocess
 import sys
@@ -12,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from harness.stores.store import Store
-from testkit.runners import REPO, TINY, held_python, hooked_python, until, zobench
+from testkit.runners import REPO, TINY, TINY_CPP, held_python, hooked_python, until, zobench
 from testkit.sshd import free_port
 from testkit.tools import require
 
@@ -134,9 +135,10 @@ def test_a_labgrid_pool_takes_as_many_matching_places_as_it_has_members_and_rele
     with open(lab["inventory"], "a") as f:
         f.write(f'[targets.pool]\nlabgrid = {{ coordinator = "{lab["address"]}", tags = {{ farm = "pool" }} }}\n'
                 f'members = 2\nworkdir = "{tmp / "pool"}"\nlease = false\nkey = "{lab["key"]}"\n'
-                f'python = "{hook}"\nruntimes = ["torch"]\nthreads = 1\n')
+                f'python = "{hook}"\nruntimes = ["cpp"]\narch = "{platform.machine()}"\nthreads = 1\n')
+    # on the C++ binary: the places are what is tested, and its jobs import no torch on the boards
     p = zobench("run", "--results", tmp / "rp", "--no-report", "--inventory", lab["inventory"], "--target", "pool",
-                *TINY, "--method", "full-zo", "--method", "full-bp", "--method", "elastic-zo:1", env=lab["env"],
+                *TINY_CPP, "--method", "full-zo", "--method", "full-bp", "--method", "elastic-zo:1", env=lab["env"],
                 timeout=600)
     assert p.returncode == 0, p.stderr
     store = Store(tmp / "rp")

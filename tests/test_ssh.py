@@ -2,6 +2,7 @@
 import getpass
 import json
 import os
+import platform
 import pwd
 import subprocess
 import sys
@@ -18,6 +19,11 @@ from harness.stores.store import Store
 
 from testkit.runners import SHORT, zobench
 from testkit.sshd import board_toml, free_port, keygen
+
+# a board that runs the C++ binary, for the tests of what every runtime's job goes through (a
+# board's parallel runs, an unreachable one, a quoted workdir): no interpreter to start and no
+# torch to import on the board, about 3 s of CPU a job less
+CPP = {"runtimes": ["cpp"], "arch": platform.machine()}
 
 
 
@@ -55,11 +61,14 @@ def test_ssh_run_gives_the_same_schema_as_local_plus_the_probe(inv, tmp_path):
     assert probe["cores"] >= 1 and probe["versions"]["torch"]
 
 
-def test_three_boards_run_in_parallel(inv, tmp_path):
-    rc = run(inv["path"], tmp_path, "--target", "board-a", "--target", "board-b", "--target", "board-c",
+def test_three_boards_run_in_parallel(farm, tmp_path):
+    path = tmp_path / "inv.toml"
+    path.write_text("".join(board_toml(n, farm["boards"][n], farm["key"], tmp_path / n, **CPP)
+                            for n in ("board-a", "board-b", "board-c")))
+    rc = run(path, tmp_path / "res", "--target", "board-a", "--target", "board-b", "--target", "board-c",
              "--method", "full-zo")
     assert rc == 0
-    store = Store(tmp_path)
+    store = Store(tmp_path / "res")
     results = store.results(store.latest())
     assert sorted(r["job"]["target"] for r in results) == ["board-a", "board-b", "board-c"]
     assert all(r["status"] == "ok" for r in results)
@@ -167,10 +176,11 @@ def test_wrong_key_gives_a_clear_authentication_error(farm, tmp_path):
     assert "Traceback" not in out.stderr
 
 
-def test_unreachable_board_fails_its_jobs_with_the_reason_and_others_run(farm, inv, tmp_path):
+def test_unreachable_board_fails_its_jobs_with_the_reason_and_others_run(farm, tmp_path):
     path = tmp_path / "inv.toml"
     dead = type("B", (), {"port": free_port()})()
-    path.write_text(inv["path"].read_text() + board_toml("gone", dead, farm["key"], tmp_path / "w"))
+    path.write_text(board_toml("board-c", farm["boards"]["board-c"], farm["key"], tmp_path / "c", **CPP)
+                    + board_toml("gone", dead, farm["key"], tmp_path / "w", **CPP))
     assert run(path, tmp_path / "res", "--target", "gone", "--target", "board-c", "--method", "full-zo") == 1
     store = Store(tmp_path / "res")
     r = {x["job"]["target"]: x for x in store.results(store.latest())}
@@ -184,7 +194,7 @@ def test_workdirs_with_shell_metacharacters_inject_nothing(farm, tmp_path):
     marker = Path(f"/tmp/zobench-injected-{uuid.uuid4().hex}")
     workdir = tmp_path / f"zo bench $(touch {marker}); `touch {marker}` & | <> 'q' \"d\""
     path = tmp_path / "inv.toml"
-    path.write_text(board_toml("plain-board", farm["boards"]["board-c"], farm["key"], workdir))
+    path.write_text(board_toml("plain-board", farm["boards"]["board-c"], farm["key"], workdir, **CPP))
     assert run(path, tmp_path / "res", "--target", "plain-board", "--method", "full-zo") == 0
     store = Store(tmp_path / "res")
     (r,) = store.results(store.latest())
