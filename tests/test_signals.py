@@ -3,6 +3,7 @@ over SSH: the running jobs' process groups are killed and recorded `interrupted`
 more starts, what ended is kept, zobench exits 130/143 with the --resume command, no
 runner is left behind, and --resume then finishes exactly the rest."""
 import json
+import platform
 import signal
 import subprocess
 import time
@@ -109,10 +110,12 @@ def test_sigterm_then_a_second_signal_kill_a_hung_runner_and_exit_143(tmp_path):
 
 def test_sigterm_kills_the_runners_on_every_board_over_ssh(farm, tmp_path):
     inv = tmp_path / "inventory.toml"
-    inv.write_text("".join(board_toml(n, farm["boards"][n], farm["key"], tmp_path / n) for n in ("board-a", "board-b")))
+    # the C++ binary on both boards: the signal's way to a board's runners is the same for every runtime
+    inv.write_text("".join(board_toml(n, farm["boards"][n], farm["key"], tmp_path / n, runtimes=["cpp"],
+                                      arch=platform.machine()) for n in ("board-a", "board-b")))
     proc = start("run", "--results", tmp_path / "res", "--inventory", inv, "--no-report", "--target", "board-a",
                  "--target", "board-b", "--method", "full-bp", "--method", "full-zo", "--set", "fault=hang@full-zo",
-                 *TINY, env=farm["env"])
+                 *TINY_CPP, env=farm["env"])
     launched(tmp_path / "res", "board-*.full-zo.*", proc, "start", count=2)   # one hung runner on each board
     rc, err = stopped(proc, signal.SIGTERM)
     store = Store(tmp_path / "res")
