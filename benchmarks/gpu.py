@@ -33,7 +33,7 @@ import torch  # noqa: E402
 
 from benchmarks.runtimes import WORKLOADS, ZO_PHASES  # noqa: E402
 from harness.planning.suites import MethodChoice  # noqa: E402
-from workloads import datasets, energy, gpuinfo, methods, zrng, zrng_torch  # noqa: E402
+from workloads import datasets, device_data, energy, gpuinfo, methods, zrng, zrng_torch  # noqa: E402
 from workloads.clock import EventClock, NullClock  # noqa: E402
 from workloads.loop import stepper, warm_up  # noqa: E402
 from workloads.models import MODELS  # noqa: E402
@@ -71,22 +71,23 @@ def spec_for(method: str, k: int, batch: int, model: str, warmup: int = 20, **fi
                               "hyper": {"batch_size": batch, "warmup_steps": warmup}, **fields})
 
 
-def timed_loop(engine, spec, split, seconds: float, meter) -> dict:
-    """Steps over the split (cycling) for at least `seconds`: ms/step, phase shares, J/step."""
-    clock, run_step, batch, n = EventClock(), stepper(engine), spec.hyper.batch_size, len(split)
-    order = zrng.permutation(spec.seed, 0, n)
+def timed_loop(engine, spec, data, seconds: float, meter) -> dict:
+    """Steps over the split (cycling) for at least `seconds`, its batches where a job gathers
+    them (device_data.batches): ms/step, phase shares, J/step."""
+    clock, run_step, batch, n = EventClock(), stepper(engine), spec.hyper.batch_size, len(data.split)
+    data.epoch(zrng.permutation(spec.seed, 0, n))
     h = spec.hyper
     meter.begin()
     clock.start()
     steps, t0 = 0, time.perf_counter()
     while time.perf_counter() - t0 < seconds:
         lo = (steps * batch) % (n - batch + 1)
-        x, y = engine.load_batch(*split.batch(order[lo:lo + batch]))
+        x, y = data(lo, lo + batch)
         clock.lap("data")
         clock.step_end()
         run_step(engine, spec, x, y, steps, 0, h.lr_zo, h.lr_bp, clock)
         steps += 1
-    clock.step_end()
+    clock.drain()
     elapsed = time.perf_counter() - t0
     joules = meter.end(elapsed)
     phases = sum(clock.seconds.values())
@@ -96,9 +97,10 @@ def timed_loop(engine, spec, split, seconds: float, meter) -> dict:
 
 def measure(cls, spec, model, init, split, seconds, meter) -> dict:
     engine = cls(spec, model, init)
-    warm_up(engine, spec, split)
+    data = device_data.batches(engine, split, device_data.cap(spec))
+    warm_up(engine, spec, data)
     gpuinfo.reset_peak("cuda")
-    r = timed_loop(engine, spec, split, seconds, meter)
+    r = timed_loop(engine, spec, data, seconds, meter)
     r["peak_mib"] = torch.cuda.max_memory_allocated() / 2 ** 20
     del engine
     gc.collect()     # now, not during the next engine's graph capture (a graph freed then breaks it)

@@ -14,18 +14,22 @@ off (--budget seconds, a kill, the device's time running out) still leaves what 
    ladder from GPT-2 small to the Llama-2-7B shape, B = 8, T = 512, bf16, Full BP (SGD, Adam,
    checkpointing), MeZO and ElasticZO k=1; GPT-2 small and medium in FP32 too. Target: within 5%
    where the configuration fits.
-2. fit: the largest model of that ladder (13B too) each method trains within 16, 24 and 80 GB
+2. (run sixth) fit: the largest model of that ladder (13B too) each method trains within 16, 24 and 80 GB
    at B = 8, T = 512: the model's prediction picks where to start, runs under a device-memory
    cap of the budget (the runner's: torch_runner.cap_device_memory) confirm it (harness/search/
    fit.search's walk), and the MeZO / BP ratio of parameters stands beside Katti's Fig. 4
    (GPT-2 medium for BP against Llama-2-7B for MeZO at about 17 GB).
-3. lenet: LeNet-5's batch-256 Full ZO step as a job runs it (data loaded, the step a CUDA
-   graph) against the limit, the captured graph replayed back to back. Target: within 1.5x.
+3. lenet: LeNet-5's Full ZO step at batch 32 and 256 as a job runs it (loop.train, its clock's
+   phases), the training set gathered on the host and on the device (workloads/device_data.py),
+   against the limit, the captured graph replayed back to back. Target: within 1.5x.
 4. hf: the transformer MeZO step (the runner's engine, one CUDA graph) against a MeZO loop on
    Hugging Face's GPT-2 (built from a config, random weights; Malladi et al.'s loop: torch.normal
    per parameter from a reseeded generator, each loss read on the host), GPT-2 small and medium,
    B = 8, T = 512, bf16: ms/step and peak memory. Target: 2x faster, no more memory.
-5. contexts: part 1 at contexts 128 to 2048 (Fig. 3's sweep).
+5. profile: GPT-2 medium's MeZO step, ours and HF's, under torch's profiler: each kernel's time.
+6. residuals: the allocator's history replayed to a step's peak, the live blocks by the line
+   that made them (Llama-2-7B and GPT-2 small with checkpointing at T = 2,048 and 1,024, MeZO at 1,024).
+7. fit, then contexts: part 1 at contexts 128 to 2048 (Fig. 3's sweep).
 
 Weights are drawn on the device (a 7B model's init from numpy would take minutes): memory does
 not depend on their values. --dry-run runs every part on the CPU with the small models and
@@ -38,8 +42,8 @@ import argparse
 import contextlib
 import dataclasses
 import gc
+import io
 import json
-import math
 import statistics
 import sys
 import time
@@ -53,13 +57,14 @@ import torch  # noqa: E402
 
 from harness.search import fit  # noqa: E402
 from harness.search.memory_model import breakdown, human  # noqa: E402
-from workloads import datasets, envinfo, gpuinfo, methods, zrng  # noqa: E402
-from workloads.clock import NullClock  # noqa: E402
-from workloads.loop import stepper, warm_up  # noqa: E402
+from workloads import datasets, device_data, energy, envinfo, gpuinfo, methods, zrng  # noqa: E402
+from workloads.clock import EventClock, NullClock, PhaseClock  # noqa: E402
+from workloads.loop import TrainState, stepper, train, warm_up  # noqa: E402
 from workloads.models import MODELS, Transformer  # noqa: E402
 from workloads.spec import JobSpec  # noqa: E402
 from workloads.tensor_peak import Live  # noqa: E402
-from workloads.torch_runner import HALF, cap_device_memory, make_engine  # noqa: E402
+from workloads.torch_runner import HALF, TorchEngine, cap_device_memory, make_engine  # noqa: E402
+from workloads.vocab import TRAIN_PHASES  # noqa: E402
 
 GIB = 2 ** 30
 DOC = ROOT / "docs" / "transformers.md"
@@ -85,17 +90,25 @@ class Plan:
     contexts: tuple        # part 5's
     context_models: tuple  # ... on these models
     hf: tuple              # part 4's models
-    lenet_batch: int
+    lenet_batches: tuple
+    lenet_steps: int       # part 3's least steps a timed job
     seconds: float         # each timed loop's least duration
     repeats: int           # timed loops a side, alternating (medians)
+    profile: str           # part 6's model
+    residuals: tuple       # part 7's (model, method label, context)
 
 
 GPU = Plan("cuda", ("gpt2-small", "gpt2-medium", "gpt2-large", "gpt2-xl", "llama2-7b"), ("gpt2-small", "gpt2-medium"),
            ("gpt2-small", "gpt2-medium", "gpt2-large", "gpt2-xl", "llama2-7b", "llama2-13b"),
            (16 * GIB, 24 * GIB, 80 * GIB), 8, 512, (128, 256, 1024, 2048),
-           ("gpt2-small", "gpt2-medium", "gpt2-large", "gpt2-xl", "llama2-7b"), ("gpt2-small", "gpt2-medium"), 256, 2.0, 3)
+           ("gpt2-small", "gpt2-medium", "gpt2-large", "gpt2-xl", "llama2-7b"), ("gpt2-small", "gpt2-medium"),
+           (32, 256), 1500, 2.0, 3, "gpt2-medium",
+           (("llama2-7b", "full-bp +ckpt", 2048), ("gpt2-small", "full-bp +ckpt", 1024), ("llama2-7b", "full-zo", 1024)))
 DRY = Plan("cpu", ("gpt2-1m", "llama-5m"), ("gpt2-1m",), ("gpt2-1m", "gpt2-4m", "llama-5m"), (16 * 2 ** 20,),
-           2, 32, (16,), ("gpt2-1m",), ("gpt2-1m",), 32, 0.05, 1)
+           2, 32, (16,), ("gpt2-1m",), ("gpt2-1m",), (32,), 8, 0.05, 1, "gpt2-1m", (("llama-5m", "full-zo", 32),))
+
+
+PARTS = ("memory", "lenet", "hf", "profile", "residuals", "fit", "contexts")     # in the order they run
 
 
 class Deadline(Exception):
@@ -298,44 +311,67 @@ def fit_rows(run: Run) -> list[dict]:
     return rows
 
 
-def lenet_row(run: Run) -> dict:
-    """Part 3: LeNet-5's Full ZO step at the plan's batch as a job runs it, and its limit: on a
-    GPU the captured graph replayed back to back; on a CPU (dry run) the step alone on one batch."""
-    plan = run.plan
-    spec = JobSpec.from_dict({"job_id": "gpu-scale", "method": "full-zo", "device": plan.device,
-                              "workload": {"model": "lenet5", "dataset": "fashion-mnist"},
-                              "hyper": {"batch_size": plan.lenet_batch, "warmup_steps": -1}})
-    m = spec.model()
-    split = datasets.load("fashion-mnist", "train", plan.lenet_batch * 64, "", "fp32")
-    engine = make_engine(spec, m, m.init_weights(0))
-    warm_up(engine, spec, split)
-    run_step, order, h, b = stepper(engine), zrng.permutation(0, 0, len(split)), spec.hyper, plan.lenet_batch
+def lenet_rows(run: Run) -> list[dict]:
+    """Part 3: LeNet-5's Full ZO step as a job runs it (loop.train: its batches, its clock, the
+    phases on the device's clock) with the training set gathered on the host and on the device
+    (device_data), against the limit: on a GPU the captured graph replayed back to back; on a
+    CPU (dry run) the step alone on one batch. Per batch of the plan, alternating, medians."""
+    plan, rows = run.plan, run.rows("lenet")
+    for b in plan.lenet_batches:
+        spec = JobSpec.from_dict({"job_id": "gpu-scale", "method": "full-zo", "device": plan.device,
+                                  "workload": {"model": "lenet5", "dataset": "fashion-mnist"},
+                                  "hyper": {"batch_size": b, "warmup_steps": -1}})
+        m = spec.model()
+        split = datasets.load("fashion-mnist", "train", 0 if plan.device == "cuda" else b * plan.lenet_steps, "", "fp32")
+        test = datasets.load("fashion-mnist", "test", b, "", "fp32")
+        epochs = -(-plan.lenet_steps // (len(split) // b))
+        spec = dataclasses.replace(spec, hyper=dataclasses.replace(spec.hyper, epochs=epochs))
+        engine = make_engine(spec, m, m.init_weights(0))
+        feeds = {where: device_data.batches(engine, split, device_data.cap(spec), where) for where in ("host", "device")}
+        warm_up(engine, spec, feeds["host"])
+        h, data = spec.hyper, feeds["host"]
+        data.epoch(zrng.permutation(0, 0, len(split)))
+        x1, y1 = data(0, b)
+        graph = getattr(getattr(engine, "run_step", None), "graph", None)
 
-    def job_step(t: int) -> None:
-        lo = (t * b) % (len(split) - b + 1)
-        x, y = engine.load_batch(*split.batch(order[lo:lo + b]))
-        run_step(engine, spec, x, y, t, 0, h.lr_zo, h.lr_bp, NullClock())
+        def limit_step(t: int) -> None:
+            if graph is not None:
+                graph.replay()
+            else:
+                methods.step(engine, spec, x1, y1, t, 0, h.lr_zo, h.lr_bp, NullClock())
 
-    graph = getattr(getattr(engine, "run_step", None), "graph", None)
-    x1, y1 = engine.load_batch(*split.batch(order[:b]))
+        got = {where: [] for where in feeds}
+        limit = []
+        for _ in range(plan.repeats):
+            run.check()
+            for where, feed in feeds.items():
+                got[where].append(job_ms(engine, spec, feed, test))
+            limit.append(ms_per_step(limit_step, plan))
+        limit_ms = statistics.median(limit)
+        for where, runs in got.items():
+            ms = statistics.median(r["ms"] for r in runs)
+            row = {"batch": b, "data": feeds[where].facts(), "job_ms": ms, "limit_ms": limit_ms, "ratio": ms / limit_ms,
+                   "limit": "graph replayed" if plan.device == "cuda" else "step alone (eager, dry run)",
+                   "phases_ms": {p: statistics.median(r["phases_ms"][p] for r in runs) for p in runs[0]["phases_ms"]}}
+            rows.append(row)
+            run.flush()
+            print(f"lenet5 b{b} data on the {where}: job {ms:.3f} ms/step, limit ({row['limit']}) {limit_ms:.3f}: "
+                  f"{row['ratio']:.2f}x; phases " + " ".join(f"{k} {v:.3f}" for k, v in row["phases_ms"].items() if v),
+                  flush=True)
+        del engine, feeds
+        release(plan.device)
+    return rows
 
-    def limit_step(t: int) -> None:
-        if graph is not None:
-            graph.replay()
-        else:
-            methods.step(engine, spec, x1, y1, t, 0, h.lr_zo, h.lr_bp, NullClock())
 
-    job, limit = [], []
-    for _ in range(plan.repeats):
-        run.check()
-        job.append(ms_per_step(job_step, plan))
-        limit.append(ms_per_step(limit_step, plan))
-    row = {"batch": b, "job_ms": statistics.median(job), "limit_ms": statistics.median(limit),
-           "limit": "graph replayed" if plan.device == "cuda" else "step alone (eager, dry run)"}
-    row["ratio"] = row["job_ms"] / row["limit_ms"]
-    print(f"lenet5 b{b}: job {row['job_ms']:.3f} ms/step, limit ({row['limit']}) {row['limit_ms']:.3f}: "
-          f"{row['ratio']:.2f}x", flush=True)
-    return row
+def job_ms(engine, spec, data, test) -> dict:
+    """ms a step of loop.train's epochs (the evaluation after each is not in them) and each
+    training phase's ms a step, on the job's clock."""
+    clock = EventClock() if spec.device == "cuda" else PhaseClock()
+    state = TrainState()
+    with contextlib.redirect_stdout(io.StringIO()):     # the loop's progress events
+        train(engine, spec, data, test, clock, state, energy.Unavailable("benchmark"))
+    return {"ms": 1e3 * state.train_seconds / state.steps,
+            "phases_ms": {p: 1e3 * clock.seconds[p] / state.steps for p in TRAIN_PHASES}}
 
 
 def hf_rows(run: Run) -> list[dict]:
@@ -351,33 +387,40 @@ def hf_rows(run: Run) -> list[dict]:
         spec = spec_for(name, "full-zo", 0, "sgd", False, plan.batch, plan.context, dtype, plan.device)
         rng = np.random.default_rng(0)
         tokens = rng.integers(0, m.vocab, (plan.batch, plan.context + 1))
-        ours, theirs = [], []
+        ours, unfused, theirs = [], [], []
         for _ in range(plan.repeats):
             run.check()
             ours.append(ours_loop(spec, m, tokens, plan))
+            unfused.append(ours_loop(spec, m, tokens, plan, fused=False))
             theirs.append(hf_loop(GPT2Config, GPT2LMHeadModel, m, tokens, plan, HALF[dtype]))
         o_ms, h_ms = statistics.median(r[0] for r in ours), statistics.median(r[0] for r in theirs)
+        u_ms = statistics.median(r[0] for r in unfused)
         row = {"model": name, "precision": dtype, "batch": plan.batch, "context": plan.context, "status": "ok",
-               "ours_ms": o_ms, "hf_ms": h_ms, "speedup": h_ms / o_ms,
-               "ours_peak_bytes": max(r[1] for r in ours), "hf_peak_bytes": max(r[1] for r in theirs)}
+               "ours_ms": o_ms, "hf_ms": h_ms, "speedup": h_ms / o_ms, "unfused_ms": u_ms,
+               "ours_peak_bytes": max(r[1] for r in ours), "hf_peak_bytes": max(r[1] for r in theirs),
+               "unfused_peak_bytes": max(r[1] for r in unfused)}
         rows.append(row)
         run.flush()
-        print(f"hf {name}: ours {o_ms:.2f} ms/step, HF MeZO {h_ms:.2f}: {row['speedup']:.2f}x; peak "
-              f"{row['ours_peak_bytes'] / GIB:.3f} vs {row['hf_peak_bytes'] / GIB:.3f} GiB", flush=True)
+        print(f"hf {name}: ours {o_ms:.2f} ms/step (unfused {u_ms:.2f}), HF MeZO {h_ms:.2f}: {row['speedup']:.2f}x; "
+              f"peak {row['ours_peak_bytes'] / GIB:.3f} (unfused {row['unfused_peak_bytes'] / GIB:.3f}) vs "
+              f"{row['hf_peak_bytes'] / GIB:.3f} GiB", flush=True)
     return rows
 
 
 
 
 
-def ours_loop(spec, m, tokens, plan) -> tuple[float, int]:
+def ours_loop(spec, m, tokens, plan, fused: bool = True) -> tuple[float, int]:
+    """fused=False: a ZO pass's attention and activations as a BP pass's (TransformerNet.fused),
+    the engine before issue 63."""
     with peak_of(plan.device) as peak:
-        ms = _ours(spec, m, tokens, plan)
+        ms = _ours(spec, m, tokens, plan, fused)
     return ms, peak["bytes"]
 
 
-def _ours(spec, m, tokens, plan) -> float:
+def _ours(spec, m, tokens, plan, fused: bool) -> float:
     engine = make_engine(spec, m, device_init(m, plan.device, spec.precision))
+    engine.net.fused = fused
     x, y = engine.load_batch(tokens[:, :-1], tokens[:, 1:])
     run_step = stepper(engine)
 
@@ -398,15 +441,25 @@ def hf_loop(config_cls, model_cls, m, tokens, plan, dtype, eps=1e-3, lr=1e-6) ->
 
 
 def _hf(config_cls, model_cls, m, tokens, plan, dtype, eps, lr) -> float:
+    step = hf_step(config_cls, model_cls, m, tokens, plan.device, dtype, eps, lr)
+    for t in range(3):
+        step(t)
+    sync(plan.device)
+    return ms_per_step(step, plan, first=3)
+
+
+def hf_step(config_cls, model_cls, m, tokens, device, dtype, eps=1e-3, lr=1e-6):
+    """One step of MeZO's loop (Malladi et al. 2023, its trainer's zo_step) on GPT2LMHeadModel
+    built from m's shape: step(seed)."""
     cfg = config_cls(vocab_size=m.vocab, n_positions=m.context, n_embd=m.width, n_layer=m.depth, n_head=m.heads,
                      n_inner=m.ffn, bos_token_id=0, eos_token_id=0)
-    model = model_cls(cfg).to(plan.device, dtype).eval()
-    ids = torch.from_numpy(tokens).to(plan.device)
+    model = model_cls(cfg).to(device, dtype).eval()
+    ids = torch.from_numpy(tokens).to(device)
     x, y = ids[:, :-1], ids[:, :-1].clone()   # HF shifts the labels itself
     params = [p for p in model.parameters() if p.requires_grad]
 
     def perturb(seed: int, scale: float) -> None:
-        gen = torch.Generator(plan.device).manual_seed(seed)
+        gen = torch.Generator(device).manual_seed(seed)
         for p in params:
             p.data.add_(torch.normal(0, 1, p.shape, generator=gen, device=p.device, dtype=p.dtype), alpha=scale * eps)
 
@@ -418,14 +471,157 @@ def _hf(config_cls, model_cls, m, tokens, plan, dtype, eps, lr) -> float:
         l2 = model(input_ids=x, labels=y).loss.item()
         g = (l1 - l2) / (2 * eps)
         perturb(seed, 1)
-        gen = torch.Generator(plan.device).manual_seed(seed)
+        gen = torch.Generator(device).manual_seed(seed)
         for p in params:
             p.data.add_(torch.normal(0, 1, p.shape, generator=gen, device=p.device, dtype=p.dtype), alpha=-lr * g)
 
-    for t in range(3):
-        step(t)
-    sync(plan.device)
-    return ms_per_step(step, plan, first=3)
+    return step
+
+
+def profile_rows(run: Run) -> list[dict]:
+    """Part 6: where the plan's profile model's MeZO step spends the device, ours (the engine run
+    eagerly: a CUDA graph is one launch to the profiler) against the HF loop's: per step, each
+    kernel's time and launches, the 25 dearest, and the totals."""
+    try:
+        from transformers import GPT2Config, GPT2LMHeadModel
+    except ImportError as e:
+        return [{"status": "skipped", "error": f"transformers is not installed here: {e}"}]
+    from torch.profiler import ProfilerActivity, profile
+
+    plan, rows = run.plan, run.rows("profile")
+    name, steps = plan.profile, 3
+    m = MODELS[name]
+    spec = spec_for(name, "full-zo", 0, "sgd", False, plan.batch, plan.context, "bf16", plan.device)
+    tokens = np.random.default_rng(0).integers(0, m.vocab, (plan.batch, plan.context + 1))
+    cuda = plan.device == "cuda"
+    activity = ProfilerActivity.CUDA if cuda else ProfilerActivity.CPU
+
+    def ours(fused: bool = True):
+        engine = TorchEngine(spec, m, device_init(m, plan.device, "bf16"), graphed=False)
+        engine.net.fused = fused
+        x, y = engine.load_batch(tokens[:, :-1], tokens[:, 1:])
+        return lambda t: methods.step(engine, spec, x, y, t, 0, spec.hyper.lr_zo, 0.0, NullClock())
+
+    def theirs():
+        return hf_step(GPT2Config, GPT2LMHeadModel, m, tokens, plan.device, HALF["bf16"])
+
+    for side, make in (("ours", ours), ("ours unfused", lambda: ours(False)), ("hf", theirs)):
+        run.check()
+        release(plan.device)
+        step = make()
+        for t in range(3):
+            step(t)
+        sync(plan.device)
+        with profile(activities=[activity]) as prof:
+            for t in range(3, 3 + steps):
+                step(t)
+            sync(plan.device)
+        kernels = []
+        for e in prof.key_averages():
+            us = (e.self_device_time_total if cuda else e.self_cpu_time_total) / steps
+            if us > 0 and (not cuda or e.device_type == torch.autograd.DeviceType.CUDA):
+                kernels.append({"name": e.key[:160], "us": us, "calls": e.count / steps})
+        kernels.sort(key=lambda k: -k["us"])
+        row = {"side": side, "model": name, "batch": plan.batch, "context": plan.context, "status": "ok",
+               "us_per_step": sum(k["us"] for k in kernels), "launches_per_step": sum(k["calls"] for k in kernels),
+               "kernels": kernels[:25]}
+        rows.append(row)
+        run.flush()
+        print(f"profile {side} {name}: {row['us_per_step'] / 1e3:.2f} ms of kernels a step, "
+              f"{row['launches_per_step']:.0f} launches; " +
+              "; ".join(f"{k['name'][:40]} {k['us'] / 1e3:.2f} ms" for k in kernels[:5]), flush=True)
+        del step
+    rows.append(lm_head_row(run, m, plan.batch * plan.context))
+    run.flush()
+    return rows
+
+
+def lm_head_row(run: Run, m, n: int) -> dict:
+    """The LM head's product for one loss chunk in bf16, as [c, D] x [D, V] (the logits' rows V
+    values, odd for GPT-2) and transposed, [V, D] x [D, c] (what _chunk_logits does on a GPU):
+    microseconds each, medians of the plan's repeats."""
+    c, dev = m.loss_chunk(n), run.plan.device
+    h = torch.randn(c, m.width, device=dev, dtype=torch.bfloat16)
+    w = torch.randn(m.vocab, m.width, device=dev, dtype=torch.bfloat16)
+    ways = {"rows": lambda t: torch.mm(h, w.t()), "transposed": lambda t: torch.mm(w, h.t())}
+    got = {k: [] for k in ways}
+    for _ in range(run.plan.repeats):
+        for k, f in ways.items():
+            got[k].append(1e3 * ms_per_step(f, dataclasses.replace(run.plan, seconds=run.plan.seconds / 4)))
+    row = {"side": "lm head", "status": "ok", "chunk": c, "width": m.width, "vocab": m.vocab,
+           **{f"{k}_us": statistics.median(v) for k, v in got.items()}}
+    print(f"lm head [{c}, {m.width}] x [{m.width}, {m.vocab}]: {row['rows_us']:.1f} us, transposed "
+          f"{row['transposed_us']:.1f} us", flush=True)
+    return row
+
+
+def residual_rows(run: Run) -> list[dict]:
+    """Part 7: what is alive at a step's peak, from the caching allocator's own history: each
+    allocation and free replayed to the moment the allocated bytes were at their most, the live
+    blocks there summed by the line of ours that made them, beside the memory model's parts and
+    moment (issue 63's two residuals and, as a control, a configuration the model gets right). A
+    CPU keeps no such history: the dry run records the peaks alone."""
+    plan, rows = run.plan, run.rows("residuals")
+    cuda = plan.device == "cuda"
+    for name, label, context in plan.residuals:
+        run.check()
+        _, method, k, opt, ckpt = next(x for x in METHODS if x[0] == label)
+        m = MODELS[name]
+        b = breakdown(m, method, plan.batch, "bf16", k, opt, context, ckpt)
+        spec = spec_for(name, method, k, opt, ckpt, plan.batch, context, "bf16", plan.device)
+        if cuda:
+            release(plan.device)
+            torch.cuda.memory._record_memory_history(enabled="all", context="alloc", stacks="python",
+                                                     max_entries=400_000)
+        try:
+            got = step_peak(spec)
+            trace = peak_blocks(torch.cuda.memory._snapshot()) if cuda else None
+        finally:
+            if cuda:
+                torch.cuda.memory._record_memory_history(enabled=None)
+        row = {"model": name, "method": label, "precision": "bf16", "batch": plan.batch, "context": context,
+               "predicted_bytes": b.peak_bytes, "peak_at": b.peak_at, "parts": b.parts, **got, "at_peak": trace}
+        if got["status"] == "ok":
+            row["error"] = (b.peak_bytes - got["peak_bytes"]) / got["peak_bytes"]
+        rows.append(row)
+        run.flush()
+        print(line(row) + (f"; at the peak {trace['bytes'] / GIB:.3f} GiB in {trace['blocks']} blocks: " +
+                           "; ".join(f"{g['where']} {g['bytes'] / GIB:.3f}" for g in trace["by_line"][:6])
+                           if trace else ""), flush=True)
+    return rows
+
+
+def peak_blocks(snapshot: dict) -> dict:
+    """The allocator's trace replayed (alloc adds a block, free_completed takes it away, as its
+    allocated-bytes count does): the live blocks at the most, by the innermost line of
+    workloads/ or benchmarks/ in their Python stack."""
+    trace = [e for dev in snapshot["device_traces"] for e in dev]
+    live, now, most, at = {}, 0, 0, -1
+    for i, e in enumerate(trace):
+        if e["action"] == "alloc":
+            live[e["addr"]] = e["size"]
+            now += e["size"]
+        elif e["action"] == "free_completed" and e["addr"] in live:
+            now -= live.pop(e["addr"])
+        if now > most:
+            most, at = now, i
+    live = {}
+    for e in trace[:at + 1]:
+        if e["action"] == "alloc":
+            live[e["addr"]] = e
+        elif e["action"] == "free_completed":
+            live.pop(e["addr"], None)
+    by = {}
+    for e in live.values():
+        # autograd's engine runs backward in C++, with no Python frame: those by their size
+        where = next((f"{Path(f['filename']).name}:{f['line']} {f['name']}" for f in e.get("frames", [])
+                      if "/workloads/" in f["filename"] or "/benchmarks/" in f["filename"]),
+                     f"no line of ours, {e['size']:,} bytes each")
+        g = by.setdefault(where, {"where": where, "bytes": 0, "blocks": 0})
+        g["bytes"] += e["size"]
+        g["blocks"] += 1
+    return {"bytes": most, "blocks": len(live), "events": len(trace), "event": at,
+            "by_line": sorted(by.values(), key=lambda g: -g["bytes"])[:40]}
 
 
 # -- the tables -----------------------------------------------------------------------------
@@ -467,9 +663,16 @@ def tables(data: dict) -> str:
                        f"{r['params'] / 1e6:,.0f}M | {ratio} |")
         out.append("\nKatti et al.'s Fig. 4: at about 17 GB, BP fine-tunes GPT-2 medium and MeZO Llama-2-7B (19x).\n")
     if parts.get("lenet"):
-        r = parts["lenet"]
-        out.append(f"**LeNet-5 Full ZO at batch {r['batch']}**: {r['job_ms']:.3f} ms/step as a job runs it, "
-                   f"{r['limit_ms']:.3f} ms the limit ({r['limit']}): {r['ratio']:.2f}x (target 1.5x).\n")
+        lenet = parts["lenet"] if isinstance(parts["lenet"], list) else [parts["lenet"]]   # one row before issue 63
+        out.append("**LeNet-5 Full ZO as a job runs it** against its limit (target 1.5x)\n\n"
+                   "| batch | data gathered on | job ms/step | limit ms/step | ratio | limit | the job's phases, ms a step |\n"
+                   "|---:|---|---:|---:|---:|---|---|")
+        for r in lenet:
+            where = (r.get("data") or {}).get("where", "host")
+            phases = ", ".join(f"{k} {v:.3f}" for k, v in (r.get("phases_ms") or {}).items() if v) or "-"
+            out.append(f"| {r['batch']} | {where} | {r['job_ms']:.3f} | {r['limit_ms']:.3f} | {r['ratio']:.2f}x | "
+                       f"{r['limit']} | {phases} |")
+        out.append("")
     if parts.get("hf"):
         out.append("**The transformer MeZO step against Hugging Face's GPT-2 MeZO loop**\n\n"
                    "| model | B | T | ours ms | HF MeZO ms | speed-up | ours peak GiB | HF peak GiB |\n"
@@ -481,11 +684,38 @@ def tables(data: dict) -> str:
             out.append(f"| {r['model']} | {r['batch']} | {r['context']} | {r['ours_ms']:.2f} | {r['hf_ms']:.2f} | "
                        f"{r['speedup']:.2f}x | {r['ours_peak_bytes'] / GIB:.3f} | {r['hf_peak_bytes'] / GIB:.3f} |")
         out.append("")
+    prof = [r for r in parts.get("profile") or [] if r["status"] == "ok" and "kernels" in r]
+    head = [r for r in parts.get("profile") or [] if r.get("side") == "lm head"]
+    if prof:
+        out.append(f"**Where a {prof[0]['model']} MeZO step's device time goes** (B = {prof[0]['batch']}, "
+                   f"T = {prof[0]['context']}, bf16, eager; per step)\n\n| side | kernel ms | launches | dearest five |\n"
+                   "|---|---:|---:|---|")
+        for r in prof:
+            top = "; ".join(f"`{k['name'][:48]}` {k['us'] / 1e3:.2f} ms x{k['calls']:.0f}" for k in r["kernels"][:5])
+            out.append(f"| {r['side']} | {r['us_per_step'] / 1e3:.2f} | {r['launches_per_step']:.0f} | {top} |")
+        out.append("")
+    for r in head:
+        out.append(f"**One loss chunk's LM head** in bf16, [{r['chunk']}, {r['width']}] x [{r['width']}, {r['vocab']}]: "
+                   f"{r['rows_us']:.1f} us; transposed, [{r['vocab']}, {r['width']}] x [{r['width']}, {r['chunk']}] "
+                   f"(transformer_torch._chunk_logits on a GPU): {r['transposed_us']:.1f} us.\n")
+    if parts.get("residuals"):
+        out.append("**What is alive at the peak** (the allocator's history replayed; bf16)\n\n"
+                   "| model | method | T | model peak GiB (moment) | measured GiB | error | the largest lines at the peak, GiB |\n"
+                   "|---|---|---:|---:|---:|---:|---|")
+        for r in parts["residuals"]:
+            got = f"{r['peak_bytes'] / GIB:.3f}" if r["status"] == "ok" else r["status"]
+            err = f"{100 * r['error']:+.1f}%" if r["status"] == "ok" else "-"
+            top = "; ".join(f"`{g['where']}` {g['bytes'] / GIB:.3f}" for g in (r.get("at_peak") or {}).get("by_line", [])[:6])
+            out.append(f"| {r['model']} | {r['method']} | {r['context']} | {r['predicted_bytes'] / GIB:.3f} "
+                       f"({r['peak_at']}) | {got} | {err} | {top or '-'} |")
+        out.append("")
     if data["dry_run"] and (parts.get("lenet") or parts.get("hf")):
         out.append("(A dry run's times are no speeds: the transformer loops run under the CPU's tensor tracker, "
                    "and a CPU has no graph.)\n")
     if data["left_out"]:
         out.append(f"Left out when the run's time ran out: {', '.join(data['left_out'])}.\n")
+    for part, why in (data.get("failed") or {}).items():
+        out.append(f"Part {part} failed: {why}.\n")
     return "\n".join(out) + "\n"
 
 
@@ -507,7 +737,11 @@ def main(argv=None) -> int:
     ap.add_argument("--dry-run", action="store_true", help="the whole plan on this CPU, tiny shapes")
     ap.add_argument("--budget", type=float, default=480.0, help="seconds; the parts not started by then are left out")
     ap.add_argument("--doc", action="store_true", help="put the tables into docs/transformers.md")
+    ap.add_argument("--parts", help=f"comma-separated, the parts to run (default all: {', '.join(PARTS)})")
     args = ap.parse_args(argv)
+    chosen = args.parts.split(",") if args.parts else list(PARTS)
+    if unknown := [p for p in chosen if p not in PARTS]:
+        ap.error(f"--parts: no part {', '.join(unknown)} (the parts: {', '.join(PARTS)})")
     if not args.dry_run and not torch.cuda.is_available():
         print(f"gpu_scale: no CUDA here (torch {torch.__version__}); --dry-run runs the plan on the CPU")
         return 2
@@ -520,9 +754,10 @@ def main(argv=None) -> int:
         memory_rows(run, "memory", (plan.context,))
         return memory_rows(run, "memory", (plan.context,), plan.fp32, ("fp32",))
 
-    parts = [("memory", memory_part),
-             ("fit", lambda: fit_rows(run)), ("lenet", lambda: lenet_row(run)), ("hf", lambda: hf_rows(run)),
-             ("contexts", lambda: memory_rows(run, "contexts", plan.contexts, plan.context_models))]
+    parts = {"memory": memory_part, "lenet": lambda: lenet_rows(run), "hf": lambda: hf_rows(run),
+             "profile": lambda: profile_rows(run), "residuals": lambda: residual_rows(run), "fit": lambda: fit_rows(run),
+             "contexts": lambda: memory_rows(run, "contexts", plan.contexts, plan.context_models)}
+    parts = [(name, parts[name]) for name in PARTS if name in chosen]
     try:
         for i, (name, part) in enumerate(parts):
             t0 = time.monotonic()
@@ -533,6 +768,11 @@ def main(argv=None) -> int:
                 run.data["left_out"] = [n for n, _ in parts[i:]]     # the first of them may have rows
                 print(f"gpu_scale: {args.budget:g} s spent; left out {', '.join(run.data['left_out'])}")
                 break
+            except Exception as e:  # a part that breaks is recorded with its reason; the next ones still run
+                import traceback
+                traceback.print_exc()
+                run.data.setdefault("failed", {})[name] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+                release(plan.device)
     finally:
         save(args.out, run.data)        # the tables and Fig. 3 of what finished, however it ended
     if args.doc:

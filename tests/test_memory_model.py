@@ -1,5 +1,6 @@
 """The analytic memory model against the ElasticZO paper's figures (its Sec. 4), within 3%, and
 the transformer model against formulas worked by hand and against the torch engine's own tensors."""
+import dataclasses
 import json
 import os
 import subprocess
@@ -371,6 +372,33 @@ def test_a_language_models_peak_is_the_predicted_one(model, method, k, checkpoin
         assert 0 <= live.peak - predicted <= 24
 
 
+LONG = [dataclasses.replace(m, name=f"{m.name}-256", context=256) for m in (MID, MID_LLAMA)]
+
+
+@pytest.mark.parametrize("model", LONG, ids=lambda m: m.name)
+@pytest.mark.parametrize("method,k,checkpointing", [("full-bp", 0, False), ("full-bp", 0, True),
+                                                    ("elastic-zo", 2, False), ("elastic-zo", 3, False)])
+@pytest.mark.parametrize("precision,chunk", [("fp32", 0), ("bf16", 0), ("fp32", -1)])
+def test_at_long_contexts_the_attentions_backward_is_the_peak(model, method, k, checkpointing, precision, chunk):
+    """Issue 63's residuals: at T = 256 the scores (S = B H T^2) outweigh a block's other values
+    four to one, and a BP step's peak is a block's attention backward at its softmax, p, its
+    gradient and the scores' (3 S) -- the recomputed block's with checkpointing, where the H200
+    measured 10.9% above the model's MLP moment (Llama-2-7B at T = 2,048) and 30.8% (GPT-2 small
+    at T = 1,024). Exact to the loss scalars; ElasticZO k = 2 with the loss in chunks within 2%
+    above (its two passes' backwards interleave)."""
+    e, x, y, ignore = _engine(model, method, k, checkpointing, precision=precision, loss_chunk=chunk)
+    with Live(*ignore) as live:
+        _step(e, x, y)
+    r = breakdown(model, method, 2, precision, bp_layers=k, checkpointing=checkpointing, loss_chunk=chunk)
+    predicted = r.peak_bytes - r.parts["parameters"] - r.parts["inputs"]
+    if chunk >= 0 and (method, k) == ("elastic-zo", 2):
+        assert 0 <= predicted - live.peak <= 0.02 * live.peak
+    else:
+        assert 0 <= live.peak - predicted <= 24
+    if chunk >= 0:
+        assert r.peak_at in ("attention-backward", "top-attention-backward")
+
+
 def _measured_step(model: str, method: str, context: int) -> tuple[int, int]:
     """(predicted, measured) bytes one step adds to a fresh runner-like process's resident set,
     with every large tensor its own mapping (benchmarks/memory_fit.py says why)."""
@@ -520,9 +548,10 @@ def test_every_kept_pass_beyond_two_holds_one_more_set_of_head_activations(model
 
 def test_mezos_memory_on_gpt2_small_is_no_longer_its_logits(capsys):
     """Issue 63: gpt2-small, B = 8, T = 512. With the logits whole MeZO's working memory was the
-    head's two [N, V] tensors, 3.4x its weights, and bf16 needed more than FP32; in chunks bf16
-    needs at most 0.55x FP32's total, and FP32 is within 1.6x its weights, its largest moment a
-    block's attention scores (the 1.25x the issue asks needs the blocks in pieces too)."""
+    head's two [N, V] tensors, 3.4x its weights, and bf16 needed more than FP32; in chunks, with
+    a ZO pass's attention fused (no [B, H, T, T] scores) and its activations in place, bf16
+    needs at most 0.55x FP32's total and FP32 at most 1.25x its weights, its largest moment a
+    block's MLP."""
     rows = {}
     for precision in ("fp32", "bf16"):
         for chunk in ("0", "-1"):
@@ -534,9 +563,9 @@ def test_mezos_memory_on_gpt2_small_is_no_longer_its_logits(capsys):
     assert whole["parts"]["working"] > 3 * whole["parts"]["parameters"]
     assert rows["bf16", "-1"]["total_bytes"] > whole["total_bytes"]                     # before: bf16 above FP32
     assert rows["bf16", "0"]["total_bytes"] <= 0.55 * chunked["total_bytes"]
-    assert chunked["peak_bytes"] <= 1.6 * chunked["parts"]["parameters"]
+    assert chunked["peak_bytes"] <= 1.25 * chunked["parts"]["parameters"]
     z = breakdown(MODELS["gpt2-small"], "full-zo", 8, context=512)
-    N, D, S = 8 * 512, 768, 8 * 12 * 512 ** 2
-    assert chunked["parts"]["working"] == z.parts["working"] == 4 * (N * D + 2 * S + 5 * N * D + zrng.CHUNK)
+    N, D, F = 8 * 512, 768, 3072
+    assert chunked["parts"]["working"] == z.parts["working"] == 4 * (N * D + 4 * N * D + N * F + zrng.CHUNK)
     bad = cli(capsys, "memory", "--model", "lenet5", "--batch", "8", "--loss-chunk", "4")
     assert bad.returncode == 2 and "only a transformer takes it" in bad.stderr

@@ -330,3 +330,33 @@ def test_loss_chunk_is_a_transformers_setting_and_old_records_made_the_logits_wh
     assert full_job(old)["hyper"]["loss_chunk"] == -1
     assert full_job({**old, "hyper": {"loss_chunk": 0}})["hyper"]["loss_chunk"] == 0
     assert full_job({"job_id": "t", "method": "full-bp", "workload": {"model": lenet.name}})["hyper"]["loss_chunk"] == 0
+
+
+def test_the_fused_pass_computes_what_the_explicit_one_does():
+    """A pass without autograd (MeZO's, ElasticZO's front, evaluation) runs the fused attention
+    and its activations in place (TransformerNet.fused): the same logits as the explicit ops a BP
+    pass runs, to float64 rounding, on both styles."""
+    for style in STYLES:
+        m = model(style)
+        _, e = make(m)
+        x, _ = e.load_batch(*batch(m))
+        with torch.no_grad():
+            fused = e.net.run(x, 0, m.units)
+            e.net.fused = False
+            explicit = e.net.run(x, 0, m.units)
+        assert torch.allclose(fused, explicit, rtol=0, atol=1e-12) and fused.abs().max() > 0.1
+
+
+def test_a_gpus_transposed_lm_head_gives_the_rows_logits():
+    """_chunk_logits on a GPU in half precision makes w h_cᵀ (aligned rows for cuBLAS, GPT-2's
+    50,257 odd) and copies it to FP32 [c, V]: the same logits as h_c wᵀ's (products of bf16
+    values summed in FP32 either way) and the FP32 tensor the loss reads, contiguous."""
+    from workloads.transformer_torch import _logits
+
+    rng = torch.Generator().manual_seed(0)
+    h = torch.randn(8, 32, generator=rng).bfloat16()
+    w = torch.randn(101, 32, generator=rng).bfloat16()
+    rows, transposed = _logits(h, w, False), _logits(h, w, True)
+    assert transposed.dtype == torch.float32 and transposed.shape == (8, 101) and transposed.is_contiguous()
+    assert torch.allclose(transposed, rows, rtol=1e-2, atol=1e-2)
+    assert torch.allclose(transposed, h.float() @ w.float().t(), rtol=1e-2, atol=5e-2)

@@ -37,6 +37,11 @@ class PhaseClock:
         """Where an asynchronous clock waits for its laps and reads them: once a step, after the
         next batch is loaded (the loading overlaps the step), and after a loop or an eval."""
 
+    def drain(self) -> None:
+        """Where every lap taken so far must be read: the end of an epoch's loop and of its
+        evaluation (an asynchronous clock reads its last steps there)."""
+        self.step_end()
+
     def replayed(self, laps: list) -> None:
         """The laps a CUDA graph replay has recorded again: only EventClock's are events."""
 
@@ -65,6 +70,9 @@ class NullClock:
     def step_end(self) -> None:
         pass
 
+    def drain(self) -> None:
+        pass
+
     def replayed(self, laps: list) -> None:
         pass
 
@@ -79,19 +87,26 @@ def cuda_event():
 
 class EventClock(PhaseClock):
     """Phases timed on the GPU's own clock: lap() records an event on the stream, and
-    step_end() waits for the step's last one, once, and charges each phase the device time
-    between its event and the one before. The gaps where the device waited for the host are
-    charged to the phase that ends them, so the laps still tile the loop."""
+    step_end() closes the step's laps and charges each phase of the step LAG steps before the
+    device time between its event and the one before, once that step's last event is reached.
+    The host so waits for the step before the one it has just queued, never for that one: the
+    device always has a step queued while the host reads the clock and prepares the next. The
+    gaps where the device waited for the host are charged to the phase that ends them, so the
+    laps still tile the loop. drain() reads every step still open (an epoch's end)."""
+    LAG = 1
 
-    def __init__(self):
+    def __init__(self, factory=None):
+        """factory: makes the events (tests give a stand-in; cuda_event by default)."""
         super().__init__()
+        self._factory = factory or cuda_event
         self._pending = []    # (phase, event, call) recorded since the last step_end
+        self._closed = []     # per step closed but not read: (its mark, its laps, its end)
         self._free = []       # own events already read, to record again
         self._graph = set()   # ids of the events a CUDA graph owns: never recorded from here
         self._mark = None     # the event the next phase starts from
 
     def _event(self):
-        ev = self._free.pop() if self._free else cuda_event()
+        ev = self._free.pop() if self._free else self._factory()
         ev.record()
         return ev
 
@@ -99,6 +114,7 @@ class EventClock(PhaseClock):
         self._free.extend(ev for ev in events if ev is not None and id(ev) not in self._graph)
 
     def start(self) -> None:
+        self.drain()
         self._recycle([ev for _, ev, _ in self._pending] + [self._mark])
         self._pending = []
         self._mark = self._event()
@@ -112,16 +128,29 @@ class EventClock(PhaseClock):
         self._pending.extend((phase, ev, True) for phase, ev in laps)
 
     def step_end(self) -> None:
+        self._close()
+        while len(self._closed) > self.LAG:
+            self._read(*self._closed.pop(0))
+
+    def drain(self) -> None:
+        self._close()
+        while self._closed:
+            self._read(*self._closed.pop(0))
+
+    def _close(self) -> None:
         if not self._pending:
             return
         end = self._event()      # the next step's phases start here
+        self._closed.append((self._mark, self._pending, end))
+        self._pending, self._mark = [], end
+
+    def _read(self, mark, laps, end) -> None:
         end.synchronize()
         # every event's time from the same mark, so that rounding does not add up over a step's
         # laps; the last phase runs to `end`, so the host's time between them is charged too
-        before, last = 0.0, len(self._pending) - 1
-        for n, (phase, ev, call) in enumerate(self._pending):
-            at = self._mark.elapsed_time(end if n == last else ev)
+        before, last = 0.0, len(laps) - 1
+        for n, (phase, ev, call) in enumerate(laps):
+            at = mark.elapsed_time(end if n == last else ev)
             self._charge(phase, (at - before) / 1e3, call)
             before = at
-        self._recycle([ev for _, ev, _ in self._pending] + [self._mark])
-        self._pending, self._mark = [], end
+        self._recycle([ev for _, ev, _ in laps] + [mark])

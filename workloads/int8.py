@@ -284,6 +284,7 @@ UNPOOL = {"": lambda err, x: err, "max2x2": max_unpool2, "global-max": global_un
 class Int8Engine:
     """The integer network on torch tensors (int8 values held in float32; products in the
     float type exact for them, as the module docstring shows). Implements methods.Int8Engine."""
+    inputs = torch.float32      # what a batch's int8 values are computed in (device_data gathers them so)
 
     def __init__(self, spec, model, init: tuple[np.ndarray, list[int]] | None = None):
         self.model = model

@@ -84,15 +84,16 @@ def stepper(engine):
     return getattr(engine, "run_step", methods.step)
 
 
-def warm_up(engine, spec, train_split) -> dict:
+def warm_up(engine, spec, data) -> dict:
     """hyper.warmup_steps whole steps on epoch 0's first batch, untimed, then the trainable state
     put back exactly: caches, thread pools, a GPU's kernels and its CUDA graph are ready before
-    the clock starts, and the run trains from the same weights, step for step, as without."""
+    the clock starts, and the run trains from the same weights, step for step, as without.
+    data: the training split's batches (device_data.batches)."""
     h, t0 = spec.hyper, time.perf_counter()
     if h.warmup_steps:
         saved = engine.save()
-        order = zrng.permutation(spec.seed, 0, len(train_split))
-        x, y = engine.load_batch(*train_split.batch(order[:h.batch_size]))
+        data.epoch(zrng.permutation(spec.seed, 0, len(data.split)))
+        x, y = data(0, h.batch_size)
         clock, run_step = NullClock(), stepper(engine)
         for t in range(h.warmup_steps):
             run_step(engine, spec, x, y, t, 0, h.lr_zo, h.lr_bp, clock)
@@ -130,10 +131,12 @@ def out_of_time(h, seconds: float) -> bool:
     return 0 < h.max_train_seconds <= seconds
 
 
-def train(engine, spec, train_split, test_split, clock, state: TrainState, meter) -> None:
-    """The timed epochs. clock times the phases; meter measures each epoch's timed loop's energy."""
+def train(engine, spec, data, test_split, clock, state: TrainState, meter) -> None:
+    """The timed epochs. data: the training split's batches (device_data.batches: gathered on
+    the device where the split fits there); clock times the phases; meter measures each epoch's
+    timed loop's energy."""
     h = spec.hyper
-    n, batch = len(train_split), h.batch_size
+    n, batch = len(data.split), h.batch_size
     steps_per_epoch = n // batch   # the last partial batch is dropped: every step has shape [batch, ...]
     if steps_per_epoch == 0:
         raise SpecError(f"hyper.batch_size: {batch} is larger than the {n} training samples")
@@ -142,7 +145,7 @@ def train(engine, spec, train_split, test_split, clock, state: TrainState, meter
     last_emit = time.perf_counter()
     for epoch in range(h.epochs):
         lr_zo, lr_bp = rates(h, epoch)
-        order = zrng.permutation(spec.seed, epoch, n)
+        data.epoch(zrng.permutation(spec.seed, epoch, n))
         snap = clock.snapshot()
         loss_sum = 0.0
         meter.begin()
@@ -151,9 +154,9 @@ def train(engine, spec, train_split, test_split, clock, state: TrainState, meter
         t0 = time.perf_counter()
         for b in range(steps_per_epoch):
             step_t0 = time.perf_counter()
-            x, y = engine.load_batch(*train_split.batch(order[b * batch:(b + 1) * batch]))
+            x, y = data(b * batch, (b + 1) * batch)
             clock.lap("data")
-            clock.step_end()    # a GPU's last step is read here: loading this batch overlapped it
+            clock.step_end()    # a GPU's step before the last is read here: the last one runs meanwhile
             r = run_step(engine, spec, x, y, state.steps, epoch, lr_zo, lr_bp, clock)
             if h.inject_work:
                 extra_work(engine, spec, x, y, state.steps, epoch, lr_zo, lr_bp, clock)
@@ -173,7 +176,7 @@ def train(engine, spec, train_split, test_split, clock, state: TrainState, meter
                 emit("step", step=state.steps, loss=as_number(r["loss"]))
             if out_of_time(h, state.train_seconds + time.perf_counter() - t0):
                 break
-        clock.step_end()
+        clock.drain()
         steps = b + 1
         seconds = time.perf_counter() - t0
         state.load.end(seconds)
@@ -185,7 +188,7 @@ def train(engine, spec, train_split, test_split, clock, state: TrainState, meter
         # tensor's batch-wide max, and the C++ binary sizes its activation buffers from the batch
         test_loss, test_acc = evaluate(engine, test_split, h.batch_size)
         clock.lap("eval")
-        clock.step_end()
+        clock.drain()
         record = {"epoch": epoch + 1, "seconds": seconds, "phases": clock.since(snap),
                   "train_loss": as_number(loss_sum) / steps, "test_loss": test_loss,
                   "test_accuracy": test_acc, "joules": joules}

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import datasets, energy, envinfo, gpuinfo, memory, vocab, zrng
+from . import datasets, device_data, energy, envinfo, gpuinfo, memory, vocab, zrng
 from .jsonfile import write_atomic
 from .result import skeleton
 from .clock import EventClock, PhaseClock
@@ -123,14 +123,16 @@ def main(make_engine, packages: tuple[str, ...], argv=None) -> int:
         # is what training needs beyond the runtime, the data and the weights (a memory model's
         # measure); baseline_rss_bytes, after warm-up, is what the timed steps start from
         result["memory"]["loaded_rss_bytes"] = memory.rss_bytes()
-        state.warmup = warm_up(engine, spec, train_split)
+        data = device_data.batches(engine, train_split, device_data.cap(spec))
+        result["env"]["data"] = data.facts()
+        state.warmup = warm_up(engine, spec, data)
         state.start_eval = evaluate_start(engine, spec, test_split)
         result["memory"]["baseline_rss_bytes"] = memory.rss_bytes()
         memory.reset_peak()
         gpuinfo.reset_peak(spec.device)
         clock = EventClock() if spec.device.startswith("cuda") else PhaseClock()
         meter = energy.meter(spec.device)
-        train(engine, spec, train_split, test_split, clock, state, meter)
+        train(engine, spec, data, test_split, clock, state, meter)
         if spec.save_weights:
             weights_file = save_weights(args.out, engine.weights_bytes())
         result["status"] = "ok"

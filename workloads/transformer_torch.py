@@ -2,10 +2,12 @@
 
 TorchEngine owns the parameters (one flat buffer, a view per tensor), the ZO perturbation and
 the BP update; this is only what a transformer computes, unit by unit (embeddings, blocks,
-head), and the loss of its task. Every operation is an explicit torch op -- no nn.Module, no
-F.scaled_dot_product_attention -- so what autograd keeps for backward is what the analytic
-memory model counts: the fused attention kernels keep no [B, H, T, T] probabilities, this keeps
-one per block.
+head), and the loss of its task. Every operation of a pass that trains by BP is an explicit
+torch op -- no nn.Module, no F.scaled_dot_product_attention -- so what autograd keeps for
+backward is what the analytic memory model counts: the fused attention kernels keep no
+[B, H, T, T] probabilities, this keeps one per block. A pass that keeps nothing (MeZO's,
+ElasticZO's ZO front, evaluation) needs no probabilities at all: it runs the fused kernel (flash
+attention on a GPU), which never holds the scores, and its activation functions in place.
 """
 from __future__ import annotations
 
@@ -38,6 +40,9 @@ class TransformerNet:
         self.loss_chunk = loss_chunk
         self.chunked = not model.classes and loss_chunk >= 0
         self.tables = {}    # per sequence length: the causal mask and llama's rotary cos and sin
+        # a pass without autograd by the fused kernel and in place (above); False: as a BP pass,
+        # what benchmarks/gpu_scale.py times it against
+        self.fused = True
 
     def run(self, x, lo: int, hi: int):
         """Units lo..hi-1 on x: token ids [B, T] before unit 1, activations [B, T, D] between."""
@@ -131,14 +136,27 @@ class TransformerNet:
         q, k, v = self.linear(h, f"{b}.attn.qkv").view(B, T, 3, H, hd).permute(2, 0, 3, 1, 4)
         if rope is not None:
             q, k = _rotate(q, *rope), _rotate(k, *rope)
-        # one expression, so no [B, H, T, T] temporary outlives the op that reads it: two at a
-        # time at most, and the probabilities p, which autograd keeps, once it is done
-        p = torch.softmax((q @ k.transpose(-2, -1) * hd ** -0.5).masked_fill(mask, float("-inf")), -1)
-        return self.linear((p @ v).transpose(1, 2).reshape(B, T, D), f"{b}.attn.proj")
+        # one expression, so neither [B, H, T, T] nor [B, H, T, hd] temporary outlives the op
+        # that reads it
+        return self.linear(self.attend(q, k, v, mask).transpose(1, 2).reshape(B, T, D), f"{b}.attn.proj")
+
+    def attend(self, q, k, v, mask):
+        """Causal attention [B, H, T, hd]. With autograd, explicit: two score tensors at a time at
+        most, and the probabilities, which autograd keeps, once it is done."""
+        if self.fused and not torch.is_grad_enabled():
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        hd = q.shape[-1]
+        return torch.softmax((q @ k.transpose(-2, -1) * hd ** -0.5).masked_fill(mask, float("-inf")), -1) @ v
 
     def mlp(self, h, b: str):
+        inplace = self.fused and not torch.is_grad_enabled()
         if self.gpt2:
-            return self.linear(F.gelu(self.linear(h, f"{b}.mlp.fc"), approximate="tanh"), f"{b}.mlp.proj")
+            a = self.linear(h, f"{b}.mlp.fc")
+            a = torch.ops.aten.gelu_(a, approximate="tanh") if inplace else F.gelu(a, approximate="tanh")
+            return self.linear(a, f"{b}.mlp.proj")
+        if inplace:
+            return self.linear(F.silu(self.linear(h, f"{b}.mlp.gate"), inplace=True).mul_(self.linear(h, f"{b}.mlp.up")),
+                               f"{b}.mlp.down")
         return self.linear(F.silu(self.linear(h, f"{b}.mlp.gate")) * self.linear(h, f"{b}.mlp.up"),
                            f"{b}.mlp.down")
 
@@ -216,9 +234,20 @@ def _chunked_mean(h, w, y, chunk: int):
 
 
 def _chunk_logits(h, w, chunk: int):
-    """(first row, FP32 logits) of each chunk of h's rows: one chunk's logits alive at a time."""
+    """(first row, FP32 logits) of each chunk of h's rows: one chunk's logits alive at a time.
+    A half precision's on a GPU are made transposed, w h_cᵀ [V, c], and copied to FP32 [c, V]
+    (as they always are, one copy): cuBLAS's fast kernels need rows of a multiple of 8 values,
+    and [c, V] rows of GPT-2's 50,257 made the LM head an old architecture's kernel at a sixth of
+    the GPU's speed, 40% of a MeZO step on an H200 (docs/transformers.md)."""
+    transposed = h.is_cuda and h.dtype in (torch.bfloat16, torch.float16)
     for i in range(0, len(h), chunk):
-        yield i, _fp32(F.linear(h[i:i + chunk], w))
+        yield i, _logits(h[i:i + chunk], w, transposed)
+
+
+def _logits(hc, w, transposed: bool):
+    if transposed:
+        return torch.empty(len(hc), len(w), dtype=torch.float32, device=hc.device).copy_(torch.mm(w, hc.t()).t())
+    return _fp32(F.linear(hc, w))
 
 
 def _fp32(x):

@@ -256,6 +256,15 @@ def block_kept(z: Sizes, inner: bool) -> tuple[int, int]:
     return N * D * inner, 9 * N * D + 4 * N * F + S + N * (1 + inner)
 
 
+def attention_kept(z: Sizes, inner: bool) -> int:
+    """Of block_kept's rest, what the attention's backward still needs once the MLP's, ln2's and
+    the output projection's have run, p aside: gpt2, ln1's mean and rstd, its output, the q and k
+    copies (3 N D + 2 N); llama, ln1's x * rsqrt (and its rsqrt when the input needs a gradient),
+    its output, the rotated q and k (4 N D + N)."""
+    N, D = z.N, z.D
+    return 4 * N * D + N * inner if z.llama else 3 * N * D + 2 * N
+
+
 def head_kept(z: Sizes, inner: bool, weight_trains: bool) -> int:
     """Values autograd keeps for the BP-trained head, on the n positions it reads (Sizes.read; a
     classifier's last one is a copy, so that nothing keeps all of x): the final norm's, as in a
@@ -267,24 +276,32 @@ def head_kept(z: Sizes, inner: bool, weight_trains: bool) -> int:
     norm's output h (n D) and the weight it multiplies by (the copy, V D, where the embedding is
     ZO-trained) and no log-softmax: backward makes each chunk's logits again."""
     n, D = z.read, z.D
-    norm = n * D + 2 * n if not z.llama else (n * D + n) * inner + n * D
+    norm = head_norm(z, inner)
     if z.c:
         return norm + n * D + (0 if weight_trains else z.V * D)
     return norm + (n * D if weight_trains else z.V * D) + z.out + 1
 
 
-def moments(z: Sizes, zo_blocks: bool, zo_head: bool, bp_blocks: bool, bp_head: bool) -> dict[str, int]:
+def head_norm(z: Sizes, inner: bool) -> int:
+    """Values the BP-trained head's final norm keeps, as a block's (block_kept)."""
+    n, D = z.read, z.D
+    return n * D + 2 * n if not z.llama else (n * D + n) * inner + n * D
+
+
+def moments(z: Sizes, zo_blocks: bool, zo_head: bool, bp_blocks: bool, bp_head: bool,
+            fused: bool = True) -> dict[str, int]:
     """Transient values (neither kept for backward nor gradients) at the moments of a step that
     can hold the most, by moment. Each counts the output a step holds (Sizes.held: O, or with the
     loss in chunks the final norm's N D): bp_step's through backward, zo_step's first pass's
     through the second forward -- where that pass was kept for backward and the loss is chunked,
     its output is an activation already, and a ZO moment adds none.
-    - zo-attention, a block run without autograd, at its scores: O + 2 S + 5 N D (llama 7 N D):
-      the score tensors an op reads and writes (the engine computes p in one expression, so no
-      [B, H, T, T] temporary outlives its reader); the block input (run holds it), ln1's output,
-      qkv (v is a view of it) and llama's rotated q and k.
-    - zo-mlp: O + 3 N D + 2 N F (llama 3 N F): x, x2 and ln2's output; gpt2's fc output and
-      GELU's, llama's silu output, up's and their product.
+    - zo-attention, a block run without autograd: the fused kernel (F.scaled_dot_product_attention)
+      holds no scores, so its largest moment is its output's head-merging copy, or the output
+      projection, beside the block input (run holds it), ln1's output, qkv (v is a view of it)
+      and llama's rotated q and k: O + 7 N D (llama 9 N D).
+    - zo-mlp: O + 4 N D + N F (llama 3 N D + 2 N F), the activations in place: gpt2's at the
+      output projection, x, x2, ln2's output, the fc output GELU overwrote, the projection;
+      llama's as up's output is multiplied into silu's (in place over the gate's).
     - zo-head: 2 O + 2 N D: its output beside the previous pass's, x and its norm. In chunks:
       the norm's output and one chunk's logits and log-softmax, N D + 2 X.
     - bp-attention, a BP block's forward (or its recompute) at its scores: O + 2 S + 3 N D: the
@@ -296,13 +313,22 @@ def moments(z: Sizes, zo_blocks: bool, zo_head: bool, bp_blocks: bool, bp_head: 
       into their gradient in place (X), and c for a row-wise max or sum.
     - bp-loss, in chunks only: a chunk's logits and their log-softmax as the kept pass's loss is
       summed (2 X).
-    These moments hold kept activations and gradients too, counted in those parts."""
+    These moments hold kept activations and gradients too, counted in those parts.
+    fused=False: a ZO block as a BP pass runs it (Forward-Grad's jvp records, so it runs the
+    explicit attention): zo-attention O + 2 S + 5 N D (llama 7 N D), the score tensors an op
+    reads and writes beside the block input, ln1's output, qkv and llama's rotated q and k;
+    zo-mlp O + 3 N D + 2 N F (llama 3 N F), GELU's input and output, or llama's silu output,
+    up's and their product."""
     N, D, S, F, O = z.N, z.D, z.S, z.F, z.out
     held = z.held if zo_head or not z.c else 0
     found = {}
     if zo_blocks:
-        found["zo-attention"] = held + 2 * S + (5 + 2 * z.llama) * N * D
-        found["zo-mlp"] = held + 3 * N * D + (2 + z.llama) * N * F
+        if fused:
+            found["zo-attention"] = held + (7 + 2 * z.llama) * N * D
+            found["zo-mlp"] = held + (3 if z.llama else 4) * N * D + (1 + z.llama) * N * F
+        else:
+            found["zo-attention"] = held + 2 * S + (5 + 2 * z.llama) * N * D
+            found["zo-mlp"] = held + 3 * N * D + (2 + z.llama) * N * F
     if zo_head:
         found["zo-head"] = z.held + 2 * z.X if z.c else 2 * O + 2 * N * D
     if bp_blocks:
@@ -362,7 +388,11 @@ def peak_moments(m: Transformer, z: Sizes, first: int, passes: int, activations:
     if zo:
         found["zo-pass"] = activations * (passes - 1) // passes + max(zo.values())
     if first_block:
-        found["bp-forward"] = activations - head + kept_out * (passes - 1) + 2 * z.S + 3 * N * D
+        # the last BP block's forward at its softmax: its attention's kept values so far, qkv,
+        # the scores and p, beside every activation of the blocks below (and of the first pass)
+        inner = m.depth > first
+        found["bp-forward"] = activations - head - block_kept(z, inner)[1] + attention_kept(z, inner) + \
+            kept_out * (passes - 1) + 2 * z.S + 3 * N * D
         u = max(first, 1)
         made = sum(t.size for t in trained if t.unit > u or (t.unit == u and t.name.startswith(
             (f"h{u - 1}.mlp.proj", f"h{u - 1}.mlp.down"))) or (t.name == "wte" and m.tied and not m.classes))
@@ -375,15 +405,33 @@ def peak_moments(m: Transformer, z: Sizes, first: int, passes: int, activations:
                    or (t.name == "wte" and m.tied and not m.classes))
         rest = first_block - N * D if checkpointing else 0
         found["top-block-backward"] = O + made + activations - head + rest + N * D + (1 + z.llama) * N * F
+        # the attention's backward, at its softmax's: what the block's attention still keeps
+        # (attention_kept) and p, and beside them p's gradient and the scores' (2 S), v's
+        # gradient and the gradient flowing in (2 N D); for the first BP block (the last
+        # reached: the blocks above it freed) and for the last (the first reached: every
+        # activation below it still kept); with checkpointing, the block recomputed, beside its input
+        for name, unit, alive in (("attention-backward", u, None), ("top-attention-backward", top, activations - head)):
+            inner = unit > first
+            made = sum(t.size for t in trained if t.unit > unit or (t.unit == unit and not t.name.startswith(
+                (f"h{unit - 1}.ln1", f"h{unit - 1}.attn.qkv"))) or (t.name == "wte" and m.tied and not m.classes))
+            if alive is None:
+                alive = N * D if checkpointing else block_kept(z, inner)[0]
+            elif not checkpointing:
+                alive -= block_kept(z, inner)[1]
+            found[name] = O + made + alive + attention_kept(z, inner) + 3 * z.S + 2 * N * D
     if head:
         found["loss-backward"] = activations + (N * D + z.X + z.c + lm_grad(m, z, first) if z.c else 3 * O)
         if z.c:
             found["loss-forward"] = activations + 2 * z.X
     if first == 0:
         found["embedding-backward"] = grads + O + N * D + V * D * (1 + (m.tied and not m.classes))
-    largest = max((t.size for t in trained), default=0)
+    largest = max(trained, key=lambda t: t.size, default=None)
     if passes == 2 and trained:
-        found["pass-gradients"] = O + grads + 2 * largest
+        # in chunks, the LM head's two gradients meet once both passes' losses have run backward,
+        # before either pass's final norm: both norms' kept values are still there
+        norms = passes * head_norm(z, first <= m.depth) if z.c and largest.name == "lm_head.weight" else 0
+        found["pass-gradients"] = O + grads + 2 * largest.size + norms
+    largest = largest.size if largest else 0
     if chunk:
         found["zo-update"] = activations + (O if not activations else kept_out) + chunk
     if optimizer == "adam" and trained:
@@ -444,7 +492,8 @@ def _transformer(m: Transformer, method: str, batch: int, precision: str, bp_lay
     tables = z.T ** 2 + (2 * z.T * m.head_dim * FLOAT if z.llama else 0)       # bool mask; cos, sin
     # Forward-Grad: a dual value beside each value of the largest transient set, and as many for
     # the jvp's products (its rule for a layer model's activations too)
-    state, zo_part = zo_terms(method, m.params_total - bp, zo, 2 * peak // E, activations // passes)
+    explicit = max(moments(z, first > 1, method == "full-zo", False, False, fused=False).values(), default=0)
+    state, zo_part = zo_terms(method, m.params_total - bp, zo, 2 * max(peak // E, explicit), activations // passes)
     # the loss is FP32 in every precision (transformer_torch.loss): what it keeps a pass, its
     # log-softmax's output and total weight, is 4 bytes a value in half precision too; in
     # chunks it keeps nothing of its own
