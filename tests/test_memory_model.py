@@ -569,3 +569,25 @@ def test_mezos_memory_on_gpt2_small_is_no_longer_its_logits(capsys):
     assert chunked["parts"]["working"] == z.parts["working"] == 4 * (N * D + 4 * N * D + N * F + zrng.CHUNK)
     bad = cli(capsys, "memory", "--model", "lenet5", "--batch", "8", "--loss-chunk", "4")
     assert bad.returncode == 2 and "only a transformer takes it" in bad.stderr
+
+
+def test_the_docs_gpt2_small_tables_are_their_record_and_todays_model():
+    """docs/transformers.md's two gpt2-small tables (B = 2, T = 512, the CPU's live tensors) are
+    benchmarks/gpt2_small_peaks.py's committed record, row for row, and the record's model columns
+    are today's model (a changed model needs the record made again)."""
+    record = json.loads((Path(__file__).resolve().parent.parent / "docs" / "transformers" /
+                         "peaks-gpt2-small-cpu.json").read_text())
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "transformers.md").read_text()
+    names = {("full-zo", False): "Full ZO", ("elastic-zo", False): "ElasticZO k=1", ("full-bp", False): "Full BP",
+             ("full-bp", True): "Full BP + checkpointing"}
+    m = MODELS[record["model"]]
+    for r in record["rows"]:
+        b = breakdown(m, r["method"], record["batch"], "fp32", bp_layers=r["bp_layers"], context=record["context"],
+                      checkpointing=r["checkpointing"], loss_chunk=r["loss_chunk"])
+        resident = b.parts["parameters"] + b.parts["inputs"]
+        assert (b.peak_bytes - resident, b.peak_at, b.total_bytes - resident) == (
+            r["peak_bytes"], r["peak_at"], r["total_bytes"])
+        mib = lambda v: f"{v / 2 ** 20:,.1f} MiB"      # noqa: E731
+        line = (f"| {names[r['method'], r['checkpointing']]} | {mib(r['measured_bytes'])} | "
+                f"{mib(r['peak_bytes'])} ({r['peak_at']}) | {mib(r['total_bytes'])}")
+        assert line in doc, line
