@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from . import methods, wait_policy, zrng, zrng_torch
-from .clock import cuda_event
+from .clock import EventClock, cuda_event
 from .methods import Engine
 from .models import Transformer
 from .runner import main
@@ -333,12 +333,12 @@ class GraphStep:
     captured, each into its own graph over one memory pool, and every step after replays them
     in turn, with the batch, key and rates copied into their static inputs. methods.step is what
     is captured: the algorithm stays written once. The phases are CUDA events captured in the
-    graphs, read by the EventClock after the replay; two graphs, so that the clock can read one
-    step's events while the next step runs (a replay records its graph's events again): the
-    host never waits for the step it has just queued, and the device never for the host
-    (EventClock.LAG)."""
+    graphs, read by the EventClock after the replay; one graph more than the steps the clock
+    reads behind (EventClock.LAG), so that it reads a step's events while the next step runs (a
+    replay records its graph's events again): the host never waits for the step it has just
+    queued."""
     EAGER = 3
-    GRAPHS = 2
+    GRAPHS = EventClock.LAG + 1
 
     def __init__(self, engine: "TorchEngine"):
         self.graphs, self.outs, self.laps, self.calls = [], [], [], 0
