@@ -93,7 +93,8 @@ class Plan:
     lenet_batches: tuple
     lenet_steps: int       # part 3's least steps a timed job
     seconds: float         # each timed loop's least duration
-    repeats: int           # timed loops a side, alternating (medians)
+    repeats: int           # timed loops a side, alternating (medians); steps profiled
+    warm: int              # steps before a timed loop (a GPU captures its graphs on the fourth and fifth)
     profile: str           # part 6's model
     residuals: tuple       # part 7's (model, method label, context)
 
@@ -102,10 +103,10 @@ GPU = Plan("cuda", ("gpt2-small", "gpt2-medium", "gpt2-large", "gpt2-xl", "llama
            ("gpt2-small", "gpt2-medium", "gpt2-large", "gpt2-xl", "llama2-7b", "llama2-13b"),
            (16 * GIB, 24 * GIB, 80 * GIB), 8, 512, (128, 256, 1024, 2048),
            ("gpt2-small", "gpt2-medium", "gpt2-large", "gpt2-xl", "llama2-7b"), ("gpt2-small", "gpt2-medium"),
-           (32, 256), 1500, 2.0, 3, "gpt2-medium",
+           (32, 256), 1500, 2.0, 3, 5, "gpt2-medium",
            (("llama2-7b", "full-bp +ckpt", 2048), ("gpt2-small", "full-bp +ckpt", 1024), ("llama2-7b", "full-zo", 1024)))
 DRY = Plan("cpu", ("gpt2-1m", "llama-5m"), ("gpt2-1m",), ("gpt2-1m", "gpt2-4m", "llama-5m"), (16 * 2 ** 20,),
-           2, 32, (16,), ("gpt2-1m",), ("gpt2-1m",), (32,), 8, 0.05, 1, "gpt2-1m", (("llama-5m", "full-zo", 32),))
+           2, 32, (16,), ("gpt2-1m",), ("gpt2-1m",), (32,), 8, 0.05, 1, 1, "gpt2-1m", (("llama-5m", "full-zo", 32),))
 
 
 PARTS = ("memory", "lenet", "hf", "profile", "residuals", "fit", "contexts")     # in the order they run
@@ -427,7 +428,7 @@ def _ours(spec, m, tokens, plan, fused: bool) -> float:
     def step(t: int) -> None:
         run_step(engine, spec, x, y, t, 0, spec.hyper.lr_zo, 0.0, NullClock())
 
-    for t in range(5):      # a GPU captures its graph on the fourth
+    for t in range(plan.warm):      # a GPU captures its graphs on the fourth and fifth
         step(t)
     sync(plan.device)
     return ms_per_step(step, plan, first=5)
@@ -442,10 +443,10 @@ def hf_loop(config_cls, model_cls, m, tokens, plan, dtype, eps=1e-3, lr=1e-6) ->
 
 def _hf(config_cls, model_cls, m, tokens, plan, dtype, eps, lr) -> float:
     step = hf_step(config_cls, model_cls, m, tokens, plan.device, dtype, eps, lr)
-    for t in range(3):
+    for t in range(plan.warm):
         step(t)
     sync(plan.device)
-    return ms_per_step(step, plan, first=3)
+    return ms_per_step(step, plan, first=plan.warm)
 
 
 def hf_step(config_cls, model_cls, m, tokens, device, dtype, eps=1e-3, lr=1e-6):
@@ -489,7 +490,7 @@ def profile_rows(run: Run) -> list[dict]:
     from torch.profiler import ProfilerActivity, profile
 
     plan, rows = run.plan, run.rows("profile")
-    name, steps = plan.profile, 3
+    name, steps = plan.profile, plan.repeats
     m = MODELS[name]
     spec = spec_for(name, "full-zo", 0, "sgd", False, plan.batch, plan.context, "bf16", plan.device)
     tokens = np.random.default_rng(0).integers(0, m.vocab, (plan.batch, plan.context + 1))
@@ -509,11 +510,11 @@ def profile_rows(run: Run) -> list[dict]:
         run.check()
         release(plan.device)
         step = make()
-        for t in range(3):
+        for t in range(plan.warm):
             step(t)
         sync(plan.device)
         with profile(activities=[activity]) as prof:
-            for t in range(3, 3 + steps):
+            for t in range(plan.warm, plan.warm + steps):
                 step(t)
             sync(plan.device)
         kernels = []
