@@ -1,7 +1,7 @@
 """A training set gathered on the device (workloads/device_data.py), run here with the CPU as the
-device: the batches are the host's to the bit, a job trains step for step as with the host's,
-and where it cannot gather there (a set over the cap, a split type without a device gather)
-the host does, and the result says why. The GPU's own run is benchmarks/gpu_scale.py's lenet
+device: the batches are the host's to the bit, every split type, a job trains step for step as
+with the host's, and where it cannot gather there (a set over the cap) the host does, and the
+result says why. The GPU's own run is benchmarks/gpu_scale.py's lenet
 part and tests/test_cuda.py, on a lent GPU. Also EventClock's one-step lag, on stand-in events."""
 import dataclasses
 import io
@@ -50,7 +50,7 @@ def test_images_gathered_on_the_device_are_the_hosts_to_the_bit(precision):
     same_batches(engine, split)
 
 
-def test_clouds_and_token_windows_gathered_on_the_device_are_the_hosts():
+def test_clouds_token_windows_and_padded_entries_gathered_on_the_device_are_the_hosts():
     rng = np.random.default_rng(0)
     points = datasets.PointSplit(rng.uniform(-1, 1, (96, 64, 3)).astype(np.float32), rng.integers(0, 40, 96))
     pointnet = MODELS["pointnet"]
@@ -60,6 +60,13 @@ def test_clouds_and_token_windows_gathered_on_the_device_are_the_hosts():
     tokens = datasets.TokenSplit(rng.integers(0, gpt.vocab, 16 * 33 * 6 + 1).astype(np.int32), 32)
     _, engine = engine_for(gpt, "fortunes")
     same_batches(engine, tokens, n=5)
+    # fortunes-topics: each entry's last T tokens, the short ones left-padded
+    counts = rng.integers(1, 60, 96)
+    starts = np.concatenate([[0], np.cumsum(counts + 1)[:-1]])
+    entries = datasets.EntrySplit(rng.integers(0, gpt.vocab - 1, int(starts[-1] + counts[-1] + 1)).astype(np.int32),
+                                  np.stack([starts, counts], 1), rng.integers(0, 8, 96), 32, gpt.vocab - 1)
+    assert (counts < 32).any() and (counts > 32).any()
+    same_batches(engine, entries)
 
 
 def trained(where: str, cap: int = 0):
@@ -92,9 +99,7 @@ def test_where_it_cannot_the_host_gathers_and_says_why():
     _, engine = engine_for(LENET5, "fashion-mnist")
     split = datasets.load("fashion-mnist", "train", 64)
     assert device_data.batches(engine, split, 0).facts() == {"where": "host", "reason": "the device is the host"}
-    entries = datasets.EntrySplit(np.zeros(10, np.int32), np.zeros((2, 2), np.int64), np.zeros(2, np.int64), 4, 0)
-    assert device_data.batches(engine, entries, 0, "device").facts() == {
-        "where": "host", "reason": "no device gather for EntrySplit"}
+    assert device_data.batches(engine, split, 0, "host").facts() == {"where": "host", "reason": "asked for the host"}
 
 
 def test_a_result_says_where_its_training_set_lived(tmp_path):

@@ -8,8 +8,7 @@ on the device: no copy from the host and no wait for one in the loop. The indice
 the loop draws (zrng.permutation), and the values are split.batch's to the bit: the same table
 lookup, the same windows (tests/test_device_data.py), so every runtime keeps the same batches.
 
-Where it cannot (no device but the CPU, a split type without a device gather, a set over the
-cap) the host gathers as before and the result
+Where it cannot (no device but the CPU, a set over the cap) the host gathers as before and the result
 says why (result's env.data: where the training set lived)."""
 from __future__ import annotations
 
@@ -76,8 +75,18 @@ def _windows(a, idx):
     return t[:, :-1], t[:, 1:]
 
 
+def _entries(a, idx):
+    import torch     # here, not at the top: a board's numpy or ONNX Runtime runner imports this module
+
+    e = a["entries"][idx]
+    start = e[:, :1]
+    pos = start + e[:, 1:] - a["context"] + a["span"]
+    return torch.where(pos >= start, a["tokens"][pos.clamp(min=0)], a["pad"]), a["labels"][idx]
+
+
 def device_arrays(split):
-    """(arrays, gather) of a split type the device can gather, or None."""
+    """(arrays, gather) of a split: what crosses to the device, and the batch made there from
+    it, each the split type's batch() in torch ops."""
     if isinstance(split, datasets.Split):
         # the images through their lookup table once, here: a step then gathers with one kernel
         # rather than three (its index, the widening, the table's), which on a GPU is a batch of
@@ -88,7 +97,9 @@ def device_arrays(split):
     if isinstance(split, datasets.TokenSplit):
         T = split.context
         return {"tokens": split.tokens, "context": np.array(T), "span": np.arange(T + 1)}, _windows
-    return None
+    T = split.context
+    return {"tokens": split.tokens, "entries": split.entries, "labels": split.labels, "context": np.array(T),
+            "span": np.arange(T), "pad": np.array(split.pad, dtype=split.tokens.dtype)}, _entries
 
 
 def cap(spec) -> int:
@@ -107,15 +118,12 @@ def batches(engine, split, cap: int, where: str = "auto"):
     device is the CPU: the tests' way to run this path without a GPU) or "host"; cap: the bytes
     the job's tensors may take on the device (0: no cap)."""
     device = getattr(engine, "device", None)
-    found = device_arrays(split)
     if where == "host":
         reason = "asked for the host"
     elif device is None or (device.type == "cpu" and where == "auto"):
         reason = "the device is the host"
-    elif found is None:
-        reason = f"no device gather for {type(split).__name__}"
     else:
-        arrays, gather = found
+        arrays, gather = device_arrays(split)
         need = sum(np.asarray(v).nbytes for v in arrays.values())
         if not cap or need <= SHARE * cap:
             return DeviceBatches(engine, split, arrays, gather)
