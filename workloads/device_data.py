@@ -41,18 +41,17 @@ class DeviceBatches(HostBatches):
     """The split's arrays on the device; a batch is order[lo:hi] gathered there."""
     where = "device"
 
-    def __init__(self, engine, split, arrays: dict, gather):
+    def __init__(self, engine, split, arrays: dict, gather, nbytes: int):
         import torch
 
         super().__init__(engine, split)
-        dev = engine.device
-        self.arrays = {k: torch.from_numpy(np.ascontiguousarray(v)).to(dev) for k, v in arrays.items()}
-        self.gather, self.inputs = gather, engine.inputs
-        self.bytes = sum(a.nbytes for a in self.arrays.values())
-        self.torch = torch
+        self.arrays = {k: torch.from_numpy(np.ascontiguousarray(v)).to(engine.device) for k, v in arrays.items()}
+        self.gather, self.inputs, self.bytes = gather, engine.inputs, nbytes
 
     def epoch(self, order: np.ndarray) -> None:
-        self.order = self.torch.from_numpy(order.astype(np.int64)).to(self.engine.device)
+        import torch
+
+        self.order = torch.from_numpy(order.astype(np.int64)).to(self.engine.device)
 
     def __call__(self, lo: int, hi: int):
         x, y = self.gather(self.arrays, self.order[lo:hi])
@@ -126,6 +125,6 @@ def batches(engine, split, cap: int, where: str = "auto"):
         arrays, gather = device_arrays(split)
         need = sum(np.asarray(v).nbytes for v in arrays.values())
         if not cap or need <= SHARE * cap:
-            return DeviceBatches(engine, split, arrays, gather)
+            return DeviceBatches(engine, split, arrays, gather, need)
         reason = f"the training set's {need:,} bytes are over {SHARE:.0%} of the device's cap, {cap:,}"
     return HostBatches(engine, split, reason)

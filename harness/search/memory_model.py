@@ -425,13 +425,13 @@ def peak_moments(m: Transformer, z: Sizes, first: int, passes: int, activations:
             found["loss-forward"] = activations + 2 * z.X
     if first == 0:
         found["embedding-backward"] = grads + O + N * D + V * D * (1 + (m.tied and not m.classes))
-    largest = max(trained, key=lambda t: t.size, default=None)
+    biggest = max(trained, key=lambda t: t.size, default=None)
+    largest = biggest.size if biggest else 0
     if passes == 2 and trained:
         # in chunks, the LM head's two gradients meet once both passes' losses have run backward,
         # before either pass's final norm: both norms' kept values are still there
-        norms = passes * head_norm(z, first <= m.depth) if z.c and largest.name == "lm_head.weight" else 0
-        found["pass-gradients"] = O + grads + 2 * largest.size + norms
-    largest = largest.size if largest else 0
+        norms = passes * head_norm(z, first <= m.depth) if z.c and biggest.name == "lm_head.weight" else 0
+        found["pass-gradients"] = O + grads + 2 * largest + norms
     if chunk:
         found["zo-update"] = activations + (O if not activations else kept_out) + chunk
     if optimizer == "adam" and trained:
