@@ -11,7 +11,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from harness.stores import convergence
+from harness.stores import convergence, machine_load
 from harness.planning.suites import MethodChoice
 
 from . import charts
@@ -45,6 +45,8 @@ def table(df: pd.DataFrame, found: dict[str, dict]) -> pd.DataFrame:
             "status": r["status"], "steps": r["steps"],
             "training s": "-" if math.isnan(r["train_s"]) else f"{r['train_s']:.0f}",
             "ms/step": "-" if math.isnan(r["ms_step"]) else f"{r['ms_step']:.1f}",
+            # the seconds are the x axis: a job that other work slowed got fewer steps of them
+            "load": machine_load.flag(None if math.isnan(r["load"]) else r["load"]) or "unknown",
             "test acc % (start → end)": convergence.annotate(_pair(r["start_acc"], r["test_acc"], ".1f"), r["flag"],
                                                              "-" if math.isnan(r["best_acc"]) else f"{r['best_acc']:.1f}"),
             "test loss (start → end)": _pair(r["start_loss"], r["test_loss"], ".3f"),
@@ -62,9 +64,10 @@ def _pair(a: float, b: float, fmt: str) -> str:
     return f"{show(a)} → {show(b)}"
 
 
-def chart(df: pd.DataFrame, found: dict[str, dict], palette: dict) -> Figure:
+def chart(df: pd.DataFrame, found: dict[str, dict], palette: dict, floor: tuple[str, float] | None = None) -> Figure:
     """Test loss and test accuracy against training seconds, one line per job (x = 0: the
-    pretrained weights, before the first step), one row of panels per study."""
+    pretrained weights, before the first step), one row of panels per study; floor: the test
+    set's most common class and its share (%), drawn dashed where the caller knows it."""
     fig, axes = charts.figure(2, len(found), width=5.2, height=3.8)
     for row, (run_id, meta) in zip(axes, found.items()):
         mine = jobs(df, {run_id: meta})
@@ -78,10 +81,13 @@ def chart(df: pd.DataFrame, found: dict[str, dict], palette: dict) -> Figure:
             row[1].axhline(100 / c, color="0.5", linestyle=":", linewidth=1)
         row[0].set(xlabel="training seconds", ylabel="test loss", title=f"within {meta['budget']} ({run_id})")
         row[1].set(xlabel="training seconds", ylabel="test accuracy (%)", title="accuracy; dotted: chance")
+        if floor:
+            row[1].axhline(floor[1], color="0.4", linestyle="--", linewidth=1)
         seen = {}
         for h, lab in zip(*row[0].get_legend_handles_labels()):
             seen.setdefault(lab, h)
         chance = [Line2D([], [], color="0.5", linestyle=":", label="chance")] if classes else []
+        chance += [Line2D([], [], color="0.4", linestyle="--", label=f"'{floor[0]}' for every entry")] if floor else []
         row[1].legend(handles=list(seen.values()) + chance, loc="upper left", bbox_to_anchor=(1.02, 1),
                       frameon=False, fontsize=8)
     fig.suptitle("Equal memory (Katti et al. Fig. 4): each method's largest model within the budget, "

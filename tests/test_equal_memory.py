@@ -14,7 +14,19 @@ from workloads.runner import initial_weights
 from workloads.spec import JobSpec, SpecError
 from workloads.launch import parse_size
 
-from testkit.runners import cli
+from harness.stores import records
+from reports import equal_memory as report_rows
+from testkit.runners import cli, python, script, REPO
+
+FIG4 = REPO / "scripts" / "katti_fig4.py"
+
+
+def report_rows_of(store: Store, run_id: str):
+    """A study run's rows as the report reads them, and its studies."""
+    from reports import report
+
+    plans = [store.run_plan(run_id)]
+    return report._load(store, [run_id], plans), report_rows.studies([run_id], plans)
 
 SUITE = """
 description = "equal memory, tiny"
@@ -98,6 +110,27 @@ def test_the_plan_gives_each_method_its_model_its_pretraining_and_the_budget():
         plan.make(s, inventory.resolve(["local"], None), models={"full-bp": "gpt2-4m", "full-zo": "gpt2-12m"})
 
 
+def test_katti_fig4_cpu_pretrains_every_model_on_the_same_sequences_and_trains_each_method_equally_long():
+    """The long study (docs/transformers.md): its models are the suite's own (no fit at run time),
+    each language model learns from the same 6,000 sequences (a larger model's start is better by
+    its size alone), and every method fine-tunes under 700M for the same 720 s."""
+    s = suites.load(str(Path(__file__).parent.parent / "workloads/suites/katti-fig4-cpu.toml"))
+    assert s.equal_memory.models == {"full-bp": "gpt2-12m", "full-zo": "gpt2-29m", "elastic-zo:1": "gpt2-29m"}
+    jobs, _ = plan.make(s, inventory.resolve(["local"], None), models=s.equal_memory.models)
+    pre = [j for j in jobs if j.spec["save_weights"]]
+    study = [j for j in jobs if not j.spec["save_weights"]]
+    assert sorted(j.spec["workload"]["model"] for j in pre) == ["gpt2-12m", "gpt2-29m"]
+    assert {(j.spec["hyper"]["train_samples"], j.spec["hyper"]["epochs"], j.spec["hyper"]["batch_size"],
+             j.spec["hyper"]["context"]) for j in pre} == {(6000, 1, 8, 64)}
+    assert {(j.mem_limit, j.spec["hyper"]["max_train_seconds"], j.spec["hyper"]["train_samples"]) for j in study} == \
+        {("700M", 720, 1024)} and len(study) == 3
+    # its control: ElasticZO k=1 on Full BP's model, everything else the study's
+    control = suites.load(str(Path(__file__).parent.parent / "workloads/suites/katti-fig4-cpu-control.toml"))
+    assert control.equal_memory.models == {"elastic-zo:1": "gpt2-12m"} and control.methods != s.methods
+    assert (control.hyper, control.pretrain, control.equal_memory.budget, control.data_sets()) == \
+        (s.hyper, s.pretrain, s.equal_memory.budget, s.data_sets())
+
+
 def test_a_classifier_starts_from_a_language_models_weights_with_a_head_drawn_from_the_seed(tmp_path):
     lm = MODELS["gpt2-1m"]
     clf = lm.with_classes(43)
@@ -147,6 +180,12 @@ def test_a_study_runs_each_method_under_the_budget_from_its_pretrained_model(cap
     section = md.split("## Equal memory")[1].split("\n## ")[0]
     rows = [line for line in section.splitlines() if line.startswith("| Full ")]
     assert len(rows) == 2 and all("| gpt2-1m |" in line and "| 500M |" in line for line in rows)
+    # its compact records (harness/stores/records.py) hold what the study's table shows, memory and
+    # load too: scripts/katti_fig4.py draws the same table from them as the report from the run
+    live = report_rows.table(*report_rows_of(store, run_id))
+    assert live["peak RSS (MiB)"].ne("-").all() and live["load"].ne("unknown").all()
+    df, found = script("katti_fig4.py").frame(records.of_runs(store, [run_id]))
+    assert report_rows.table(df, found).equals(live)
 
 
 def test_a_method_nothing_fits_is_left_out_with_its_fit_run(capsys, tmp_path):
@@ -166,3 +205,27 @@ def test_a_method_nothing_fits_is_left_out_with_its_fit_run(capsys, tmp_path):
     # the given model does not fit 64M either: it ends oom under the budget, recorded, exit 1
     assert r.returncode == 1
     assert [r["status"] for r in store.results(study) if not r["job"]["save_weights"]] == ["oom"]
+
+
+def test_the_docs_katti_fig4_block_is_drawn_from_its_committed_records():
+    """docs/transformers.md's Katti Fig. 4 block (pretraining, the study's table, the trend) is
+    what scripts/katti_fig4.py draws from the records committed beside it, number for number."""
+    fig4 = script("katti_fig4.py")
+    block = fig4.DOC.read_text().partition(fig4.BEGIN)[2].partition(fig4.END)[0]
+    assert block == "\n" + fig4.block(records.read(fig4.RECORDS))
+    assert "| Full BP | gpt2-12m |" in block and "| Full ZO | gpt2-29m |" in block
+    assert (fig4.DOC.parent / "transformers" / f"{fig4.CHART}.png").is_file()
+
+
+@pytest.mark.parametrize("args, said", [
+    (["records"], "records takes the runs' ids"),
+    (["records", "20250101-120000-ab12"], "unknown run '20250101-120000-ab12'"),
+    (["doc", "20250101-120000-ab12"], "doc takes no run"),
+    (["draw"], "invalid choice: 'draw'"),
+])
+def test_katti_fig4_scripts_bad_input_is_one_line_and_exit_2_with_nothing_written(tmp_path, args, said):
+    before = FIG4.parent.parent.joinpath("docs", "transformers.md").read_text()
+    p = python(FIG4, *args, "--results", str(tmp_path / "r"), cwd=Path.cwd(), timeout=60)
+    assert p.returncode == 2 and said in p.stderr, p.stderr
+    assert p.stderr.strip().splitlines()[-1].startswith("katti_fig4.py: error:")
+    assert FIG4.parent.parent.joinpath("docs", "transformers.md").read_text() == before

@@ -58,6 +58,8 @@ def test_records_read_back_as_the_run_they_came_from(run, tmp_path):
         theirs = mine[r["job"]["job_id"]]
         for k in ("status", "spec_sha256", "convergence", "start_eval", "model", "steps", "wall_seconds"):
             assert r[k] == theirs[k], k
+        assert r["memory"]["peak_rss_bytes"] == theirs["memory"]["peak_rss_bytes"] > 0
+        assert r["timed_loop_load"] == (theirs.get("timed_loop_load") or theirs["load"])
         # every epoch but its phases (an unmeasured energy reads back null, as an older result's does)
         assert r["epochs"] == [{"joules": None, **{k: v for k, v in e.items() if k != "phases"}} for e in theirs["epochs"]]
         # the job as planned (the spec its hash is of), not as this machine filled it in (its paths)
@@ -65,6 +67,23 @@ def test_records_read_back_as_the_run_they_came_from(run, tmp_path):
     rec = recs[0]
     assert rec["cell"]["runtime"] == "cpp" and rec["cell"]["harness_commit"] == rec["job"]["harness_commit"]
     assert "rotate" not in rec["cell"]      # a drift only where one is set
+
+
+def test_a_version_1_record_reads_as_one_that_measured_no_memory_and_no_load(run, tmp_path):
+    """Records keep a job's peak memory and the load its steps were timed under (version 2); a file
+    written before (version 1, as docs/reproduction's first records) reads back with both unknown,
+    never as zero, and the rest as it was."""
+    _, _, recs = run
+    assert all(r["memory"]["peak_rss_bytes"] > 0 and r["load"]["cores"] >= 1 for r in recs)
+    old = [{**{k: v for k, v in r.items() if k not in ("memory", "load")}, "schema": 1} for r in recs]
+    path = tmp_path / "v1.jsonl.gz"
+    path.write_bytes(gzip.compress("".join(records.line(r) + "\n" for r in old).encode(), mtime=0))
+    back = sorted(records.read(path), key=records.key)
+    assert [(r["schema"], r["memory"], r["load"]) for r in back] == [(records.VERSION, None, None)] * len(recs)
+    assert [{k: v for k, v in r.items() if k not in ("schema", "memory", "load")} for r in back] == \
+        [{k: v for k, v in r.items() if k != "schema"} for r in sorted(old, key=records.key)]
+    store, _ = records.store(back, tmp_path / "back")
+    assert all(r["memory"]["peak_rss_bytes"] == 0 and r["timed_loop_load"] is None for r in store.results(recs[0]["run_id"]))
 
 
 def test_records_of_a_run_added_again_replace_its_own(run, tmp_path):

@@ -7,9 +7,10 @@ rebuilt. A record keeps, per job, what the tables read and what tells the job ap
 planned (checked against the result's spec_sha256), the commit and seed, its cell's key facts, every
 epoch's losses and accuracy (the validation split's, where the job held one out: its data set is
 named -valN), the starting weights' accuracy, the harness's judgement of the run (final and best
-accuracy, flags), the run's id, suite and command line, and its status. Per-step phases, memory and
-the machine's full probe stay in the results folder and the shared store: no table of the
-reproduction reads them.
+accuracy, flags), the run's id, suite and command line (and an equal-memory study's budget and
+models), its status, its peak memory and the load its steps were timed under (the equal-memory
+table shows both). Per-step phases and the machine's full probe stay in the results folder and
+the shared store: no committed table reads them.
 
 A records file is gzip'd JSON lines, one record a line, sorted by run and job, compressed with a
 zero time stamp and no file name: writing the same records gives the same bytes, so a records file
@@ -30,17 +31,22 @@ from pathlib import Path
 from harness.errors import UserError
 from harness.planning.runs import spec_sha256
 from harness.stores.schema import VERSION as RESULT_SCHEMA, stored_problems
+from harness.stores import machine_load
 from harness.stores.store import RUN_ID, Store
 
-VERSION = 1
+# 2: memory and load (a version-1 record reads as one that measured neither)
+VERSION = 2
 # what a record holds, and the type of each (None: null allowed)
 FIELDS = {"schema": (int,), "run_id": (str,), "job_id": (str,), "status": (str,), "error": (str, None),
           "spec_sha256": (str, None), "cell": (dict,), "run": (dict,), "job": (dict,), "started_at": (str,),
           "wall_seconds": (int, float), "train_seconds": (int, float), "steps": (int,), "epochs": (list,),
           "start_eval": (dict, None), "convergence": (dict, None), "model": (dict, None), "cpu_model": (str, None),
-          "nonfinite": (list,)}
-# a run's facts each record of it carries: the tables' list of runs says what each one was
-RUN_FACTS = ("suite", "argv", "git", "created_at")
+          "nonfinite": (list,), "memory": (dict, None), "load": (dict, None)}
+# a run's facts each record of it carries: the tables' list of runs says what each one was, and
+# an equal-memory study's table its budget and models (reports/equal_memory.py)
+RUN_FACTS = ("suite", "argv", "git", "created_at", "equal_memory")
+# the memory figures a record keeps of its result's (the tables' peak and baselines)
+MEMORY = ("peak_rss_bytes", "baseline_rss_bytes", "loaded_rss_bytes", "device_peak_bytes")
 # a timeout for the plans written back (a record is no job to run again; the plan needs one)
 PLAN_TIMEOUT_S = 3600.0
 
@@ -74,6 +80,7 @@ def record(run_id: str, plan: dict, result: dict) -> dict:
         "start_eval": result.get("start_eval"), "convergence": result.get("convergence"),
         "model": result.get("model"), "cpu_model": (result.get("env") or {}).get("cpu_model"),
         "nonfinite": result.get("nonfinite") or [],
+        "memory": {k: result["memory"].get(k) for k in MEMORY}, "load": machine_load.of_steps(result),
     }
 
 
@@ -93,8 +100,9 @@ def result(rec: dict) -> dict:
             "train_seconds": rec["train_seconds"], "steps": rec["steps"], "phases": {},
             "epochs": rec["epochs"], "start_eval": rec["start_eval"], "convergence": rec["convergence"],
             "model": rec["model"], "nonfinite": rec["nonfinite"], "spec_sha256": rec["spec_sha256"],
-            "memory": {"peak_rss_bytes": 0, "baseline_rss_bytes": 0},
-            "env": {"cpu_model": rec["cpu_model"]} if rec["cpu_model"] else {}}
+            "memory": {"peak_rss_bytes": 0, "baseline_rss_bytes": 0, **{k: v for k, v in (rec["memory"] or {}).items()
+                                                                        if v is not None}},
+            "timed_loop_load": rec["load"], "env": {"cpu_model": rec["cpu_model"]} if rec["cpu_model"] else {}}
 
 
 def store(recs: list[dict], results: Path) -> tuple[Store, list[str]]:
@@ -181,7 +189,7 @@ def read(path: Path) -> list[dict]:
         if isinstance(schema, int) and not isinstance(schema, bool) and schema > VERSION:
             raise UserError(f"{path} line {n}: a record of version {schema}, newer than this zobench reads "
                             f"({VERSION}): upgrade zobench")
-        bad = problems(rec)
+        bad = problems(rec := upgrade(rec))
         if bad:
             raise UserError(f"{path} line {n}: damaged: {bad[0]}")
         if key(rec) in seen:
@@ -190,6 +198,15 @@ def read(path: Path) -> list[dict]:
         seen[key(rec)] = n
         out.append(rec)
     return out
+
+
+def upgrade(rec):
+    """A record of an older version in this version's shape, read as what it was: version 1 kept
+    no memory and no load, unknown rather than zero (asv's results api_version). Anything else
+    (not a record, or a newer one) is left for problems() to name."""
+    if isinstance(rec, dict) and rec.get("schema") == 1 and not isinstance(rec.get("schema"), bool):
+        return {**rec, "schema": VERSION, "memory": None, "load": None}
+    return rec
 
 
 def _no_constant(name: str):
