@@ -5,14 +5,15 @@ import json
 import os
 import platform
 import signal
-import threading
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from harness.stores import measurements, schema
 from harness.stores.store import Store
-from testkit.runners import SHORT, cli, held_python, hooked_python, start, until, zobench
+from testkit.runners import REPO, SHORT, cli, held_python, hooked_python, start, until, zobench
 from testkit.sshd import board_toml
 
 METHODS = ["--method", "full-bp", "--method", "full-zo", "--method", "elastic-zo:1"]
@@ -82,32 +83,36 @@ def test_a_member_that_differs_from_its_siblings_is_left_out_with_the_field_name
 
 def test_a_member_lost_mid_job_costs_only_that_attempt_and_is_dropped(farm, tmp_path):
     """board-c's first job hangs until its sshd is killed under it (a board dropping off the
-    network); board-a waits for that before it runs anything, so the lost job must come to it."""
-    hung = tmp_path / "hung.pid"
+    network); board-a runs nothing until the run has said board-c is dropped, so the lost job
+    must come to it, and board-c, with jobs still waiting, fails to come back (its second failure)
+    however fast board-a's jobs are."""
+    hung, err = tmp_path / "hung.pid", tmp_path / "run.stderr"
     inv = inventory(farm, tmp_path, "lab", {
         "board-c": {"python": str(hooked_python(tmp_path / "c.py", f"echo $$ > {hung}; while :; do sleep 1; done")),
                     **CPP},
-        "board-a": {"python": str(hooked_python(tmp_path / "a.py", f"while [ ! -s {hung} ]; do sleep 0.1; done")),
+        "board-a": {"python": str(hooked_python(tmp_path / "a.py", f"while ! grep -q 'member board-c dropped' {err}; "
+                                                                   "do sleep 0.1; done")),
                     **CPP}},
         attempts=2)
-    out = {}
-    run = threading.Thread(target=lambda: out.update(r=zobench(
-        "run", "--results", tmp_path / "r", "--inventory", inv, "--no-report", "--target", "lab",
-        "--runtime", "cpp", *SHORT, *METHODS, env=farm["env"])))
-    run.start()
     board_c = farm["boards"]["board-c"]
-    try:
-        until("board-c's job started", lambda: hung.is_file() and hung.read_text().strip(), timeout=300)
-        board_c.stop()
-        run.join(600)
-    finally:
-        board_c.start()
-        if hung.is_file() and hung.read_text().strip():
-            try:
-                os.kill(int(hung.read_text()), signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-    r = out["r"]
+    with open(err, "w") as stderr:      # the run's lines as it says them, for board-a's hook to read
+        proc = subprocess.Popen([sys.executable, "-m", "zobench", "run", "--results", str(tmp_path / "r"),
+                                 "--inventory", str(inv), "--no-report", "--target", "lab", "--runtime", "cpp",
+                                 *SHORT, *METHODS], cwd=REPO, stdout=subprocess.DEVNULL, stderr=stderr, text=True,
+                                env={**os.environ, **farm["env"], "PYTHONUNBUFFERED": "1"})
+        try:
+            until("board-c's job started", lambda: hung.is_file() and hung.read_text().strip(), proc, err)
+            board_c.stop()
+            proc.wait(600)
+        finally:
+            proc.kill()
+            board_c.start()
+            if hung.is_file() and hung.read_text().strip():
+                try:
+                    os.kill(int(hung.read_text()), signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+    r = subprocess.CompletedProcess(proc.args, proc.returncode, "", err.read_text())
     assert r.returncode == 0, r.stderr
     store = Store(tmp_path / "r")
     results = store.results(store.latest())
