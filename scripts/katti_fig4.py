@@ -56,8 +56,6 @@ def majority(recs: list[dict]) -> tuple[str, float]:
     """The study's test entries' most common topic and its share (%): what a classifier that says
     it for every entry scores, the floor a method must pass to have learnt anything (the 43 topics
     are far from equal, so chance, 1/43, is not). Read from the data set as the jobs read it."""
-    import numpy as np
-
     from harness.preparation.artifacts import raw_idx
     from workloads import datasets
 
@@ -82,7 +80,7 @@ def trend(df, found) -> list[dict]:
         loss = np.array([e["test_loss"] for e in j["epochs"]])
         late = t >= t[-1] / 2 if len(t) else t
         fit = len(t[late]) >= 2
-        rows.append({"job": j, "t": t, "best": float(acc.max()) if len(acc) else float("nan"),
+        rows.append({"job": j, "best": float(acc.max()) if len(acc) else float("nan"),
                      "best_at": float(t[acc.argmax()]) if len(acc) else float("nan"),
                      "acc_slope": 100 * np.polyfit(t[late], acc[late], 1)[0] if fit else float("nan"),
                      "loss_slope": 100 * np.polyfit(t[late], loss[late], 1)[0] if fit else float("nan"),
@@ -102,10 +100,13 @@ def trend(df, found) -> list[dict]:
 
 def block(recs: list[dict]) -> str:
     """The doc's generated block: the runs, each model's pretraining, the study's table and trend."""
+    return _block(recs, *frame(recs), majority(recs))
+
+
+def _block(recs: list[dict], df, found, floor: tuple[str, float]) -> str:
     from reports import report as r
 
-    df, found = frame(recs)
-    topic, floor = majority(recs)
+    topic, floor = floor
     pre = df[df["stage"] == "pretrain"]
     meta = found[next(iter(found))]
     cpu = sorted({x["cpu_model"] for x in recs if x["cpu_model"]})
@@ -162,24 +163,27 @@ def _trend_table(rows):
                           "Full BP's best, on that line": x["reach"]} for x in rows])
 
 
-def doc(recs: list[dict], path: Path = DOC) -> None:
-    """The doc's block between its markers, and the chart beside the doc."""
+def doc(recs: list[dict], framed=None, path: Path = DOC) -> None:
+    """The doc's block between its markers, and the chart beside the doc; framed: frame(recs),
+    where the caller has it already."""
     from reports import charts, equal_memory
     from reports import report as r
 
     text = path.read_text()
     if BEGIN not in text or END not in text:
         raise UserError(f"{path}: no block between {BEGIN!r} and {END!r} to write")
+    df, found = framed or frame(recs)
+    floor = majority(recs)
     head, _, rest = text.partition(BEGIN)
-    path.write_text(head + BEGIN + "\n" + block(recs) + END + rest.partition(END)[2])
-    df, found = frame(recs)
+    path.write_text(head + BEGIN + "\n" + _block(recs, df, found, floor) + END + rest.partition(END)[2])
+    df = df.copy()
     # one panel: a later run (a method again, for longer, or on another model) in a colour of its own
     first = next(iter(found))
     later = df["run_id"] != first
     df.loc[later, "mlabel"] = [f"{m} [{s:,.0f} s]" for m, s in zip(df.loc[later, "mlabel"], df.loc[later, "train_s"])]
     df["run_id"] = first
     with tempfile.TemporaryDirectory() as tmp:      # the PNG alone: the doc shows it
-        charts.save(equal_memory.chart(df, {first: found[first]}, r._method_palette(df), floor=majority(recs)),
+        charts.save(equal_memory.chart(df, {first: found[first]}, r._method_palette(df), floor=floor),
                     Path(tmp), CHART)
         (path.parent / "transformers" / f"{CHART}.png").write_bytes((Path(tmp) / f"{CHART}.png").read_bytes())
 
@@ -198,11 +202,13 @@ def main(argv=None) -> int:
             if not args.runs:
                 ap.error("records takes the runs' ids")
             recs = records.of_runs(Store(args.results), args.runs)
-            frame(recs)         # refused before anything is written: not a study
+            framed = frame(recs)        # refused before anything is written: not a study
             records.write(RECORDS, recs)
+            doc(recs, framed)
         elif args.runs:
             ap.error("doc takes no run: it reads the committed records")
-        doc(records.read(RECORDS))
+        else:
+            doc(records.read(RECORDS))
         return 0
     return guarded("katti_fig4.py", "", step)
 

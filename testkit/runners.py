@@ -75,10 +75,11 @@ def cli(capsys, *args) -> subprocess.CompletedProcess:
     return in_process(*args)
 
 
-def start(*args, env=None) -> subprocess.Popen:
-    """The CLI as a user runs it, as a process a test can signal."""
+def start(*args, env=None, stdout=subprocess.PIPE, stderr=subprocess.PIPE) -> subprocess.Popen:
+    """The CLI as a user runs it, as a process a test can signal (its output piped, or where the
+    test says: a file another process reads as it is written)."""
     return subprocess.Popen([sys.executable, "-m", "zobench", *map(str, args)], cwd=REPO, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, **(env or {})})
+                            stdout=stdout, stderr=stderr, env={**os.environ, **(env or {})})
 
 
 # A run of a few seconds: one epoch of 320 samples in FP32, on the runtimes a test names.

@@ -6,14 +6,13 @@ import os
 import platform
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from harness.stores import measurements, schema
 from harness.stores.store import Store
-from testkit.runners import REPO, SHORT, cli, held_python, hooked_python, start, until, zobench
+from testkit.runners import SHORT, cli, held_python, hooked_python, start, until, zobench
 from testkit.sshd import board_toml
 
 METHODS = ["--method", "full-bp", "--method", "full-zo", "--method", "elastic-zo:1"]
@@ -96,10 +95,9 @@ def test_a_member_lost_mid_job_costs_only_that_attempt_and_is_dropped(farm, tmp_
         attempts=2)
     board_c = farm["boards"]["board-c"]
     with open(err, "w") as stderr:      # the run's lines as it says them, for board-a's hook to read
-        proc = subprocess.Popen([sys.executable, "-m", "zobench", "run", "--results", str(tmp_path / "r"),
-                                 "--inventory", str(inv), "--no-report", "--target", "lab", "--runtime", "cpp",
-                                 *SHORT, *METHODS], cwd=REPO, stdout=subprocess.DEVNULL, stderr=stderr, text=True,
-                                env={**os.environ, **farm["env"], "PYTHONUNBUFFERED": "1"})
+        proc = start("run", "--results", tmp_path / "r", "--inventory", inv, "--no-report", "--target", "lab",
+                     "--runtime", "cpp", *SHORT, *METHODS, env={**farm["env"], "PYTHONUNBUFFERED": "1"},
+                     stdout=subprocess.DEVNULL, stderr=stderr)
         try:
             until("board-c's job started", lambda: hung.is_file() and hung.read_text().strip(), proc, err)
             board_c.stop()
