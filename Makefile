@@ -40,6 +40,7 @@ bench: setup-bench
 	$(BIN)/python benchmarks/int8.py
 	$(BIN)/python benchmarks/int8.py --model pointnet --steps 6 --repeats 3
 	$(BIN)/python benchmarks/kernel_paths.py
+	g++ -O3 -march=native -fopenmp-simd -pthread -Iworkloads/cpp benchmarks/fc_tile.cpp -o build/fc_tile && OMP_NUM_THREADS=1 build/fc_tile
 	$(BIN)/python benchmarks/threads.py
 	$(BIN)/python benchmarks/threads.py --model pointnet --steps 6 --repeats 3
 	$(BIN)/python benchmarks/omp_contention.py --policy auto

@@ -155,7 +155,9 @@ def test_a_malformed_store_url_never_prints_its_password(password, host, tail, m
     assert code in (1, 2) and out == ""
     assert len(err.strip().splitlines()) == 1, err
     for form in {password, secret}:
-        assert form not in err, (url, err)
+        if form in err:     # or is it in the line's own words ("zobenc" is in "zobench: error")?
+            placeholder = run_main(["history", "--store", f"{scheme}://bob:{'x' * len(password)}{mangle}@{host}{tail}"])[2]
+            assert err.count(form) == placeholder.count(form), (url, err)
     assert "Traceback" not in err
 
 
