@@ -5,18 +5,16 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <type_traits>
 
 #include "common.hpp"
 #include "conv_grad.hpp"
 #include "team.hpp"
-#if defined(__aarch64__)
-#include <arm_neon.h>  // armv8-a Advanced SIMD only: FMA, no dot-product instructions
-#endif
 
 namespace fp32k {
 
-// The vector ISA these kernels are compiled to (env.kernels.conv and .fc): NEON intrinsics on
-// aarch64, elsewhere `omp simd` loops the compiler vectorizes for the binary's -march
+// The vector ISA these kernels are compiled to (env.kernels.conv and .fc), for the binary's -march or
+// -mcpu: GCC's vector types (the convolutions' rows, the FC tiles) and `omp simd` loops
 #if defined(__aarch64__)
 constexpr const char* SIMD = "neon";
 #elif defined(__AVX512F__)
@@ -33,49 +31,141 @@ constexpr const char* SIMD = "sse2";
 constexpr const char* SIMD = "scalar";
 #endif
 
-// acc[0..n) += wv * in[0..n): the inner loop of every convolution tap
-__attribute__((always_inline)) inline void axpy(float* __restrict acc, float wv, const float* __restrict in, int n) {
-    int x = 0;
-#if defined(__aarch64__)
-    const float32x4_t w4 = vdupq_n_f32(wv);
-    for (; x + 4 <= n; x += 4) vst1q_f32(acc + x, vfmaq_f32(vld1q_f32(acc + x), w4, vld1q_f32(in + x)));
+// ---- GCC's vector types, one register each on every path: VF floats; VREGS registers ----
+#if defined(__AVX512F__)
+constexpr int VF = 16;
+#elif defined(__AVX__)
+constexpr int VF = 8;
+#else
+constexpr int VF = 4;
 #endif
-#pragma omp simd
-    for (int i = x; i < n; ++i) acc[i] += wv * in[i];
+#if defined(__AVX512F__) || defined(__aarch64__)
+constexpr int VREGS = 32;
+#else
+constexpr int VREGS = 16;
+#endif
+// N floats as a register, and as N floats at any float's address: loads and stores through the
+// latter are one instruction each (a memcpy into an array of vectors went through the stack in
+// 16-byte pieces under -march=x86-64-v3, and each FMA then waited on a store-forwarding stall).
+// A vector of floats aliases floats (GCC gives it its element type's alias set).
+template <int N>
+struct Lanes {
+    typedef float type __attribute__((vector_size(N * sizeof(float))));
+    typedef float loose __attribute__((vector_size(N * sizeof(float)), aligned(alignof(float))));
+};
+typedef Lanes<VF>::type vfloat;
+
+template <int N = VF>
+__attribute__((always_inline)) inline typename Lanes<N>::type vload(const float* p) {
+    return *reinterpret_cast<const typename Lanes<N>::loose*>(p);
+}
+
+template <int N = VF>
+__attribute__((always_inline)) inline void vstore(float* p, typename Lanes<N>::type v) {
+    *reinterpret_cast<typename Lanes<N>::loose*>(p) = v;
+}
+
+// n < VF floats from p, the other lanes zero (a sum's tail: adding zeros leaves it as it is)
+__attribute__((always_inline)) inline vfloat vload_part(const float* p, int n) {
+    float t[VF] = {};
+    for (int l = 0; l < n; ++l) t[l] = p[l];
+    return vload(t);
+}
+
+// the sum of v's lanes, halves first, in registers (a lane loop over a stored copy cost AVX-512 a
+// store-forwarding stall a lane: 16 of them took a third of a 784-long tile's time)
+template <int N>
+__attribute__((always_inline)) inline float hsum(typename Lanes<N>::type v) {
+    if constexpr (N == 1) {
+        return v[0];
+    } else {
+        typename Lanes<N / 2>::type lo, hi;
+        __builtin_memcpy(&lo, &v, sizeof lo);
+        __builtin_memcpy(&hi, reinterpret_cast<const char*>(&v) + sizeof lo, sizeof hi);
+        return hsum<N / 2>(lo + hi);
+    }
 }
 
 // ---- convolution 5x5, stride 1, padding 2 (input given pre-padded), ReLU fused ----
 // out[b][oc][h][w] = relu(bias[oc] + sum_{ic,kh,kw} w[oc][ic][kh][kw] * inpad[b][ic][h+kh][w+kw])
-// One output row of OB output channels is accumulated in registers across all 25*C taps and
-// stored once: each input row loaded feeds OB accumulator rows. The sizes are template
-// constants so the loops unroll into whole SIMD registers.
+// A row of the output is NV vectors of N lanes (the widest N <= W), the last one ending at the
+// row's end, over the one before where N does not divide W: no lane reads or writes past its
+// row, and the lanes computed twice are the same bits. A tile of OB output channels by CV of a
+// row's vectors is accumulated in registers across all 25*C taps and stored once: per tap, CV
+// input vectors loaded and OB weights broadcast feed OB * CV FMAs. (OB, CV) is the shape that
+// feeds the most FMAs a vector loaded whose accumulators, one tap's inputs and a broadcast fit
+// the registers (conv_tile): conv1 (6 channels, W = 28) takes 6 x 2 vectors on AVX-512 (N = 16),
+// AVX2 (8) and SSE (4), and 6 x 4 on NEON (4). Each output sums its taps in the order it did when
+// the rows were `omp simd` loops (ic, kh, kw), so the values are the same bits.
+constexpr int row_lanes(int W) {
+    int n = VF;
+    while (n > W && n > 1) n /= 2;
+    return n;
+}
+
+struct ConvTile {
+    int ob, cv;
+};
+
+constexpr ConvTile conv_tile(int OC, int NV) {
+    ConvTile best{1, 1};
+    for (int ob = 1; ob <= OC; ++ob)
+        for (int cv = 1; cv <= NV && OC % ob == 0; ++cv) {
+            if (ob * cv + cv + 1 > VREGS) continue;
+            const long more = long(ob) * cv * (best.ob + best.cv), now = long(best.ob) * best.cv * (ob + cv);
+            if (more > now || (more == now && ob * cv > best.ob * best.cv)) best = {ob, cv};
+        }
+    return best;
+}
+
+// one image's OB output channels (out [OB][H][W], w [OB][C][5][5]), a function of its own: inlined
+// into a team's region, GCC may keep the accumulators on the stack (dot_tile)
+template <int C, int H, int W, int OB, int CV, bool RELU>
+__attribute__((noinline)) void conv_rows_forward(float* __restrict out, const float* __restrict in,
+                                                 const float* __restrict w, const float* bias) {
+    constexpr int HP = H + 4, WP = W + 4, N = row_lanes(W), NV = (W + N - 1) / N;
+    typedef typename Lanes<N>::type vec;
+    auto at = [](int v) { return v < NV - 1 ? v * N : W - N; };    // a vector's first pixel
+    for (int h = 0; h < H; ++h) {
+        auto tile = [&](auto count, int v0) __attribute__((always_inline)) {
+            constexpr int K = decltype(count)::value;
+            vec acc[OB][K];
+            for (int j = 0; j < OB; ++j)
+                for (int v = 0; v < K; ++v) acc[j][v] = vec{} + (bias ? bias[j] : 0.f);
+            for (int ic = 0; ic < C; ++ic)
+                for (int kh = 0; kh < 5; ++kh) {
+                    const float* irow = in + (ic * HP + h + kh) * WP;
+                    for (int kw = 0; kw < 5; ++kw) {
+                        vec x[K];
+                        for (int v = 0; v < K; ++v) x[v] = vload<N>(irow + kw + at(v0 + v));
+                        for (int j = 0; j < OB; ++j) {
+                            const float wv = w[((j * C + ic) * 5 + kh) * 5 + kw];
+                            for (int v = 0; v < K; ++v) acc[j][v] += wv * x[v];
+                        }
+                    }
+                }
+            for (int j = 0; j < OB; ++j)
+                for (int v = 0; v < K; ++v) {
+                    vec a = acc[j][v];
+                    if constexpr (RELU) a = a > 0.f ? a : vec{};
+                    vstore<N>(out + (j * H + h) * W + at(v0 + v), a);
+                }
+        };
+        int v0 = 0;
+        for (; v0 + CV <= NV; v0 += CV) tile(std::integral_constant<int, CV>{}, v0);
+        if constexpr (NV % CV != 0) tile(std::integral_constant<int, NV % CV>{}, v0);
+    }
+}
+
 template <int C, int OC, int H, int W, bool RELU = true>
 inline void conv_forward(float* out, const float* inpad, const float* w, const float* bias, int B) {
-    constexpr int HP = H + 4, WP = W + 4;
-    // three rows of accumulators where they divide OC: conv1's 6 channels as 2 x 3 rows keep 6
-    // (AVX-512) to 12 (AVX2) vectors in flight, against 4 and 8 as 3 x 2 (130 against 143 us a
-    // batch on one AVX2 thread, 177 against 218 on AVX-512)
-    constexpr int OB = OC % 3 == 0 ? 3 : OC % 4 == 0 ? 4 : OC % 2 == 0 ? 2 : 1;
+    constexpr ConvTile T = conv_tile(OC, (W + row_lanes(W) - 1) / row_lanes(W));
+    constexpr int OB = T.ob;
     team::each(long(B) * (OC / OB), [&](long i) {
         const int b = int(i / (OC / OB)), og = int(i % (OC / OB));
-        {
-            for (int h = 0; h < H; ++h) {
-                float acc[OB][W];
-                for (int j = 0; j < OB; ++j)
-                    for (int x = 0; x < W; ++x) acc[j][x] = bias ? bias[og * OB + j] : 0.f;
-                for (int ic = 0; ic < C; ++ic)
-                    for (int kh = 0; kh < 5; ++kh) {
-                        const float* irow = inpad + ((size_t(b) * C + ic) * HP + h + kh) * WP;
-                        for (int kw = 0; kw < 5; ++kw)
-                            for (int j = 0; j < OB; ++j)
-                                axpy(acc[j], w[(((og * OB + j) * C + ic) * 5 + kh) * 5 + kw], irow + kw, W);
-                    }
-                for (int j = 0; j < OB; ++j) {
-                    float* o = out + ((size_t(b) * OC + og * OB + j) * H + h) * W;
-                    for (int x = 0; x < W; ++x) o[x] = !RELU || acc[j][x] > 0.f ? acc[j][x] : 0.f;
-                }
-            }
-        }
+        conv_rows_forward<C, H, W, OB, T.cv, RELU>(out + (size_t(b) * OC + og * OB) * H * W,
+                                                   inpad + size_t(b) * C * (H + 4) * (W + 4),
+                                                   w + size_t(og) * OB * C * 25, bias ? bias + og * OB : nullptr);
     });
 }
 
@@ -352,14 +442,23 @@ inline void pointwise_weight_grad(float* dw, float* db, const float* d, const fl
 // ---- 2x2 max pooling into `out` with a border of `pad` (left as it is: zero from allocation),
 // so it can feed the next convolution directly; backward (pool.hpp) routes to the first
 // maximum, as PyTorch does ----
+// one plane, a function of its own so that its rows vectorize: inlined into the team's region,
+// its stores could alias its loads, and GCC kept it scalar (a tenth of a LeNet-5 Full ZO step)
+__attribute__((noinline)) inline void maxpool_plane(float* __restrict out, const float* __restrict in, int OH, int OW,
+                                                    int W, int PW) {
+    for (int h = 0; h < OH; ++h) {
+        const float* __restrict a = in + size_t(2 * h) * W;
+        const float* __restrict b = a + W;
+        float* __restrict o = out + size_t(h) * PW;
+#pragma omp simd
+        for (int x = 0; x < OW; ++x) o[x] = std::max(std::max(a[2 * x], a[2 * x + 1]), std::max(b[2 * x], b[2 * x + 1]));
+    }
+}
+
 inline void maxpool_forward(float* out, int pad, const float* in, int BC, int H, int W) {
     const int OH = H / 2, OW = W / 2, PH = OH + 2 * pad, PW = OW + 2 * pad;
     team::each(BC, [&](long bc) {
-        for (int h = 0; h < OH; ++h)
-            for (int x = 0; x < OW; ++x) {
-                const float* p = in + (size_t(bc) * H + 2 * h) * W + 2 * x;
-                out[(size_t(bc) * PH + h + pad) * PW + x + pad] = std::max(std::max(p[0], p[1]), std::max(p[W], p[W + 1]));
-            }
+        maxpool_plane(out + (size_t(bc) * PH + pad) * PW + pad, in + size_t(bc) * H * W, OH, OW, W, PW);
     });
 }
 
@@ -370,52 +469,12 @@ inline void maxpool_forward(float* out, int pad, const float* in, int BC, int H,
 // AVX2's and SSE's 16. One thread of this machine's Zen 4 (benchmarks/fc_tile.cpp): LeNet-5's fc1
 // (784 -> 120, batch 32) 163 -> 115 us, 37 -> 52 GFLOP/s of a 116 peak; a tile alone in L1 runs at
 // 82, so the rest is the stream of x from L2. Its AVX2 build (2 x 4 tiles of 8 lanes) runs fc1 in
-// 91 us: Zen 4's 512-bit FMAs are two 256-bit halves, and the wider tile gains it nothing. GCC's vector types, one register each on every path.
-#if defined(__AVX512F__)
-constexpr int VF = 16;
-#elif defined(__AVX__)
-constexpr int VF = 8;
-#else
-constexpr int VF = 4;
-#endif
+// 91 us: Zen 4's 512-bit FMAs are two 256-bit halves, and the wider tile gains it nothing.
 #if defined(__AVX512F__) || defined(__aarch64__)
 constexpr int FC_RO = 4;
 #else
 constexpr int FC_RO = 2;
 #endif
-template <int N>
-struct Lanes {
-    typedef float type __attribute__((vector_size(N * sizeof(float))));
-};
-typedef Lanes<VF>::type vfloat;
-
-__attribute__((always_inline)) inline vfloat vload(const float* p) {
-    vfloat v;
-    __builtin_memcpy(&v, p, sizeof v);
-    return v;
-}
-
-// n < VF floats from p, the other lanes zero (a sum's tail: adding zeros leaves it as it is)
-__attribute__((always_inline)) inline vfloat vload_part(const float* p, int n) {
-    float t[VF] = {};
-    for (int l = 0; l < n; ++l) t[l] = p[l];
-    return vload(t);
-}
-
-// the sum of v's lanes, halves first, in registers (a lane loop over a stored copy cost AVX-512 a
-// store-forwarding stall a lane: 16 of them took a third of a 784-long tile's time)
-template <int N>
-__attribute__((always_inline)) inline float hsum(typename Lanes<N>::type v) {
-    if constexpr (N == 1) {
-        return v[0];
-    } else {
-        typename Lanes<N / 2>::type lo, hi;
-        __builtin_memcpy(&lo, &v, sizeof lo);
-        __builtin_memcpy(&hi, reinterpret_cast<const char*>(&v) + sizeof lo, sizeof hi);
-        return hsum<N / 2>(lo + hi);
-    }
-}
-
 // s[r][j] = w[r] . x[j] over n, a function of its own whatever the caller: inlined into fc_forward's
 // team region, or cloned for a constant n and unrolled, GCC kept the accumulators on the stack
 // (fc1 at batch 32: 209 us, against 115 us so)
