@@ -38,6 +38,14 @@ inline void callgrind_dump(long, const char*) {}
 #endif
 
 using json = nlohmann::json;
+
+// the vector registers the kernels' register tiles are sized for (FP32's and INT8's): AVX-512's and
+// AArch64's 32, else 16
+#if defined(__AVX512F__) || defined(__aarch64__)
+constexpr int VREGS = 32;
+#else
+constexpr int VREGS = 16;
+#endif
 using Clock = std::chrono::steady_clock;
 
 static const char* PHASES[] = {"data", "zo_perturb", "forward", "loss", "backward", "zo_update", "bp_update", "eval"};

@@ -31,18 +31,13 @@ constexpr const char* SIMD = "sse2";
 constexpr const char* SIMD = "scalar";
 #endif
 
-// ---- GCC's vector types, one register each on every path: VF floats; VREGS registers ----
+// ---- GCC's vector types, one register each on every path: VF floats (VREGS of them: common.hpp) ----
 #if defined(__AVX512F__)
 constexpr int VF = 16;
 #elif defined(__AVX__)
 constexpr int VF = 8;
 #else
 constexpr int VF = 4;
-#endif
-#if defined(__AVX512F__) || defined(__aarch64__)
-constexpr int VREGS = 32;
-#else
-constexpr int VREGS = 16;
 #endif
 // N floats as a register, and as N floats at any float's address: loads and stores through the
 // latter are one instruction each (a memcpy into an array of vectors went through the stack in
@@ -103,6 +98,8 @@ constexpr int row_lanes(int W) {
     return n;
 }
 
+constexpr int row_vectors(int W) { return (W + row_lanes(W) - 1) / row_lanes(W); }
+
 struct ConvTile {
     int ob, cv;
 };
@@ -123,7 +120,7 @@ constexpr ConvTile conv_tile(int OC, int NV) {
 template <int C, int H, int W, int OB, int CV, bool RELU>
 __attribute__((noinline)) void conv_rows_forward(float* __restrict out, const float* __restrict in,
                                                  const float* __restrict w, const float* bias) {
-    constexpr int HP = H + 4, WP = W + 4, N = row_lanes(W), NV = (W + N - 1) / N;
+    constexpr int HP = H + 4, WP = W + 4, N = row_lanes(W), NV = row_vectors(W);
     typedef typename Lanes<N>::type vec;
     auto at = [](int v) { return v < NV - 1 ? v * N : W - N; };    // a vector's first pixel
     for (int h = 0; h < H; ++h) {
@@ -159,7 +156,7 @@ __attribute__((noinline)) void conv_rows_forward(float* __restrict out, const fl
 
 template <int C, int OC, int H, int W, bool RELU = true>
 inline void conv_forward(float* out, const float* inpad, const float* w, const float* bias, int B) {
-    constexpr ConvTile T = conv_tile(OC, (W + row_lanes(W) - 1) / row_lanes(W));
+    constexpr ConvTile T = conv_tile(OC, row_vectors(W));
     constexpr int OB = T.ob;
     team::each(long(B) * (OC / OB), [&](long i) {
         const int b = int(i / (OC / OB)), og = int(i % (OC / OB));
@@ -481,7 +478,7 @@ constexpr int FC_RO = 2;
 __attribute__((noipa)) inline void dot_tile(float s[FC_RO][4], const float* const w[FC_RO],
                                                     const float* const x[4], int n) {
     vfloat acc[FC_RO][4] = {};
-    auto fma = [&](auto load) __attribute__((always_inline)) {
+    auto step = [&](auto load) __attribute__((always_inline)) {
         vfloat xv[4];
         for (int j = 0; j < 4; ++j) xv[j] = load(x[j]);
         for (int r = 0; r < FC_RO; ++r) {
@@ -490,8 +487,8 @@ __attribute__((noipa)) inline void dot_tile(float s[FC_RO][4], const float* cons
         }
     };
     int k = 0;
-    for (; k + VF <= n; k += VF) fma([k](const float* p) __attribute__((always_inline)) { return vload(p + k); });
-    if (k < n) fma([k, m = n - k](const float* p) __attribute__((always_inline)) { return vload_part(p + k, m); });
+    for (; k + VF <= n; k += VF) step([k](const float* p) __attribute__((always_inline)) { return vload(p + k); });
+    if (k < n) step([k, m = n - k](const float* p) __attribute__((always_inline)) { return vload_part(p + k, m); });
     for (int r = 0; r < FC_RO; ++r)
         for (int j = 0; j < 4; ++j) s[r][j] = hsum<VF>(acc[r][j]);
 }

@@ -29,8 +29,8 @@ namespace int8 {
 // dp(acc, u, w) adds to each int32 lane of acc the four products of its four bytes of u (uint8
 // activations, in [0, 127]) and of w (int8): x86's vpdpbusd. dps is the same for a signed u (an
 // error). Why no path can saturate: docs/int8.md, "Kernel paths". Vec<L> holds L int32 lanes;
-// WIDEST is the path's widest (0: no dot-product instruction, `dot` alone) and VREGS how many
-// vector registers it has, which the kernels' register tiles are sized for.
+// WIDEST is the path's widest (0: no dot-product instruction, `dot` alone); the register tiles are
+// sized for the build's VREGS vector registers (common.hpp).
 //  - avx512-vnni: vpdpbusd itself, 256- and 512-bit;
 //  - avx512-maddubs, avx2-maddubs, ssse3-maddubs: vpmaddubsw (two products into int16) then
 //    vpmaddwd by 1 (two of those into int32), 512- and 256-bit (AVX-512BW), 256-bit (AVX2) or
@@ -70,12 +70,6 @@ constexpr const char* KERNELS = "neon-smull";
 #else
 constexpr const char* KERNELS = "generic";
 #define ZOBENCH_I8_WIDEST 0
-#endif
-// the vector registers the tiles are sized for: AVX-512's and AArch64's 32, else 16
-#if defined(__AVX512F__) || defined(__aarch64__)
-constexpr int VREGS = 32;
-#else
-constexpr int VREGS = 16;
 #endif
 constexpr int WIDEST = ZOBENCH_I8_WIDEST;
 
