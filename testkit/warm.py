@@ -2,7 +2,7 @@
 what they import.
 
 A runner's own work in a test is a fraction of a second; importing torch is about 1.3 s of CPU
-each time, and the tests start a runner a few hundred times. So each test process keeps one
+each time, and the tests start a runner a few hundred times. So each test process keeps a
 server that imports them once, and forks it per run: the runner still runs as `python -m
 workloads.torch_runner` does (its module run as __main__, its own process, argv, working
 folder, environment, stdout and stderr), only without paying for the import again. The server
@@ -16,13 +16,14 @@ as a new interpreter would, reading its environment then. A forked CLI ends as t
 does: its non-daemon threads joined, its atexit functions run.
 
 Used by testkit.runners.run_runner for TORCH_RUNNER and ORT_RUNNER ("runner") and by
-testkit.runners.zobench and the scripts' tests ("cli"). A call whose environment sets what an
-import reads (OpenMP's, torch's, Python's own variables; for "cli" also matplotlib's, HOME and
-XDG's) otherwise than the server's starts a fresh interpreter instead, as every run of the
-harness itself does (its transports launch the runners): a "cli" call gets a server of its own
-for such an environment the second time that environment is seen (a session-wide HOME, the sshd
-farm's), up to a few servers. A "cli" call made while another is under way in the same test
-process (a run in a thread) starts a fresh interpreter too, never waiting on the other."""
+testkit.runners.zobench and the scripts' tests ("cli"). A server is kept per environment, as
+far as that environment sets what an import reads (OpenMP's, torch's, Python's own variables;
+for "cli" also matplotlib's, HOME and XDG's): the first environment a test process calls with
+gets one, another gets one the second time it is seen (a session-wide HOME, the sshd farm's,
+a variable a test set for good), up to a few servers a kind; a one-off environment starts a
+fresh interpreter, as every run of the harness itself does (its transports launch the
+runners). A "cli" call made while another is under way in the same test process (a run in a
+thread) starts a fresh interpreter too, never waiting on the other."""
 from __future__ import annotations
 
 import atexit
@@ -37,23 +38,25 @@ from collections import Counter
 from pathlib import Path
 
 # variables read when torch, onnxruntime or Python start: a call that sets them differently
-# from the server's own gets a fresh interpreter
+# from a server's own gets another server, or a fresh interpreter
 READ_AT_IMPORT = ("OMP_", "GOMP_", "KMP_", "MKL_", "OPENBLAS_", "TORCH", "PYTORCH", "ORT_", "PYTHON", "LD_")
 # and for the CLI's libraries: matplotlib's configuration and cache folders (MPLCONFIGDIR, else
 # under HOME or XDG's), which its import reads
 READ_AT_IMPORT_CLI = (*READ_AT_IMPORT, "MPL", "HOME", "XDG_")
-# what each kind of server imports before it forks
-IMPORTS = {"runner": ("numpy", "onnxruntime", "torch"),
-           "cli": ("numpy", "scipy.stats", "scipy.ndimage", "pandas", "matplotlib", "matplotlib.pyplot", "seaborn",
-                   "paramiko", "psycopg", "optuna")}
-CLI_SERVERS = 3     # environments a test process keeps a "cli" server for
+# but not these: torch writes them into os.environ itself the first time it compiles (inductor's
+# cache folder), and reads them then, never at import. A test process that had compiled once
+# differed from its server for good, and each of its runners imported torch afresh (49 runners
+# in a make test, about 80 s of CPU). The forked process gets the caller's value anyway.
+SET_BY_TORCH = ("TORCHINDUCTOR_CACHE_DIR",)
+# per kind: what its server imports before it forks, which of the caller's variables must match
+# the server's, and for how many environments a test process keeps a server
+KINDS = {"runner": (("numpy", "onnxruntime", "torch"), READ_AT_IMPORT, 2),
+         "cli": (("numpy", "scipy.stats", "scipy.ndimage", "pandas", "matplotlib", "matplotlib.pyplot", "seaborn",
+                  "paramiko", "psycopg", "optuna"), READ_AT_IMPORT_CLI, 3)}
 
-_server: subprocess.Popen | None = None
-_server_env: dict = {}
-_lock = threading.Lock()
-_cli: dict[tuple, tuple[subprocess.Popen, threading.Lock]] = {}
-_cli_seen: Counter = Counter()
-_cli_lock = threading.Lock()
+_servers: dict[tuple, tuple[subprocess.Popen, threading.Lock]] = {}
+_seen: Counter = Counter()
+_servers_lock = threading.Lock()
 
 
 def _start(kind: str, cwd: Path, env: dict) -> subprocess.Popen:
@@ -67,39 +70,33 @@ def run(module: str, args: list[str], cwd: Path, env: dict, stdout: Path, stderr
         kind: str = "runner", path: Path | None = None) -> int | None:
     """`python -m module *args` (or `python path *args` where path is given) in cwd with env,
     forked from a server of `kind`: its exit code (negative: the signal that ended it), its
-    output in the two files; None where env sets a variable read at import differently from the
-    server's, or a "cli" server is busy (the caller starts an interpreter).
-    subprocess.TimeoutExpired after `timeout` seconds, the process killed."""
-    global _server, _server_env
+    output in the two files; None where no server is kept for env's variables read at import
+    (a one-off environment, or too many), or a "cli" server is busy (the caller starts an
+    interpreter). subprocess.TimeoutExpired after `timeout` seconds, the process killed."""
     request = {"module": module, "path": str(path) if path else None, "args": args, "cwd": str(cwd), "env": env,
                "stdout": str(stdout), "stderr": str(stderr), "finish": kind == "cli"}
-    if kind == "cli":
-        key = tuple(sorted((k, v) for k, v in env.items() if k.startswith(READ_AT_IMPORT_CLI)))
-        with _cli_lock:
-            _cli_seen[key] += 1
-            got = _cli.get(key)
-            if got is not None and got[0].poll() is not None:
-                del _cli[key]
-                got = None
-            if got is None:
-                if len(_cli) >= CLI_SERVERS or (_cli and _cli_seen[key] < 2):
-                    return None     # a one-off environment: not worth a server's imports
-                got = _cli[key] = (_start("cli", cwd, env), threading.Lock())
-        server, lock = got
-        if not lock.acquire(blocking=False):
-            return None
-        try:
-            return _call(server, request, [module if path is None else str(path), *args], timeout)
-        finally:
-            lock.release()
-    with _lock:   # one runner at a time per test process: the server forks and waits in turn
-        if _server is None or _server.poll() is not None:
-            _server_env = dict(env)
-            _server = _start(kind, cwd, env)
-        keys = {k for k in set(env) | set(_server_env) if k.startswith(READ_AT_IMPORT)}
-        if any(env.get(k) != _server_env.get(k) for k in keys):
-            return None
-        return _call(_server, request, [module, *args], timeout)
+    _, prefixes, most = KINDS[kind]
+    key = (kind, tuple(sorted((k, v) for k, v in env.items() if k.startswith(prefixes) and k not in SET_BY_TORCH)))
+    with _servers_lock:
+        _seen[key] += 1
+        got = _servers.get(key)
+        if got is not None and got[0].poll() is not None:
+            del _servers[key]
+            got = None
+        if got is None:
+            mine = [k for k in _servers if k[0] == kind]
+            if len(mine) >= most or (mine and _seen[key] < 2):
+                return None     # a one-off environment: not worth a server's imports
+            got = _servers[key] = (_start(kind, cwd, env), threading.Lock())
+    server, lock = got
+    # a runner waits its turn (one at a time per server); a CLI call made while another is under
+    # way (a run in a thread) starts an interpreter rather than wait on the other
+    if not lock.acquire(blocking=kind == "runner"):
+        return None
+    try:
+        return _call(server, request, [module if path is None else str(path), *args], timeout)
+    finally:
+        lock.release()
 
 
 def _call(server: subprocess.Popen, request: dict, what: list[str], timeout: float) -> int:
@@ -168,7 +165,7 @@ def _child(request: dict) -> None:
 def serve(kind: str = "runner") -> None:
     import importlib
 
-    for name in IMPORTS[kind]:      # what every runner, or the CLI's commands, import first
+    for name in KINDS[kind][0]:      # what every runner, or the CLI's commands, import first
         importlib.import_module(name)
 
     for line in sys.stdin:

@@ -7,6 +7,7 @@ host, with the file and key -- never as a failed job on a board.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 import re
@@ -349,13 +350,21 @@ def _type_name(t) -> str:
     return {int: "an integer", float: "a number", str: "a string", bool: "true or false"}.get(t, str(t))
 
 
+@functools.cache
+def _field_types(cls) -> dict:
+    """A spec dataclass's fields and their types, resolved once: typing.get_type_hints evaluates
+    every annotation's string anew (this module's annotations are strings), about 15 ms a
+    JobSpec, which reading a run's results paid per result."""
+    hints = typing.get_type_hints(cls)
+    return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
+
+
 def check_value(cls, key: str, value, where: str = ""):
     """Validate one field of a spec dataclass; returns the value coerced to the field type."""
-    hints = typing.get_type_hints(cls)
-    if key not in {f.name for f in dataclasses.fields(cls)}:
-        known = ", ".join(f.name for f in dataclasses.fields(cls))
-        raise SpecError(f"{where}{key}: unknown key; expected one of {known}")
-    t = hints[key]
+    types = _field_types(cls)
+    if key not in types:
+        raise SpecError(f"{where}{key}: unknown key; expected one of {', '.join(types)}")
+    t = types[key]
     if dataclasses.is_dataclass(t):
         if not isinstance(value, dict):
             raise SpecError(f"{where}{key}: expected a table, got {value!r}")
