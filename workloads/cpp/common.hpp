@@ -46,6 +46,7 @@ constexpr int VREGS = 32;
 #else
 constexpr int VREGS = 16;
 #endif
+
 using Clock = std::chrono::steady_clock;
 
 static const char* PHASES[] = {"data", "zo_perturb", "forward", "loss", "backward", "zo_update", "bp_update", "eval"};

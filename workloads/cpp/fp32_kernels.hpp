@@ -106,12 +106,13 @@ struct ConvTile {
 
 constexpr ConvTile conv_tile(int OC, int NV) {
     ConvTile best{1, 1};
-    for (int ob = 1; ob <= OC; ++ob)
-        for (int cv = 1; cv <= NV && OC % ob == 0; ++cv) {
-            if (ob * cv + cv + 1 > VREGS) continue;
+    for (int ob = 1; ob <= OC; ++ob) {
+        if (OC % ob != 0) continue;     // a tile's channels divide OC
+        for (int cv = 1; cv <= NV && ob * cv + cv + 1 <= VREGS; ++cv) {
             const long more = long(ob) * cv * (best.ob + best.cv), now = long(best.ob) * best.cv * (ob + cv);
             if (more > now || (more == now && ob * cv > best.ob * best.cv)) best = {ob, cv};
         }
+    }
     return best;
 }
 
