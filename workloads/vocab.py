@@ -29,7 +29,6 @@ ZO_MASK_DRAWS = ("zo-bench", "exact")
 # z's distribution: zobench-z's Irwin-Hall (n = 4) from its 32 bits, or a Gaussian from the same
 # bits, a table of 65,536 N(0, 1) quantiles (docs/zrng.md); MeZO and ZO-Bench draw N(0, 1)
 ZO_DISTRIBUTIONS = ("irwin-hall", "gaussian")
-GAUSS_TABLE_VALUES = 1 << 16
 # the ZO sparsities that hold a mask, a byte per ZO parameter (the memory model's "zo" part)
 ZO_MASKS = ("magnitude", "random")
 # the values an update rule keeps per ZO-trained parameter (momentum's m; Adam's m and v); the

@@ -26,10 +26,9 @@ zo_noise): it needs 16 bits, and its loops run over one-byte weights.
 """
 from __future__ import annotations
 
-import re
-from pathlib import Path
-
 import numpy as np
+
+from . import gauss_table as gauss
 
 GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
@@ -136,19 +135,17 @@ def bits32(key: int, start: int, count: int) -> np.ndarray:
 
 
 def gauss_table() -> np.ndarray:
-    """Gaussian z's 65,536 float32 entries, from workloads/cpp/gauss_table.hpp, their one home
-    (scripts/gauss_table.py writes it), read once."""
+    """Gaussian z's 65,536 float32 entries, from workloads/gauss_table.py, their one home (which
+    the C++ build runs for the binary's copy), made once."""
     global _GAUSS
     if _GAUSS is None:
-        text = (Path(__file__).resolve().parent / "cpp" / "gauss_table.hpp").read_text()
-        words = re.findall(r"0x([0-9a-f]{8})u", text.partition("GAUSS_BITS")[2])
-        _GAUSS = np.array([int(w, 16) for w in words], dtype=np.uint32).view(np.float32)
+        _GAUSS = np.array(gauss.words(), dtype=np.uint32).view(np.float32)
         _GAUSS.flags.writeable = False
     return _GAUSS
 
 
 _GAUSS = None
-GAUSS_SHIFT = 16      # Gaussian z = gauss_table()[bits32 >> GAUSS_SHIFT]
+GAUSS_SHIFT = gauss.SHIFT      # Gaussian z = gauss_table()[bits32 >> GAUSS_SHIFT]
 
 
 def normal(key: int, start: int, count: int, gaussian: bool = False) -> np.ndarray:

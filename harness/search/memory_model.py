@@ -70,7 +70,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
-from workloads import vocab, zrng
+from workloads import gauss_table, vocab, zrng
 from workloads.models import MODELS, Model, ModelError, Transformer
 
 from harness.errors import UserError
@@ -133,7 +133,7 @@ def zo_terms(method: str, n_zo: int, zo, dual: int, head_pass: int) -> tuple[int
     state = vocab.ZO_UPDATE_STATE.get(zo.zo_update, 0)
     apart = bool(state) and (zo.zo_queries > 1 or zo.zo_sparsity == "layers" or zo.weight_decay > 0)
     part = FLOAT * n_zo * apart + n_zo * (zo.zo_sparsity in vocab.ZO_MASKS)
-    part += FLOAT * vocab.GAUSS_TABLE_VALUES * (zo.zo_distribution == "gaussian")      # Gaussian z's table
+    part += FLOAT * gauss_table.SIZE * (zo.zo_distribution == "gaussian")      # Gaussian z's table
     if zo.zo_estimator == "forward-grad":
         part += FLOAT * (n_zo + dual)
     part += FLOAT * head_pass * max(kept_passes(method, zo) - 2, 0)

@@ -79,7 +79,8 @@ inline float normal(uint32_t x, float scale) {
 }
 
 // Gaussian z from its 32 bits (zo_distribution = "gaussian"): the table's entry at the top 16
-// (gauss_table.hpp; table: its floats, a net's zo_gauss buffer, copied from GAUSS_BITS once)
+// (gauss_table.hpp, which the build writes from workloads/gauss_table.py; table: its floats, a
+// net's zo_gauss buffer, copied from GAUSS_BITS once)
 inline float gauss(uint32_t x, const float* table) { return table[x >> GAUSS_SHIFT]; }
 
 // f(i, bits32(key, i)) for i in [start, start + n), on the caller's thread, vectorized: a team
