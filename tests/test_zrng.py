@@ -1,4 +1,5 @@
 """zobench-z v3: known answers (docs/zrng.md) and the statistics SPSA relies on."""
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -12,6 +13,7 @@ from workloads.spec import JobSpec
 from workloads.torch_runner import TorchEngine
 
 from testkit.runners import job_spec
+from testkit.tools import require
 
 
 def test_known_answers_match_the_documented_spec():
@@ -36,6 +38,49 @@ def test_pieces_across_a_block_boundary_equal_the_whole():
     assert np.array_equal(whole[3:], zrng.bits32(key, 2**32, 3))
     assert np.array_equal(whole[:3], zrng.bits32(key, 2**32 - 3, 3))
     assert not np.array_equal(whole[3:], zrng.bits32(key, 0, 3))     # the next block has its own key
+
+
+# the C++ SIMD perturbation (zrng::add_normal) on every lane-sum path it has: x86's levels this CPU
+# runs (SSE2's generic vector code, AVX2's vpmaddubsw + vpmaddwd with and without FMA, AVX-512BW's,
+# AVX-512 VNNI's vpdpbusd) and the Arm builds under qemu (the A53's uaddlp, the dot product's udot)
+LANE_PATHS = [("x86_64", n) for n in ("x86-64", "x86-64-v2", "x86-64-v3", "x86-64-v3-nofma", "x86-64-v4", "x86-64-v4-vnni")] \
+    + [("aarch64", "cortex-a53"), ("aarch64", "armv8.2-a+dotprod")]
+
+
+@pytest.fixture(scope="module")
+def lanes_source(tmp_path_factory):
+    """The check program's include folder: the Gaussian table's header, as the build writes it."""
+    out = tmp_path_factory.mktemp("generated")
+    (out / "gauss_table.hpp").write_text(gauss.header(gauss.words()))
+    return out
+
+
+@pytest.mark.parametrize("arch,name", LANE_PATHS, ids=[n for _, n in LANE_PATHS])
+def test_the_binarys_simd_perturbation_adds_numpys_z_bit_for_bit(lanes_source, tmp_path, arch, name):
+    """Over a range that starts mid-vector, crosses a 2^32 block and ends in a tail shorter than a
+    SIMD iteration: z itself equals numpy's, and alpha * z added to weights equals the scalar loop's."""
+    from harness.planning import cpu
+    from testkit.binaries import x86_names_here
+    if arch == "x86_64":
+        require("g++")
+        here = x86_names_here()
+        if name.removesuffix("-nofma") not in here:
+            pytest.skip(f"this CPU cannot run {name} code")
+        compiler, run = "g++", []
+    else:
+        require("aarch64-linux-gnu-g++", "qemu-aarch64")
+        compiler, run = "aarch64-linux-gnu-g++", ["qemu-aarch64", "-cpu", "cortex-a53" if name == "cortex-a53" else "max"]
+    repo = Path(__file__).resolve().parent.parent
+    exe = tmp_path / "lanes"
+    subprocess.run([compiler, "-O3", "-std=c++17", "-fopenmp-simd", *cpu.flags(arch, name), *(["-static"] if run else []),
+                    f"-I{repo / 'workloads' / 'cpp'}", f"-I{lanes_source}", str(repo / "tests" / "cpp" / "irwin_hall_lanes.cpp"),
+                    "-o", str(exe)], check=True, capture_output=True, timeout=300)
+    key, start, n = zrng.stream_key(5, zrng.STREAM_ZO, 9), 2**32 - 203, 2 * 203 + 61
+    out = subprocess.run([*run, str(exe), str(key), str(start), str(n)], capture_output=True, text=True, check=True,
+                         timeout=120).stdout.split()
+    z = np.array([int(w, 16) for w in out[:-1]], dtype=np.uint32)
+    assert np.array_equal(z, zrng.normal(key, start, n).view(np.uint32))
+    assert out[-1] == "same"
 
 
 def test_z_is_counter_based_any_slice_equals_the_whole():

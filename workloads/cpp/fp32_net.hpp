@@ -264,18 +264,24 @@ struct Net {
         adam(p, grads.data(), adam_m.data(), adam_v.data(), n_bp, lr, h, ++adam_t, true);
     }
 
-    // f(i, bits32(key, i)) for every i of the ZO part in the step's ranges: one team region, each
-    // thread on its own rows (owned_segments)
-    template <class F>
-    void each_z(uint64_t key, F f) {
+    // g(from, n) over the ZO part's indices in the step's ranges: one team region, each thread on
+    // its own rows (owned_segments)
+    template <class G>
+    void each_zo_range(G g) {
         team::run([&](int t, int T) {
             owned_segments(a, off, first_bp, true, t, T, [&](size_t lo, size_t n) {
                 for (const auto& [r0, r1] : ranges) {
                     const size_t from = std::max(lo, r0), to = std::min(lo + n, r1);
-                    if (from < to) zrng::each_bits32(key, from, to - from, f);
+                    if (from < to) g(from, to - from);
                 }
             });
         });
+    }
+
+    // f(i, bits32(key, i)) for every i of the ZO part in the step's ranges
+    template <class F>
+    void each_z(uint64_t key, F f) {
+        each_zo_range([&](size_t from, size_t n) { zrng::each_bits32(key, from, n, f); });
     }
 
     // target[i] += alpha * z(key)[i] over the step's ranges, where the mask (if any) is set: z
@@ -291,7 +297,8 @@ struct Net {
         const auto z = [=](uint32_t x) { return GAUSS ? zrng::gauss(x, g) : zrng::normal(x, scale); };
         const uint8_t* m = zo_mask.empty() ? nullptr : zo_mask.data();
         if (m) each_z(key, [=](size_t i, uint32_t x) { target[i] += alpha * (z(x) * float(m[i])); });
-        else each_z(key, [=](size_t i, uint32_t x) { target[i] += alpha * z(x); });
+        else if constexpr (GAUSS) each_z(key, [=](size_t i, uint32_t x) { target[i] += alpha * z(x); });
+        else each_zo_range([=](size_t from, size_t n) { zrng::add_normal(target, key, from, n, alpha); });   // the hot one
     }
 
     // theta[:n_zo] += alpha * z(key)

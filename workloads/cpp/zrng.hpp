@@ -8,6 +8,13 @@
 #include <cstdint>
 #include <vector>
 
+#if defined(__AVX2__)
+#include <immintrin.h>
+#endif
+#if defined(__aarch64__)
+#include <arm_neon.h>
+#endif
+
 #include "gauss_table.hpp"
 
 namespace zrng {
@@ -83,24 +90,35 @@ inline float normal(uint32_t x, float scale) {
 // net's zo_gauss buffer, copied from GAUSS_BITS once)
 inline float gauss(uint32_t x, const float* table) { return table[x >> GAUSS_SHIFT]; }
 
-// f(i, bits32(key, i)) for i in [start, start + n), on the caller's thread, vectorized: a team
-// runs it on each thread's own segments of the parameters (the nets' each_z). The index in the
-// SIMD loop is 32-bit (a 64-bit one costs AVX2 a third more); pieces of 2^31 keep it so for any
-// n, and a piece never crosses a 2^32 block (each has its key). Each iteration draws at STREAMS
-// places, a quarter of the piece apart: their hash chains are independent, so an in-order core
-// (the A53) overlaps them instead of stalling on one chain's latencies (FP32: 31 -> 11 cycles
-// per z in its pipeline model, docs/cpus.md); an out-of-order core gains nothing and loses
-// nothing. With 8, INT8's loop no longer vectorizes on NEON.
+// How many places a SIMD loop over z draws at an iteration: their hash chains are independent,
+// so an in-order core (the A53) overlaps them instead of stalling on one chain's latencies (FP32:
+// 31 -> 11 cycles per z in its pipeline model, docs/cpus.md); an out-of-order core gains nothing
+// and loses nothing. With 8, INT8's loop no longer vectorizes on NEON.
 constexpr uint32_t STREAMS = 4;
 
-template <class F>
-__attribute__((noinline)) void each_bits32(uint64_t key, size_t start, size_t n, F f) {
+// g(p, m, k) over [start, start + n) in pieces of m indices from p, k the hash's input at p
+// (bits32(key, p) = lowbias32(k), and at p + j lowbias32(k + j * WEYL)). A piece is at most 2^31
+// long, so that a SIMD loop's index is 32-bit (a 64-bit one costs AVX2 a third more), and never
+// crosses a 2^32 block (each has its key).
+template <class G>
+inline void each_piece(uint64_t key, size_t start, size_t n, G g) {
     constexpr size_t PIECE = size_t(1) << 31;
     const size_t end = start + n;
     for (size_t p = start; p < end;) {
         const size_t block_end = ((p >> 32) + 1) << 32;
-        const uint32_t m = uint32_t(std::min({end - p, PIECE, block_end - p})), q = m / STREAMS;
-        const uint32_t k = block_key(key, p >> 32) + uint32_t(p) * WEYL, apart = q * WEYL;
+        const uint32_t m = uint32_t(std::min({end - p, PIECE, block_end - p}));
+        g(p, m, block_key(key, p >> 32) + uint32_t(p) * WEYL);
+        p += m;
+    }
+}
+
+// f(i, bits32(key, i)) for i in [start, start + n), on the caller's thread, vectorized: a team
+// runs it on each thread's own segments of the parameters (the nets' each_z). Each iteration
+// draws at STREAMS places, a quarter of the piece apart.
+template <class F>
+__attribute__((noinline)) void each_bits32(uint64_t key, size_t start, size_t n, F f) {
+    each_piece(key, start, n, [&f](size_t p, uint32_t m, uint32_t k) {
+        const uint32_t q = m / STREAMS, apart = q * WEYL;
         // x: the hash's input at j, stepped by an add (as k + j * WEYL, GCC kept a multiply-add)
         uint32_t x = k;
 #pragma omp simd linear(x : WEYL)
@@ -110,8 +128,74 @@ __attribute__((noinline)) void each_bits32(uint64_t key, size_t start, size_t n,
             x += WEYL;
         }
         for (uint32_t j = STREAMS * q; j < m; ++j) f(p + j, lowbias32(k + j * WEYL));
-        p += m;
-    }
+    });
+}
+
+// ---- Irwin-Hall z a vector at a time: perturb's pass ----
+// ZW lanes, the widest integer vector the build has; GCC's vector types, whose operators are the
+// ISA's lane operations (vpmulld, NEON's mul), and one intrinsic where the ISA sums a lane's four
+// bytes in one or two instructions.
+#if defined(__AVX512F__)
+constexpr int ZW = 16;
+#elif defined(__AVX2__)
+constexpr int ZW = 8;
+#else
+constexpr int ZW = 4;
+#endif
+typedef uint32_t zu32 __attribute__((vector_size(ZW * 4)));
+typedef int32_t zi32 __attribute__((vector_size(ZW * 4)));
+typedef float zf32 __attribute__((vector_size(ZW * 4)));
+typedef float zf32_at __attribute__((vector_size(ZW * 4), aligned(alignof(float))));   // at any float's address
+
+// the sum of each lane's four bytes, less Z_OFFSET: normal()'s integer, exact on every path
+__attribute__((always_inline)) inline zi32 centred_byte_sum(zu32 x) {
+#if defined(__AVX512F__) && defined(__AVX512VNNI__)
+    return (zi32)_mm512_dpbusd_epi32(_mm512_set1_epi32(-Z_OFFSET), (__m512i)x, _mm512_set1_epi8(1));
+#elif defined(__AVX512F__) && defined(__AVX512BW__)
+    return (zi32)_mm512_madd_epi16(_mm512_maddubs_epi16((__m512i)x, _mm512_set1_epi8(1)), _mm512_set1_epi16(1)) - Z_OFFSET;
+#elif defined(__AVX2__) && !defined(__AVX512F__)
+    return (zi32)_mm256_madd_epi16(_mm256_maddubs_epi16((__m256i)x, _mm256_set1_epi8(1)), _mm256_set1_epi16(1)) - Z_OFFSET;
+#elif defined(__aarch64__) && defined(__ARM_FEATURE_DOTPROD)
+    return (zi32)vdotq_u32(vdupq_n_u32(uint32_t(-Z_OFFSET)), vreinterpretq_u8_u32(x), vdupq_n_u8(1));
+#elif defined(__aarch64__)
+    return (zi32)vpaddlq_u16(vpaddlq_u8(vreinterpretq_u8_u32(x))) - Z_OFFSET;
+#else
+    const zu32 pairs = (x & 0x00FF00FFu) + ((x >> 8) & 0x00FF00FFu);
+    return (zi32)((pairs & 0xFFFFu) + (pairs >> 16)) - Z_OFFSET;
+#endif
+}
+
+// target[i] += alpha * normal(bits32(key, i), scale) for i in [start, start + n): an FP32 ZO
+// step's three passes where z is Irwin-Hall and unmasked (the nets' add_z). As each_bits32's
+// lambda, GCC vectorized normal()'s byte sum into 7 of the loop's 21 operations a vector; here it
+// is centred_byte_sum's one or two (Zen 4: the pass 1.8x as fast). The same z, and the same
+// arithmetic as the lambda's `target[i] += alpha * z` (contracted to an FMA alike where the build
+// has one): the same floats. STREAMS vectors an iteration, whose hash chains are independent (the
+// A53's in-order pipeline overlaps them, as in each_bits32); the rest one index at a time.
+inline void add_normal(float* target, uint64_t key, size_t start, size_t n, float alpha) {
+    const float scale = z_scale();
+    each_piece(key, start, n, [=](size_t p, uint32_t m, uint32_t k) {
+        constexpr uint32_t STEP = STREAMS * ZW;
+        float* t = target + p;
+        zu32 x;
+        for (int l = 0; l < ZW; ++l) x[l] = k + uint32_t(l) * WEYL;
+        uint32_t j = 0;
+        for (; m - j >= STEP; j += STEP) {
+#pragma GCC unroll 4
+            for (uint32_t s = 0; s < STREAMS; ++s) {
+                zu32 h = x + uint32_t(s * ZW) * WEYL;
+                h = (h ^ (h >> 16)) * LB1;
+                h = (h ^ (h >> 15)) * LB2;
+                h ^= h >> 16;
+                const zf32 z = __builtin_convertvector(centred_byte_sum(h), zf32) * scale;
+                zf32_at* at = reinterpret_cast<zf32_at*>(t + j + s * ZW);
+                const zf32 w = *at;
+                *at = w + alpha * z;
+            }
+            x += STEP * WEYL;
+        }
+        for (; j < m; ++j) t[j] += alpha * normal(lowbias32(k + j * WEYL), scale);
+    });
 }
 
 // bits32(key, j) at one index
