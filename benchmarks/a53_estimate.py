@@ -11,19 +11,23 @@ issue, in order, the latencies Arm publishes), as the steady-state cycles of the
 back to back: an estimate that ignores cache misses and branch mispredictions, the same for
 every configuration, so its ratios (INT8 over FP32, the ZO loops' share) are what it is for.
 
-The ZO perturbation and update are the blocks of zrng::each_bits32's and each_half16's loops
-(every ZO pass runs there); their instructions per parameter are divided by the passes (three a
-step).
-Prints a table; asserts nothing. docs/cpus.md shows the working and the numbers.
+The ZO perturbation and update are the blocks of zrng::add_normal's, each_bits32's and
+each_half16's loops (every ZO pass runs there); their instructions per parameter are divided by
+the passes (three a step).
+Prints a table; asserts nothing. --json FILE writes the record; --show FILE prints the table from
+a record, running nothing: docs/cpus.md's table is the record docs/a53.json shown
+(tests/test_fig7.py checks that), with the working.
 """
 from __future__ import annotations
 
 import argparse
 import collections
+import json
 import re
 import subprocess
 import sys
 import tempfile
+from datetime import date
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -37,9 +41,9 @@ from testkit.runners import run_runner  # noqa: E402
 from workloads.vocab import PAPER_CONFIGS  # noqa: E402
 
 QEMU = ("qemu-aarch64", "-cpu", "cortex-a53")
-# the symbols every ZO pass's loops are compiled into: the hash's (and FP32's whole pass), and
-# INT8's pass over the halves of its hashes
-ZO_LOOPS = ("each_bits32", "each_half16")
+# the symbols every ZO pass's loops are compiled into: FP32's perturbation (Irwin-Hall, unmasked),
+# the hash's (and every other FP32 pass), and INT8's pass over the halves of its hashes
+ZO_LOOPS = ("add_normal", "each_bits32", "each_half16")
 BLOCK = re.compile(r"^IN: ?(.*)$")
 INSN = re.compile(r"^0x([0-9a-f]+):\s+[0-9a-f]{8}\s+(.*)$")
 TRACE = re.compile(r"^Trace \d+: 0x[0-9a-f]+ \[[0-9a-f]+/([0-9a-f]+)/")
@@ -128,8 +132,58 @@ def estimate_config(binary: str, method: str, k: int, precision: str, batch: int
     return estimate(binary, spec, steps, tmp, cache)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__)
+def measure(configs: list[tuple[str, int]], precisions: list[str], cpu: str, batch: int, steps: int,
+            ghz: float) -> dict:
+    """The record: estimate() of each configuration and precision, printed as it comes."""
+    binary, data_dir = aarch64_binary(cpu), str(raw_idx("fashion-mnist", "").dir)
+    record = {"version": 1, "commit": commit(), "date": date.today().isoformat(), "cpu": cpu, "batch": batch,
+              "steps": steps, "ghz": ghz, "rows": []}
+    cache: dict = {}
+    with tempfile.TemporaryDirectory() as d:
+        for method, k in configs:
+            for precision in precisions:
+                e = estimate_config(binary, method, k, precision, batch, steps, data_dir, Path(d), cache)
+                record["rows"].append({"method": str(MethodChoice(method, k)), "precision": precision, **e})
+                print(table(record).splitlines()[-1], flush=True)
+    return record
+
+
+def commit() -> str:
+    return subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
+                          text=True).stdout.strip()
+
+
+def table(record: dict) -> str:
+    """The record as docs/cpus.md shows it: per step, instructions, cycles and ms at the clock;
+    the ZO loops' share of the cycles and their instructions per ZO parameter and pass (three
+    passes a step); INT8's speed-up over the same method's FP32 row."""
+    rows = ["| method | precision | M instructions / step | M cycles / step | ms / step | ZO loops, % of cycles "
+            "| instructions / parameter / pass | INT8 speed-up |", "|---|---|---|---|---|---|---|---|"]
+    fp32 = {r["method"]: r["cycles"] for r in record["rows"] if r["precision"] == "fp32"}
+    for r in record["rows"]:
+        zo = r["zo_cycles"] > 0
+        share = f"{100 * r['zo_cycles'] / r['cycles']:.1f}" if zo else "–"
+        per_param = f"{r['zo_insns'] / (3 * r['params_zo']):.2f}" if zo else "–"
+        speedup = f"{fp32[r['method']] / r['cycles']:.2f}" if r["precision"] == "int8" and r["method"] in fp32 else ""
+        rows.append(f"| {r['method']} | {r['precision']} | {r['insns'] / 1e6:.2f} | {r['cycles'] / 1e6:.2f} | "
+                    f"{r['cycles'] / record['ghz'] / 1e6:.1f} | {share} | {per_param} | {speedup} |")
+    return "\n".join(rows)
+
+
+def read(path: Path) -> dict:
+    """A record, checked by showing it; ValueError naming the file and what is wrong."""
+    try:
+        record = json.loads(path.read_text())
+        table(record)
+    except OSError as e:
+        raise ValueError(f"{path}: {e.strerror}") from None
+    except (ValueError, KeyError, TypeError, AttributeError, ZeroDivisionError) as e:
+        raise ValueError(f"{path}: not an a53_estimate.py record ({type(e).__name__}: {e})") from None
+    return record
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--steps", type=int, default=2, help="S: the runs train S and 2S steps")
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--cpu", default="cortex-a53", help="the aarch64 build (harness/planning/cpu.py name)")
@@ -137,28 +191,28 @@ def main() -> None:
     ap.add_argument("--methods", nargs="+", default=[str(MethodChoice(m, k)) for m, k in PAPER_CONFIGS],
                     help="of the paper's configurations (each precision's run takes minutes)")
     ap.add_argument("--precisions", nargs="+", choices=("fp32", "int8"), default=["fp32", "int8"])
+    ap.add_argument("--json", type=Path, help="write the record here too")
+    ap.add_argument("--show", type=Path, help="print the table of this record, running nothing")
     args = ap.parse_args()
+    if args.show:
+        try:
+            print(table(read(args.show)))
+        except ValueError as e:
+            ap.exit(2, f"a53_estimate.py: {e}\n")
+        return 0
     configs = [(m, k) for m, k in PAPER_CONFIGS if str(MethodChoice(m, k)) in args.methods]
     if len(configs) != len(args.methods):
         ap.error(f"--methods: each of {', '.join(str(MethodChoice(m, k)) for m, k in PAPER_CONFIGS)}")
-    binary, data_dir = aarch64_binary(args.cpu), str(raw_idx("fashion-mnist", "").dir)
-    cache: dict = {}
+    if args.steps < 1 or args.batch < 1 or args.ghz <= 0:
+        ap.error("--steps and --batch: at least 1; --ghz: above 0")
     print(f"LeNet-5, batch {args.batch}, one thread, {args.cpu} build; cycles: llvm-mca's Cortex-A53 model "
           f"at {args.ghz:g} GHz")
-    print(f"{'method':14} {'prec':5} {'Minsn/step':>10} {'Mcycle/step':>11} {'ms/step':>8} {'zo% cyc':>8} "
-          f"{'insn/param/pass':>16} {'int8 x':>7}")
-    with tempfile.TemporaryDirectory() as d:
-        for method, k in configs:
-            cycles = {}
-            for precision in args.precisions:
-                e = estimate_config(binary, method, k, precision, args.batch, args.steps, data_dir, Path(d), cache)
-                cycles[precision] = e["cycles"]
-                per_param = e["zo_insns"] / (3 * e["params_zo"]) if e["params_zo"] else float("nan")
-                speedup = f"{cycles['fp32'] / e['cycles']:7.2f}" if precision == "int8" and "fp32" in cycles else f"{'':7}"
-                print(f"{MethodChoice(method, k)!s:14} {precision:5} {e['insns'] / 1e6:10.2f} {e['cycles'] / 1e6:11.2f} "
-                      f"{e['cycles'] / args.ghz / 1e6:8.2f} {100 * e['zo_cycles'] / e['cycles']:8.1f} "
-                      f"{per_param:16.2f} {speedup}", flush=True)
+    print("\n".join(table({"ghz": args.ghz, "rows": []}).splitlines()), flush=True)
+    record = measure(configs, args.precisions, args.cpu, args.batch, args.steps, args.ghz)
+    if args.json:
+        args.json.write_text(json.dumps(record, indent=1) + "\n")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -187,7 +187,7 @@ def test_boards_of_one_cpu_share_one_build_and_its_content_id(monkeypatch, tmp_p
 
 def test_the_build_cpu_and_kernels_are_in_the_fingerprint_and_older_results_still_compare():
     env = {"cpu_model": "AMD EPYC 7B12", "cores": 4, "governor": "performance", "kernel": "6.1.0", "versions": {}}
-    avx2 = {"conv": "avx2-fma", "fc": "avx2-fma", "int8": "avx2-maddubs", "zrng": "avx2-fma"}
+    avx2 = {"conv": "avx2-fma", "fc": "avx2-fma", "int8": "avx2-maddubs", "zrng": "avx2-maddubs"}
 
     def m(**extra):
         return Measurement("k", {}, [1.0], [1.0], [], fingerprint({**env, **extra}), "", "")

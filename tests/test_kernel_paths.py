@@ -22,17 +22,18 @@ from testkit.binaries import KERNEL_PATHS_TESTED, aarch64_binary, native_binary,
 from testkit.runners import QEMU_A53, job_spec, run_runner
 from testkit.tools import require
 
-# per x86 CPU name: the FP32 kernels' vector ISA (conv and fc) and the INT8 kernels
+# per x86 CPU name: the FP32 kernels' vector ISA (conv and fc), the INT8 kernels and the FP32
+# perturbation's byte sum (zrng)
 X86_KERNELS = {
-    "x86-64": ("sse2", "sse2-maddwd"),
-    "x86-64-v2": ("sse4.2", "ssse3-maddubs"),
-    "x86-64-v3": ("avx2-fma", "avx2-maddubs"),
-    "x86-64-v4": ("avx512", "avx512-maddubs"),
-    "x86-64-v4-vnni": ("avx512", "avx512-vnni"),
-    "x86-64-v3-nofma": ("avx2", "avx2-maddubs"),
+    "x86-64": ("sse2", "sse2-maddwd", "generic"),
+    "x86-64-v2": ("sse4.2", "ssse3-maddubs", "ssse3-maddubs"),
+    "x86-64-v3": ("avx2-fma", "avx2-maddubs", "avx2-maddubs"),
+    "x86-64-v4": ("avx512", "avx512-maddubs", "avx512-maddubs"),
+    "x86-64-v4-vnni": ("avx512", "avx512-vnni", "avx512-vnni"),
+    "x86-64-v3-nofma": ("avx2", "avx2-maddubs", "avx2-maddubs"),
 }
 QEMU_MAX = ("qemu-aarch64", "-cpu", "max")      # every extension qemu emulates, the dot product among them
-ARM = {"armv8.2-a+dotprod": (QEMU_MAX, "neon-dotprod"), "cortex-a53": (QEMU_A53, "neon-smull")}
+ARM = {"armv8.2-a+dotprod": (QEMU_MAX, "neon-dotprod", "neon-dotprod"), "cortex-a53": (QEMU_A53, "neon-smull", "neon-uaddlp")}
 
 INT8_LENET = [("full-bp", 0, "float"), ("elastic-zo", 2, "integer")]
 INT8_POINTNET = [("full-bp", 0, "float"), ("elastic-zo", 1, "integer")]
@@ -92,8 +93,8 @@ def reference(tmp_path_factory):
 def test_x86_build_names_its_kernels_and_trains_fp32_with_torch(x86_build, reference, data_dir, tmp_path, name):
     s = lenet_spec("full-bp", 0, data_dir)
     r = run_runner(s, tmp_path, x86_build(name))
-    simd, int8 = X86_KERNELS[name]
-    assert r["env"]["kernels"] == {"conv": simd, "fc": simd, "int8": int8, "zrng": simd}
+    simd, int8, z = X86_KERNELS[name]
+    assert r["env"]["kernels"] == {"conv": simd, "fc": simd, "int8": int8, "zrng": z}
     assert_same_fp32_steps(reference("lenet-fp32", s), r, 6)
 
 
@@ -114,7 +115,7 @@ def test_x86_build_is_bit_exact_in_int8_on_pointnet(x86_build, reference, points
 @pytest.mark.parametrize("name", ARM)
 def test_aarch64_build_under_qemu_names_its_kernels_and_is_bit_exact(reference, data_dir, points_dir, tmp_path, name):
     require("cmake", "aarch64-linux-gnu-g++", "nlohmann/json.hpp", "qemu-aarch64")
-    qemu, int8 = ARM[name]
+    qemu, int8, z = ARM[name]
     command = [*qemu, aarch64_binary(name)]
     lenet, pointnet = INT8_LENET[1], INT8_POINTNET[0]
     runs = {f"lenet-{lenet}": lenet_spec(*lenet[:2], data_dir, "int8", lenet[2]),
@@ -122,5 +123,5 @@ def test_aarch64_build_under_qemu_names_its_kernels_and_is_bit_exact(reference, 
     for i, (ref, s) in enumerate(runs.items()):
         r = run_runner(s, tmp_path / str(i), command)
         assert r["env"]["arch"] == "aarch64"
-        assert r["env"]["kernels"] == {"conv": "neon", "fc": "neon", "int8": int8, "zrng": "neon"}
+        assert r["env"]["kernels"] == {"conv": "neon", "fc": "neon", "int8": int8, "zrng": z}
         assert_same_int8_run(reference(ref, s), r)

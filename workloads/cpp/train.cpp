@@ -333,9 +333,10 @@ static std::string read_first_line(const char* path) {
 }
 
 // the kernels this binary was built with (env.kernels), each named by the constant beside the
-// #if that chose it; zobench-z's perturbation loops are `omp simd` loops like FP32's kernels
+// #if that chose it; zrng: how the FP32 perturbation sums a hash's bytes (zrng::add_normal), its
+// other loops being `omp simd` loops like FP32's kernels
 static json kernel_paths() {
-    return {{"conv", fp32k::SIMD}, {"fc", fp32k::SIMD}, {"int8", int8::KERNELS}, {"zrng", fp32k::SIMD}};
+    return {{"conv", fp32k::SIMD}, {"fc", fp32k::SIMD}, {"int8", int8::KERNELS}, {"zrng", zrng::KERNELS}};
 }
 
 static json env_facts() {

@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <vector>
 
-#if defined(__AVX2__)
+#if defined(__SSSE3__)
 #include <immintrin.h>
 #endif
 #if defined(__aarch64__)
@@ -133,8 +133,16 @@ __attribute__((noinline)) void each_bits32(uint64_t key, size_t start, size_t n,
 
 // ---- Irwin-Hall z a vector at a time: perturb's pass ----
 // ZW lanes, the widest integer vector the build has; GCC's vector types, whose operators are the
-// ISA's lane operations (vpmulld, NEON's mul), and one intrinsic where the ISA sums a lane's four
-// bytes in one or two instructions.
+// ISA's lane operations (vpmulld, NEON's mul), and one intrinsic or two where the ISA sums a
+// lane's four bytes in them (KERNELS, env.kernels.zrng):
+//  - avx512-vnni: vpdpbusd of the bytes by 1, onto -Z_OFFSET;
+//  - avx512-maddubs, avx2-maddubs, ssse3-maddubs: vpmaddubsw by 1 (byte pairs into 16 bits),
+//    vpmaddwd by 1 (those pairs into 32);
+//  - neon-dotprod: udot by 1, onto -Z_OFFSET (wrapping: the sum is read as signed);
+//  - neon-uaddlp: uaddlp twice (byte pairs, then their pairs; uadalp onto -Z_OFFSET instead of
+//    the second and the subtraction needs the constant copied each time: as many instructions,
+//    and 3 % more of the A53 model's cycles);
+//  - generic: normal()'s shifts and masks, on the vector types (SSE2, AVX-512F without BW).
 #if defined(__AVX512F__)
 constexpr int ZW = 16;
 #elif defined(__AVX2__)
@@ -148,22 +156,43 @@ typedef float zf32 __attribute__((vector_size(ZW * 4)));
 typedef float zf32_at __attribute__((vector_size(ZW * 4), aligned(alignof(float))));   // at any float's address
 
 // the sum of each lane's four bytes, less Z_OFFSET: normal()'s integer, exact on every path
-__attribute__((always_inline)) inline zi32 centred_byte_sum(zu32 x) {
 #if defined(__AVX512F__) && defined(__AVX512VNNI__)
+constexpr const char* KERNELS = "avx512-vnni";
+__attribute__((always_inline)) inline zi32 centred_byte_sum(zu32 x) {
     return (zi32)_mm512_dpbusd_epi32(_mm512_set1_epi32(-Z_OFFSET), (__m512i)x, _mm512_set1_epi8(1));
+}
 #elif defined(__AVX512F__) && defined(__AVX512BW__)
+constexpr const char* KERNELS = "avx512-maddubs";
+__attribute__((always_inline)) inline zi32 centred_byte_sum(zu32 x) {
     return (zi32)_mm512_madd_epi16(_mm512_maddubs_epi16((__m512i)x, _mm512_set1_epi8(1)), _mm512_set1_epi16(1)) - Z_OFFSET;
+}
 #elif defined(__AVX2__) && !defined(__AVX512F__)
+constexpr const char* KERNELS = "avx2-maddubs";
+__attribute__((always_inline)) inline zi32 centred_byte_sum(zu32 x) {
     return (zi32)_mm256_madd_epi16(_mm256_maddubs_epi16((__m256i)x, _mm256_set1_epi8(1)), _mm256_set1_epi16(1)) - Z_OFFSET;
+}
+#elif defined(__SSSE3__) && !defined(__AVX2__)
+constexpr const char* KERNELS = "ssse3-maddubs";
+__attribute__((always_inline)) inline zi32 centred_byte_sum(zu32 x) {
+    return (zi32)_mm_madd_epi16(_mm_maddubs_epi16((__m128i)x, _mm_set1_epi8(1)), _mm_set1_epi16(1)) - Z_OFFSET;
+}
 #elif defined(__aarch64__) && defined(__ARM_FEATURE_DOTPROD)
+constexpr const char* KERNELS = "neon-dotprod";
+__attribute__((always_inline)) inline zi32 centred_byte_sum(zu32 x) {
     return (zi32)vdotq_u32(vdupq_n_u32(uint32_t(-Z_OFFSET)), vreinterpretq_u8_u32(x), vdupq_n_u8(1));
+}
 #elif defined(__aarch64__)
+constexpr const char* KERNELS = "neon-uaddlp";
+__attribute__((always_inline)) inline zi32 centred_byte_sum(zu32 x) {
     return (zi32)vpaddlq_u16(vpaddlq_u8(vreinterpretq_u8_u32(x))) - Z_OFFSET;
+}
 #else
+constexpr const char* KERNELS = "generic";
+__attribute__((always_inline)) inline zi32 centred_byte_sum(zu32 x) {
     const zu32 pairs = (x & 0x00FF00FFu) + ((x >> 8) & 0x00FF00FFu);
     return (zi32)((pairs & 0xFFFFu) + (pairs >> 16)) - Z_OFFSET;
-#endif
 }
+#endif
 
 // target[i] += alpha * normal(bits32(key, i), scale) for i in [start, start + n): an FP32 ZO
 // step's three passes where z is Irwin-Hall and unmasked (the nets' add_z). As each_bits32's
@@ -172,7 +201,7 @@ __attribute__((always_inline)) inline zi32 centred_byte_sum(zu32 x) {
 // arithmetic as the lambda's `target[i] += alpha * z` (contracted to an FMA alike where the build
 // has one): the same floats. STREAMS vectors an iteration, whose hash chains are independent (the
 // A53's in-order pipeline overlaps them, as in each_bits32); the rest one index at a time.
-inline void add_normal(float* target, uint64_t key, size_t start, size_t n, float alpha) {
+__attribute__((noinline)) inline void add_normal(float* target, uint64_t key, size_t start, size_t n, float alpha) {
     const float scale = z_scale();
     each_piece(key, start, n, [=](size_t p, uint32_t m, uint32_t k) {
         constexpr uint32_t STEP = STREAMS * ZW;
