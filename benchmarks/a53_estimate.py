@@ -33,6 +33,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks import record as records  # noqa: E402
 from benchmarks.runtimes import bench_spec  # noqa: E402
 from harness.preparation.artifacts import raw_idx  # noqa: E402
 from harness.planning.suites import MethodChoice  # noqa: E402
@@ -171,15 +172,8 @@ def table(record: dict) -> str:
 
 
 def read(path: Path) -> dict:
-    """A record, checked by showing it; ValueError naming the file and what is wrong."""
-    try:
-        record = json.loads(path.read_text())
-        table(record)
-    except OSError as e:
-        raise ValueError(f"{path}: {e.strerror}") from None
-    except (ValueError, KeyError, TypeError, AttributeError, ZeroDivisionError) as e:
-        raise ValueError(f"{path}: not an a53_estimate.py record ({type(e).__name__}: {e})") from None
-    return record
+    """The record at path, checked by showing it (benchmarks/record.py)."""
+    return records.read(path, table, "a53_estimate.py")
 
 
 def main() -> int:
@@ -195,11 +189,7 @@ def main() -> int:
     ap.add_argument("--show", type=Path, help="print the table of this record, running nothing")
     args = ap.parse_args()
     if args.show:
-        try:
-            print(table(read(args.show)))
-        except ValueError as e:
-            ap.exit(2, f"a53_estimate.py: {e}\n")
-        return 0
+        return records.show(args.show, table, "a53_estimate.py")
     configs = [(m, k) for m, k in PAPER_CONFIGS if str(MethodChoice(m, k)) in args.methods]
     if len(configs) != len(args.methods):
         ap.error(f"--methods: each of {', '.join(str(MethodChoice(m, k)) for m, k in PAPER_CONFIGS)}")

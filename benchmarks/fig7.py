@@ -29,6 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks import record as records  # noqa: E402
 from workloads import envinfo  # noqa: E402
 from workloads.vocab import PAPER_CONFIGS, PAPER_NAMES, TRAIN_PHASES  # noqa: E402
 
@@ -113,15 +114,8 @@ def table(record: dict) -> str:
 
 
 def read(path: Path) -> dict:
-    """A record, checked by showing it; ValueError naming the file and what is wrong."""
-    try:
-        record = json.loads(path.read_text())
-        table(record)
-    except OSError as e:
-        raise ValueError(f"{path}: {e.strerror}") from None
-    except (ValueError, KeyError, TypeError, AttributeError, ZeroDivisionError) as e:
-        raise ValueError(f"{path}: not a fig7.py record ({type(e).__name__}: {e})") from None
-    return record
+    """The record at path, checked by showing it (benchmarks/record.py)."""
+    return records.read(path, table, "fig7.py")
 
 
 def main() -> int:
@@ -133,11 +127,7 @@ def main() -> int:
     ap.add_argument("--show", type=Path, help="print the table of this record, running nothing")
     a = ap.parse_args()
     if a.show:
-        try:
-            print(table(read(a.show)))
-        except ValueError as e:
-            ap.exit(2, f"fig7.py: {e}\n")
-        return 0
+        return records.show(a.show, table, "fig7.py")
     if a.repeats < 1 or a.steps < 1:
         ap.error("--repeats and --steps: at least 1")
     record = measure(a.repeats, a.steps, a.a53)

@@ -54,10 +54,10 @@ def test_the_a53_table_is_its_committed_record_shown_and_agrees_with_fig7s():
 
 
 @pytest.mark.parametrize("script,text,said", [
-    ("fig7.py", "{", "not a fig7.py record (JSONDecodeError"),
-    ("fig7.py", '{"here": {}}', "not a fig7.py record (KeyError: 'a53')"),
-    ("a53_estimate.py", "[", "not an a53_estimate.py record (JSONDecodeError"),
-    ("a53_estimate.py", '{"ghz": 1, "rows": [{"method": "full-zo"}]}', "not an a53_estimate.py record (KeyError: 'precision')")])
+    ("fig7.py", "{", "not a record of fig7.py (JSONDecodeError"),
+    ("fig7.py", '{"here": {}}', "not a record of fig7.py (KeyError: 'a53')"),
+    ("a53_estimate.py", "[", "not a record of a53_estimate.py (JSONDecodeError"),
+    ("a53_estimate.py", '{"ghz": 1, "rows": [{"method": "full-zo"}]}', "not a record of a53_estimate.py (KeyError: 'precision')")])
 def test_a_damaged_record_is_one_line_naming_it_and_exit_2(tmp_path, script, text, said):
     bad = tmp_path / "record.json"
     bad.write_text(text)

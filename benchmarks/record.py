@@ -1,0 +1,31 @@
+"""A benchmark's committed record (a JSON file under docs/) and the table a doc shows from it:
+read and checked by rendering it, and `--show FILE` printed from it without running anything.
+fig7.py and a53_estimate.py keep their records so; tests/test_fig7.py checks each doc table is
+its record shown."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+
+def read(path: Path, table, script: str) -> dict:
+    """The record at path, checked by table(record); ValueError naming the file and what is wrong."""
+    try:
+        record = json.loads(path.read_text())
+        table(record)
+    except OSError as e:
+        raise ValueError(f"{path}: {e.strerror}") from None
+    except (ValueError, KeyError, TypeError, AttributeError, ZeroDivisionError) as e:
+        raise ValueError(f"{path}: not a record of {script} ({type(e).__name__}: {e})") from None
+    return record
+
+
+def show(path: Path, table, script: str) -> int:
+    """`--show`: the record's table on stdout, 0; a damaged or missing one in one line on stderr, 2."""
+    try:
+        print(table(read(path, table, script)))
+    except ValueError as e:
+        print(f"{script}: {e}", file=sys.stderr)
+        return 2
+    return 0
