@@ -132,9 +132,10 @@ __attribute__((noinline)) void each_bits32(uint64_t key, size_t start, size_t n,
 }
 
 // ---- Irwin-Hall z a vector at a time: perturb's pass ----
-// ZW lanes, the widest integer vector the build has; GCC's vector types, whose operators are the
-// ISA's lane operations (vpmulld, NEON's mul), and one intrinsic or two where the ISA sums a
-// lane's four bytes in them (KERNELS, env.kernels.zrng):
+// ZW lanes, the widest integer vector the build has (32-bit lanes: not fp32_kernels' VF, which
+// counts floats, 8 already with AVX, whose 256-bit integer operations came with AVX2); GCC's
+// vector types, whose operators are the ISA's lane operations (vpmulld, NEON's mul), and one
+// intrinsic or two where the ISA sums a lane's four bytes in them (KERNELS, env.kernels.zrng):
 //  - avx512-vnni: vpdpbusd of the bytes by 1, onto -Z_OFFSET;
 //  - avx512-maddubs, avx2-maddubs, ssse3-maddubs: vpmaddubsw by 1 (byte pairs into 16 bits),
 //    vpmaddwd by 1 (those pairs into 32);
@@ -197,7 +198,7 @@ __attribute__((always_inline)) inline zi32 centred_byte_sum(zu32 x) {
 // target[i] += alpha * normal(bits32(key, i), scale) for i in [start, start + n): an FP32 ZO
 // step's three passes where z is Irwin-Hall and unmasked (the nets' add_z). As each_bits32's
 // lambda, GCC vectorized normal()'s byte sum into 7 of the loop's 21 operations a vector; here it
-// is centred_byte_sum's one or two (Zen 4: the pass 1.8x as fast). The same z, and the same
+// is centred_byte_sum's one or two (Zen 4: the pass 1.7x as fast). The same z, and the same
 // arithmetic as the lambda's `target[i] += alpha * z` (contracted to an FMA alike where the build
 // has one): the same floats. STREAMS vectors an iteration, whose hash chains are independent (the
 // A53's in-order pipeline overlaps them, as in each_bits32); the rest one index at a time.
