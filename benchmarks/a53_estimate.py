@@ -137,7 +137,7 @@ def measure(configs: list[tuple[str, int]], precisions: list[str], cpu: str, bat
             ghz: float) -> dict:
     """The record: estimate() of each configuration and precision, printed as it comes."""
     binary, data_dir = aarch64_binary(cpu), str(raw_idx("fashion-mnist", "").dir)
-    record = {"version": 1, "commit": commit(), "date": date.today().isoformat(), "cpu": cpu, "batch": batch,
+    record = {"version": 1, "commit": records.commit(), "date": date.today().isoformat(), "cpu": cpu, "batch": batch,
               "steps": steps, "ghz": ghz, "rows": []}
     cache: dict = {}
     with tempfile.TemporaryDirectory() as d:
@@ -147,11 +147,6 @@ def measure(configs: list[tuple[str, int]], precisions: list[str], cpu: str, bat
                 record["rows"].append({"method": str(MethodChoice(method, k)), "precision": precision, **e})
                 print(table(record).splitlines()[-1], flush=True)
     return record
-
-
-def commit() -> str:
-    return subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
-                          text=True).stdout.strip()
 
 
 def table(record: dict) -> str:
@@ -197,7 +192,7 @@ def main() -> int:
         ap.error("--steps and --batch: at least 1; --ghz: above 0")
     print(f"LeNet-5, batch {args.batch}, one thread, {args.cpu} build; cycles: llvm-mca's Cortex-A53 model "
           f"at {args.ghz:g} GHz")
-    print("\n".join(table({"ghz": args.ghz, "rows": []}).splitlines()), flush=True)
+    print(table({"ghz": args.ghz, "rows": []}), flush=True)
     record = measure(configs, args.precisions, args.cpu, args.batch, args.steps, args.ghz)
     if args.json:
         args.json.write_text(json.dumps(record, indent=1) + "\n")

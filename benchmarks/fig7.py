@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
 import tempfile
 from datetime import date
@@ -82,9 +81,7 @@ def measure(repeats: int, steps: int, a53: bool) -> dict:
                     e = estimate_config(arm, method, k, precision, 32, 2, data, Path(d), cache)
                     model.setdefault(config_name(method, k), {})[precision] = {
                         "zo_share": 100 * e["zo_cycles"] / e["cycles"], "mcycles_step": e["cycles"] / 1e6}
-    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
-                            text=True).stdout.strip()
-    return {"version": 1, "commit": commit, "date": date.today().isoformat(), "machine": envinfo.cpu_model(Path("/proc/cpuinfo").read_text()),
+    return {"version": 1, "commit": records.commit(), "date": date.today().isoformat(), "machine": envinfo.cpu_model(Path("/proc/cpuinfo").read_text()),
             "repeats": repeats, "steps": steps, "here": here, "a53": model}
 
 

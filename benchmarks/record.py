@@ -5,8 +5,17 @@ its record shown."""
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def commit() -> str:
+    """The checkout's commit, short: the one a record is measured at."""
+    return subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
+                          text=True).stdout.strip()
 
 
 def read(path: Path, table, script: str) -> dict:

@@ -6,12 +6,14 @@ import numpy as np
 import pytest
 import torch
 
+from harness.planning import cpu
 from workloads import gauss_table as gauss, int8, methods, zrng, zrng_torch
 from workloads.clock import PhaseClock
 from workloads.models import weights_sha256
 from workloads.spec import JobSpec
 from workloads.torch_runner import TorchEngine
 
+from testkit.binaries import x86_names_here
 from testkit.runners import job_spec
 from testkit.tools import require
 
@@ -59,12 +61,9 @@ def lanes_source(tmp_path_factory):
 def test_the_binarys_simd_perturbation_adds_numpys_z_bit_for_bit(lanes_source, tmp_path, arch, name):
     """Over a range that starts mid-vector, crosses a 2^32 block and ends in a tail shorter than a
     SIMD iteration: z itself equals numpy's, and alpha * z added to weights equals the scalar loop's."""
-    from harness.planning import cpu
-    from testkit.binaries import x86_names_here
     if arch == "x86_64":
         require("g++")
-        here = x86_names_here()
-        if name.removesuffix("-nofma") not in here:
+        if name.removesuffix("-nofma") not in x86_names_here():
             pytest.skip(f"this CPU cannot run {name} code")
         compiler, run = "g++", []
     else:
