@@ -42,9 +42,10 @@ def test_pieces_across_a_block_boundary_equal_the_whole():
     assert not np.array_equal(whole[3:], zrng.bits32(key, 0, 3))     # the next block has its own key
 
 
-# the C++ SIMD perturbation (zrng::add_normal) on every lane-sum path it has: x86's levels this CPU
-# runs (SSE2's generic vector code, AVX2's vpmaddubsw + vpmaddwd with and without FMA, AVX-512BW's,
-# AVX-512 VNNI's vpdpbusd) and the Arm builds under qemu (the A53's uaddlp, the dot product's udot)
+# the C++ ZO passes' SIMD code on every path it has: x86's levels this CPU runs (SSE2's generic
+# vector code, AVX2's vpmaddubsw + vpmaddwd with and without FMA, AVX-512BW's, AVX-512 VNNI's
+# vpdpbusd; pmulhuw for INT8's z on each) and the Arm builds under qemu (the A53's uaddlp, the dot
+# product's udot; umull for INT8's)
 LANE_PATHS = [("x86_64", n) for n in ("x86-64", "x86-64-v2", "x86-64-v3", "x86-64-v3-nofma", "x86-64-v4", "x86-64-v4-vnni")] \
     + [("aarch64", "cortex-a53"), ("aarch64", "armv8.2-a+dotprod")]
 
@@ -58,9 +59,11 @@ def lanes_source(tmp_path_factory):
 
 
 @pytest.mark.parametrize("arch,name", LANE_PATHS, ids=[n for _, n in LANE_PATHS])
-def test_the_binarys_simd_perturbation_adds_numpys_z_bit_for_bit(lanes_source, tmp_path, arch, name):
-    """Over a range that starts mid-vector, crosses a 2^32 block and ends in a tail shorter than a
-    SIMD iteration: z itself equals numpy's, and alpha * z added to weights equals the scalar loop's."""
+def test_the_binarys_simd_perturbations_add_the_references_z_bit_for_bit(lanes_source, tmp_path, arch, name):
+    """Over ranges that start mid-vector, cross a 2^32 block of hashes and end in a tail shorter
+    than a SIMD iteration: FP32's z itself equals numpy's, and alpha * z added to weights equals the
+    scalar loop's; INT8's z equals the torch reference's, from an odd first element (a hash's high
+    half alone) to an unpaired last one (a low half alone)."""
     if arch == "x86_64":
         require("g++")
         if name.removesuffix("-nofma") not in x86_names_here():
@@ -72,14 +75,16 @@ def test_the_binarys_simd_perturbation_adds_numpys_z_bit_for_bit(lanes_source, t
     repo = Path(__file__).resolve().parent.parent
     exe = tmp_path / "lanes"
     subprocess.run([compiler, "-O3", "-std=c++17", "-fopenmp-simd", *cpu.flags(arch, name), *(["-static"] if run else []),
-                    f"-I{repo / 'workloads' / 'cpp'}", f"-I{lanes_source}", str(repo / "tests" / "cpp" / "irwin_hall_lanes.cpp"),
+                    f"-I{repo / 'workloads' / 'cpp'}", f"-I{lanes_source}", str(repo / "tests" / "cpp" / "zo_lanes.cpp"),
                     "-o", str(exe)], check=True, capture_output=True, timeout=300)
     key, start, n = zrng.stream_key(5, zrng.STREAM_ZO, 9), 2**32 - 203, 2 * 203 + 61
-    out = subprocess.run([*run, str(exe), str(key), str(start), str(n)], capture_output=True, text=True, check=True,
-                         timeout=120).stdout.split()
-    z = np.array([int(w, 16) for w in out[:-1]], dtype=np.uint32)
+    start8, n8, scale, threshold = 2**33 - 2 * 203 + 1, 2 * 203 + 62, 16, 21627     # hash 2^32: element 2^33
+    out = subprocess.run([*run, str(exe), str(key), str(start), str(n), str(start8), str(n8), str(scale), str(threshold)],
+                         capture_output=True, text=True, check=True, timeout=120).stdout.split()
+    z = np.array([int(w, 16) for w in out[:n]], dtype=np.uint32)
     assert np.array_equal(z, zrng.normal(key, start, n).view(np.uint32))
-    assert out[-1] == "same"
+    assert out[n] == "same"
+    assert [int(v) for v in out[n + 1:]] == int8.zo_noise(key, start8, n8, scale, threshold).tolist()
 
 
 def test_z_is_counter_based_any_slice_equals_the_whole():

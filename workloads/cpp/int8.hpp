@@ -21,6 +21,7 @@
 #endif
 
 #include "common.hpp"
+#include "int8_z.hpp"
 #include "zrng.hpp"
 
 namespace int8 {
@@ -286,23 +287,33 @@ inline int ceil_log2(uint64_t m) { return m > 1 ? 64 - __builtin_clzll(m - 1) : 
 template <class T>
 inline T round_shift(T x, int s) { return (x >> s) + ((x >> (s - 1)) & 1); }
 
+// a value's lane type: itself, or a vector's element (zrng::zi16, the ZO passes' lanes)
+template <class T> struct lane { using type = T; };
+template <> struct lane<zrng::zi16> { using type = int16_t; };
+
 // NITI's pseudo-stochastic rounding of |x| / 2^s, sign put back (int8.py psto_shift);
-// branch-free, so the ZO update loop vectorizes
+// branch-free, on an integer or a vector of them (a comparison's lanes are -1 or 0: & 1)
 template <class T>
 inline T psto_shift(T x, int s) {
+    using E = typename lane<T>::type;
     const T a = x < 0 ? -x : x;
-    const T rem = a & ((T(1) << s) - 1);
+    const T rem = a & E((E(1) << s) - 1);
     const int h = s >> 1;
-    const T prob = rem >> h, rand = (rem & ((T(1) << h) - 1)) << (s & 1);
-    const T r = (a >> s) + T(prob > rand);
+    const T prob = rem >> h, rand = (rem & E((E(1) << h) - 1)) << (s & 1);
+    const T r = (a >> s) + T((prob > rand) & E(1));
     return x < 0 ? -r : r;
 }
 
 inline int clamp127(int64_t v) { return int(std::min<int64_t>(127, std::max<int64_t>(-127, v))); }
 // the same in int: a loop over int32 values keeps its lanes (int64 would halve them)
 inline int clamp127(int v) { return std::min(127, std::max(-127, v)); }
-// and in int16, for the ZO passes' 16-bit lanes
-inline int16_t clamp127(int16_t v) { return std::min<int16_t>(127, std::max<int16_t>(-127, v)); }
+// and lane by lane in the ZO passes' vectors, into [LO, HI] (constants: with the bounds as
+// arguments GCC 12 made compares and masked moves of it, not a min and a max)
+template <int16_t LO, int16_t HI>
+inline zrng::zi16 clamp(zrng::zi16 v) {
+    v = v > HI ? zrng::zi16{} + HI : v;
+    return v < LO ? zrng::zi16{} + LO : v;
+}
 
 // the requantization shift of a tensor whose largest |value| is m
 inline int shift_of_max(uint32_t m) { return ceil_log2(m) - ACT_BITS; }
@@ -393,14 +404,6 @@ __attribute__((always_inline)) inline void dot4(int32_t out[4], const uint8_t* c
     if (n >= Vec<WIDEST>::BYTES) return dot_vec<Vec<WIDEST>, uint8_t, 4>(out, a, w, n);
 #endif
     for (int j = 0; j < 4; ++j) out[j] = dot(a[j], w, n);
-}
-
-// ---- the sparse uniform perturbation z[i] from its 16 bits u (int8.py z_of_half) ----
-// p = u (2 scale + 1): 0 where p's low 16 bits are below threshold, else p's high 16 - scale.
-// In 16-bit values (the high half a multiply-high), so that the loops keep 16-bit lanes.
-inline int16_t zo_noise(uint16_t u, int16_t scale, uint16_t threshold) {
-    const uint16_t m = uint16_t(2 * scale + 1), lo = uint16_t(u * m), hi = uint16_t((uint32_t(u) * m) >> 16);
-    return lo < threshold ? int16_t(0) : int16_t(hi - scale);
 }
 
 inline int zo_update_shift(int scale) { return ceil_log2(uint64_t(scale)) - ZO_GRAD_BITS; }

@@ -300,12 +300,13 @@ struct Net {
         }
     }
 
-    // f(i, u) for every i of the ZO part, u its 16 bits (zrng::each_half16): one team region,
-    // each thread on its own rows (owned_segments)
-    template <class F>
-    void each_z(uint64_t key, F f) {
+    // w = g(w, u) on the ZO part's weights (zo_pass: u their z's 16 bits, LANES16 at a time): one
+    // team region, each thread on its own rows (owned_segments)
+    template <class G>
+    void each_z(uint64_t key, G g) {
+        int8_t* w = q.data();
         team::run([&](int t, int T) {
-            owned_segments(a, off, first_bp, false, t, T, [&](size_t lo, size_t n) { zrng::each_half16(key, lo, n, f); });
+            owned_segments(a, off, first_bp, false, t, T, [&](size_t lo, size_t n) { zo_pass(w, key, lo, n, g); });
         });
     }
 
@@ -313,34 +314,19 @@ struct Net {
     void perturb(uint64_t key, int k, int epoch) {
         const uint16_t thr = uint16_t(sparsity_threshold(epoch));
         const int16_t r = int16_t(scale), k16 = int16_t(k);
-        int8_t* w = q.data();
-        each_z(key, [=](size_t i, uint16_t u) { w[i] = int8_t(clamp127(int16_t(w[i] + k16 * zo_noise(u, r, thr)))); });
+        each_z(key, [=](zi16 w, zu16 u) { return clamp<-127, 127>(w + k16 * zo_noise(u, r, thr)); });
     }
 
-    // restore (+z) and update (-round(g z) to one bit) in one pass, in 16-bit values (|g z| <= 127).
-    // s (0..6 for r <= 127) is a constant of each loop: psto_shift's shifts by a variable count,
-    // though the same in every lane, made GCC widen the lanes to 32 bits.
-    template <int S>
-    void zo_update_by(uint64_t key, int g, int epoch) {
+    // restore (+z) and update (-round(g z) to one bit) in one pass, in 16-bit values (|g z| <= 127);
+    // psto_shift by 0 is the identity
+    void zo_update(uint64_t key, int g, int epoch) {
         const uint16_t thr = uint16_t(sparsity_threshold(epoch));
         const int16_t r = int16_t(scale), g16 = int16_t(g);
-        int8_t* w = q.data();
-        each_z(key, [=](size_t i, uint16_t u) {
-            const int16_t z = zo_noise(u, r, thr), p = psto_shift<int16_t>(int16_t(g16 * z), S);
-            w[i] = int8_t(clamp127(int16_t(w[i] + z - (p > 1 ? int16_t(1) : p < -1 ? int16_t(-1) : p))));
+        const int s = std::max(zo_update_shift(scale), 0);
+        each_z(key, [=](zi16 w, zu16 u) {
+            const zi16 z = zo_noise(u, r, thr);
+            return clamp<-127, 127>(w + z - clamp<-1, 1>(psto_shift(zi16(g16 * z), s)));
         });
-    }
-
-    void zo_update(uint64_t key, int g, int epoch) {
-        switch (std::max(zo_update_shift(scale), 0)) {     // psto_shift by 0 is the identity
-            case 0: return zo_update_by<0>(key, g, epoch);
-            case 1: return zo_update_by<1>(key, g, epoch);
-            case 2: return zo_update_by<2>(key, g, epoch);
-            case 3: return zo_update_by<3>(key, g, epoch);
-            case 4: return zo_update_by<4>(key, g, epoch);
-            case 5: return zo_update_by<5>(key, g, epoch);
-            default: return zo_update_by<6>(key, g, epoch);
-        }
     }
 
     // ---- the interface train() drives (fp32_net.hpp has the same) ----

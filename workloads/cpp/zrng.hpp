@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #if defined(__SSSE3__)
@@ -69,7 +70,9 @@ inline std::vector<int> choose(uint64_t key, int n, int k) {
 inline float uniform(uint64_t key, uint64_t i) { return float(bits(key, i) >> 40) * (1.0f / 16777216.0f); }
 
 // ---- v2: the perturbation's 32 bits per index ----
-inline uint32_t lowbias32(uint32_t x) {
+// T: uint32_t, or a vector of them (zu32 below: the same operations lane by lane)
+template <class T>
+inline T lowbias32(T x) {
     x = (x ^ (x >> 16)) * LB1;
     x = (x ^ (x >> 15)) * LB2;
     return x ^ (x >> 16);
@@ -213,11 +216,7 @@ __attribute__((noinline)) inline void add_normal(float* target, uint64_t key, si
         for (; m - j >= STEP; j += STEP) {
 #pragma GCC unroll 4
             for (uint32_t s = 0; s < STREAMS; ++s) {
-                zu32 h = x + uint32_t(s * ZW) * WEYL;
-                h = (h ^ (h >> 16)) * LB1;
-                h = (h ^ (h >> 15)) * LB2;
-                h ^= h >> 16;
-                const zf32 z = __builtin_convertvector(centred_byte_sum(h), zf32) * scale;
+                const zf32 z = __builtin_convertvector(centred_byte_sum(lowbias32(x + uint32_t(s * ZW) * WEYL)), zf32) * scale;
                 zf32_at* at = reinterpret_cast<zf32_at*>(t + j + s * ZW);
                 const zf32 w = *at;
                 *at = w + alpha * z;
@@ -231,30 +230,55 @@ __attribute__((noinline)) inline void add_normal(float* target, uint64_t key, si
 // bits32(key, j) at one index
 inline uint32_t bits32(uint64_t key, uint64_t j) { return lowbias32(block_key(key, j >> 32) + uint32_t(j) * WEYL); }
 
-// f(i, u) for i in [start, start + n), u the 16-bit half i & 1 (the low for even i) of
-// bits32(key, i >> 1): INT8's z, two to a hash (docs/zrng.md, "INT8 z"). A chunk's hashes are
-// drawn first, into a buffer in L1 that is then read as its halves, in element order (the word's
-// low half first: every target is little-endian), so that f's loop is one over 16-bit values
-// and one-byte weights, 8 or 16 to a SIMD register, not 4 as in a loop on the 32-bit words. An
-// odd first index and an unpaired last one are drawn alone.
-using half16 = uint16_t __attribute__((may_alias));
+// INT8's z, two to a hash (docs/zrng.md, "INT8 z"): element i's 16 bits are the half i & 1 of
+// bits32(key, i >> 1), the low half for even i; a vector of ZW hashes, read as 2 ZW 16-bit lanes,
+// holds elements 2j .. 2j + 2 ZW - 1 in order (every target is little-endian). LANES16 such lanes.
+constexpr int LANES16 = 2 * ZW;
+typedef uint16_t zu16 __attribute__((vector_size(ZW * 4)));
+typedef int16_t zi16 __attribute__((vector_size(ZW * 4)));
+
+// f(i, u, len) over [start, start + n) in vectors: elements i .. i + len - 1, their 16 bits u's
+// first len lanes (len = LANES16 but at the range's ends). A chunk's hashes are drawn first
+// (each_bits32: STREAMS independent chains, which the A53 overlaps), into a buffer in L1 that f
+// then reads as vectors of halves, eight an iteration: f's chain of a dozen dependent operations a
+// vector stalls the A53's in-order pipeline unless GCC has the next vectors' to fill it with (one
+// at a time, the A53 model gave the ZO loops 1.6x the cycles). The hash and f in one loop cost the
+// A53 model a fifth more cycles and a Zen 4 15 % more time. An odd first element (the high half of
+// its hash) and an unpaired last one (the low) go alone.
 constexpr size_t HALF16_CHUNK = 512;      // hashes a chunk: 2 KB
 
 template <class F>
 __attribute__((noinline)) void each_half16(uint64_t key, size_t start, size_t n, F f) {
     alignas(64) uint32_t h[HALF16_CHUNK];
-    size_t i = start;
     const size_t end = start + n;
-    if (i < end && (i & 1)) f(i, uint16_t(bits32(key, i >> 1) >> 16)), ++i;
+    size_t i = start;
+    if (i < end && (i & 1)) {
+        zu16 u{};
+        u[0] = uint16_t(bits32(key, i >> 1) >> 16);
+        f(i++, u, 1);
+    }
     while (end - i >= 2) {
         const size_t m = std::min(HALF16_CHUNK, (end - i) >> 1), first = i >> 1;
         each_bits32(key, first, m, [&h, first](size_t j, uint32_t x) { h[j - first] = x; });
-        const half16* u = reinterpret_cast<const half16*>(h);
-#pragma GCC unroll 2
-        for (size_t j = 0; j < 2 * m; ++j) f(i + j, uint16_t(u[j]));
+        size_t j = 0;
+#pragma GCC unroll 8
+        for (; m - j >= size_t(ZW); j += ZW) {
+            zu16 u;
+            std::memcpy(&u, h + j, sizeof u);
+            f(i + 2 * j, u, LANES16);
+        }
+        if (j < m) {
+            zu16 u{};
+            std::memcpy(&u, h + j, (m - j) * sizeof *h);
+            f(i + 2 * j, u, int(2 * (m - j)));
+        }
         i += 2 * m;
     }
-    if (i < end) f(i, uint16_t(bits32(key, i >> 1)));
+    if (i < end) {
+        zu16 u{};
+        u[0] = uint16_t(bits32(key, i >> 1));
+        f(i, u, 1);
+    }
 }
 
 }  // namespace zrng
