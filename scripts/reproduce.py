@@ -283,7 +283,14 @@ def cpu_of(results: list[dict]) -> str:
 def tune_runs(store: Store, run_ids: list[str]) -> list[str]:
     """The runs that train on a validation split (zobench tune's trials): they choose a suite's
     values, and none is a cell of the paper's tables."""
-    return [i for i in run_ids if all(x["job"]["workload"].get("validation") for x in store.results(i))]
+    return [i for i in run_ids if all(x["job"]["workload"].get("validation") for x in trials(store.results(i)))]
+
+
+def trials(results: list[dict]) -> list[dict]:
+    """A run's results but the pretraining that others start from: a fine-tuning suite's search
+    holds the one its trials fine-tune, which is no trial."""
+    pretrained = {x["job"].get("pretrained_from") for x in results}
+    return [x for x in results if x["job"]["job_id"] not in pretrained]
 
 
 def searches(store: Store, run_ids: list[str]) -> list[str]:
@@ -299,7 +306,7 @@ def searches(store: Store, run_ids: list[str]) -> list[str]:
     out = []
     for run_id in run_ids:
         plan = store.run_plan(run_id)
-        argv, results = plan.get("argv", []), store.results(run_id, plan)
+        argv, results = plan.get("argv", []), trials(store.results(run_id, plan))
         n = int(argv[argv.index("--score-epochs") + 1]) if "--score-epochs" in argv else 1
         varied = [k for k in results[0]["job"]["hyper"] if len({json.dumps(x["job"]["hyper"][k]) for x in results}) > 1]
         rows = []

@@ -245,3 +245,21 @@ def test_a_tune_runs_trials_are_its_own_section_rebuilt_from_records_never_a_cel
     lines = "\n".join(stopped).splitlines()
     assert "it chose nothing" in lines[0] and not any("| **" in line for line in lines)
     assert any(line.endswith("| interrupted: interrupted by SIGINT |") for line in lines)
+
+
+def test_a_fine_tuning_search_holds_its_pretraining_yet_stays_a_search_never_a_table_2_cell():
+    """A search of paper-finetune (its committed records: Full ZO FP32 on Fashion-MNIST at 30
+    degrees, seven rates) holds the pretraining job its trials start from, which trains on no
+    validation split: the run is still a search, its trials rows of "Validation searches" and
+    the pretraining none, and no trial a cell of Table 2."""
+    from harness.stores import records
+    run_id = "20261205-105255-2089"
+    recs = [x for x in records.read(reproduce.RECORDS) if x["run_id"] == run_id]
+    assert any(x["job"]["job_id"].startswith("pretrain.") for x in recs)
+    with reproduce.recorded(recs) as (store, ids):
+        out = reproduce.sections(store, ids)
+    assert out["Table 2"] is None and out["Table 1"] is None and out["Runs"] is None
+    lines = "\n".join(out["Validation searches"]).splitlines()
+    rows = [line for line in lines if line.startswith("| ") and "---" not in line][1:]
+    assert len(rows) == 7 and sum("**" in row for row in rows) == 1
+    assert next(row for row in rows if "**" in row).startswith("| **0.000316** |")
