@@ -1,17 +1,21 @@
 """INT8 training: the torch reference and the C++ binary (native and under qemu) bit for bit,
 the integer numerics on their own, and INT8 ElasticZO actually learning."""
 import re
+import subprocess
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
+from harness.planning import cpu
 from harness.stores import schema
 from workloads import int8
 from workloads.models import LENET5
 
 from testkit.agreement import assert_buffers_follow_the_model
 from testkit.runners import QEMU_A53, REPO, TORCH_RUNNER, job_spec, run_runner
+from testkit.tools import require
 
 STEPS = 100
 CONFIGS = [("full-bp", 0, "float"), ("full-zo", 0, "float"), ("full-zo", 0, "integer"),
@@ -58,6 +62,22 @@ def test_aarch64_binary_under_qemu_ends_with_the_same_weights(aarch64, data_dir,
     arm = run_runner(s, tmp_path / "arm", [*QEMU_A53, aarch64])
     assert arm["env"]["arch"] == "aarch64" and schema.problems(arm) == []
     assert_identical(run_runner(s, tmp_path / "torch"), arm)
+
+
+@pytest.mark.parametrize("arch,name", [("x86_64", cpu.NATIVE), ("aarch64", "cortex-a53")])
+def test_the_fc_forwards_packed_gemm_is_the_plain_sum_of_products(native, tmp_path, arch, name):
+    """fc_forward's panels on shapes no model has (tests/cpp/fc_panels.cpp: odd inputs, short
+    panels, uneven thread shares) in both panel layouts: a lane's bytes in order (this CPU's
+    path) and neon-smull's interleaved ones (the A53 under qemu)."""
+    run = [] if arch == "x86_64" else list(QEMU_A53)
+    require(*(["g++"] if arch == "x86_64" else ["aarch64-linux-gnu-g++", "qemu-aarch64"]))
+    exe = tmp_path / "fc_panels"
+    subprocess.run(["g++" if arch == "x86_64" else "aarch64-linux-gnu-g++", "-O2", "-std=c++17", "-fopenmp-simd",
+                    "-pthread", *cpu.flags(arch, name), *(["-static"] if run else []), f"-I{REPO / 'workloads' / 'cpp'}",
+                    f"-I{Path(native).parent / 'generated'}", str(REPO / "tests" / "cpp" / "fc_panels.cpp"),
+                    "-o", str(exe)], check=True, capture_output=True, timeout=300)
+    lines = subprocess.run([*run, str(exe)], capture_output=True, text=True, check=True, timeout=120).stdout.splitlines()
+    assert len(lines) == 8 and all(line.endswith(" same") for line in lines), lines
 
 
 @pytest.mark.parametrize("scale", [3, 40])

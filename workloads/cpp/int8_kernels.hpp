@@ -294,7 +294,9 @@ inline int requant_to(T* out, const int32_t* acc, size_t n, bool relu) {
     return std::max(s, 0);
 }
 
-inline void fc_forward(int32_t* acc, const uint8_t* in, const int8_t* w, int B, int I, int O) {
+// acc[b][o] = in[b] . w[o] as dot products: fc_forward's where no dot-product instruction is,
+// and pointwise_forward's where its GEMM's tiles do not divide O
+inline void fc_dots(int32_t* acc, const uint8_t* in, const int8_t* w, int B, int I, int O) {
     const int BB = (B + 3) / 4;  // blocks of four images; the last block repeats its final image
     team::each(long(BB) * O, [&](long i) {  // by output: a thread reads its rows of w alone (owned_segments)
         const int o = int(i / BB), bb = int(i % BB);
@@ -413,8 +415,8 @@ inline void rows_forward_signed(int32_t* acc, const int8_t* in, int8_t* wt, cons
 // row's four bytes are broadcast against wq, the weights packed [C/4][O][4] (zero past C), and
 // Vec::dp adds the four products into each of PW_NR output channels (PW_NV vectors) of PW_MR
 // rows held in registers: 6 x 2 zmm (AVX-512's 32 registers), 4 x 2 ymm or xmm (AVX2's and
-// SSE's 16), 6 x 4 q (NEON's 32); elsewhere (and for O not a multiple of PW_NR) fc_forward's
-// dot products. wq: pointwise_packed_size.
+// SSE's 16), 6 x 4 q (NEON's 32); elsewhere (and for O not a multiple of PW_NR) fc_dots.
+// wq: pointwise_packed_size.
 inline size_t pointwise_packed_size(int C, int O) { return size_t(C + 3) / 4 * 4 * O; }
 
 #if ZOBENCH_I8_WIDEST
@@ -479,8 +481,97 @@ inline void pointwise_forward(int32_t* acc, const uint8_t* in, int8_t* wq, const
         return;
     }
 #endif
-    fc_forward(acc, in, w, int(R), C, O);
+    fc_dots(acc, in, w, int(R), C, O);
 }
+
+// acc[b][o] = in[b] . w[o], an FC layer's forward. On a dot-product path, pointwise_forward's
+// GEMM with the batch as its rows: as dot products (fc_dots), each image and output ends in a
+// horizontal sum of a vector, and at LeNet-5's FC shapes those sums cost more than the
+// multiply-adds (batch 32 on Zen 4's VNNI: 400 -> 120 took 34 us, not 10; 120 -> 84 12.7, not
+// 2.7). Each thread takes the outputs whose weights its ZO pass perturbed
+// (owned_segments) and packs them PW_NR at a time into its panel, which pw_tile reads for every
+// PW_MR images. panels: fc_panel_bytes(I) per thread of the team.
+#if ZOBENCH_I8_WIDEST
+inline size_t fc_panel_bytes(int I) { return size_t(I + 3) / 4 * PW_NR * 4; }
+
+// the byte of four rows' words, each row's word k a lane of a 16-byte vector, that lands at byte
+// p of the panel's four lanes (quad_byte): p itself where a lane's bytes are in order
+constexpr int panel_source(int p) {
+    for (int l = 0; l < 4; ++l)
+        for (int k = 0; k < 4; ++k)
+            if (quad_byte(l, k) == p) return 4 * l + k;
+    return p;
+}
+
+// rows w[0..n) of I bytes as a panel [I/4][PW_NR][4] in dp's byte order, zero past I and row n:
+// the rows' words transposed, four rows by four words at a time in 16-byte vectors, then each
+// vector's bytes in dp's order (a word, or a byte, at a time the packing took a third of
+// LeNet-5's first FC layer)
+inline void pack_panel(int8_t* panel, const int8_t* w, int I, int n) {
+    const int Q = (I + 3) / 4, QW = I / 4, Q4 = QW / 4 * 4, N4 = n / 4 * 4;
+    constexpr bool words = quad_byte(1, 0) == 4 && quad_byte(0, 1) == 1;  // a lane's bytes in order
+    if (n < PW_NR || I % 4 || !words) std::memset(panel, 0, fc_panel_bytes(I));
+    using V = int32_t __attribute__((vector_size(16)));
+    using V8 = int8_t __attribute__((vector_size(16)));
+    constexpr V8 order = {panel_source(0),  panel_source(1),  panel_source(2),  panel_source(3),
+                          panel_source(4),  panel_source(5),  panel_source(6),  panel_source(7),
+                          panel_source(8),  panel_source(9),  panel_source(10), panel_source(11),
+                          panel_source(12), panel_source(13), panel_source(14), panel_source(15)};
+    const auto at = [&](int q, int j) { return panel + (size_t(q) * PW_NR + j) * 4; };
+    for (int j = 0; j < N4; j += 4)
+        for (int q = 0; q < Q4; q += 4) {
+            V r[4];
+            for (int k = 0; k < 4; ++k) std::memcpy(&r[k], w + size_t(j + k) * I + 4 * q, 16);
+            const V lo01 = __builtin_shuffle(r[0], r[1], V{0, 4, 1, 5}), hi01 = __builtin_shuffle(r[0], r[1], V{2, 6, 3, 7});
+            const V lo23 = __builtin_shuffle(r[2], r[3], V{0, 4, 1, 5}), hi23 = __builtin_shuffle(r[2], r[3], V{2, 6, 3, 7});
+            const V c[4] = {__builtin_shuffle(lo01, lo23, V{0, 1, 4, 5}), __builtin_shuffle(lo01, lo23, V{2, 3, 6, 7}),
+                            __builtin_shuffle(hi01, hi23, V{0, 1, 4, 5}), __builtin_shuffle(hi01, hi23, V{2, 3, 6, 7})};
+            for (int k = 0; k < 4; ++k) {
+                const V8 bytes = words ? V8(c[k]) : __builtin_shuffle(V8(c[k]), order);
+                std::memcpy(at(q + k, j), &bytes, 16);
+            }
+        }
+    for (int j = 0; j < n; ++j)
+        for (int q = j < N4 ? Q4 : 0; q < Q; ++q) {
+            const int8_t* from = w + size_t(j) * I + 4 * q;
+            if (words && q < QW)
+                std::memcpy(at(q, j), from, 4);
+            else
+                for (int k = 0; k < 4 && 4 * q + k < I; ++k) panel[size_t(q) * PW_NR * 4 + quad_byte(j, k)] = from[k];
+        }
+}
+
+inline void fc_forward(int32_t* acc, const uint8_t* in, const int8_t* w, int B, int I, int O, int8_t* panels) {
+    auto part = [&](int t, int T) {
+        const auto [lo, hi] = team::share(O, t, T);
+        int8_t* panel = panels + size_t(t) * fc_panel_bytes(I);
+        for (long o0 = lo; o0 < hi; o0 += PW_NR) {
+            const int n = int(std::min<long>(PW_NR, hi - o0));
+            pack_panel(panel, w + size_t(o0) * I, I, n);
+            for (int r0 = 0; r0 < B; r0 += PW_MR) {
+                const int mr = std::min(PW_MR, B - r0);
+                const uint8_t* x[PW_MR];
+                for (int i = 0; i < PW_MR; ++i) x[i] = in + size_t(r0 + std::min(i, mr - 1)) * I;  // a short block repeats its last image
+                PwAcc a;  // bytes past I (the next image, or the buffer's slack) meet zero weights
+                pw_tile(a, x, 4, panel, PW_NR, 0, (I + 3) / 4);
+                alignas(64) int32_t rows[PW_MR][PW_NR];  // stored whole: a store of part of the tile
+                for (int i = 0; i < PW_MR; ++i) pw_store(rows[i], a, i);  // had GCC spill it every step
+                for (int i = 0; i < mr; ++i) std::memcpy(acc + size_t(r0 + i) * O + o0, rows[i], sizeof(int32_t) * size_t(n));
+            }
+        }
+    };
+    if (size_t(B) * I * O > (1u << 18) && team::size() > 1)
+        team::run(part);
+    else
+        part(0, 1);
+}
+#else
+inline size_t fc_panel_bytes(int) { return 0; }
+
+inline void fc_forward(int32_t* acc, const uint8_t* in, const int8_t* w, int B, int I, int O, int8_t*) {
+    fc_dots(acc, in, w, B, I, O);
+}
+#endif
 
 // dw[o][c] += sum_r d[r][o] in[r][c] over the R = B*N rows of a pointwise layer. On a
 // dot-product path, pointwise_forward's GEMM with the rows as its inner dimension: the threads split the rows,

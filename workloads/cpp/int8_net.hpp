@@ -135,6 +135,7 @@ struct Net {
             buffers.need(acc, "acc", SCRATCH, size_t(B) * (fused_gmax(l) ? L.O : L.out_size()));
             if (fused_pool(l))  // conv_pool_packed's, padded
                 buffers.need(acc, "acc", SCRATCH, size_t(B) * L.O * (L.OH / 2 + 2 * a.layers[l + 1].pad) * (L.OW / 2 + 2 * a.layers[l + 1].pad));
+            if (L.kind == FC) buffers.need(acc, "acc", SCRATCH, panels_at(B, L) + (team::size() * fc_panel_bytes(L.C) + 3) / 4);
             if (fast(L)) buffers.need(wk, "wk", WORKING, conv_packed_size(L.C, L.O));
             if (L.kind == POINTWISE) buffers.need(wk, "wk", WORKING, l > 0 ? pointwise_packed_size(L.C, L.O) : L.w_size());
             if (l < first_bp) continue;
@@ -172,6 +173,9 @@ struct Net {
     int8_t* logits(int k) { return act.logits[k].data(); }
     int* Argmax(int l, int k) { return argmax[l].empty() ? nullptr : argmax[l].data() + size_t(k) * B * a.layers[l].O; }
 
+    // where an FC layer's weight panels (fc_forward) lie in acc: past its b x O outputs, 64-byte aligned
+    static size_t panels_at(int b, const Layer& L) { return (size_t(b) * L.O + 15) / 16 * 16; }
+
     void forward(int b, int k) {
         int e = INPUT_EXP;
         for (int l = 0; l < n; ++l) {
@@ -207,7 +211,7 @@ struct Net {
             } else if (L.kind == POINTWISE) {
                 pointwise_forward(ac, x, wk.data(), Wt(l), long(b) * L.rows, L.C, L.O);
             } else {
-                fc_forward(ac, x, Wt(l), b, L.C, L.O);
+                fc_forward(ac, x, Wt(l), b, L.C, L.O, reinterpret_cast<int8_t*>(ac + panels_at(b, L)));
             }
             e += exps[l];
             const size_t count = size_t(b) * L.out_size();
