@@ -80,10 +80,11 @@ def test_the_fc_forwards_packed_gemm_is_the_plain_sum_of_products(native, tmp_pa
     assert len(lines) == 8 and all(line.endswith(" same") for line in lines), lines
 
 
-@pytest.mark.parametrize("scale", [3, 40])
+@pytest.mark.parametrize("scale", [3, 5, 40])
 def test_every_perturbation_range_updates_exactly_as_the_reference(native, data_dir, tmp_path, scale):
-    """The binary's ZO update takes its rounding from a bit mask per |z| below 32 and from
-    psto_shift at 32 and over: both must stay the reference's."""
+    """The binary's ZO update rounds g z to one bit in fewer operations than psto_shift and a
+    clamp (int8.hpp psto_sign): at an odd and an even shift (scale 3: s = 1, 5: 2, 40: 5) its
+    weights must stay the reference's."""
     s = job_spec("full-zo", 0, seed=5, steps=30, test_samples=100, data_dir=data_dir, precision="int8",
                  zo_loss="float", hyper={"zo_scale": scale})
     torch_run = run_runner(s, tmp_path / "torch")

@@ -287,21 +287,25 @@ inline int ceil_log2(uint64_t m) { return m > 1 ? 64 - __builtin_clzll(m - 1) : 
 template <class T>
 inline T round_shift(T x, int s) { return (x >> s) + ((x >> (s - 1)) & 1); }
 
-// a value's lane type: itself, or a vector's element (zrng::zi16, the ZO passes' lanes)
-template <class T> struct lane { using type = T; };
-template <> struct lane<zrng::zi16> { using type = int16_t; };
-
-// NITI's pseudo-stochastic rounding of |x| / 2^s, sign put back (int8.py psto_shift);
-// branch-free, on an integer or a vector of them (a comparison's lanes are -1 or 0: & 1)
+// NITI's pseudo-stochastic rounding of |x| / 2^s, sign put back (int8.py psto_shift); branch-free
 template <class T>
 inline T psto_shift(T x, int s) {
-    using E = typename lane<T>::type;
     const T a = x < 0 ? -x : x;
-    const T rem = a & E((E(1) << s) - 1);
+    const T rem = a & ((T(1) << s) - 1);
     const int h = s >> 1;
-    const T prob = rem >> h, rand = (rem & E((E(1) << h) - 1)) << (s & 1);
-    const T r = (a >> s) + T((prob > rand) & E(1));
+    const T prob = rem >> h, rand = (rem & ((T(1) << h) - 1)) << (s & 1);
+    const T r = (a >> s) + T(prob > rand);
     return x < 0 ? -r : r;
+}
+
+// clamp(psto_shift(x, s), -1, 1), the ZO update's one-bit step, lane by lane in fewer operations:
+// |x| / 2^s rounds to at least 1 where |x| >= 2^s or, below, where the rounding adds one (for
+// s = 0 wherever x != 0); there sign(x), elsewhere 0
+inline zrng::zi16 psto_sign(zrng::zi16 x, int s) {
+    const zrng::zi16 a = x < 0 ? -x : x;
+    const int h = s >> 1;
+    const zrng::zi16 up = (a > int16_t((1 << s) - 1)) | ((a >> h) > ((a & int16_t((1 << h) - 1)) << (s & 1)));
+    return up & ((x >> 15) | 1);
 }
 
 inline int clamp127(int64_t v) { return int(std::min<int64_t>(127, std::max<int64_t>(-127, v))); }

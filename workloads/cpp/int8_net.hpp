@@ -321,15 +321,14 @@ struct Net {
         each_z(key, [=](zi16 w, zu16 u) { return clamp<-127, 127>(w + k16 * zo_noise(u, r, thr)); });
     }
 
-    // restore (+z) and update (-round(g z) to one bit) in one pass, in 16-bit values (|g z| <= 127);
-    // psto_shift by 0 is the identity
+    // restore (+z) and update (-round(g z) to one bit) in one pass, in 16-bit values (|g z| <= 127)
     void zo_update(uint64_t key, int g, int epoch) {
         const uint16_t thr = uint16_t(sparsity_threshold(epoch));
         const int16_t r = int16_t(scale), g16 = int16_t(g);
         const int s = std::max(zo_update_shift(scale), 0);
         each_z(key, [=](zi16 w, zu16 u) {
             const zi16 z = zo_noise(u, r, thr);
-            return clamp<-127, 127>(w + z - clamp<-1, 1>(psto_shift(zi16(g16 * z), s)));
+            return clamp<-127, 127>(w + z - psto_sign(zi16(g16 * z), s));
         });
     }
 
