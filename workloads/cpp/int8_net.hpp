@@ -173,7 +173,7 @@ struct Net {
     int8_t* logits(int k) { return act.logits[k].data(); }
     int* Argmax(int l, int k) { return argmax[l].empty() ? nullptr : argmax[l].data() + size_t(k) * B * a.layers[l].O; }
 
-    // where an FC layer's weight panels (fc_forward) lie in acc: past its b x O outputs, 64-byte aligned
+    // where an FC layer's weight panels (fc_forward) lie in acc: past its b x O outputs, rounded up to 64 bytes
     static size_t panels_at(int b, const Layer& L) { return (size_t(b) * L.O + 15) / 16 * 16; }
 
     void forward(int b, int k) {
