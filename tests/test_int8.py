@@ -14,8 +14,8 @@ from workloads import int8
 from workloads.models import LENET5
 
 from testkit.agreement import assert_buffers_follow_the_model
+from testkit.binaries import check_program
 from testkit.runners import QEMU_A53, REPO, TORCH_RUNNER, job_spec, run_runner
-from testkit.tools import require
 
 STEPS = 100
 CONFIGS = [("full-bp", 0, "float"), ("full-zo", 0, "float"), ("full-zo", 0, "integer"),
@@ -69,14 +69,9 @@ def test_the_fc_forwards_packed_gemm_is_the_plain_sum_of_products(native, tmp_pa
     """fc_forward's panels on shapes no model has (tests/cpp/fc_panels.cpp: odd inputs, short
     panels, uneven thread shares) in both panel layouts: a lane's bytes in order (this CPU's
     path) and neon-smull's interleaved ones (the A53 under qemu)."""
-    run = [] if arch == "x86_64" else list(QEMU_A53)
-    require(*(["g++"] if arch == "x86_64" else ["aarch64-linux-gnu-g++", "qemu-aarch64"]))
-    exe = tmp_path / "fc_panels"
-    subprocess.run(["g++" if arch == "x86_64" else "aarch64-linux-gnu-g++", "-O2", "-std=c++17", "-fopenmp-simd",
-                    "-pthread", *cpu.flags(arch, name), *(["-static"] if run else []), f"-I{REPO / 'workloads' / 'cpp'}",
-                    f"-I{Path(native).parent / 'generated'}", str(REPO / "tests" / "cpp" / "fc_panels.cpp"),
-                    "-o", str(exe)], check=True, capture_output=True, timeout=300)
-    lines = subprocess.run([*run, str(exe)], capture_output=True, text=True, check=True, timeout=120).stdout.splitlines()
+    run = check_program(REPO / "tests" / "cpp" / "fc_panels.cpp", arch, name, tmp_path / "fc_panels",
+                        Path(native).parent / "generated")
+    lines = subprocess.run(run, capture_output=True, text=True, check=True, timeout=120).stdout.splitlines()
     assert len(lines) == 8 and all(line.endswith(" same") for line in lines), lines
 
 

@@ -6,16 +6,14 @@ import numpy as np
 import pytest
 import torch
 
-from harness.planning import cpu
 from workloads import gauss_table as gauss, int8, methods, zrng, zrng_torch
 from workloads.clock import PhaseClock
 from workloads.models import weights_sha256
 from workloads.spec import JobSpec
 from workloads.torch_runner import TorchEngine
 
-from testkit.binaries import x86_names_here
+from testkit.binaries import check_program, x86_names_here
 from testkit.runners import job_spec
-from testkit.tools import require
 
 
 def test_known_answers_match_the_documented_spec():
@@ -64,22 +62,13 @@ def test_the_binarys_simd_perturbations_add_the_references_z_bit_for_bit(lanes_s
     than a SIMD iteration: FP32's z itself equals numpy's, and alpha * z added to weights equals the
     scalar loop's; INT8's z equals the torch reference's, from an odd first element (a hash's high
     half alone) to an unpaired last one (a low half alone)."""
-    if arch == "x86_64":
-        require("g++")
-        if name.removesuffix("-nofma") not in x86_names_here():
-            pytest.skip(f"this CPU cannot run {name} code")
-        compiler, run = "g++", []
-    else:
-        require("aarch64-linux-gnu-g++", "qemu-aarch64")
-        compiler, run = "aarch64-linux-gnu-g++", ["qemu-aarch64", "-cpu", "cortex-a53" if name == "cortex-a53" else "max"]
+    if arch == "x86_64" and name.removesuffix("-nofma") not in x86_names_here():
+        pytest.skip(f"this CPU cannot run {name} code")
     repo = Path(__file__).resolve().parent.parent
-    exe = tmp_path / "lanes"
-    subprocess.run([compiler, "-O3", "-std=c++17", "-fopenmp-simd", *cpu.flags(arch, name), *(["-static"] if run else []),
-                    f"-I{repo / 'workloads' / 'cpp'}", f"-I{lanes_source}", str(repo / "tests" / "cpp" / "zo_lanes.cpp"),
-                    "-o", str(exe)], check=True, capture_output=True, timeout=300)
+    run = check_program(repo / "tests" / "cpp" / "zo_lanes.cpp", arch, name, tmp_path / "lanes", lanes_source)
     key, start, n = zrng.stream_key(5, zrng.STREAM_ZO, 9), 2**32 - 203, 2 * 203 + 61
     start8, n8, scale, threshold = 2**33 - 2 * 203 + 1, 2 * 203 + 62, 16, 21627     # hash 2^32: element 2^33
-    out = subprocess.run([*run, str(exe), str(key), str(start), str(n), str(start8), str(n8), str(scale), str(threshold)],
+    out = subprocess.run([*run, str(key), str(start), str(n), str(start8), str(n8), str(scale), str(threshold)],
                          capture_output=True, text=True, check=True, timeout=120).stdout.split()
     z = np.array([int(w, 16) for w in out[:n]], dtype=np.uint32)
     assert np.array_equal(z, zrng.normal(key, start, n).view(np.uint32))

@@ -510,7 +510,7 @@ constexpr int panel_source(int p) {
 inline void pack_panel(int8_t* panel, const int8_t* w, int I, int n) {
     const int Q = (I + 3) / 4, QW = I / 4, Q4 = QW / 4 * 4, N4 = n / 4 * 4;
     constexpr bool words = quad_byte(1, 0) == 4 && quad_byte(0, 1) == 1;  // a lane's bytes in order
-    if (n < PW_NR || I % 4 || !words) std::memset(panel, 0, fc_panel_bytes(I));
+    if (n < PW_NR || I % 4) std::memset(panel, 0, fc_panel_bytes(I));  // else every byte is written below
     using V = int32_t __attribute__((vector_size(16)));
     using V8 = int8_t __attribute__((vector_size(16)));
     constexpr V8 order = {panel_source(0),  panel_source(1),  panel_source(2),  panel_source(3),
