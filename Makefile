@@ -27,6 +27,10 @@ run: setup
 # PYTHONDONTWRITEBYTECODE is set each of them would compile every module it imports again.
 # A worker per core and one more: many tests wait (on an sshd board, a timeout, a lease), and
 # the extra worker keeps the cores busy meanwhile (7:00 against 7:55 with a worker per core).
+# Each worker more costs CPU as well (contention): pytest on a set-up clone of 9824c50, quiet,
+# 2-core Zen 4 VM, 2026-12-05, wall / CPU seconds of pytest and all it started: -n 2 7:20 / 699,
+# -n 3 7:13 / 783 (in another -n 3 run the cores were busy 97% of the time, /proc/stat read each
+# second), -n 4 7:45 / 870.
 test: setup-test
 	$(BIN)/python -m compileall -q harness workloads zobench reports testkit
 	$(BIN)/python -m pytest -n $$(( $$(nproc) + 1 )) --dist loadfile --no-loadscope-reorder
