@@ -37,11 +37,11 @@ from benchmarks import record as records  # noqa: E402
 from benchmarks.runtimes import bench_spec  # noqa: E402
 from harness.preparation.artifacts import raw_idx  # noqa: E402
 from harness.planning.suites import MethodChoice  # noqa: E402
-from testkit.binaries import aarch64_binary  # noqa: E402
+from testkit.binaries import aarch64_binary, qemu  # noqa: E402
 from testkit.runners import run_runner  # noqa: E402
 from workloads.vocab import PAPER_CONFIGS  # noqa: E402
 
-QEMU = ("qemu-aarch64", "-cpu", "cortex-a53")
+QEMU = qemu("cortex-a53")
 # the symbols every ZO pass's loops are compiled into: FP32's perturbation (Irwin-Hall, unmasked),
 # the hash's (and every other FP32 pass), and INT8's pass over the halves of its hashes
 ZO_LOOPS = ("add_normal", "each_bits32", "each_half16")

@@ -22,10 +22,11 @@ from harness.errors import UserError
 from harness.planning import cpu
 from harness.planning.counting import counted_build
 from harness.planning.inventory import Target
-from harness.preparation.build import build
+from harness.preparation.build import SOURCE, build
 from workloads.envinfo import cpu_facts
 
-ROOT = Path(__file__).resolve().parent.parent
+from testkit.tools import require
+
 # the Arm CPUs whose builds run under qemu: with the dot product (-cpu max) and without (a Pi Zero 2's core)
 ARM_CPUS = ("cortex-a53", "armv8.2-a+dotprod")
 # the x86 levels whose kernel paths make test checks (SSE2's and AVX2's); the others', -m slow
@@ -44,17 +45,22 @@ def aarch64_binary(cpu_name: str = "cortex-a53") -> str:
     return str(build(Target(name="pi", transport="ssh", host="pi.invalid", arch="aarch64", runtimes=["cpp"]), cpu_name))
 
 
+def qemu(cpu_name: str) -> tuple[str, ...]:
+    """What runs an aarch64 binary built for an Arm CPU name here: qemu as that core (a Pi Zero 2's
+    cortex-a53), or with every extension it emulates, the dot product among them (-cpu max)."""
+    return ("qemu-aarch64", "-cpu", "cortex-a53" if cpu_name == "cortex-a53" else "max")
+
+
 def check_program(source: Path, arch: str, name: str, exe: Path, generated: Path) -> list[str]:
     """A check program of tests/cpp built for one kernel path as the binary's build names it (an x86
     level this machine runs; an Arm core, static, run under qemu: -cpu cortex-a53 or max), with the
     build's generated headers from `generated`: the command that runs it."""
-    from testkit.tools import require
     arm = arch == "aarch64"
     require(*(("aarch64-linux-gnu-g++", "qemu-aarch64") if arm else ("g++",)))
     subprocess.run(["aarch64-linux-gnu-g++" if arm else "g++", "-O3", "-std=c++17", "-fopenmp-simd", "-pthread",
-                    *cpu.flags(arch, name), *(["-static"] if arm else []), f"-I{ROOT / 'workloads' / 'cpp'}",
+                    *cpu.flags(arch, name), *(["-static"] if arm else []), f"-I{SOURCE}",
                     f"-I{generated}", str(source), "-o", str(exe)], check=True, capture_output=True, timeout=300)
-    return [*(["qemu-aarch64", "-cpu", "cortex-a53" if name == "cortex-a53" else "max"] if arm else []), str(exe)]
+    return [*(qemu(name) if arm else ()), str(exe)]
 
 
 def x86_names_here() -> list[str]:

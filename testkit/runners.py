@@ -21,6 +21,7 @@ from workloads import datasets, vocab, wait_policy
 from workloads.models import LENET5, Model
 
 from . import warm
+from .binaries import qemu
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -134,7 +135,7 @@ def policy_env(command, policy: str = vocab.OMP_WAIT_POLICY) -> dict:
     if policy == "auto" and python:
         return {**WAIT_VARIABLES, **wait_policy.environment(wait_policy.pick(wait_policy.other_share()))}
     return {**WAIT_VARIABLES, **omp_env(policy)}
-QEMU_A53 = ("qemu-aarch64", "-cpu", "cortex-a53")      # put before an aarch64 binary's path
+QEMU_A53 = qemu("cortex-a53")      # put before an aarch64 binary's path
 
 
 def run_runner(spec: dict, tmp: Path, command: str | Path | Sequence[str | Path] = TORCH_RUNNER,

@@ -18,8 +18,8 @@ from harness.preparation.artifacts import raw_idx
 from workloads.models import POINTNET
 
 from testkit.agreement import assert_same_fp32_steps, assert_same_int8_run
-from testkit.binaries import KERNEL_PATHS_TESTED, aarch64_binary, native_binary, x86_names_here
-from testkit.runners import QEMU_A53, job_spec, run_runner
+from testkit.binaries import KERNEL_PATHS_TESTED, aarch64_binary, native_binary, qemu, x86_names_here
+from testkit.runners import job_spec, run_runner
 from testkit.tools import require
 
 # per x86 CPU name: the FP32 kernels' vector ISA (conv and fc), the INT8 kernels and the FP32
@@ -32,8 +32,8 @@ X86_KERNELS = {
     "x86-64-v4-vnni": ("avx512", "avx512-vnni", "avx512-vnni"),
     "x86-64-v3-nofma": ("avx2", "avx2-maddubs", "avx2-maddubs"),
 }
-QEMU_MAX = ("qemu-aarch64", "-cpu", "max")      # every extension qemu emulates, the dot product among them
-ARM = {"armv8.2-a+dotprod": (QEMU_MAX, "neon-dotprod", "neon-dotprod"), "cortex-a53": (QEMU_A53, "neon-smull", "neon-uaddlp")}
+# per Arm CPU name, run under testkit.binaries.qemu: the INT8 kernels and the perturbation's byte sum
+ARM = {"armv8.2-a+dotprod": ("neon-dotprod", "neon-dotprod"), "cortex-a53": ("neon-smull", "neon-uaddlp")}
 
 INT8_LENET = [("full-bp", 0, "float"), ("elastic-zo", 2, "integer")]
 INT8_POINTNET = [("full-bp", 0, "float"), ("elastic-zo", 1, "integer")]
@@ -115,8 +115,8 @@ def test_x86_build_is_bit_exact_in_int8_on_pointnet(x86_build, reference, points
 @pytest.mark.parametrize("name", ARM)
 def test_aarch64_build_under_qemu_names_its_kernels_and_is_bit_exact(reference, data_dir, points_dir, tmp_path, name):
     require("cmake", "aarch64-linux-gnu-g++", "nlohmann/json.hpp", "qemu-aarch64")
-    qemu, int8, z = ARM[name]
-    command = [*qemu, aarch64_binary(name)]
+    int8, z = ARM[name]
+    command = [*qemu(name), aarch64_binary(name)]
     lenet, pointnet = INT8_LENET[1], INT8_POINTNET[0]
     runs = {f"lenet-{lenet}": lenet_spec(*lenet[:2], data_dir, "int8", lenet[2]),
             f"pointnet-{pointnet}": pointnet_spec(*pointnet, points_dir)}

@@ -13,7 +13,7 @@ from workloads.spec import JobSpec
 from workloads.torch_runner import TorchEngine
 
 from testkit.binaries import check_program, x86_names_here
-from testkit.runners import job_spec
+from testkit.runners import REPO, job_spec
 
 
 def test_known_answers_match_the_documented_spec():
@@ -64,8 +64,7 @@ def test_the_binarys_simd_perturbations_add_the_references_z_bit_for_bit(lanes_s
     half alone) to an unpaired last one (a low half alone)."""
     if arch == "x86_64" and name.removesuffix("-nofma") not in x86_names_here():
         pytest.skip(f"this CPU cannot run {name} code")
-    repo = Path(__file__).resolve().parent.parent
-    run = check_program(repo / "tests" / "cpp" / "zo_lanes.cpp", arch, name, tmp_path / "lanes", lanes_source)
+    run = check_program(REPO / "tests" / "cpp" / "zo_lanes.cpp", arch, name, tmp_path / "lanes", lanes_source)
     key, start, n = zrng.stream_key(5, zrng.STREAM_ZO, 9), 2**32 - 203, 2 * 203 + 61
     start8, n8, scale, threshold = 2**33 - 2 * 203 + 1, 2 * 203 + 62, 16, 21627     # hash 2^32: element 2^33
     out = subprocess.run([*run, str(key), str(start), str(n), str(start8), str(n8), str(scale), str(threshold)],
