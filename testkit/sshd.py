@@ -20,6 +20,11 @@ from pathlib import Path
 from .tools import which
 
 SSHD = which("sshd") or "sshd"      # on PATH or in the sbin beside a bin there
+# What a session's shell starts with (sshd_config's SetEnv; the first SetEnv line is the one
+# sshd keeps). bash sources ~/.bashrc for a command sshd runs only where it is the first shell
+# level, and this machine's ~/.bashrc is the developer's, not a board's: here pyenv's init,
+# about 100 processes and 0.1 s of CPU and of wall time on every command the harness runs.
+SESSION_ENV = "SHLVL=1"
 
 
 def free_port() -> int:
@@ -122,6 +127,7 @@ PermitRootLogin yes
 StrictModes no
 UsePAM no
 {subsystem}LogLevel ERROR
+SetEnv {SESSION_ENV}
 """)
         s = Sshd(name, d, port, host_pub)
         s.start()
