@@ -31,6 +31,8 @@ run: setup
 # 2-core Zen 4 VM, 2026-12-05, wall / CPU seconds of pytest and all it started: -n 2 7:20 / 699,
 # -n 3 7:13 / 783 (in another -n 3 run the cores were busy 97% of the time, /proc/stat read each
 # second), -n 4 7:45 / 870.
+# At d692c63 (the test farm's boards without this machine's ~/.bashrc), the same way, one after
+# the other: -n 2 7:06 / 669, -n 3 6:39 / 722.
 test: setup-test
 	$(BIN)/python -m compileall -q harness workloads zobench reports testkit
 	$(BIN)/python -m pytest -n $$(( $$(nproc) + 1 )) --dist loadfile --no-loadscope-reorder
