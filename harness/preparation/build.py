@@ -100,14 +100,15 @@ def build(target, cpu: str = "", stop=None) -> Path:
 
 
 def _cmake(out: Path, options: list[str], name: str, stop=None) -> None:
-    # A folder is configured once: its name keys all a configure is given (build()), and `cmake
-    # --build` configures again by itself where CMakeLists.txt has changed; configuring on every
-    # run cost 0.07 s of CPU each time. Gaussian z's table is written by the interpreter this one
+    # A folder is configured once (until its cache and build files are there: a configure that was
+    # stopped runs again): its name keys all a configure is given (build()), and `cmake --build`
+    # configures again by itself where CMakeLists.txt has changed; configuring on every run cost
+    # 0.07 s of CPU each time. Gaussian z's table is written by the interpreter this one
     # runs on (a venv's python is a link to it, so the set-up's build and a run's name the same file
     # and neither rebuilds), not by whichever python3 PATH finds first (a pyenv shim: 0.07 s more).
     python = os.path.realpath(sys.executable)
     configure = ["cmake", "-S", str(SOURCE), "-B", str(out), *options, f"-DPython3_EXECUTABLE={python}"]
-    generated = any((out / f).is_file() for f in ("Makefile", "build.ninja"))     # the generate step's, after the cache
+    generated = (out / "CMakeCache.txt").is_file() and any((out / f).is_file() for f in ("Makefile", "build.ninja"))
     for step in ([] if generated else [configure]) + [["cmake", "--build", str(out), "-j", "2"]]:
         try:     # in a session of its own: a stop kills make and every compiler it started
             p = subprocess.Popen(step, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
