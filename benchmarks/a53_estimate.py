@@ -37,11 +37,10 @@ from benchmarks import record as records  # noqa: E402
 from benchmarks.runtimes import bench_spec  # noqa: E402
 from harness.preparation.artifacts import raw_idx  # noqa: E402
 from harness.planning.suites import MethodChoice  # noqa: E402
-from testkit.binaries import aarch64_binary, qemu  # noqa: E402
-from testkit.runners import run_runner  # noqa: E402
+from testkit.binaries import aarch64_binary  # noqa: E402
+from testkit.runners import QEMU_A53, run_runner  # noqa: E402
 from workloads.vocab import PAPER_CONFIGS  # noqa: E402
 
-QEMU = qemu("cortex-a53")
 # the symbols every ZO pass's loops are compiled into: FP32's perturbation (Irwin-Hall, unmasked),
 # the hash's (and every other FP32 pass), and INT8's pass over the halves of its hashes
 ZO_LOOPS = ("add_normal", "each_bits32", "each_half16")
@@ -55,7 +54,7 @@ def trace(binary: str, spec: dict, tmp: Path) -> tuple[dict, dict, dict, dict]:
     """Run the job under QEMU's logging: block pc -> executions, instructions, function; and
     the job's result."""
     log = tmp / "qemu.log"
-    result = run_runner(spec, tmp, [*QEMU, "-d", "in_asm,exec,nochain", "-D", str(log), binary], check=True)
+    result = run_runner(spec, tmp, [*QEMU_A53, "-d", "in_asm,exec,nochain", "-D", str(log), binary], check=True)
     return (*read_log(log), result)
 
 

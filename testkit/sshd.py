@@ -20,10 +20,10 @@ from pathlib import Path
 from .tools import which
 
 SSHD = which("sshd") or "sshd"      # on PATH or in the sbin beside a bin there
-# What a session's shell starts with (sshd_config's SetEnv; the first SetEnv line is the one
-# sshd keeps). bash sources ~/.bashrc for a command sshd runs only where it is the first shell
-# level, and this machine's ~/.bashrc is the developer's, not a board's: here pyenv's init,
-# about 100 processes and 0.1 s of CPU and of wall time on every command the harness runs.
+# What every session's shell starts with (sshd_config's SetEnv). bash sources ~/.bashrc for a
+# command sshd runs only where it is the first shell level, and this machine's ~/.bashrc is the
+# developer's, not a board's: here pyenv's init, about 100 processes and 0.1 s of CPU and of wall
+# time on every command the harness runs.
 SESSION_ENV = "SHLVL=1"
 
 
@@ -100,9 +100,10 @@ def _descendants(root: int) -> list[int]:
     return out
 
 
-def make_farm(root: Path, names: list[str], no_sftp: tuple[str, ...] = ()) -> tuple[list[Sshd], Path]:
+def make_farm(root: Path, names: list[str], no_sftp: tuple[str, ...] = (), session_env: str = "") -> tuple[list[Sshd], Path]:
     """Start one sshd per name; return them and the client's private key. The servers named in
-    no_sftp have no `Subsystem sftp` line, like the sshd (or Dropbear) of a small embedded image."""
+    no_sftp have no `Subsystem sftp` line, like the sshd (or Dropbear) of a small embedded image;
+    session_env ("NAME=value ...") is set in every session beside SESSION_ENV."""
     root.mkdir(parents=True, exist_ok=True)
     Path("/run/sshd").mkdir(exist_ok=True)     # sshd's privilege-separation directory
     client_pub = keygen(root / "client_key")
@@ -127,7 +128,7 @@ PermitRootLogin yes
 StrictModes no
 UsePAM no
 {subsystem}LogLevel ERROR
-SetEnv {SESSION_ENV}
+SetEnv {SESSION_ENV} {session_env}
 """)
         s = Sshd(name, d, port, host_pub)
         s.start()

@@ -148,14 +148,11 @@ def test_a_deploy_whose_put_fails_fails_the_jobs_naming_the_file(farm, tmp_path)
 
 def test_a_board_with_neither_sftp_nor_tar_fails_its_probe_in_one_line(tmp_path):
     """Nothing could be deployed to it: the probe says so, rather than passing the board."""
-    from testkit.sshd import SESSION_ENV, client_home, make_farm
+    from testkit.sshd import client_home, make_farm
 
-    (b,), key = make_farm(tmp_path / "sshd", ["bare"], no_sftp=("bare",))
+    # its sessions find no tar (nor anything else) on their PATH
+    (b,), key = make_farm(tmp_path / "sshd", ["bare"], no_sftp=("bare",), session_env="PATH=/nonexistent")
     try:
-        b.stop()        # its sessions find no tar (nor anything else) on their PATH
-        config = (b.dir / "sshd_config").read_text()
-        (b.dir / "sshd_config").write_text(config.replace(f"SetEnv {SESSION_ENV}", f"SetEnv {SESSION_ENV} PATH=/nonexistent"))
-        b.start()
         home = client_home(tmp_path / "home", [b])
         path = tmp_path / "inv.toml"
         path.write_text(board_toml("bare", b, key, tmp_path / "w"))
