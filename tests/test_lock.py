@@ -21,13 +21,18 @@ from workloads.envinfo import LOCK_STAMP
 
 REPO = Path(__file__).resolve().parent.parent
 SETUP = REPO / "scripts" / "setup.py"
+# The HOME this session began under, read at collection, before a fixture gives the session one of its
+# own (the sshd farm's): make test's set-up ran under it, so its uv and uv's cache hold the lock. A set-up
+# under test runs there as a second `make run` would, rather than fetching uv and every wheel again.
+SETUP_HOME = os.environ["HOME"]
 # what scripts/setup.py reads before it installs anything: a copy of these is a project of its own
 FILES = ("scripts/setup.py", "scripts/ensure-deps.sh", "testkit/tools.py", "harness/__init__.py", "harness/envlock.py",
          "harness/pip_config.py", "workloads/__init__.py", "workloads/envinfo.py", "pyproject.toml",
          *(f"lock/{p.name}" for p in (REPO / "lock").iterdir()))
 
 
-def setup_module_object():
+def setup_module_object(monkeypatch):
+    monkeypatch.setenv("HOME", SETUP_HOME)     # where it looks for uv, read as the module loads
     spec = importlib.util.spec_from_file_location("zobench_setup", SETUP)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -46,7 +51,8 @@ def project_copy(root: Path, pyproject: str | None = None) -> Path:
 def set_up(root: Path, *args, env: dict | None = None) -> subprocess.CompletedProcess:
     """The set-up as `make run` starts it: the system's Python (the venv's base), from the project's root."""
     return subprocess.run([sys._base_executable, root / "scripts" / "setup.py", *map(str, args)], cwd=root,
-                          capture_output=True, text=True, env={**os.environ, **(env or {})}, timeout=600)
+                          capture_output=True, text=True, env={**os.environ, "HOME": SETUP_HOME, **(env or {})},
+                          timeout=600)
 
 
 def zobench_lines(p: subprocess.CompletedProcess) -> list[str]:
@@ -97,10 +103,10 @@ def test_a_lock_that_does_not_match_pyproject_is_refused_in_one_line_before_any_
     assert set_up(root, "check").returncode == 1
 
 
-def test_without_the_index_a_complete_venv_is_kept_and_said_so_in_one_line(tmp_path):
+def test_without_the_index_a_complete_venv_is_kept_and_said_so_in_one_line(tmp_path, monkeypatch):
     """uv fetches everything before it changes the venv: a set-up that cannot reach the index leaves the
     venv it had, which goes on working, and says so in one line; without a complete venv it stops."""
-    uv = setup_module_object().find_uv()
+    uv = setup_module_object(monkeypatch).find_uv()
     if uv is None:
         pytest.skip("no uv on this machine (the set-up used pip)")
     root = project_copy(tmp_path / "p")
@@ -136,6 +142,7 @@ def test_an_interrupted_set_up_is_taken_up_by_the_next_and_the_venv_is_the_lock_
     venv = tmp_path / "venv"
     # SIGINT as a terminal's Ctrl-C delivers it (a shell ignores it for its background jobs, and their children inherit that)
     p = subprocess.Popen([sys._base_executable, SETUP, "run", "--venv", venv], cwd=REPO, text=True,
+                         env={**os.environ, "HOME": SETUP_HOME},
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 300
@@ -190,10 +197,10 @@ def test_the_readmes_make_run_time_is_its_committed_measurement():
     assert after["rc"] == before["rc"] == 0 and after["pip_freeze_sha256"] and after["purged_apt"]
 
 
-def test_a_venv_whose_making_was_interrupted_is_made_again_never_taken_for_one(tmp_path):
+def test_a_venv_whose_making_was_interrupted_is_made_again_never_taken_for_one(tmp_path, monkeypatch):
     """Ctrl-C can land after bin/python (a link to the system's) and before pyvenv.cfg: that python
     runs as the system's, so taking it for the venv would list, or change, the system's packages."""
-    setup = setup_module_object()
+    setup = setup_module_object(monkeypatch)
     venv = tmp_path / "venv"
     (venv / "bin").mkdir(parents=True)
     (venv / "bin" / "python").symlink_to(os.path.realpath(sys._base_executable))
