@@ -13,6 +13,7 @@ import contextlib
 import json
 import math
 import os
+import re
 import secrets
 
 
@@ -43,13 +44,25 @@ def normal(obj):
 
 
 def dumps(obj, indent: int | None = 1) -> str:
-    """Strict JSON text of obj (see normal)."""
-    return json.dumps(normal(obj), indent=indent, allow_nan=False)
+    """Strict JSON text of obj (see normal). Nearly every object is finite throughout: json
+    refuses the others (ValueError), and only they are copied by normal()."""
+    try:
+        return json.dumps(obj, indent=indent, allow_nan=False)
+    except ValueError:
+        return json.dumps(normal(obj), indent=indent, allow_nan=False)
+
+
+# what in a JSON text can read as a float that is not finite: a bare constant (parse_constant
+# sees those), or a number too large for a double, which has an exponent of 3 digits or 300 digits
+_HUGE = re.compile(r"[eE]\+?\d{3}|\d{300}")
 
 
 def loads(text: str):
-    """A JSON document, also one with bare NaN/Infinity, as normal() holds it."""
-    return normal(json.loads(text))
+    """A JSON document, also one with bare NaN/Infinity, as normal() holds it. A text with
+    neither a bare constant nor a number too large for a double is finite as parsed."""
+    constants = []
+    obj = json.loads(text, parse_constant=lambda c: constants.append(c) or float(c))
+    return normal(obj) if constants or _HUGE.search(text) else obj
 
 
 def temp_name(path) -> str:
