@@ -19,7 +19,7 @@ from workloads.datasets import DatasetError
 from workloads.models import LENET5
 
 from testkit.runners import REPO, SHORT, zobench
-from testkit.sshd import board_toml
+from testkit.sshd import board_toml, client_home
 
 STEMS = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")
 
@@ -187,9 +187,11 @@ def test_an_ssh_run_trains_on_the_data_zobench_data_names_now(farm, tmp_path):
     inv = tmp_path / "inventory.toml"
     inv.write_text(board_toml("board-a", farm["boards"]["board-a"], farm["key"], tmp_path / "work",
                               runtimes=["ort"]))     # the quickest runner to start: this is about its data
-    env = {**farm["env"], "ZOBENCH_DATA": str(tmp_path / "data")}
+    # a HOME of its own: the cache holds only what these runs made (the farm's is the session's workers')
+    home = client_home(tmp_path / "home", [farm["boards"]["board-a"]])
+    env = {"HOME": str(home), "ZOBENCH_DATA": str(tmp_path / "data")}
     args = ("run", "--inventory", inv, "--target", "board-a", "--method", "full-zo", "--no-report", *SHORT)
-    cache = farm["home"] / ".cache" / "zobench"
+    cache = home / ".cache" / "zobench"
 
     store = Store(tmp_path / "results")
 
