@@ -11,7 +11,8 @@ never runs a torch op itself, so no thread pool exists when it forks.
 The CLI (`python -m zobench`, testkit.runners.zobench) and the scripts (`python scripts/x.py`)
 are served the same way by a second kind of server, "cli", which imports what their commands
 import on demand (pandas, seaborn, matplotlib, scipy, optuna, psycopg, paramiko: about 2 s of
-CPU a process) and never the project's own modules, which each forked process imports afresh
+CPU a process) and the libraries the CLI itself imports (rich, tomllib, http.server: 25 ms a
+process, a few hundred times a make test), and never the project's own modules, which each forked process imports afresh
 as a new interpreter would, reading its environment then. A forked CLI ends as the interpreter
 does: its non-daemon threads joined, its atexit functions run.
 
@@ -52,7 +53,8 @@ SET_BY_TORCH = ("TORCHINDUCTOR_CACHE_DIR",)
 # the server's, and for how many environments a test process keeps a server
 KINDS = {"runner": (("numpy", "onnxruntime", "torch"), READ_AT_IMPORT, 2),
          "cli": (("numpy", "scipy.stats", "scipy.ndimage", "pandas", "matplotlib", "matplotlib.pyplot", "seaborn",
-                  "paramiko", "psycopg", "optuna"), READ_AT_IMPORT_CLI, 3)}
+                  "paramiko", "psycopg", "optuna", "rich.live", "rich.progress", "rich.table", "tomllib",
+                  "http.server"), READ_AT_IMPORT_CLI, 3)}
 
 _servers: dict[tuple, tuple[subprocess.Popen, threading.Lock]] = {}
 _seen: Counter = Counter()
