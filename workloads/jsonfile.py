@@ -13,7 +13,6 @@ import contextlib
 import json
 import math
 import os
-import re
 import secrets
 
 
@@ -52,17 +51,20 @@ def dumps(obj, indent: int | None = 1) -> str:
         return json.dumps(normal(obj), indent=indent, allow_nan=False)
 
 
-# what in a JSON text can read as a float that is not finite: a bare constant (parse_constant
-# sees those), or a number too large for a double, which has an exponent of 3 digits or 300 digits
-_HUGE = re.compile(r"[eE]\+?\d{3}|\d{300}")
-
-
 def loads(text: str):
-    """A JSON document, also one with bare NaN/Infinity, as normal() holds it. A text with
-    neither a bare constant nor a number too large for a double is finite as parsed."""
-    constants = []
-    obj = json.loads(text, parse_constant=lambda c: constants.append(c) or float(c))
-    return normal(obj) if constants or _HUGE.search(text) else obj
+    """A JSON document, also one with bare NaN/Infinity, as normal() holds it. json parses every
+    number and constant through the two hooks, which note one that is not finite (a bare constant,
+    or a literal too large for a double); a document with none is finite as parsed."""
+    seen = []
+
+    def number(literal: str) -> float:
+        value = float(literal)
+        if value - value != 0.0:        # inf: a literal too large for a double
+            seen.append(literal)
+        return value
+
+    obj = json.loads(text, parse_float=number, parse_constant=lambda c: seen.append(c) or float(c))
+    return normal(obj) if seen else obj
 
 
 def temp_name(path) -> str:
