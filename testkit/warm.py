@@ -11,10 +11,11 @@ never runs a torch op itself, so no thread pool exists when it forks.
 The CLI (`python -m zobench`, testkit.runners.zobench) and the scripts (`python scripts/x.py`)
 are served the same way by a second kind of server, "cli", which imports what their commands
 import on demand (pandas, seaborn, matplotlib, scipy, optuna, psycopg, paramiko: about 2 s of
-CPU a process) and the libraries the CLI itself imports (rich, tomllib, http.server: 25 ms a
-process, a few hundred times a make test), and never the project's own modules, which each forked process imports afresh
-as a new interpreter would, reading its environment then. A forked CLI ends as the interpreter
-does: its non-daemon threads joined, its atexit functions run.
+CPU a process) and the CLI itself with the project's modules it loads (80 ms a process, a few
+hundred times a make test). That is a fresh interpreter's start only while no project module
+reads its process as it loads (its environment, HOME, pid, clock: each forked process has the
+caller's only from its start), which tests/test_runner.py checks of every module. A forked CLI
+ends as the interpreter does: its non-daemon threads joined, its atexit functions run.
 
 Used by testkit.runners.run_runner for TORCH_RUNNER and ORT_RUNNER ("runner") and by
 testkit.runners.zobench and the scripts' tests ("cli"). A server is kept per environment, as
@@ -53,8 +54,7 @@ SET_BY_TORCH = ("TORCHINDUCTOR_CACHE_DIR",)
 # the server's, and for how many environments a test process keeps a server
 KINDS = {"runner": (("numpy", "onnxruntime", "torch"), READ_AT_IMPORT, 2),
          "cli": (("numpy", "scipy.stats", "scipy.ndimage", "pandas", "matplotlib", "matplotlib.pyplot", "seaborn",
-                  "paramiko", "psycopg", "optuna", "rich.live", "rich.progress", "rich.table", "tomllib",
-                  "http.server"), READ_AT_IMPORT_CLI, 3)}
+                  "paramiko", "psycopg", "optuna", "zobench.cli"), READ_AT_IMPORT_CLI, 3)}
 
 _servers: dict[tuple, tuple[subprocess.Popen, threading.Lock]] = {}
 _seen: Counter = Counter()

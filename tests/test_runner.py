@@ -1,4 +1,5 @@
 """The torch runner as a process: its contract (spec in, result out), determinism, data, failures."""
+import ast
 import gzip
 import hashlib
 import json
@@ -157,3 +158,44 @@ def test_a_runner_forked_from_the_warm_server_runs_as_a_fresh_interpreter_does(t
     # inductor's cache folder, which torch puts in os.environ when it first compiles, is read
     # then, not at import: a test process that compiled still forks (argparse's exit 2: no --spec)
     assert forked({**env, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}, []) == 2
+
+
+# what a module that reads the process it runs in calls or reads: its environment, user, folders,
+# clock, pid, randomness, arguments and streams
+PROCESS_READS = {"environ", "getenv", "expanduser", "home", "getuser", "getcwd", "cwd", "gethostname", "getpid",
+                 "cpu_count", "time", "monotonic", "perf_counter", "now", "token_hex", "urandom", "random", "uuid4",
+                 "default_rng", "argv", "stdin", "stdout", "stderr", "isatty", "signal", "register", "Thread"}
+
+
+def read_as_it_loads(source: str) -> list[str]:
+    """What a module reads of its process while it is imported: its statements outside function
+    bodies (class bodies, decorators and default values run at import too); a function or the
+    os.environ mapping itself only referred to is not a read, nor an `if __name__` block."""
+    found, stack = [], list(ast.parse(source).body)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            stack += [*getattr(node, "decorator_list", ()), *node.args.defaults, *filter(None, node.args.kw_defaults)]
+            continue
+        if isinstance(node, ast.If) and "__name__" in ast.unparse(node.test):
+            continue
+        if isinstance(node, ast.Call):
+            if set(ast.unparse(node.func).split(".")) & PROCESS_READS:
+                found.append(ast.unparse(node))
+        elif isinstance(node, ast.Subscript) and ast.unparse(node.value).endswith("environ"):
+            found.append(ast.unparse(node))
+        stack += ast.iter_child_nodes(node)
+    return found
+
+
+def test_the_cli_server_forks_what_a_fresh_interpreter_would_load_the_same():
+    """testkit/warm.py's "cli" server imports zobench's own modules before it forks: sound only while
+    none of them reads its process as it loads (the caller's HOME, variables and pid are the fork's
+    only once it runs), which every module of the four packages is checked for here."""
+    assert read_as_it_loads("import os\nX = os.environ.get('A')\nclass C:\n    d = os.environ['B']\n"
+                            "def f(e=os.environ, t=time.time()):\n    return os.getpid()\n") == \
+        ["time.time()", "os.environ['B']", "os.environ.get('A')"]
+    assert "zobench.cli" in warm.KINDS["cli"][0]
+    found = {f"{p.relative_to(REPO)}: {r}" for pkg in ("harness", "zobench", "workloads", "reports")
+             for p in sorted((REPO / pkg).rglob("*.py")) for r in read_as_it_loads(p.read_text())}
+    assert found == set()
