@@ -13,6 +13,7 @@ import pytest
 
 from zobench.cli import main
 from harness.stores.store import Store
+from workloads import jsonfile
 from testkit.runners import TINY_CPP, TORCH_RUNNER, cli, job_spec, python, run_runner, zobench
 
 # Two jobs of the binary: lr_zo=1e30 makes full-zo diverge (its losses NaN) and leaves full-bp (lr_bp) alone.
@@ -204,6 +205,20 @@ def test_a_read_only_store_is_read_and_refused_for_writing_in_one_line(read_only
     one_line_error(cli(capsys, "run", "--results", root, "--resume", run_id), f"cannot write to {folder}: ")
     one_line_error(cli(capsys, "report", "--results", root, "--run", run_id), f"report: cannot write {folder / 'report'}: ")
     assert sorted(map(str, root.rglob("*"))) == listing
+
+
+def test_what_is_not_finite_is_null_with_its_place_however_it_was_written():
+    """jsonfile reads bare constants and a literal too large for a double as null, each named
+    under "nonfinite", and writes them so; a finite document reads and writes as json's own."""
+    text = '{"a": NaN, "b": [1.5, -Infinity, 2e400], "c": {"d": -1E999, "e": "2e400"}, "f": 1e-300}'
+    got = jsonfile.loads(text)
+    assert got == {"a": None, "b": [1.5, None, None], "c": {"d": None, "e": "2e400"}, "f": 1e-300,
+                   "nonfinite": ["a: nan", "b[1]: -inf", "b[2]: inf", "c.d: -inf"]}
+    assert jsonfile.loads(jsonfile.dumps({"x": float("nan"), "y": [float("inf"), 2]})) == \
+        {"x": None, "y": [None, 2], "nonfinite": ["x: nan", "y[0]: inf"]}
+    finite = {"loss": [2.5, 1e-300, 1.7976931348623157e308], "sha256": "3e4567", "n": 10 ** 400}
+    assert jsonfile.loads(jsonfile.dumps(finite)) == finite and jsonfile.dumps(finite) == json.dumps(finite, indent=1)
+    assert jsonfile.loads('[{"a": NaN}, {"b": 1}]') == [{"a": None, "nonfinite": ["a: nan"]}, {"b": 1}]
 
 
 def test_a_diverged_loss_is_null_with_its_reason_in_strict_json(made, run):
