@@ -25,6 +25,13 @@ SETUP = REPO / "scripts" / "setup.py"
 # own (the sshd farm's): make test's set-up ran under it, so its uv and uv's cache hold the lock. A set-up
 # under test runs there as a second `make run` would, rather than fetching uv and every wheel again.
 SETUP_HOME = os.environ["HOME"]
+
+
+def setup_env(extra: dict | None = None) -> dict:
+    """The environment a set-up under test runs in: this process's, under SETUP_HOME."""
+    return {**os.environ, "HOME": SETUP_HOME, **(extra or {})}
+
+
 # what scripts/setup.py reads before it installs anything: a copy of these is a project of its own
 FILES = ("scripts/setup.py", "scripts/ensure-deps.sh", "testkit/tools.py", "harness/__init__.py", "harness/envlock.py",
          "harness/pip_config.py", "workloads/__init__.py", "workloads/envinfo.py", "pyproject.toml",
@@ -51,8 +58,7 @@ def project_copy(root: Path, pyproject: str | None = None) -> Path:
 def set_up(root: Path, *args, env: dict | None = None) -> subprocess.CompletedProcess:
     """The set-up as `make run` starts it: the system's Python (the venv's base), from the project's root."""
     return subprocess.run([sys._base_executable, root / "scripts" / "setup.py", *map(str, args)], cwd=root,
-                          capture_output=True, text=True, env={**os.environ, "HOME": SETUP_HOME, **(env or {})},
-                          timeout=600)
+                          capture_output=True, text=True, env=setup_env(env), timeout=600)
 
 
 def zobench_lines(p: subprocess.CompletedProcess) -> list[str]:
@@ -142,7 +148,7 @@ def test_an_interrupted_set_up_is_taken_up_by_the_next_and_the_venv_is_the_lock_
     venv = tmp_path / "venv"
     # SIGINT as a terminal's Ctrl-C delivers it (a shell ignores it for its background jobs, and their children inherit that)
     p = subprocess.Popen([sys._base_executable, SETUP, "run", "--venv", venv], cwd=REPO, text=True,
-                         env={**os.environ, "HOME": SETUP_HOME},
+                         env=setup_env(),
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 300
