@@ -208,7 +208,7 @@ def test_an_arch_that_climbs_out_of_the_checkout_builds_nothing(tmp_path):
 
 
 def test_a_data_set_the_binary_cannot_read_is_left_out_with_a_note(tmp_path):
-    suite = write(tmp_path, "digits.toml", 'methods = ["full-zo"]\nruntimes = ["torch", "cpp"]\n'
+    suite = write(tmp_path, "digits.toml", 'methods = ["full-zo"]\nruntimes = ["ort", "cpp"]\n'
                                            '[workload]\ndataset = "digits"\n')
     p = zobench("run", "--results", tmp_path / "res", "--suite", suite, "--no-report", *QUICK)
     assert p.returncode == 0, p.stderr
@@ -216,7 +216,7 @@ def test_a_data_set_the_binary_cannot_read_is_left_out_with_a_note(tmp_path):
            "modelnet40-synthetic, not digits" in p.stderr.splitlines()
     (run,) = os.listdir(tmp_path / "res" / "runs")
     assert sorted(f for f in os.listdir(tmp_path / "res" / "runs" / run) if f.startswith("local.")) == [
-        "local.torch.full-zo.fp32.r0.json"]
+        "local.ort.full-zo.fp32.r0.json"]
 
 
 def every_option():

@@ -129,16 +129,16 @@ def test_a_board_that_breaks_ends_its_own_jobs_with_the_literal_reason_and_the_o
     broken.write_bytes(b"#!/bin/sh\nprintf 'cannot load [/usr/lib/zobench] \\377\\n' >&2\nexit 1\n")
     broken.chmod(0o755)
     inv = tmp_path / "inventory.toml"
-    inv.write_text(f'[targets.broken]\ntransport = "local"\npython = {json.dumps(str(broken))}\n')
+    inv.write_text(f'[targets.broken]\ntransport = "local"\npython = {json.dumps(str(broken))}\nruntimes = ["cpp"]\n')
     out = zobench("run", "--results", tmp_path / "res", "--inventory", inv, "--no-report", "--target", "broken",
-                  "--target", "local", "--method", "full-zo", *TINY)
+                  "--target", "local", "--method", "full-zo", *TINY_CPP)
     assert out.returncode == 1, out.stderr
     store = Store(tmp_path / "res")
     r = {x["job"]["target"]: x for x in store.results(store.latest())}
     assert r["local"]["status"] == "ok"
     why = f"this machine: probe with {broken} failed: cannot load [/usr/lib/zobench] \ufffd"
     assert r["broken"]["status"] == "failed" and r["broken"]["error"] == why
-    assert f"failed broken.torch.full-zo.fp32.r0  {why}" in out.stderr   # printed literally, on one line
+    assert f"failed broken.cpp.full-zo.fp32.r0  {why}" in out.stderr   # printed literally, on one line
     assert "Traceback" not in out.stderr
 
 

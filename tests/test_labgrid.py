@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 
 from harness.stores.store import Store
-from testkit.runners import REPO, TINY, TINY_CPP, held_python, hooked_python, until, zobench
+from testkit.runners import REPO, TINY_CPP, TINY_ORT, held_python, hooked_python, until, zobench
 from testkit.sshd import free_port
 from testkit.tools import require
 
-ONE_JOB = ["--method", "full-zo", *TINY]
+ONE_JOB = ["--method", "full-zo", *TINY_ORT]     # a Python runner, which held_python holds
 BIN = Path(sys.executable).parent
 
 
@@ -60,7 +60,7 @@ def coordinator(farm, tmp_path_factory):
 def lab(coordinator, farm, tmp_path):
     """The lab and an inventory naming pi-lab-1 by place and by tags; every runner is held until GO."""
     wrapper, log, go = held_python(tmp_path)
-    common = {"key": str(farm["key"]), "python": str(wrapper), "runtimes": ["torch"], "threads": 1}
+    common = {"key": str(farm["key"]), "python": str(wrapper), "runtimes": ["ort"], "threads": 1}
     inv = tmp_path / "targets.toml"
     inv.write_text("".join(
         f"[targets.{name}]\nlabgrid = {{ coordinator = \"{coordinator}\", {where} }}\nworkdir = \"{tmp_path / name}\"\n"

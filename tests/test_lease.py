@@ -22,10 +22,10 @@ from harness.planning import inventory
 from harness.stores import machine_load
 from harness.errors import UserError
 from harness.stores.store import Store
-from testkit.runners import REPO, TINY, held_python, processes_mentioning, until, zobench
+from testkit.runners import REPO, TINY_ORT, held_python, processes_mentioning, until, zobench
 from testkit.sshd import board_toml
 
-ONE_JOB = ["--method", "full-zo", *TINY]
+ONE_JOB = ["--method", "full-zo", *TINY_ORT]     # a Python runner, which held_python holds
 
 
 def launch(results: Path, *args, env: dict, log: Path) -> subprocess.Popen:
@@ -61,10 +61,11 @@ def boards(farm, tmp_path):
     wrapper, log, go = held_python(tmp_path)
     inv = tmp_path / "targets.toml"
     a, key = farm["boards"]["board-a"], farm["key"]
-    inv.write_text(board_toml("pi", a, key, tmp_path / "pi", python=str(wrapper))
-                   + board_toml("pi-again", a, key, tmp_path / "pi-again", python=str(wrapper))
-                   + board_toml("other", farm["boards"]["board-b"], key, tmp_path / "other")
-                   + f'[targets.here]\ntransport = "local"\npython = "{wrapper}"\nruntimes = ["torch"]\nthreads = 1\n'
+    ort = {"runtimes": ["ort"]}
+    inv.write_text(board_toml("pi", a, key, tmp_path / "pi", python=str(wrapper), **ort)
+                   + board_toml("pi-again", a, key, tmp_path / "pi-again", python=str(wrapper), **ort)
+                   + board_toml("other", farm["boards"]["board-b"], key, tmp_path / "other", **ort)
+                   + f'[targets.here]\ntransport = "local"\npython = "{wrapper}"\nruntimes = ["ort"]\nthreads = 1\n'
                    + f'lease = "{tmp_path / "here.lease"}"\n')
     return {"inventory": inv, "log": log, "go": go, "env": farm["env"], "tmp": tmp_path}
 

@@ -14,10 +14,10 @@ import pytest
 from harness.stores import validity
 from harness.stores.store import Store
 from testkit.compare_runs import thermal_sample
-from testkit.runners import REPO, TINY, held_python, until, zobench
+from testkit.runners import REPO, TINY, TINY_ORT, held_python, until, zobench
 from workloads import wait_policy
 
-ONE_JOB = ["--method", "full-zo", *TINY]
+ONE_JOB = ["--method", "full-zo", *TINY_ORT]   # a Python runner, which held_python holds
 
 
 def board(tmp: Path, temp_c: float = 45.0, khz: int = 1_000_000) -> dict:
@@ -46,9 +46,9 @@ def board(tmp: Path, temp_c: float = 45.0, khz: int = 1_000_000) -> dict:
     return {"set": set_, "env": {"ZOBENCH_SYSFS": str(sysfs), "PATH": f"{bin_}:{os.environ['PATH']}"}}
 
 
-def inventory(tmp: Path, python: str = sys.executable, extra: str = "") -> Path:
+def inventory(tmp: Path, python: str = sys.executable, extra: str = "", runtime: str = "ort") -> Path:
     inv = tmp / "targets.toml"
-    inv.write_text(f'[targets.pi]\ntransport = "local"\npython = "{python}"\nruntimes = ["torch"]\nthreads = 1\n'
+    inv.write_text(f'[targets.pi]\ntransport = "local"\npython = "{python}"\nruntimes = ["{runtime}"]\nthreads = 1\n'
                    f'lease = "{tmp / "lease"}"\n{extra}')
     return inv
 
@@ -154,7 +154,8 @@ def test_the_runner_gets_the_targets_openmp_wait_policy_and_the_result_records_i
                    f'echo "${{OMP_WAIT_POLICY:-unset}} ${{GOMP_SPINCOUNT:-unset}}" > {tmp_path / "seen"}\n'
                    f'exec {sys.executable} "$@"\n')
     spy.chmod(0o755)
-    p = run(tmp_path, inventory(tmp_path, str(spy), f'omp_wait_policy = "{policy}"\n' if policy else ""), {}, *ONE_JOB)
+    inv = inventory(tmp_path, str(spy), f'omp_wait_policy = "{policy}"\n' if policy else "", runtime="torch")
+    p = run(tmp_path, inv, {}, "--method", "full-zo", *TINY)
     assert p.returncode == 0, p.stderr
     (r,) = Store(tmp_path / "res").results(Store(tmp_path / "res").latest())
     threads = r["env"]["threads"]
