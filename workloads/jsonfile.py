@@ -59,7 +59,7 @@ def loads(text: str):
 
     def number(literal: str) -> float:
         value = float(literal)
-        if value - value != 0.0:        # inf: a literal too large for a double
+        if math.isinf(value):        # a literal too large for a double
             seen.append(literal)
         return value
 
