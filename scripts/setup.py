@@ -187,12 +187,20 @@ class Step:
 # where PYTHONDONTWRITEBYTECODE is set every torch job would compile torch's modules again (seconds each).
 # torch._dynamo is what a job's first activation checkpoint imports (822 modules, sympy's among them:
 # 7.2 s of CPU a job uncompiled, 2.0 s compiled, on a 2-core AMD EPYC): the tests' and benchmarks'
-# transformer jobs checkpoint, make run's quick suite never does.
+# transformer jobs checkpoint, make run's quick suite never does. The tests' processes also read meshes
+# (trimesh, with networkx and scipy: 0.5 s of CPU a process uncompiled), load scikit-learn's digits (0.4 s)
+# and open Optuna studies in PostgreSQL (SQLAlchemy, Alembic and Mako: 0.5 s).
 WARM = {"run": ("zobench.cli", "zobench.running", "workloads.torch_runner", "workloads.ort_runner", "reports.report")}
-WARM["test"] = WARM["bench"] = (*WARM["run"], "torch._dynamo", "pytest", "xdist", "hypothesis", "selenium.webdriver",
-                                "labgrid", "transformers", "psycopg", "optuna")
+WARM["test"] = WARM["bench"] = (*WARM["run"], "torch._dynamo", "pytest", "xdist", "xdist.dsession", "xdist.remote",
+                                "hypothesis", "selenium.webdriver", "labgrid", "labgrid.remote.client", "transformers",
+                                "psycopg", "optuna", "optuna.storages._rdb.models", "alembic.command", "mako.template",
+                                "sqlalchemy.dialects.postgresql.psycopg", "trimesh", "sklearn.datasets")
 WARM_CODE = ("import importlib, sys\nsys.dont_write_bytecode = False\n"
              "for m in sys.argv[1:]:\n    importlib.import_module(m)\n")
+# and make test's collection: each xdist worker imports every test file, and pytest caches its rewrite of their
+# asserts beside them (tests/__pycache__) only where bytecode is written; without that cache each of the three
+# workers rewrote 194 modules, 7.4 s of CPU a worker, before its first test
+COLLECT_CODE = "import pytest\nsys.exit(pytest.main(['--collect-only', '-qq', '-p', 'no:cacheprovider']))\n"
 
 
 def setup(level: str, venv: Path, installer: str) -> int:
@@ -229,7 +237,7 @@ def setup(level: str, venv: Path, installer: str) -> int:
             raise SetupError(problem)
         inst.install_project()
         times["install"] = time.monotonic() - filling.started
-        warm = Step([inst.python, "-c", WARM_CODE, *WARM[level]], cwd=REPO)
+        warm = Step([inst.python, "-c", WARM_CODE + (COLLECT_CODE if level == "test" else ""), *WARM[level]], cwd=REPO)
         if warm.wait() != 0:
             say(f"importing what `make {level}` runs failed in the new venv: {last_words(warm.said)}")
         times["bytecode"] = warm.seconds

@@ -16,21 +16,19 @@ from testkit.runners import idx_data_dir
 from testkit.tools import require
 
 
-# The files that take longest in make test (`pytest --junitxml` times summed per file, after make
-# test's set-up has built the binaries; 2026-12-02 on this quiet 2-core machine, 1,260
-# worker-seconds in all, 7:34 of pytest), longest first: every file of 8 s or more. make test
-# hands out whole files in this order (--dist loadfile --no-loadscope-reorder): a long file
-# started last would run alone at the end. The others run after these, as they are collected.
-# test_instructions.py (Valgrind: 80 s alone, quiet) was placed by that time, not by a make test.
-LONGEST_FIRST = ("test_pool.py", "test_ssh.py", "test_shared_store.py", "test_instructions.py", "test_labgrid.py",
-                 "test_report_transformers.py", "test_lease.py", "test_finetune.py", "test_faults.py", "test_models.py",
-                 "test_rotation.py", "test_ort.py", "test_zo_optimizers.py", "test_compare.py", "test_adam.py",
-                 "test_validity.py", "test_report.py", "test_signals.py", "test_int8.py", "test_memory_model.py",
-                 "test_weights_file.py", "test_reproduction.py", "test_kernel_paths.py", "test_cpp.py",
-                 "test_equal_memory.py", "test_tune.py", "test_warmup.py", "test_ort_transformer.py", "test_fit.py",
-                 "test_half.py", "test_dashboard.py", "test_training.py", "test_runner.py", "test_gpu_scale.py",
-                 "test_wheel_data.py", "test_deploy.py", "test_tune_shared.py", "test_caches.py", "test_eval_start.py",
-                 "test_cli_errors.py", "test_energy_report.py", "test_build_cpu.py", "test_store.py", "test_guards.py")
+# The files that take longest in make test (each test's start and end on its worker, summed per file, after
+# make test's set-up; 2026-12-06 on a quiet 2-core AMD EPYC VM, 1,105 worker-seconds in all, 6:34 of pytest),
+# longest first: every file of 8 s or more. make test hands out whole files in this order (--dist loadfile
+# --no-loadscope-reorder): a long file started last would run alone at the end (test_lock.py's 28 s, when it
+# was not listed). The others run after these, as they are collected.
+LONGEST_FIRST = ("test_ssh.py", "test_shared_store.py", "test_labgrid.py", "test_pool.py", "test_finetune.py",
+                 "test_report_transformers.py", "test_faults.py", "test_report.py", "test_lease.py",
+                 "test_memory_model.py", "test_compare.py", "test_int8.py", "test_zo_optimizers.py",
+                 "test_tune_shared.py", "test_gpu_scale.py", "test_lock.py", "test_cpp.py", "test_signals.py",
+                 "test_validity.py", "test_wheel_data.py", "test_reproduction.py", "test_ort_transformer.py",
+                 "test_dashboard.py", "test_fit.py", "test_equal_memory.py", "test_half.py", "test_training.py",
+                 "test_ort.py", "test_runner.py", "test_tune.py", "test_deploy.py", "test_guards.py", "test_caches.py",
+                 "test_ssh_nosftp.py", "test_zrng.py", "test_models.py", "test_kernel_paths.py")
 
 
 # Hypothesis's examples are drawn the same way every run (derandomize): a fuzz test in make test
