@@ -188,7 +188,7 @@ class Step:
 # torch._dynamo is what a job's first activation checkpoint imports (822 modules, sympy's among them:
 # 7.2 s of CPU a job uncompiled, 2.0 s compiled, on a 2-core AMD EPYC): the tests' and benchmarks'
 # transformer jobs checkpoint, make run's quick suite never does. The tests' processes also read meshes
-# (trimesh, with networkx and scipy: 0.5 s of CPU a process uncompiled), load scikit-learn's digits (0.4 s)
+# (trimesh, with networkx and scipy: 0.5 s of CPU a process uncompiled), load scikit-learn's digits (0.5 s)
 # and open Optuna studies in PostgreSQL (SQLAlchemy, Alembic and Mako: 0.5 s).
 WARM = {"run": ("zobench.cli", "zobench.running", "workloads.torch_runner", "workloads.ort_runner", "reports.report")}
 WARM["test"] = WARM["bench"] = (*WARM["run"], "torch._dynamo", "pytest", "xdist", "xdist.dsession", "xdist.remote",
