@@ -98,6 +98,9 @@ inline float gauss(uint32_t x, const float* table) { return table[x >> GAUSS_SHI
 // 31 -> 11 cycles per z in its pipeline model, docs/cpus.md); an out-of-order core gains nothing
 // and loses nothing. With 8, INT8's loop no longer vectorizes on NEON.
 constexpr uint32_t STREAMS = 4;
+// add_normal's: six vectors an iteration, each stage of the hash over all six before the next (the
+// A53 model: 4.75 cycles per z; 6.9 with four vectors, 6.3 with eight, where GCC spills registers)
+constexpr uint32_t NORMAL_STREAMS = 6;
 
 // g(p, m, k) over [start, start + n) in pieces of m indices from p, k the hash's input at p
 // (bits32(key, p) = lowbias32(k), and at p + j lowbias32(k + j * WEYL)). A piece is at most 2^31
@@ -198,32 +201,70 @@ __attribute__((always_inline)) inline zi32 centred_byte_sum(zu32 x) {
 }
 #endif
 
+// h[s] = centred_byte_sum(h[s]) as int32 lanes, each of its operations over every s before the next
+template <size_t S>
+__attribute__((always_inline)) inline void centred_byte_sums(zu32 (&h)[S]) {
+#if defined(__aarch64__) && !defined(__ARM_FEATURE_DOTPROD)
+    for (uint32_t s = 0; s < S; ++s) h[s] = (zu32)vpaddlq_u8(vreinterpretq_u8_u32(h[s]));
+    for (uint32_t s = 0; s < S; ++s) h[s] = vpaddlq_u16((uint16x8_t)h[s]);
+    for (uint32_t s = 0; s < S; ++s) h[s] -= Z_OFFSET;
+#else
+    for (uint32_t s = 0; s < S; ++s) h[s] = (zu32)centred_byte_sum(h[s]);
+#endif
+}
+
 // target[i] += alpha * normal(bits32(key, i), scale) for i in [start, start + n): an FP32 ZO
 // step's three passes where z is Irwin-Hall and unmasked (the nets' add_z). As each_bits32's
 // lambda, GCC vectorized normal()'s byte sum into 7 of the loop's 21 operations a vector; here it
 // is centred_byte_sum's one or two (Zen 4: the pass 1.7x as fast). The same z, and the same
 // arithmetic as the lambda's `target[i] += alpha * z` (contracted to an FMA alike where the build
-// has one): the same floats. STREAMS vectors an iteration, whose hash chains are independent (the
-// A53's in-order pipeline overlaps them, as in each_bits32); the rest one index at a time.
-__attribute__((noinline)) inline void add_normal(float* target, uint64_t key, size_t start, size_t n, float alpha) {
+// has one): the same floats.
+// NORMAL_STREAMS vectors an iteration, written stage by stage: one operation over every vector,
+// then the next, so that an in-order core (the A53) issues five independent operations between an
+// operation and the one that needs its result. GCC would undo that order twice: at expansion, TER
+// puts each single-use operation next to its use (a vector's whole chain together again), and the
+// schedulers reorder by their own model; with both off in this function the stages stay as
+// written. The A53 model (benchmarks/a53_estimate.py) gave the loop 8.9 cycles per z with four
+// vectors GCC had scheduled, 4.75 with these (the bound its FP/SIMD unit sets: 3.5). Out of order
+// cores reorder it themselves. Then a vector at a time, the rest one index at a time.
+__attribute__((noinline, optimize("no-tree-ter", "no-schedule-insns", "no-schedule-insns2"))) inline void add_normal(float* target, uint64_t key, size_t start, size_t n, float alpha) {
     const float scale = z_scale();
     each_piece(key, start, n, [=](size_t p, uint32_t m, uint32_t k) {
-        constexpr uint32_t STEP = STREAMS * ZW;
+        constexpr uint32_t S = NORMAL_STREAMS, STEP = S * ZW;
+        const float sc = scale, a = alpha;    // in registers: not reloaded after each store to t
         float* t = target + p;
         zu32 x;
         for (int l = 0; l < ZW; ++l) x[l] = k + uint32_t(l) * WEYL;
         uint32_t j = 0;
         for (; m - j >= STEP; j += STEP) {
-#pragma GCC unroll 4
-            for (uint32_t s = 0; s < STREAMS; ++s) {
-                const zf32 z = __builtin_convertvector(centred_byte_sum(lowbias32(x + uint32_t(s * ZW) * WEYL)), zf32) * scale;
-                zf32_at* at = reinterpret_cast<zf32_at*>(t + j + s * ZW);
-                const zf32 w = *at;
-                *at = w + alpha * z;
-            }
+            zu32 h[S], u[S];
+            zf32 z[S], w[S];
+            zf32_at* at = reinterpret_cast<zf32_at*>(t + j);
+            for (uint32_t s = 0; s < S; ++s) w[s] = at[s];
+            for (uint32_t s = 0; s < S; ++s) h[s] = x + uint32_t(s * ZW) * WEYL;
+            for (uint32_t s = 0; s < S; ++s) u[s] = h[s] >> 16;
+            for (uint32_t s = 0; s < S; ++s) h[s] ^= u[s];
+            for (uint32_t s = 0; s < S; ++s) h[s] *= LB1;
+            for (uint32_t s = 0; s < S; ++s) u[s] = h[s] >> 15;
+            for (uint32_t s = 0; s < S; ++s) h[s] ^= u[s];
+            for (uint32_t s = 0; s < S; ++s) h[s] *= LB2;
+            for (uint32_t s = 0; s < S; ++s) u[s] = h[s] >> 16;
+            for (uint32_t s = 0; s < S; ++s) h[s] ^= u[s];
+            centred_byte_sums(h);
+            for (uint32_t s = 0; s < S; ++s) z[s] = __builtin_convertvector((zi32)h[s], zf32);
+            for (uint32_t s = 0; s < S; ++s) z[s] *= sc;
+            for (uint32_t s = 0; s < S; ++s) w[s] += a * z[s];
+            for (uint32_t s = 0; s < S; ++s) at[s] = w[s];
             x += STEP * WEYL;
         }
-        for (; j < m; ++j) t[j] += alpha * normal(lowbias32(k + j * WEYL), scale);
+        for (; m - j >= uint32_t(ZW); j += ZW) {
+            const zf32 z = __builtin_convertvector(centred_byte_sum(lowbias32(x)), zf32) * sc;
+            zf32_at* at = reinterpret_cast<zf32_at*>(t + j);
+            const zf32 w = *at;
+            *at = w + a * z;
+            x += ZW * WEYL;
+        }
+        for (; j < m; ++j) t[j] += a * normal(lowbias32(k + j * WEYL), scale);
     });
 }
 
