@@ -11,9 +11,9 @@ issue, in order, the latencies Arm publishes), as the steady-state cycles of the
 back to back: an estimate that ignores cache misses and branch mispredictions, the same for
 every configuration, so its ratios (INT8 over FP32, the ZO loops' share) are what it is for.
 
-The ZO perturbation and update are the blocks of zrng::add_normal's, each_bits32's and
-each_half16's loops (every ZO pass runs there); their instructions per parameter are divided by
-the passes (three a step).
+The ZO perturbation and update are the blocks of zrng::add_normal's, each_bits32's,
+fill_bits32's and each_half16's loops (every ZO pass runs there); their instructions per
+parameter are divided by the passes (three a step).
 Prints a table; asserts nothing. --json FILE writes the record; --show FILE prints the table from
 a record, running nothing: docs/cpus.md's table is the record docs/a53.json shown
 (tests/test_fig7.py checks that), with the working.
@@ -43,7 +43,7 @@ from workloads.vocab import PAPER_CONFIGS  # noqa: E402
 
 # the symbols every ZO pass's loops are compiled into: FP32's perturbation (Irwin-Hall, unmasked),
 # the hash's (and every other FP32 pass), and INT8's pass over the halves of its hashes
-ZO_LOOPS = ("add_normal", "each_bits32", "each_half16")
+ZO_LOOPS = ("add_normal", "each_bits32", "fill_bits32", "each_half16")
 BLOCK = re.compile(r"^IN: ?(.*)$")
 INSN = re.compile(r"^0x([0-9a-f]+):\s+[0-9a-f]{8}\s+(.*)$")
 TRACE = re.compile(r"^Trace \d+: 0x[0-9a-f]+ \[[0-9a-f]+/([0-9a-f]+)/")

@@ -201,6 +201,20 @@ __attribute__((always_inline)) inline zi32 centred_byte_sum(zu32 x) {
 }
 #endif
 
+// lowbias32 of S vectors, each of its operations over all S before the next (add_normal says why)
+template <size_t S>
+__attribute__((always_inline)) inline void lowbias32_stages(zu32 (&h)[S]) {
+    zu32 u[S];
+    for (size_t s = 0; s < S; ++s) u[s] = h[s] >> 16;
+    for (size_t s = 0; s < S; ++s) h[s] ^= u[s];
+    for (size_t s = 0; s < S; ++s) h[s] *= LB1;
+    for (size_t s = 0; s < S; ++s) u[s] = h[s] >> 15;
+    for (size_t s = 0; s < S; ++s) h[s] ^= u[s];
+    for (size_t s = 0; s < S; ++s) h[s] *= LB2;
+    for (size_t s = 0; s < S; ++s) u[s] = h[s] >> 16;
+    for (size_t s = 0; s < S; ++s) h[s] ^= u[s];
+}
+
 // h[s] = centred_byte_sum(h[s]) as int32 lanes, each of its operations over every s before the next
 template <size_t S>
 __attribute__((always_inline)) inline void centred_byte_sums(zu32 (&h)[S]) {
@@ -237,19 +251,12 @@ __attribute__((noinline, optimize("no-tree-ter", "no-schedule-insns", "no-schedu
         for (int l = 0; l < ZW; ++l) x[l] = k + uint32_t(l) * WEYL;
         uint32_t j = 0;
         for (; m - j >= STEP; j += STEP) {
-            zu32 h[S], u[S];
+            zu32 h[S];
             zf32 z[S], w[S];
             zf32_at* at = reinterpret_cast<zf32_at*>(t + j);
             for (uint32_t s = 0; s < S; ++s) w[s] = at[s];
             for (uint32_t s = 0; s < S; ++s) h[s] = x + uint32_t(s * ZW) * WEYL;
-            for (uint32_t s = 0; s < S; ++s) u[s] = h[s] >> 16;
-            for (uint32_t s = 0; s < S; ++s) h[s] ^= u[s];
-            for (uint32_t s = 0; s < S; ++s) h[s] *= LB1;
-            for (uint32_t s = 0; s < S; ++s) u[s] = h[s] >> 15;
-            for (uint32_t s = 0; s < S; ++s) h[s] ^= u[s];
-            for (uint32_t s = 0; s < S; ++s) h[s] *= LB2;
-            for (uint32_t s = 0; s < S; ++s) u[s] = h[s] >> 16;
-            for (uint32_t s = 0; s < S; ++s) h[s] ^= u[s];
+            lowbias32_stages(h);
             centred_byte_sums(h);
             for (uint32_t s = 0; s < S; ++s) z[s] = __builtin_convertvector((zi32)h[s], zf32);
             for (uint32_t s = 0; s < S; ++s) z[s] *= sc;
@@ -271,6 +278,33 @@ __attribute__((noinline, optimize("no-tree-ter", "no-schedule-insns", "no-schedu
 // bits32(key, j) at one index
 inline uint32_t bits32(uint64_t key, uint64_t j) { return lowbias32(block_key(key, j >> 32) + uint32_t(j) * WEYL); }
 
+// h[j - first] = bits32(key, j) for j in [first, first + m): each_half16's chunk of hashes,
+// NORMAL_STREAMS vectors an iteration, stage by stage as in add_normal (the A53 model: 2.9 cycles
+// a hash; each_bits32's four places an iteration, GCC's order, 4.0)
+__attribute__((noinline, optimize("no-tree-ter", "no-schedule-insns", "no-schedule-insns2"))) inline void
+fill_bits32(uint32_t* h, uint64_t key, size_t first, size_t m) {
+    each_piece(key, first, m, [=](size_t p, uint32_t n, uint32_t k) {
+        constexpr uint32_t S = NORMAL_STREAMS, STEP = S * ZW;
+        uint32_t* o = h + (p - first);
+        zu32 x;
+        for (int l = 0; l < ZW; ++l) x[l] = k + uint32_t(l) * WEYL;
+        uint32_t j = 0;
+        for (; n - j >= STEP; j += STEP) {
+            zu32 v[S];
+            for (uint32_t s = 0; s < S; ++s) v[s] = x + uint32_t(s * ZW) * WEYL;
+            lowbias32_stages(v);
+            for (uint32_t s = 0; s < S; ++s) std::memcpy(o + j + s * ZW, &v[s], sizeof v[s]);
+            x += STEP * WEYL;
+        }
+        for (; n - j >= uint32_t(ZW); j += ZW) {
+            const zu32 v = lowbias32(x);
+            std::memcpy(o + j, &v, sizeof v);
+            x += ZW * WEYL;
+        }
+        for (; j < n; ++j) o[j] = lowbias32(k + j * WEYL);
+    });
+}
+
 // INT8's z, two to a hash (docs/zrng.md, "INT8 z"): element i's 16 bits are the half i & 1 of
 // bits32(key, i >> 1), the low half for even i; a vector of ZW hashes, read as 2 ZW 16-bit lanes,
 // holds elements 2j .. 2j + 2 ZW - 1 in order (every target is little-endian). LANES16 such lanes.
@@ -280,7 +314,7 @@ typedef int16_t zi16 __attribute__((vector_size(ZW * 4)));
 
 // f(i, u, len) over [start, start + n) in vectors: elements i .. i + len - 1, their 16 bits u's
 // first len lanes (len = LANES16 but at the range's ends). A chunk's hashes are drawn first
-// (each_bits32: STREAMS independent chains, which the A53 overlaps), into a buffer in L1 that f
+// (fill_bits32: independent chains, which the A53 overlaps), into a buffer in L1 that f
 // then reads as vectors of halves, eight an iteration: f's chain of a dozen dependent operations a
 // vector stalls the A53's in-order pipeline unless GCC has the next vectors' to fill it with (one
 // at a time, the A53 model gave the ZO loops 1.6x the cycles). The hash and f in one loop made the
@@ -300,7 +334,7 @@ __attribute__((noinline)) void each_half16(uint64_t key, size_t start, size_t n,
     }
     while (end - i >= 2) {
         const size_t m = std::min(HALF16_CHUNK, (end - i) >> 1), first = i >> 1;
-        each_bits32(key, first, m, [&h, first](size_t j, uint32_t x) { h[j - first] = x; });
+        fill_bits32(h, key, first, m);
         size_t j = 0;
 #pragma GCC unroll 8
         for (; m - j >= size_t(ZW); j += ZW) {
