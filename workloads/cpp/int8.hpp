@@ -298,25 +298,35 @@ inline T psto_shift(T x, int s) {
     return x < 0 ? -r : r;
 }
 
-// clamp(psto_shift(x, s), -1, 1), the ZO update's one-bit step, lane by lane in fewer operations:
-// |x| / 2^s rounds to at least 1 where |x| >= 2^s or, below, where the rounding adds one (for
-// s = 0 wherever x != 0); there sign(x), elsewhere 0
-inline zrng::zi16 psto_sign(zrng::zi16 x, int s) {
-    const zrng::zi16 a = x < 0 ? -x : x;
-    const int h = s >> 1;
-    const zrng::zi16 up = (a > int16_t((1 << s) - 1)) | ((a >> h) > ((a & int16_t((1 << h) - 1)) << (s & 1)));
-    return up & ((x >> 15) | 1);
+// x = clamp(psto_shift(x, s), -1, 1), the ZO update's one-bit step, lane by lane in fewer
+// operations: |x| / 2^s rounds to at least 1 where |x| >= 2^s or, below, where the rounding adds
+// one (for s = 0 wherever x != 0); there sign(x), elsewhere 0. S vectors, a step over all at once
+// (int8_z.hpp)
+template <size_t S>
+inline void psto_sign(zrng::zi16 (&x)[S], int s) {
+    const int h = s >> 1, odd = s & 1;
+    const int16_t top = int16_t((1 << s) - 1), low = int16_t((1 << h) - 1);
+    zrng::zi16 a[S], up[S], p[S];
+    for (size_t k = 0; k < S; ++k) a[k] = x[k] < 0 ? -x[k] : x[k];
+    for (size_t k = 0; k < S; ++k) x[k] = (x[k] >> 15) | 1;      // the sign, as -1 or 1
+    for (size_t k = 0; k < S; ++k) up[k] = a[k] > top;
+    for (size_t k = 0; k < S; ++k) p[k] = a[k] >> h;
+    for (size_t k = 0; k < S; ++k) a[k] &= low;
+    for (size_t k = 0; k < S; ++k) a[k] <<= odd;
+    for (size_t k = 0; k < S; ++k) p[k] = p[k] > a[k];
+    for (size_t k = 0; k < S; ++k) up[k] |= p[k];
+    for (size_t k = 0; k < S; ++k) x[k] &= up[k];
 }
 
 inline int clamp127(int64_t v) { return int(std::min<int64_t>(127, std::max<int64_t>(-127, v))); }
 // the same in int: a loop over int32 values keeps its lanes (int64 would halve them)
 inline int clamp127(int v) { return std::min(127, std::max(-127, v)); }
-// and lane by lane in the ZO passes' vectors, into [LO, HI] (constants: with the bounds as
-// arguments GCC 12 made compares and masked moves of it, not a min and a max)
-template <int16_t LO, int16_t HI>
-inline zrng::zi16 clamp(zrng::zi16 v) {
-    v = v > HI ? zrng::zi16{} + HI : v;
-    return v < LO ? zrng::zi16{} + LO : v;
+// and lane by lane in the ZO passes' vectors, S of them, into [LO, HI] (constants: with the
+// bounds as arguments GCC 12 made compares and masked moves of it, not a min and a max)
+template <int16_t LO, int16_t HI, size_t S>
+inline void clamp(zrng::zi16 (&v)[S]) {
+    for (size_t s = 0; s < S; ++s) v[s] = v[s] > HI ? zrng::zi16{} + HI : v[s];
+    for (size_t s = 0; s < S; ++s) v[s] = v[s] < LO ? zrng::zi16{} + LO : v[s];
 }
 
 // the requantization shift of a tensor whose largest |value| is m

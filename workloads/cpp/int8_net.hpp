@@ -304,7 +304,7 @@ struct Net {
         }
     }
 
-    // w = g(w, u) on the ZO part's weights (zo_pass: u their z's 16 bits, LANES16 at a time): one
+    // g(w, u) on the ZO part's weights (zo_pass: w arrays of vectors, u their z's 16 bits): one
     // team region, each thread on its own rows (owned_segments)
     template <class G>
     void each_z(uint64_t key, G g) {
@@ -318,7 +318,14 @@ struct Net {
     void perturb(uint64_t key, int k, int epoch) {
         const uint16_t thr = uint16_t(sparsity_threshold(epoch));
         const int16_t r = int16_t(scale), k16 = int16_t(k);
-        each_z(key, [=](zi16 w, zu16 u) { return clamp<-127, 127>(w + k16 * zo_noise(u, r, thr)); });
+        each_z(key, [=](auto& w, const auto& u) {
+            constexpr size_t S = count_of<decltype(w)>;
+            zi16 z[S];
+            zo_noise(z, u, r, thr);
+            for (size_t s = 0; s < S; ++s) z[s] *= k16;
+            for (size_t s = 0; s < S; ++s) w[s] += z[s];
+            clamp<-127, 127>(w);
+        });
     }
 
     // restore (+z) and update (-round(g z) to one bit) in one pass, in 16-bit values (|g z| <= 127)
@@ -326,9 +333,15 @@ struct Net {
         const uint16_t thr = uint16_t(sparsity_threshold(epoch));
         const int16_t r = int16_t(scale), g16 = int16_t(g);
         const int s = std::max(zo_update_shift(scale), 0);
-        each_z(key, [=](zi16 w, zu16 u) {
-            const zi16 z = zo_noise(u, r, thr);
-            return clamp<-127, 127>(w + z - psto_sign(zi16(g16 * z), s));
+        each_z(key, [=](auto& w, const auto& u) {
+            constexpr size_t S = count_of<decltype(w)>;
+            zi16 z[S], d[S];
+            zo_noise(z, u, r, thr);
+            for (size_t k = 0; k < S; ++k) d[k] = g16 * z[k];
+            psto_sign(d, s);
+            for (size_t k = 0; k < S; ++k) w[k] += z[k];
+            for (size_t k = 0; k < S; ++k) w[k] -= d[k];
+            clamp<-127, 127>(w);
         });
     }
 

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #if defined(__SSE2__)
 #include <immintrin.h>
@@ -21,29 +22,48 @@ namespace int8 {
 using zrng::zi16;
 using zrng::zu16;
 
-// the high 16 bits of each lane's 32-bit product a b: one instruction on x86 (pmulhuw), three on
-// NEON (umull, umull2, uzp2); GCC's vectorizer took it through 32-bit lanes
-inline zu16 mulhi(zu16 a, zu16 b) {
+// The passes' operations take S vectors at once and do each step over all S before the next:
+// an in-order core (the A53) then has S - 1 independent operations between a step and the one
+// that needs its result, and each_half16 keeps that order (zrng::add_normal says why GCC would not).
+// the number of vectors in an array of them
+template <class A>
+constexpr size_t count_of = std::extent_v<std::remove_reference_t<A>>;
+
+// r = the high 16 bits of each lane's 32-bit product a b: one instruction on x86 (pmulhuw), three
+// on NEON (umull, umull2, uzp2); GCC's vectorizer took it through 32-bit lanes
+template <size_t S>
+inline void mulhi(zu16 (&r)[S], const zu16 (&a)[S], zu16 b) {
+#if defined(__aarch64__)
+    uint32x4_t lo[S], hi[S];
+    for (size_t s = 0; s < S; ++s) lo[s] = vmull_u16(vget_low_u16(a[s]), vget_low_u16(b));
+    for (size_t s = 0; s < S; ++s) hi[s] = vmull_high_u16(a[s], b);
+    for (size_t s = 0; s < S; ++s) r[s] = vuzp2q_u16(vreinterpretq_u16_u32(lo[s]), vreinterpretq_u16_u32(hi[s]));
+#else
+    for (size_t s = 0; s < S; ++s) {
 #if defined(__AVX512BW__)
-    return (zu16)_mm512_mulhi_epu16((__m512i)a, (__m512i)b);
+        r[s] = (zu16)_mm512_mulhi_epu16((__m512i)a[s], (__m512i)b);
 #elif defined(__AVX2__) && !defined(__AVX512F__)
-    return (zu16)_mm256_mulhi_epu16((__m256i)a, (__m256i)b);
+        r[s] = (zu16)_mm256_mulhi_epu16((__m256i)a[s], (__m256i)b);
 #elif defined(__SSE2__) && !defined(__AVX2__)
-    return (zu16)_mm_mulhi_epu16((__m128i)a, (__m128i)b);
-#elif defined(__aarch64__)
-    return vuzp2q_u16(vreinterpretq_u16_u32(vmull_u16(vget_low_u16(a), vget_low_u16(b))),
-                      vreinterpretq_u16_u32(vmull_high_u16(a, b)));
+        r[s] = (zu16)_mm_mulhi_epu16((__m128i)a[s], (__m128i)b);
 #else   // AVX-512F without BW
-    typedef uint32_t wide __attribute__((vector_size(sizeof(zu16) * 2)));
-    return __builtin_convertvector((__builtin_convertvector(a, wide) * __builtin_convertvector(b, wide)) >> 16, zu16);
+        typedef uint32_t wide __attribute__((vector_size(sizeof(zu16) * 2)));
+        r[s] = __builtin_convertvector((__builtin_convertvector(a[s], wide) * __builtin_convertvector(b, wide)) >> 16, zu16);
+#endif
+    }
 #endif
 }
 
-// p = u (2 scale + 1): 0 where p's low 16 bits are below threshold, else p's high 16 - scale
-inline zi16 zo_noise(zu16 u, int16_t scale, uint16_t threshold) {
+// z of u: with p = u (2 scale + 1), 0 where p's low 16 bits are below threshold, else p's high
+// 16 - scale
+template <size_t S>
+inline void zo_noise(zi16 (&z)[S], const zu16 (&u)[S], int16_t scale, uint16_t threshold) {
     const uint16_t m = uint16_t(2 * scale + 1);
-    const zi16 z = (zi16)mulhi(u, zu16{} + m) - scale;
-    return u * m < threshold ? zi16{} : z;
+    zu16 p[S];
+    mulhi(p, u, zu16{} + m);
+    for (size_t s = 0; s < S; ++s) z[s] = (zi16)p[s] - scale;
+    for (size_t s = 0; s < S; ++s) p[s] = u[s] * m;
+    for (size_t s = 0; s < S; ++s) z[s] = p[s] < threshold ? zi16{} : z[s];
 }
 
 // LANES16 weights from p as 16-bit lanes, and back (every value in [-127, 127]); GCC 12 made
@@ -70,16 +90,26 @@ inline void narrow(int8_t* p, zi16 v) {
 #endif
 }
 
-// w[i] = g(w[i], z's 16 bits) over [start, start + n), LANES16 at a time (zrng::each_half16); a
-// short vector at the range's ends through a copy
+// g(w, u) on w[i] over [start, start + n) (zrng::each_half16): w, the weights as vectors of
+// 16-bit lanes, S of them, which g changes in place; u their z's 16 bits. A short vector at the
+// range's ends through a copy
 template <class G>
 inline void zo_pass(int8_t* w, uint64_t key, size_t start, size_t n, G g) {
-    zrng::each_half16(key, start, n, [=](size_t i, zu16 u, int len) {
-        if (len == zrng::LANES16) return narrow(w + i, g(widen(w + i), u));
-        int8_t t[zrng::LANES16] = {};
-        std::memcpy(t, w + i, size_t(len));
-        narrow(t, g(widen(t), u));
-        std::memcpy(w + i, t, size_t(len));
+    zrng::each_half16(key, start, n, [=](size_t i, const auto& u, int len) {
+        constexpr size_t S = count_of<decltype(u)>;
+        zi16 v[S];
+        if (len == int(S) * zrng::LANES16) {
+            for (size_t s = 0; s < S; ++s) v[s] = widen(w + i + s * zrng::LANES16);
+            g(v, u);
+            for (size_t s = 0; s < S; ++s) narrow(w + i + s * zrng::LANES16, v[s]);
+        } else if constexpr (S == 1) {
+            int8_t t[zrng::LANES16] = {};
+            std::memcpy(t, w + i, size_t(len));
+            v[0] = widen(t);
+            g(v, u);
+            narrow(t, v[0]);
+            std::memcpy(w + i, t, size_t(len));
+        }
     });
 }
 

@@ -312,46 +312,57 @@ constexpr int LANES16 = 2 * ZW;
 typedef uint16_t zu16 __attribute__((vector_size(ZW * 4)));
 typedef int16_t zi16 __attribute__((vector_size(ZW * 4)));
 
-// f(i, u, len) over [start, start + n) in vectors: elements i .. i + len - 1, their 16 bits u's
-// first len lanes (len = LANES16 but at the range's ends). A chunk's hashes are drawn first
-// (fill_bits32: independent chains, which the A53 overlaps), into a buffer in L1 that f
-// then reads as vectors of halves, eight an iteration: f's chain of a dozen dependent operations a
-// vector stalls the A53's in-order pipeline unless GCC has the next vectors' to fill it with (one
-// at a time, the A53 model gave the ZO loops 1.6x the cycles). The hash and f in one loop made the
-// A53 model's ZO loops 8.5 % of an INT8 step against 6.6 %, and took a Zen 4 15 % more time. An odd
-// first element (the high half of its hash) and an unpaired last one (the low) go alone.
+// f(i, u, len) over [start, start + n): u an array of vectors of 16-bit lanes, the elements i ..
+// i + len - 1's 16 bits in order (len = all of their lanes but at the range's ends, where u is
+// one vector). A chunk's hashes are drawn first (fill_bits32), into a buffer in L1 that f then
+// reads HALF16_BATCH vectors at a time. f's chain of a dozen dependent operations a vector stalls
+// the A53's in-order pipeline unless the other vectors' operations fill it: the passes
+// (int8::zo_pass) take each step over all the batch's vectors before the next, and TER is off in
+// this function so that GCC keeps them apart (its schedulers stay on: here they help, 122 cycles
+// against 263 for a perturbation's batch of eight in the A53 model). With eight vectors, the
+// model's perturbation is 1.9 cycles a weight and the update 4.4, where GCC's unrolled loop of
+// one vector a call gave 3.5 and 5.3, four vectors staged 2.3 and 4.3. The hash and f in one loop
+// made the A53 model's ZO loops 8.5 % of an INT8 step against 6.6 %, and took a Zen 4 15 % more
+// time. An odd first element (the high half of its hash) and an unpaired last one (the low) go
+// alone.
 constexpr size_t HALF16_CHUNK = 512;      // hashes a chunk: 2 KB
+constexpr size_t HALF16_BATCH = 8;        // vectors f takes at once
 
 template <class F>
-__attribute__((noinline)) void each_half16(uint64_t key, size_t start, size_t n, F f) {
+__attribute__((noinline, optimize("no-tree-ter"))) void
+each_half16(uint64_t key, size_t start, size_t n, F f) {
     alignas(64) uint32_t h[HALF16_CHUNK];
     const size_t end = start + n;
     size_t i = start;
     if (i < end && (i & 1)) {
-        zu16 u{};
-        u[0] = uint16_t(bits32(key, i >> 1) >> 16);
+        zu16 u[1] = {};
+        u[0][0] = uint16_t(bits32(key, i >> 1) >> 16);
         f(i++, u, 1);
     }
     while (end - i >= 2) {
         const size_t m = std::min(HALF16_CHUNK, (end - i) >> 1), first = i >> 1;
         fill_bits32(h, key, first, m);
         size_t j = 0;
-#pragma GCC unroll 8
+        for (; m - j >= HALF16_BATCH * ZW; j += HALF16_BATCH * ZW) {
+            zu16 u[HALF16_BATCH];
+            std::memcpy(u, h + j, sizeof u);
+            f(i + 2 * j, u, int(HALF16_BATCH) * LANES16);
+        }
         for (; m - j >= size_t(ZW); j += ZW) {
-            zu16 u;
-            std::memcpy(&u, h + j, sizeof u);
+            zu16 u[1];
+            std::memcpy(u, h + j, sizeof u);
             f(i + 2 * j, u, LANES16);
         }
         if (j < m) {
-            zu16 u{};
-            std::memcpy(&u, h + j, (m - j) * sizeof *h);
+            zu16 u[1] = {};
+            std::memcpy(u, h + j, (m - j) * sizeof *h);
             f(i + 2 * j, u, int(2 * (m - j)));
         }
         i += 2 * m;
     }
     if (i < end) {
-        zu16 u{};
-        u[0] = uint16_t(bits32(key, i >> 1));
+        zu16 u[1] = {};
+        u[0][0] = uint16_t(bits32(key, i >> 1));
         f(i, u, 1);
     }
 }
