@@ -42,7 +42,7 @@ from testkit.runners import QEMU_A53, run_runner  # noqa: E402
 from workloads.vocab import PAPER_CONFIGS  # noqa: E402
 
 # the symbols every ZO pass's loops are compiled into: FP32's perturbation (Irwin-Hall, unmasked),
-# the hash's (and every other FP32 pass), and INT8's pass over the halves of its hashes
+# the hash's (and every other FP32 pass), INT8's chunk of hashes and its pass over their halves
 ZO_LOOPS = ("add_normal", "each_bits32", "fill_bits32", "each_half16")
 BLOCK = re.compile(r"^IN: ?(.*)$")
 INSN = re.compile(r"^0x([0-9a-f]+):\s+[0-9a-f]{8}\s+(.*)$")

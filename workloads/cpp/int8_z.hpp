@@ -92,7 +92,7 @@ inline void narrow(int8_t* p, zi16 v) {
 
 // g(w, u) on w[i] over [start, start + n) (zrng::each_half16): w, the weights as vectors of
 // 16-bit lanes, S of them, which g changes in place; u their z's 16 bits. A short vector at the
-// range's ends through a copy
+// range's ends (each_half16 hands those over one at a time) through a copy
 template <class G>
 inline void zo_pass(int8_t* w, uint64_t key, size_t start, size_t n, G g) {
     zrng::each_half16(key, start, n, [=](size_t i, const auto& u, int len) {

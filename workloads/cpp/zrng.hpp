@@ -93,14 +93,15 @@ inline float normal(uint32_t x, float scale) {
 // net's zo_gauss buffer, copied from GAUSS_BITS once)
 inline float gauss(uint32_t x, const float* table) { return table[x >> GAUSS_SHIFT]; }
 
-// How many places a SIMD loop over z draws at an iteration: their hash chains are independent,
-// so an in-order core (the A53) overlaps them instead of stalling on one chain's latencies (FP32:
-// 31 -> 11 cycles per z in its pipeline model, docs/cpus.md); an out-of-order core gains nothing
-// and loses nothing. With 8, INT8's loop no longer vectorizes on NEON.
+// How many places each_bits32 (FP32's passes other than add_normal's) draws at an iteration: their
+// hash chains are independent, so an in-order core (the A53) overlaps them instead of stalling on
+// one chain's latencies (FP32: 31 -> 11 cycles per z in its pipeline model, docs/cpus.md); an
+// out-of-order core gains nothing and loses nothing.
 constexpr uint32_t STREAMS = 4;
-// add_normal's: six vectors an iteration, each stage of the hash over all six before the next (the
-// A53 model: 4.75 cycles per z; 6.9 with four vectors, 6.3 with eight, where GCC spills registers)
-constexpr uint32_t NORMAL_STREAMS = 6;
+// How many vectors add_normal and fill_bits32 hash at an iteration, each operation over all of
+// them before the next (hash_stages; the A53 model: add_normal 4.75 cycles per z, 6.9 with four
+// vectors, 6.3 with eight, where GCC spills registers)
+constexpr uint32_t STAGED = 6;
 
 // g(p, m, k) over [start, start + n) in pieces of m indices from p, k the hash's input at p
 // (bits32(key, p) = lowbias32(k), and at p + j lowbias32(k + j * WEYL)). A piece is at most 2^31
@@ -201,10 +202,19 @@ __attribute__((always_inline)) inline zi32 centred_byte_sum(zu32 x) {
 }
 #endif
 
-// lowbias32 of S vectors, each of its operations over all S before the next (add_normal says why)
+// the hash's inputs of ZW consecutive indices from the one whose input is k
+inline zu32 weyl_lanes(uint32_t k) {
+    zu32 x;
+    for (int l = 0; l < ZW; ++l) x[l] = k + uint32_t(l) * WEYL;
+    return x;
+}
+
+// h = lowbias32 of the S vectors of inputs from x on (x, x + ZW WEYL, ...), each of its
+// operations over all S before the next (add_normal says why)
 template <size_t S>
-__attribute__((always_inline)) inline void lowbias32_stages(zu32 (&h)[S]) {
+__attribute__((always_inline)) inline void hash_stages(zu32 (&h)[S], zu32 x) {
     zu32 u[S];
+    for (size_t s = 0; s < S; ++s) h[s] = x + uint32_t(s * ZW) * WEYL;
     for (size_t s = 0; s < S; ++s) u[s] = h[s] >> 16;
     for (size_t s = 0; s < S; ++s) h[s] ^= u[s];
     for (size_t s = 0; s < S; ++s) h[s] *= LB1;
@@ -219,11 +229,11 @@ __attribute__((always_inline)) inline void lowbias32_stages(zu32 (&h)[S]) {
 template <size_t S>
 __attribute__((always_inline)) inline void centred_byte_sums(zu32 (&h)[S]) {
 #if defined(__aarch64__) && !defined(__ARM_FEATURE_DOTPROD)
-    for (uint32_t s = 0; s < S; ++s) h[s] = (zu32)vpaddlq_u8(vreinterpretq_u8_u32(h[s]));
-    for (uint32_t s = 0; s < S; ++s) h[s] = vpaddlq_u16((uint16x8_t)h[s]);
-    for (uint32_t s = 0; s < S; ++s) h[s] -= Z_OFFSET;
+    for (size_t s = 0; s < S; ++s) h[s] = (zu32)vpaddlq_u8(vreinterpretq_u8_u32(h[s]));
+    for (size_t s = 0; s < S; ++s) h[s] = vpaddlq_u16((uint16x8_t)h[s]);
+    for (size_t s = 0; s < S; ++s) h[s] -= Z_OFFSET;
 #else
-    for (uint32_t s = 0; s < S; ++s) h[s] = (zu32)centred_byte_sum(h[s]);
+    for (size_t s = 0; s < S; ++s) h[s] = (zu32)centred_byte_sum(h[s]);
 #endif
 }
 
@@ -233,7 +243,7 @@ __attribute__((always_inline)) inline void centred_byte_sums(zu32 (&h)[S]) {
 // is centred_byte_sum's one or two (Zen 4: the pass 1.7x as fast). The same z, and the same
 // arithmetic as the lambda's `target[i] += alpha * z` (contracted to an FMA alike where the build
 // has one): the same floats.
-// NORMAL_STREAMS vectors an iteration, written stage by stage: one operation over every vector,
+// STAGED vectors an iteration, written stage by stage: one operation over every vector,
 // then the next, so that an in-order core (the A53) issues five independent operations between an
 // operation and the one that needs its result. GCC would undo that order twice: at expansion, TER
 // puts each single-use operation next to its use (a vector's whole chain together again), and the
@@ -244,19 +254,17 @@ __attribute__((always_inline)) inline void centred_byte_sums(zu32 (&h)[S]) {
 __attribute__((noinline, optimize("no-tree-ter", "no-schedule-insns", "no-schedule-insns2"))) inline void add_normal(float* target, uint64_t key, size_t start, size_t n, float alpha) {
     const float scale = z_scale();
     each_piece(key, start, n, [=](size_t p, uint32_t m, uint32_t k) {
-        constexpr uint32_t S = NORMAL_STREAMS, STEP = S * ZW;
+        constexpr uint32_t S = STAGED, STEP = S * ZW;
         const float sc = scale, a = alpha;    // in registers: not reloaded after each store to t
         float* t = target + p;
-        zu32 x;
-        for (int l = 0; l < ZW; ++l) x[l] = k + uint32_t(l) * WEYL;
+        zu32 x = weyl_lanes(k);
         uint32_t j = 0;
         for (; m - j >= STEP; j += STEP) {
             zu32 h[S];
             zf32 z[S], w[S];
             zf32_at* at = reinterpret_cast<zf32_at*>(t + j);
             for (uint32_t s = 0; s < S; ++s) w[s] = at[s];
-            for (uint32_t s = 0; s < S; ++s) h[s] = x + uint32_t(s * ZW) * WEYL;
-            lowbias32_stages(h);
+            hash_stages(h, x);
             centred_byte_sums(h);
             for (uint32_t s = 0; s < S; ++s) z[s] = __builtin_convertvector((zi32)h[s], zf32);
             for (uint32_t s = 0; s < S; ++s) z[s] *= sc;
@@ -271,7 +279,7 @@ __attribute__((noinline, optimize("no-tree-ter", "no-schedule-insns", "no-schedu
             *at = w + a * z;
             x += ZW * WEYL;
         }
-        for (; j < m; ++j) t[j] += a * normal(lowbias32(k + j * WEYL), scale);
+        for (; j < m; ++j) t[j] += a * normal(lowbias32(k + j * WEYL), sc);
     });
 }
 
@@ -279,20 +287,18 @@ __attribute__((noinline, optimize("no-tree-ter", "no-schedule-insns", "no-schedu
 inline uint32_t bits32(uint64_t key, uint64_t j) { return lowbias32(block_key(key, j >> 32) + uint32_t(j) * WEYL); }
 
 // h[j - first] = bits32(key, j) for j in [first, first + m): each_half16's chunk of hashes,
-// NORMAL_STREAMS vectors an iteration, stage by stage as in add_normal (the A53 model: 2.9 cycles
+// STAGED vectors an iteration, stage by stage as in add_normal (the A53 model: 2.9 cycles
 // a hash; each_bits32's four places an iteration, GCC's order, 4.0)
 __attribute__((noinline, optimize("no-tree-ter", "no-schedule-insns", "no-schedule-insns2"))) inline void
 fill_bits32(uint32_t* h, uint64_t key, size_t first, size_t m) {
     each_piece(key, first, m, [=](size_t p, uint32_t n, uint32_t k) {
-        constexpr uint32_t S = NORMAL_STREAMS, STEP = S * ZW;
+        constexpr uint32_t S = STAGED, STEP = S * ZW;
         uint32_t* o = h + (p - first);
-        zu32 x;
-        for (int l = 0; l < ZW; ++l) x[l] = k + uint32_t(l) * WEYL;
+        zu32 x = weyl_lanes(k);
         uint32_t j = 0;
         for (; n - j >= STEP; j += STEP) {
             zu32 v[S];
-            for (uint32_t s = 0; s < S; ++s) v[s] = x + uint32_t(s * ZW) * WEYL;
-            lowbias32_stages(v);
+            hash_stages(v, x);
             for (uint32_t s = 0; s < S; ++s) std::memcpy(o + j + s * ZW, &v[s], sizeof v[s]);
             x += STEP * WEYL;
         }
