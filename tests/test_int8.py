@@ -75,18 +75,19 @@ def test_the_fc_forwards_packed_gemm_is_the_plain_sum_of_products(native, tmp_pa
     assert len(lines) == 8 and all(line.endswith(" same") for line in lines), lines
 
 
-@pytest.mark.parametrize("scale", [3, 5, 40])
+@pytest.mark.parametrize("scale", [3, 40, 127])
 def test_every_perturbation_range_updates_exactly_as_the_reference(native, data_dir, tmp_path, scale):
     """The binary's ZO update rounds g z to one bit in fewer operations than psto_shift and a
-    clamp (int8.hpp psto_sign): at an odd and an even shift (scale 3: s = 1, 5: 2, 40: 5) its
-    weights must stay the reference's."""
+    clamp (int8.hpp psto_sign): at odd and even shifts (scale 3: s = 1, 40: 5, 127: 6) its weights
+    must stay the reference's. At 127 the perturbation by -2 z and the update's z + 1 are over
+    127, and the binary adds them in two halves (int8_net.hpp add_changes)."""
     s = job_spec("full-zo", 0, seed=5, steps=30, test_samples=100, data_dir=data_dir, precision="int8",
                  zo_loss="float", hyper={"zo_scale": scale})
     torch_run = run_runner(s, tmp_path / "torch")
     assert_identical(torch_run, run_runner(s, tmp_path / "cpp", native))
     assert torch_run["model"]["weights_sha256"] != run_runner(
         job_spec("full-zo", 0, seed=5, steps=30, test_samples=100, data_dir=data_dir, precision="int8",
-                 zo_loss="float", hyper={"zo_scale": scale + 1}), tmp_path / "other")["model"]["weights_sha256"]
+                 zo_loss="float", hyper={"zo_scale": scale - 1}), tmp_path / "other")["model"]["weights_sha256"]
 
 
 def test_an_odd_batch_size_is_exact_too(native, data_dir, tmp_path):

@@ -8,7 +8,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <iterator>
 #include <vector>
 
 #include "int8_z.hpp"
@@ -37,11 +36,7 @@ int main(int argc, char** argv) {
     const int16_t r = int16_t(std::atoi(argv[6]));
     const uint16_t thr = uint16_t(std::atoi(argv[7]));
     std::vector<int8_t> q(n8, 0);
-    int8::zo_pass(at(q, start8), key, start8, n8, [=](auto& w, const auto& u) {
-        int8::zi16 z[int8::count_of<decltype(w)>];
-        int8::zo_noise(z, u, r, thr);
-        for (size_t s = 0; s < std::size(z); ++s) w[s] += z[s];
-    });
+    int8::zo_pass(at(q, start8), key, start8, n8, [=](auto& e, const auto& u) { int8::zo_noise(e, u, r, thr); });
     for (int8_t v : q) std::printf("%d\n", int(v));
     return 0;
 }

@@ -321,13 +321,6 @@ inline void psto_sign(zrng::zi16 (&x)[S], int s) {
 inline int clamp127(int64_t v) { return int(std::min<int64_t>(127, std::max<int64_t>(-127, v))); }
 // the same in int: a loop over int32 values keeps its lanes (int64 would halve them)
 inline int clamp127(int v) { return std::min(127, std::max(-127, v)); }
-// and lane by lane in the ZO passes' vectors, S of them, into [LO, HI] (constants: with the
-// bounds as arguments GCC 12 made compares and masked moves of it, not a min and a max)
-template <int16_t LO, int16_t HI, size_t S>
-inline void clamp(zrng::zi16 (&v)[S]) {
-    for (size_t s = 0; s < S; ++s) v[s] = v[s] > HI ? zrng::zi16{} + HI : v[s];
-    for (size_t s = 0; s < S; ++s) v[s] = v[s] < LO ? zrng::zi16{} + LO : v[s];
-}
 
 // the requantization shift of a tensor whose largest |value| is m
 inline int shift_of_max(uint32_t m) { return ceil_log2(m) - ACT_BITS; }

@@ -304,44 +304,50 @@ struct Net {
         }
     }
 
-    // g(w, u) on the ZO part's weights (zo_pass: w arrays of vectors, u their z's 16 bits): one
-    // team region, each thread on its own rows (owned_segments)
+    // w = clamp(w + e, -127, 127) on the ZO part's weights, g(e, u) giving their changes e from
+    // their z's 16 bits (zo_pass), at most `most` in size: one team region, each thread on its own
+    // rows (owned_segments). zo_pass takes |e| <= 127; larger changes (a perturbation by -2 z, an
+    // update by z + 1, where scale > 63) go in two passes of half each: both halves are in e's
+    // direction, so clamping after each clamps their sum.
     template <class G>
-    void each_z(uint64_t key, G g) {
+    void add_changes(uint64_t key, int most, G g) {
         int8_t* w = q.data();
-        team::run([&](int t, int T) {
-            owned_segments(a, off, first_bp, false, t, T, [&](size_t lo, size_t n) { zo_pass(w, key, lo, n, g); });
-        });
+        const int parts = most <= 127 ? 1 : 2;
+        for (int part = 0; part < parts; ++part)
+            team::run([&](int t, int T) {
+                owned_segments(a, off, first_bp, false, t, T, [&](size_t lo, size_t n) {
+                    zo_pass(w, key, lo, n, [=](auto& e, const auto& u) {
+                        g(e, u);
+                        if (parts == 2)
+                            for (auto& v : e) v = part == 0 ? v >> 1 : v - (v >> 1);
+                    });
+                });
+            });
     }
 
-    // in 16-bit values: |w + k z| <= 127 + 2 * 127
+    // w + k z
     void perturb(uint64_t key, int k, int epoch) {
         const uint16_t thr = uint16_t(sparsity_threshold(epoch));
         const int16_t r = int16_t(scale), k16 = int16_t(k);
-        each_z(key, [=](auto& w, const auto& u) {
-            constexpr size_t S = count_of<decltype(w)>;
-            zi16 z[S];
-            zo_noise(z, u, r, thr);
-            for (size_t s = 0; s < S; ++s) z[s] *= k16;
-            for (size_t s = 0; s < S; ++s) w[s] += z[s];
-            clamp<-127, 127>(w);
+        add_changes(key, std::abs(k) * scale, [=](auto& e, const auto& u) {
+            zo_noise(e, u, r, thr);
+            if (k16 != 1)
+                for (auto& v : e) v *= k16;
         });
     }
 
-    // restore (+z) and update (-round(g z) to one bit) in one pass, in 16-bit values (|g z| <= 127)
+    // restore (+z) and update (-round(g z) to one bit) in one pass: e = z - that
     void zo_update(uint64_t key, int g, int epoch) {
         const uint16_t thr = uint16_t(sparsity_threshold(epoch));
         const int16_t r = int16_t(scale), g16 = int16_t(g);
         const int s = std::max(zo_update_shift(scale), 0);
-        each_z(key, [=](auto& w, const auto& u) {
-            constexpr size_t S = count_of<decltype(w)>;
-            zi16 z[S], d[S];
-            zo_noise(z, u, r, thr);
-            for (size_t k = 0; k < S; ++k) d[k] = g16 * z[k];
+        add_changes(key, scale + 1, [=](auto& e, const auto& u) {
+            constexpr size_t S = count_of<decltype(e)>;
+            zi16 d[S];
+            zo_noise(e, u, r, thr);
+            for (size_t k = 0; k < S; ++k) d[k] = g16 * e[k];
             psto_sign(d, s);
-            for (size_t k = 0; k < S; ++k) w[k] += z[k];
-            for (size_t k = 0; k < S; ++k) w[k] -= d[k];
-            clamp<-127, 127>(w);
+            for (size_t k = 0; k < S; ++k) e[k] -= d[k];
         });
     }
 

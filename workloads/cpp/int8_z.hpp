@@ -90,24 +90,92 @@ inline void narrow(int8_t* p, zi16 v) {
 #endif
 }
 
-// g(w, u) on w[i] over [start, start + n) (zrng::each_half16): w, the weights as vectors of
-// 16-bit lanes, S of them, which g changes in place; u their z's 16 bits. A short vector at the
-// range's ends (each_half16 hands those over one at a time) through a copy
+// clamp(w + e, -127, 127) for S LANES16 weights at w, e their changes (16-bit lanes, |e| <= 127):
+// in 8-bit lanes where the ISA saturates them (x86 from SSE2, NEON), half as many vectors: e's
+// pairs narrowed with saturation (which keeps them), the sums saturating to [-128, 127] and a max
+// taking -128 to -127; else (AVX-512F without BW) widened to 16-bit lanes and back. The widening
+// way on every path gave a Zen 4's INT8 ZO loops 12 % more time.
+#if defined(__AVX512BW__)
+typedef __m512i zi8;
+#elif defined(__AVX2__) && !defined(__AVX512F__)
+typedef __m256i zi8;
+#elif defined(__SSE2__) && !defined(__AVX2__)
+typedef __m128i zi8;
+#elif defined(__aarch64__)
+typedef int8x16_t zi8;
+#else
+#define ZOBENCH_INT8_WIDE 1
+#endif
+
+// v + e lane by lane in 16-bit lanes, clamped (the changes of a vector alone)
+inline zi16 add_clamped16(zi16 v, zi16 e) {
+    v += e;
+    v = v > 127 ? zi16{} + 127 : v;
+    return v < -127 ? zi16{} - 127 : v;
+}
+
+#if !defined(ZOBENCH_INT8_WIDE)
+static_assert(sizeof(zi8) == sizeof(zi16));   // a vector of 8-bit lanes holds two of 16-bit lanes
+// (a, b) narrowed to 8-bit lanes with saturation, a's lanes first (x86's packs interleaves their
+// 128-bit lanes: a permute puts them back)
+inline zi8 narrow_pair(zi16 a, zi16 b) {
+#if defined(__AVX512BW__)
+    return _mm512_permutexvar_epi64(_mm512_setr_epi64(0, 2, 4, 6, 1, 3, 5, 7), _mm512_packs_epi16((__m512i)a, (__m512i)b));
+#elif defined(__AVX2__)
+    return _mm256_permute4x64_epi64(_mm256_packs_epi16((__m256i)a, (__m256i)b), 0xD8);
+#elif defined(__SSE2__)
+    return _mm_packs_epi16((__m128i)a, (__m128i)b);
+#else
+    return vqmovn_high_s16(vqmovn_s16((int16x8_t)a), (int16x8_t)b);
+#endif
+}
+// clamp(w + e, -127, 127) lane by lane
+inline zi8 add_clamped(zi8 w, zi8 e) {
+#if defined(__AVX512BW__)
+    return _mm512_max_epi8(_mm512_adds_epi8(w, e), _mm512_set1_epi8(-127));
+#elif defined(__AVX2__)
+    return _mm256_max_epi8(_mm256_adds_epi8(w, e), _mm256_set1_epi8(-127));
+#elif defined(__SSE2__)   // pmaxsb came with SSE4.1: -128 is the one sum below -127, and -128 + 1 = -127
+    const __m128i v = _mm_adds_epi8(w, e);
+    return _mm_sub_epi8(v, _mm_cmpeq_epi8(v, _mm_set1_epi8(-128)));
+#else
+    return vmaxq_s8(vqaddq_s8(w, e), vdupq_n_s8(-127));
+#endif
+}
+#endif
+
+template <size_t S>
+inline void add_changes(int8_t* w, const zi16 (&e)[S]) {
+#if defined(ZOBENCH_INT8_WIDE)
+    for (size_t s = 0; s < S; ++s) narrow(w + s * zrng::LANES16, add_clamped16(widen(w + s * zrng::LANES16), e[s]));
+#else
+    static_assert(S % 2 == 0);
+    zi8 v[S / 2], d[S / 2];
+    for (size_t s = 0; s < S / 2; ++s) std::memcpy(&v[s], w + s * sizeof(zi8), sizeof(zi8));
+    for (size_t s = 0; s < S / 2; ++s) d[s] = narrow_pair(e[2 * s], e[2 * s + 1]);
+    for (size_t s = 0; s < S / 2; ++s) v[s] = add_clamped(v[s], d[s]);
+    for (size_t s = 0; s < S / 2; ++s) std::memcpy(w + s * sizeof(zi8), &v[s], sizeof(zi8));
+#endif
+}
+
+// w[i] = clamp(w[i] + e[i], -127, 127) over [start, start + n) (zrng::each_half16): g(e, u) gives
+// e, an array of vectors of 16-bit lanes (|e| <= 127), from u, their z's 16 bits. each_half16
+// hands over whole batches, and at a chunk's or the range's end vectors one at a time: those in
+// 16-bit lanes (a short one at the range's ends through a copy)
 template <class G>
 inline void zo_pass(int8_t* w, uint64_t key, size_t start, size_t n, G g) {
     zrng::each_half16(key, start, n, [=](size_t i, const auto& u, int len) {
         constexpr size_t S = count_of<decltype(u)>;
-        zi16 v[S];
-        if (len == int(S) * zrng::LANES16) {
-            for (size_t s = 0; s < S; ++s) v[s] = widen(w + i + s * zrng::LANES16);
-            g(v, u);
-            for (size_t s = 0; s < S; ++s) narrow(w + i + s * zrng::LANES16, v[s]);
-        } else if constexpr (S == 1) {
+        zi16 e[S];
+        g(e, u);
+        if constexpr (S > 1) {
+            add_changes(w + i, e);
+        } else if (len == zrng::LANES16) {
+            narrow(w + i, add_clamped16(widen(w + i), e[0]));
+        } else {
             int8_t t[zrng::LANES16] = {};
             std::memcpy(t, w + i, size_t(len));
-            v[0] = widen(t);
-            g(v, u);
-            narrow(t, v[0]);
+            narrow(t, add_clamped16(widen(t), e[0]));
             std::memcpy(w + i, t, size_t(len));
         }
     });
