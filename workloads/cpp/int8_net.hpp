@@ -336,18 +336,37 @@ struct Net {
         });
     }
 
-    // restore (+z) and update (-round(g z) to one bit) in one pass: e = z - that
+    // restore (+z) and update (-round(g z) to one bit) in one pass: e = z - that, looked up where the
+    // ISA can (int8_z.hpp ChangeTable: the table made by the same lane code, on every z)
     void zo_update(uint64_t key, int g, int epoch) {
         const uint16_t thr = uint16_t(sparsity_threshold(epoch));
         const int16_t r = int16_t(scale), g16 = int16_t(g);
         const int s = std::max(zo_update_shift(scale), 0);
-        add_changes(key, scale + 1, [=](auto& e, const auto& u) {
+        const auto change = [=](auto& e) {      // z to z - psto_sign(g z), in place
             constexpr size_t S = count_of<decltype(e)>;
             zi16 d[S];
-            zo_noise(e, u, r, thr);
             for (size_t k = 0; k < S; ++k) d[k] = g16 * e[k];
             psto_sign(d, s);
             for (size_t k = 0; k < S; ++k) e[k] -= d[k];
+        };
+#if defined(ZOBENCH_INT8_LOOKUP)
+        if (scale <= LOOKUP_SCALE) {
+            zi16 z[64 / zrng::LANES16];
+            int16_t value[64];
+            for (int i = 0; i < 64; ++i) z[i / zrng::LANES16][i % zrng::LANES16] = int16_t(std::min(i, 2 * scale) - scale);
+            change(z);
+            std::memcpy(value, z, sizeof value);
+            const ChangeTable table(value, scale);
+            add_changes(key, scale + 1, [=](auto& e, const auto& u) {
+                zo_noise(e, u, r, thr);
+                table.apply(e);
+            });
+            return;
+        }
+#endif
+        add_changes(key, scale + 1, [=](auto& e, const auto& u) {
+            zo_noise(e, u, r, thr);
+            change(e);
         });
     }
 

@@ -158,6 +158,50 @@ inline void add_changes(int8_t* w, const zi16 (&e)[S]) {
 #endif
 }
 
+// A change that depends on z alone (the ZO update's z - psto_sign(g z)) takes one of 2r + 1 values:
+// where the ISA looks 16-bit lanes up in a table of 64 (AVX-512BW's vpermi2w; NEON's tbl over four
+// registers, a byte a lane), the values made once a pass (int8_net.hpp zo_update) and looked up
+// replace a dozen operations a vector, for r <= LOOKUP_SCALE (every tuned scale). Elsewhere the
+// pass computes them.
+#if defined(__AVX512BW__) || defined(__aarch64__)
+#define ZOBENCH_INT8_LOOKUP 1
+constexpr int LOOKUP_SCALE = 31;
+class ChangeTable {
+#if defined(__AVX512BW__)
+    __m512i lo_, hi_;          // the values of index 0..31 and 32..63
+    zi16 base_;                // index = z + r
+#else
+    uint8x16x4_t t_;           // the values + 64, as bytes (all in [0, 127])
+    zi16 base_;                // z + r + 0xFF00: each lane's high byte out of the table's range, so 0
+#endif
+public:
+    // value[z + r] for z in [-r, r]
+    ChangeTable(const int16_t (&value)[64], int r) {
+#if defined(__AVX512BW__)
+        std::memcpy(&lo_, value, 64);
+        std::memcpy(&hi_, value + 32, 64);
+        base_ = zi16{} + int16_t(r);
+#else
+        uint8_t b[64];
+        for (int i = 0; i < 64; ++i) b[i] = uint8_t(value[i] + 64);
+        t_ = vld1q_u8_x4(b);
+        base_ = zi16{} + int16_t(r + 0xFF00);
+#endif
+    }
+    // z = its value, lane by lane
+    template <size_t S>
+    void apply(zi16 (&z)[S]) const {
+        for (size_t s = 0; s < S; ++s) z[s] += base_;
+#if defined(__AVX512BW__)
+        for (size_t s = 0; s < S; ++s) z[s] = (zi16)_mm512_permutex2var_epi16(lo_, (__m512i)z[s], hi_);
+#else
+        for (size_t s = 0; s < S; ++s) z[s] = (zi16)vqtbl4q_u8(t_, vreinterpretq_u8_s16((int16x8_t)z[s]));
+        for (size_t s = 0; s < S; ++s) z[s] -= 64;
+#endif
+    }
+};
+#endif
+
 // w[i] = clamp(w[i] + e[i], -127, 127) over [start, start + n) (zrng::each_half16): g(e, u) gives
 // e, an array of vectors of 16-bit lanes (|e| <= 127), from u, their z's 16 bits. each_half16
 // hands over whole batches, and at a chunk's or the range's end vectors one at a time: those in
