@@ -161,8 +161,9 @@ inline void add_changes(int8_t* w, const zi16 (&e)[S]) {
 // A change that depends on z alone (the ZO update's z - psto_sign(g z)) takes one of 2r + 1 values:
 // where the ISA looks 16-bit lanes up in a table of 64 (AVX-512BW's vpermi2w; NEON's tbl over four
 // registers, a byte a lane), the values made once a pass (int8_net.hpp zo_update) and looked up
-// replace a dozen operations a vector, for r <= LOOKUP_SCALE (every tuned scale). Elsewhere the
-// pass computes them.
+// replace a dozen operations a vector, for r <= LOOKUP_SCALE (every tuned scale): a Zen 4's update
+// 17.0 -> 10.4 us a full-zo step, the A53 model's 3.9 -> 1.95 cycles a weight. Elsewhere the pass
+// computes them.
 #if defined(__AVX512BW__) || defined(__aarch64__)
 #define ZOBENCH_INT8_LOOKUP 1
 constexpr int LOOKUP_SCALE = 31;
