@@ -80,7 +80,7 @@ def test_every_perturbation_range_updates_exactly_as_the_reference(native, data_
     """The binary's ZO update rounds g z to one bit in fewer operations than psto_shift and a
     clamp (int8.hpp psto_sign): at odd and even shifts (scale 3: s = 1, 40: 5, 127: 6) its weights
     must stay the reference's. At 127 the perturbation by -2 z and the update's z + 1 are over
-    127, and the binary adds them in two halves (int8_net.hpp add_changes)."""
+    127, and the binary adds them in two halves (int8_net.hpp apply_changes)."""
     s = job_spec("full-zo", 0, seed=5, steps=30, test_samples=100, data_dir=data_dir, precision="int8",
                  zo_loss="float", hyper={"zo_scale": scale})
     torch_run = run_runner(s, tmp_path / "torch")

@@ -306,11 +306,11 @@ struct Net {
 
     // w = clamp(w + e, -127, 127) on the ZO part's weights, g(e, u) giving their changes e from
     // their z's 16 bits (zo_pass), at most `most` in size: one team region, each thread on its own
-    // rows (owned_segments). zo_pass takes |e| <= 127; larger changes (a perturbation by -2 z, an
-    // update by z + 1, where scale > 63) go in two passes of half each: both halves are in e's
-    // direction, so clamping after each clamps their sum.
+    // rows (owned_segments). zo_pass takes |e| <= 127; larger changes (a perturbation by -2 z where
+    // scale > 63, the update's z + 1 where scale = 127) go in two passes of half each: both halves
+    // are in e's direction, so clamping after each clamps their sum.
     template <class G>
-    void add_changes(uint64_t key, int most, G g) {
+    void apply_changes(uint64_t key, int most, G g) {
         int8_t* w = q.data();
         const int parts = most <= 127 ? 1 : 2;
         for (int part = 0; part < parts; ++part)
@@ -329,7 +329,7 @@ struct Net {
     void perturb(uint64_t key, int k, int epoch) {
         const uint16_t thr = uint16_t(sparsity_threshold(epoch));
         const int16_t r = int16_t(scale), k16 = int16_t(k);
-        add_changes(key, std::abs(k) * scale, [=](auto& e, const auto& u) {
+        apply_changes(key, std::abs(k) * scale, [=](auto& e, const auto& u) {
             zo_noise(e, u, r, thr);
             if (k16 != 1)
                 for (auto& v : e) v *= k16;
@@ -357,14 +357,14 @@ struct Net {
             change(z);
             std::memcpy(value, z, sizeof value);
             const ChangeTable table(value, scale);
-            add_changes(key, scale + 1, [=](auto& e, const auto& u) {
+            apply_changes(key, scale + 1, [=](auto& e, const auto& u) {
                 zo_noise(e, u, r, thr);
                 table.apply(e);
             });
             return;
         }
 #endif
-        add_changes(key, scale + 1, [=](auto& e, const auto& u) {
+        apply_changes(key, scale + 1, [=](auto& e, const auto& u) {
             zo_noise(e, u, r, thr);
             change(e);
         });

@@ -328,10 +328,10 @@ typedef int16_t zi16 __attribute__((vector_size(ZW * 4)));
 // against 263 for a perturbation's batch of eight in the A53 model). With eight vectors, the
 // model's perturbation was 1.9 cycles a weight and the update 4.4, where GCC's unrolled loop of
 // one vector a call gave 3.5 and 5.3, four vectors staged 2.3 and 4.3; with the changes added in
-// 8-bit lanes (int8::add_changes) 1.7 and 3.9, the update's looked up (int8::ChangeTable) 1.95. The hash and f in one loop
-// made the A53 model's ZO loops 8.5 % of an INT8 step against 6.6 %, and took a Zen 4 15 % more
-// time. An odd first element (the high half of its hash) and an unpaired last one (the low) go
-// alone.
+// 8-bit lanes (int8::add_changes) 1.7 and 3.9, the update's looked up (int8::ChangeTable) 1.95.
+// The hash and f in one loop made the A53 model's ZO loops 8.5 % of an INT8 step against 6.6 %,
+// and took a Zen 4 15 % more time. An odd first element (the high half of its hash) and an
+// unpaired last one (the low) go alone.
 constexpr size_t HALF16_CHUNK = 512;      // hashes a chunk: 2 KB
 constexpr size_t HALF16_BATCH = 8;        // vectors f takes at once
 
