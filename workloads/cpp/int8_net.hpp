@@ -351,12 +351,10 @@ struct Net {
         };
 #if defined(ZOBENCH_INT8_LOOKUP)
         if (scale <= LOOKUP_SCALE) {
-            zi16 z[64 / zrng::LANES16];
-            int16_t value[64];
+            zi16 z[64 / zrng::LANES16];         // every z, at z + r (the index's rest: r)
             for (int i = 0; i < 64; ++i) z[i / zrng::LANES16][i % zrng::LANES16] = int16_t(std::min(i, 2 * scale) - scale);
             change(z);
-            std::memcpy(value, z, sizeof value);
-            const ChangeTable table(value, scale);
+            const ChangeTable table(z, scale);
             apply_changes(key, scale + 1, [=](auto& e, const auto& u) {
                 zo_noise(e, u, r, thr);
                 table.apply(e);

@@ -25,6 +25,7 @@ using zrng::zu16;
 // The passes' operations take S vectors at once and do each step over all S before the next:
 // an in-order core (the A53) then has S - 1 independent operations between a step and the one
 // that needs its result, and each_half16 keeps that order (zrng::add_normal says why GCC would not).
+
 // the number of vectors in an array of them
 template <class A>
 constexpr size_t count_of = std::extent_v<std::remove_reference_t<A>>;
@@ -91,10 +92,12 @@ inline void narrow(int8_t* p, zi16 v) {
 }
 
 // clamp(w + e, -127, 127) for S LANES16 weights at w, e their changes (16-bit lanes, |e| <= 127):
-// in 8-bit lanes where the ISA saturates them (x86 from SSE2, NEON), half as many vectors: e's
-// pairs narrowed with saturation (which keeps them), the sums saturating to [-128, 127] and a max
-// taking -128 to -127; else (AVX-512F without BW) widened to 16-bit lanes and back. Widened on
-// every path, a Zen 4's INT8 ZO loops took 14 % more time (42.2 against 37.0 us a full-zo step).
+// in 8-bit lanes where the ISA saturates them (x86 from SSE2, NEON), two vectors of e to one of
+// weights: the pair narrowed with saturation (which keeps them), the sums saturating to
+// [-128, 127] and a max taking -128 to -127. A vector without a pair (each_half16 hands over one
+// at a time at a chunk's or the range's end), and every vector where the ISA has no saturating
+// 8-bit lanes (AVX-512F without BW): widened to 16-bit lanes and back. Widened on every path, a
+// Zen 4's INT8 ZO loops took 14 % more time (42.2 against 37.0 us a full-zo step).
 #if defined(__AVX512BW__)
 typedef __m512i zi8;
 #elif defined(__AVX2__) && !defined(__AVX512F__)
@@ -106,13 +109,6 @@ typedef int8x16_t zi8;
 #else
 #define ZOBENCH_INT8_WIDE 1
 #endif
-
-// v + e lane by lane in 16-bit lanes, clamped (the changes of a vector alone)
-inline zi16 add_clamped16(zi16 v, zi16 e) {
-    v += e;
-    v = v > 127 ? zi16{} + 127 : v;
-    return v < -127 ? zi16{} - 127 : v;
-}
 
 #if !defined(ZOBENCH_INT8_WIDE)
 static_assert(sizeof(zi8) == sizeof(zi16));   // a vector of 8-bit lanes holds two of 16-bit lanes
@@ -146,16 +142,22 @@ inline zi8 add_clamped(zi8 w, zi8 e) {
 
 template <size_t S>
 inline void add_changes(int8_t* w, const zi16 (&e)[S]) {
-#if defined(ZOBENCH_INT8_WIDE)
-    for (size_t s = 0; s < S; ++s) narrow(w + s * zrng::LANES16, add_clamped16(widen(w + s * zrng::LANES16), e[s]));
-#else
-    static_assert(S % 2 == 0);
-    zi8 v[S / 2], d[S / 2];
-    for (size_t s = 0; s < S / 2; ++s) std::memcpy(&v[s], w + s * sizeof(zi8), sizeof(zi8));
-    for (size_t s = 0; s < S / 2; ++s) d[s] = narrow_pair(e[2 * s], e[2 * s + 1]);
-    for (size_t s = 0; s < S / 2; ++s) v[s] = add_clamped(v[s], d[s]);
-    for (size_t s = 0; s < S / 2; ++s) std::memcpy(w + s * sizeof(zi8), &v[s], sizeof(zi8));
+#if !defined(ZOBENCH_INT8_WIDE)
+    if constexpr (S % 2 == 0) {
+        zi8 v[S / 2], d[S / 2];
+        for (size_t s = 0; s < S / 2; ++s) std::memcpy(&v[s], w + s * sizeof(zi8), sizeof(zi8));
+        for (size_t s = 0; s < S / 2; ++s) d[s] = narrow_pair(e[2 * s], e[2 * s + 1]);
+        for (size_t s = 0; s < S / 2; ++s) v[s] = add_clamped(v[s], d[s]);
+        for (size_t s = 0; s < S / 2; ++s) std::memcpy(w + s * sizeof(zi8), &v[s], sizeof(zi8));
+        return;
+    }
 #endif
+    for (size_t s = 0; s < S; ++s) {
+        zi16 v = widen(w + s * zrng::LANES16) + e[s];
+        v = v > 127 ? zi16{} + 127 : v;
+        v = v < -127 ? zi16{} - 127 : v;
+        narrow(w + s * zrng::LANES16, v);
+    }
 }
 
 // A change that depends on z alone (the ZO update's z - psto_sign(g z)) takes one of 2r + 1 values:
@@ -176,15 +178,15 @@ class ChangeTable {
     zi16 base_;                // z + r + 0xFF00: each lane's high byte out of the table's range, so 0
 #endif
 public:
-    // value[z + r] for z in [-r, r]
-    ChangeTable(const int16_t (&value)[64], int r) {
+    // value's lanes in order: the value of z at z + r, for z in [-r, r]
+    ChangeTable(const zi16 (&value)[64 / zrng::LANES16], int r) {
 #if defined(__AVX512BW__)
-        std::memcpy(&lo_, value, 64);
-        std::memcpy(&hi_, value + 32, 64);
+        lo_ = (__m512i)value[0];
+        hi_ = (__m512i)value[1];
         base_ = zi16{} + int16_t(r);
 #else
         uint8_t b[64];
-        for (int i = 0; i < 64; ++i) b[i] = uint8_t(value[i] + 64);
+        for (int i = 0; i < 64; ++i) b[i] = uint8_t(value[i / zrng::LANES16][i % zrng::LANES16] + 64);
         t_ = vld1q_u8_x4(b);
         base_ = zi16{} + int16_t(r + 0xFF00);
 #endif
@@ -204,23 +206,20 @@ public:
 #endif
 
 // w[i] = clamp(w[i] + e[i], -127, 127) over [start, start + n) (zrng::each_half16): g(e, u) gives
-// e, an array of vectors of 16-bit lanes (|e| <= 127), from u, their z's 16 bits. each_half16
-// hands over whole batches, and at a chunk's or the range's end vectors one at a time: those in
-// 16-bit lanes (a short one at the range's ends through a copy)
+// e, an array of vectors of 16-bit lanes (|e| <= 127), from u, their z's 16 bits. A short vector
+// at the range's ends (each_half16 hands those over one at a time) through a copy
 template <class G>
 inline void zo_pass(int8_t* w, uint64_t key, size_t start, size_t n, G g) {
     zrng::each_half16(key, start, n, [=](size_t i, const auto& u, int len) {
         constexpr size_t S = count_of<decltype(u)>;
         zi16 e[S];
         g(e, u);
-        if constexpr (S > 1) {
+        if (len == int(S) * zrng::LANES16) {
             add_changes(w + i, e);
-        } else if (len == zrng::LANES16) {
-            narrow(w + i, add_clamped16(widen(w + i), e[0]));
-        } else {
+        } else if constexpr (S == 1) {
             int8_t t[zrng::LANES16] = {};
             std::memcpy(t, w + i, size_t(len));
-            narrow(t, add_clamped16(widen(t), e[0]));
+            add_changes(t, e);
             std::memcpy(w + i, t, size_t(len));
         }
     });
