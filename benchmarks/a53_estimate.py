@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks import record as records  # noqa: E402
-from benchmarks.runtimes import bench_spec  # noqa: E402
+from benchmarks.runtimes import bench_spec, paper_batches  # noqa: E402
 from harness.preparation.artifacts import raw_idx  # noqa: E402
 from harness.planning.suites import MethodChoice  # noqa: E402
 from testkit.binaries import aarch64_binary  # noqa: E402
@@ -132,48 +132,61 @@ def estimate_config(binary: str, method: str, k: int, precision: str, batch: int
     return estimate(binary, spec, steps, tmp, cache)
 
 
-def measure(configs: list[tuple[str, int]], precisions: list[str], cpu: str, batch: int, steps: int,
+def measure(configs: list[tuple[str, int]], batches: dict[str, list[int]], cpu: str, steps: int,
             ghz: float) -> dict:
-    """The record: estimate() of each configuration and precision, printed as it comes."""
+    """The record: estimate() of each configuration, precision and batch, printed as it comes."""
     binary, data_dir = aarch64_binary(cpu), str(raw_idx("fashion-mnist", "").dir)
-    record = {"version": 1, "commit": records.commit(), "date": date.today().isoformat(), "cpu": cpu, "batch": batch,
+    record = {"version": 2, "commit": records.commit(), "date": date.today().isoformat(), "cpu": cpu,
               "steps": steps, "ghz": ghz, "rows": []}
     cache: dict = {}
     with tempfile.TemporaryDirectory() as d:
         for method, k in configs:
-            for precision in precisions:
-                e = estimate_config(binary, method, k, precision, batch, steps, data_dir, Path(d), cache)
-                record["rows"].append({"method": str(MethodChoice(method, k)), "precision": precision, **e})
-                print(table(record).splitlines()[-1], flush=True)
+            for precision, bs in batches.items():
+                for batch in bs:
+                    e = estimate_config(binary, method, k, precision, batch, steps, data_dir, Path(d), cache)
+                    record["rows"].append({"method": str(MethodChoice(method, k)), "precision": precision,
+                                           "batch": batch, **e})
+                    print(table(record).splitlines()[-1], flush=True)
     return record
+
+
+def upgrade(record: dict) -> dict:
+    """A version-1 record (one batch for every row, the record's) as version 2's, a batch a row."""
+    if record.get("version") != 1:
+        return record
+    return {**record, "version": 2, "rows": [{**r, "batch": record["batch"]} for r in record["rows"]]}
 
 
 def table(record: dict) -> str:
     """The record as docs/cpus.md shows it: per step, instructions, cycles and ms at the clock;
     the ZO loops' share of the cycles and their instructions per ZO parameter and pass (three
-    passes a step); INT8's speed-up over the same method's FP32 row."""
-    rows = ["| method | precision | M instructions / step | M cycles / step | ms / step | ZO loops, % of cycles "
-            "| instructions / parameter / pass | INT8 speed-up |", "|---|---|---|---|---|---|---|---|"]
-    fp32 = {r["method"]: r["cycles"] for r in record["rows"] if r["precision"] == "fp32"}
+    passes a step); INT8's speed-up per sample (so per epoch) over the same method's FP32 row."""
+    record = upgrade(record)
+    rows = ["| method | precision | batch | M instructions / step | M cycles / step | ms / step | ZO loops, % of cycles "
+            "| instructions / parameter / pass | INT8 speed-up per epoch |", "|---|---|---|---|---|---|---|---|---|"]
+    fp32 = {r["method"]: r["cycles"] / r["batch"] for r in record["rows"] if r["precision"] == "fp32"}
     for r in record["rows"]:
         zo = r["zo_cycles"] > 0
         share = f"{100 * r['zo_cycles'] / r['cycles']:.1f}" if zo else "–"
         per_param = f"{r['zo_insns'] / (3 * r['params_zo']):.2f}" if zo else "–"
-        speedup = f"{fp32[r['method']] / r['cycles']:.2f}" if r["precision"] == "int8" and r["method"] in fp32 else ""
-        rows.append(f"| {r['method']} | {r['precision']} | {r['insns'] / 1e6:.2f} | {r['cycles'] / 1e6:.2f} | "
-                    f"{r['cycles'] / record['ghz'] / 1e6:.1f} | {share} | {per_param} | {speedup} |")
+        speedup = (f"{fp32[r['method']] / (r['cycles'] / r['batch']):.2f}"
+                   if r["precision"] == "int8" and r["method"] in fp32 else "")
+        rows.append(f"| {r['method']} | {r['precision']} | {r['batch']} | {r['insns'] / 1e6:.2f} | "
+                    f"{r['cycles'] / 1e6:.2f} | {r['cycles'] / record['ghz'] / 1e6:.1f} | {share} | {per_param} | "
+                    f"{speedup} |")
     return "\n".join(rows)
 
 
 def read(path: Path) -> dict:
-    """The record at path, checked by showing it (benchmarks/record.py)."""
-    return records.read(path, table, "a53_estimate.py")
+    """The record at path, checked by showing it (benchmarks/record.py), as version 2."""
+    return upgrade(records.read(path, table, "a53_estimate.py"))
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--steps", type=int, default=2, help="S: the runs train S and 2S steps")
-    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--batch", type=int, help="every precision at this batch (default: each as paper-mnist trains "
+                    "it, and INT8 at FP32's batch too: benchmarks/runtimes.py, paper_batches)")
     ap.add_argument("--cpu", default="cortex-a53", help="the aarch64 build (harness/planning/cpu.py name)")
     ap.add_argument("--ghz", type=float, default=1.0, help="the clock the ms are given at (Pi Zero 2: 1 GHz)")
     ap.add_argument("--methods", nargs="+", default=[str(MethodChoice(m, k)) for m, k in PAPER_CONFIGS],
@@ -187,12 +200,12 @@ def main() -> int:
     configs = [(m, k) for m, k in PAPER_CONFIGS if str(MethodChoice(m, k)) in args.methods]
     if len(configs) != len(args.methods):
         ap.error(f"--methods: each of {', '.join(str(MethodChoice(m, k)) for m, k in PAPER_CONFIGS)}")
-    if args.steps < 1 or args.batch < 1 or args.ghz <= 0:
+    if args.steps < 1 or (args.batch is not None and args.batch < 1) or args.ghz <= 0:
         ap.error("--steps and --batch: at least 1; --ghz: above 0")
-    print(f"LeNet-5, batch {args.batch}, one thread, {args.cpu} build; cycles: llvm-mca's Cortex-A53 model "
-          f"at {args.ghz:g} GHz")
+    batches = {p: [args.batch] if args.batch else bs for p, bs in paper_batches().items() if p in args.precisions}
+    print(f"LeNet-5, one thread, {args.cpu} build; cycles: llvm-mca's Cortex-A53 model at {args.ghz:g} GHz")
     print(table({"ghz": args.ghz, "rows": []}), flush=True)
-    record = measure(configs, args.precisions, args.cpu, args.batch, args.steps, args.ghz)
+    record = measure(configs, batches, args.cpu, args.steps, args.ghz)
     if args.json:
         args.json.write_text(json.dumps(record, indent=1) + "\n")
     return 0

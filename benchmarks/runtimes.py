@@ -25,6 +25,7 @@ from testkit.binaries import native_binary  # noqa: E402
 from testkit.runners import ORT_RUNNER, TORCH_RUNNER, job_spec, policy_env, run_runner  # noqa: E402
 
 from harness.preparation.artifacts import onnx_graph, raw_idx  # noqa: E402
+from harness.planning import suites  # noqa: E402
 from harness.planning.suites import MethodChoice  # noqa: E402
 from workloads.models import MODELS  # noqa: E402
 from workloads.vocab import PAPER_CONFIGS  # noqa: E402
@@ -40,6 +41,16 @@ def bench_spec(method: str, k: int, batch: int, steps: int, data_dir: str, threa
     return job_spec(method, k, seed=0, steps=steps, batch=batch, test_samples=32, threads=threads,
                     data_dir=data_dir, hyper={"trace_steps": 0}, model=MODELS[model],
                     dataset=WORKLOADS[model][0], **fields)
+
+
+def paper_batches() -> dict[str, list[int]]:
+    """Per precision, the batches a step is timed at beside Fig. 7: the batch paper-mnist trains
+    it at (Fig. 7 times the paper's MNIST training), and FP32's too, so that INT8's per-z cost is
+    seen at one batch with FP32's. The ZO loops cost the same per step at any batch, so their
+    share of a step falls as its batch grows: INT8 trains at 128 (docs/reproduction.md)."""
+    suite = suites.load("paper-mnist")
+    batch = {p: suite.hyper_for(MethodChoice("elastic-zo", 1), p)["batch_size"] for p in suite.precisions}
+    return {p: sorted({batch["fp32"], b}) for p, b in batch.items()}
 
 
 def peak_gflops(threads: int) -> float:
