@@ -86,7 +86,7 @@ def test_the_a53_table_is_its_committed_record_shown_and_agrees_with_fig7s():
     # the ZO loops cost a step the same at any batch, so their share falls as the forward grows
     for method in names:
         small, large = rows[method, "int8", 32], rows[method, "int8", 128]
-        assert large["zo_cycles"] == pytest.approx(small["zo_cycles"], rel=0.02)
+        assert large["zo_cycles"] == pytest.approx(small["zo_cycles"], rel=1e-3)
         assert large["cycles"] > 3 * small["cycles"]
 
 
