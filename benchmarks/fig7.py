@@ -93,7 +93,8 @@ def upgrade(record: dict) -> dict:
     rows, so the records made before INT8 was timed at its own batch still show."""
     if record.get("version") != 1:
         return record
-    rows = lambda by: [{"config": c, "precision": p, "batch": 32, **v} for c, ps in by.items() for p, v in ps.items()]
+    def rows(by: dict) -> list[dict]:
+        return [{"config": c, "precision": p, "batch": 32, **v} for c, ps in by.items() for p, v in ps.items()]
     return {**record, "version": 2, "here": rows(record["here"]), "a53": record["a53"] and rows(record["a53"])}
 
 
