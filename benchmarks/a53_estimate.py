@@ -164,13 +164,11 @@ def table(record: dict) -> str:
     record = upgrade(record)
     rows = ["| method | precision | batch | M instructions / step | M cycles / step | ms / step | ZO loops, % of cycles "
             "| instructions / parameter / pass | INT8 speed-up per epoch |", "|---|---|---|---|---|---|---|---|---|"]
-    fp32 = {r["method"]: r["cycles"] / r["batch"] for r in record["rows"] if r["precision"] == "fp32"}
     for r in record["rows"]:
+        speedup = records.speedup(r, record["rows"], "cycles", "method")
         zo = r["zo_cycles"] > 0
         share = f"{100 * r['zo_cycles'] / r['cycles']:.1f}" if zo else "–"
         per_param = f"{r['zo_insns'] / (3 * r['params_zo']):.2f}" if zo else "–"
-        speedup = (f"{fp32[r['method']] / (r['cycles'] / r['batch']):.2f}"
-                   if r["precision"] == "int8" and r["method"] in fp32 else "")
         rows.append(f"| {r['method']} | {r['precision']} | {r['batch']} | {r['insns'] / 1e6:.2f} | "
                     f"{r['cycles'] / 1e6:.2f} | {r['cycles'] / record['ghz'] / 1e6:.1f} | {share} | {per_param} | "
                     f"{speedup} |")

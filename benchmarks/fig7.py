@@ -62,7 +62,8 @@ def measure(repeats: int, steps: int, a53: bool) -> dict:
     from testkit.binaries import aarch64_binary, native_binary
     from testkit.runners import run_runner
     binary, data = native_binary(), str(raw_idx("fashion-mnist", "").dir)
-    runs = [(method, k, p, b) for method, k in CONFIGS for p in PRECISIONS for b in paper_batches()[p]]
+    batches = paper_batches()
+    runs = [(method, k, p, b) for method, k in CONFIGS for p in PRECISIONS for b in batches[p]]
     least, samples = min(b for *_, b in runs), {}
     with tempfile.TemporaryDirectory() as d:
         for r in range(repeats + 1):
@@ -102,15 +103,6 @@ def span(lo: float, hi: float) -> str:
     return f"{lo:g}" if lo == hi else f"{lo:g}-{hi:g}"
 
 
-def speedup(row: dict, rows: list[dict], cost: str) -> str:
-    """INT8's speed-up per sample (so per epoch, as Fig. 7's) over the same configuration's FP32
-    row; blank for FP32."""
-    if row["precision"] != "int8":
-        return ""
-    fp32 = next(r for r in rows if r["config"] == row["config"] and r["precision"] == "fp32")
-    return f"{fp32[cost] / fp32['batch'] / (row[cost] / row['batch']):.2f}"
-
-
 def table(record: dict) -> str:
     """Fig. 7's ranges beside the record's shares, per precision, one row per source, batch and
     configuration."""
@@ -124,11 +116,11 @@ def table(record: dict) -> str:
                     f" | {span(*FIG7_SPEEDUP) if p == 'int8' else ''} |")
         for r in (r for r in here if r["precision"] == p):
             rows.append(f"| {p} | here | {r['batch']} | {r['config']} | " +
-                        " | ".join(f"{r['shares'][g]:.1f}" for g in groups) + f" | {speedup(r, here, 'ms_step')} |")
+                        " | ".join(f"{r['shares'][g]:.1f}" for g in groups) + f" | {records.speedup(r, here, 'ms_step', 'config')} |")
         for r in (r for r in model if r["precision"] == p):
             rows.append(f"| {p} | A53 model | {r['batch']} | {r['config']} | " +
                         " | ".join(f"{r['zo_share']:.1f}" if g == "ZO perturb + update" else "" for g in groups) +
-                        f" | {speedup(r, model, 'mcycles_step')} |")
+                        f" | {records.speedup(r, model, 'mcycles_step', 'config')} |")
     return "\n".join(rows)
 
 

@@ -30,6 +30,16 @@ def read(path: Path, table, script: str) -> dict:
     return record
 
 
+def speedup(row: dict, rows: list[dict], cost: str, same: str) -> str:
+    """An INT8 row's speed-up over the FP32 row of the same `same` (its configuration) in rows, per
+    sample, so per epoch as Fig. 7 gives it: cost is a step's, and the rows' batches may differ.
+    Blank for an FP32 row, and where rows have no FP32 row beside it."""
+    fp32 = next((r for r in rows if r[same] == row[same] and r["precision"] == "fp32"), None)
+    if row["precision"] != "int8" or fp32 is None:
+        return ""
+    return f"{fp32[cost] / fp32['batch'] / (row[cost] / row['batch']):.2f}"
+
+
 def show(path: Path, table, script: str) -> int:
     """`--show`: the record's table on stdout, 0; a damaged or missing one in one line on stderr, 2."""
     try:
